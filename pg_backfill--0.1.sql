@@ -1,0 +1,360 @@
+/* pg_backfill--0.1.sql: catalogs, SQL API and reports of pg_backfill 0.1 */
+
+\echo Use "CREATE EXTENSION pg_backfill" to load this file. \quit
+
+/*
+ * Catalogs live in the schema "backfill"; the functions people call live in
+ * the extension's schema (@extschema@, usually public) so that
+ * SELECT backfill_run('x') works without qualification.
+ *
+ * Nobody but the extension owner writes the catalogs: the C functions switch
+ * to the owner for their bookkeeping.  Everybody may read the rows of the
+ * backfills whose owning role they are a member of (row-level security).
+ */
+CREATE SCHEMA backfill;
+REVOKE ALL ON SCHEMA backfill FROM PUBLIC;
+GRANT USAGE ON SCHEMA backfill TO PUBLIC;
+
+-- One row per declared backfill.
+CREATE TABLE backfill.declaration (
+    name             text PRIMARY KEY,
+    relid            oid NOT NULL,
+    relation         text NOT NULL,          -- qualified name at declaration time
+    key_column       name NOT NULL,
+    key_type         regtype NOT NULL,
+    predicate        text NOT NULL,
+    action           text NOT NULL,
+    batch_size       integer NOT NULL CHECK (batch_size > 0),
+    rate             double precision NOT NULL CHECK (rate > 0 AND rate < 'infinity'),
+    max_parallel     integer NOT NULL DEFAULT 1 CHECK (max_parallel > 0),
+    max_attempts     integer NOT NULL CHECK (max_attempts > 0),
+    backoff_base_ms  integer NOT NULL CHECK (backoff_base_ms > 0),
+    backoff_cap_ms   integer NOT NULL CHECK (backoff_cap_ms >= backoff_base_ms),
+    batch_timeout_ms integer NOT NULL CHECK (batch_timeout_ms > 0),
+    environments     text[],                 -- NULL: every environment
+    owner            oid NOT NULL,           -- the declaring role; lanes run as it
+    checksum         text NOT NULL,          -- sha256 of the normalized definition
+    declared_at      timestamptz NOT NULL DEFAULT now(),
+    updated_at       timestamptz NOT NULL DEFAULT now()
+);
+
+-- One row per pass; append-only (see backfill.ledger_guard).
+CREATE TABLE backfill.ledger (
+    run_id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    ledger_name      text NOT NULL,
+    declaration      text NOT NULL,          -- no foreign key: history outlives declarations
+    checksum         text NOT NULL,
+    status           text NOT NULL DEFAULT 'running'
+                     CHECK (status IN ('running', 'completed', 'failed', 'cancelled')),
+    forced           boolean NOT NULL DEFAULT false,
+    previous_run_id  bigint REFERENCES backfill.ledger (run_id),
+    owner            oid NOT NULL,
+    rows             bigint,
+    batches          bigint,
+    started_at       timestamptz NOT NULL DEFAULT now(),
+    finished_at      timestamptz,
+    error_code       text,
+    error_message    text,
+    CHECK ((status = 'running') = (finished_at IS NULL))
+);
+CREATE INDEX ledger_name_idx ON backfill.ledger (ledger_name, run_id);
+CREATE INDEX ledger_running_idx ON backfill.ledger (run_id) WHERE status = 'running';
+
+-- Live state of a pass while it runs; one row per ledger row.
+CREATE TABLE backfill.run (
+    run_id           bigint PRIMARY KEY REFERENCES backfill.ledger (run_id),
+    phase            text NOT NULL DEFAULT 'queued'
+                     CHECK (phase IN ('queued', 'running', 'counting', 'done')),
+    plan_method      text,
+    estimate         bigint,
+    remaining        bigint,                 -- rows still matching after the pass
+    lane_starts      integer NOT NULL DEFAULT 0,
+    interruptions    integer NOT NULL DEFAULT 0,
+    last_error       text,
+    updated_at       timestamptz NOT NULL DEFAULT now()
+);
+
+-- The checkpoint: one row per partition of a pass's key space.
+CREATE TABLE backfill.partition (
+    run_id           bigint NOT NULL REFERENCES backfill.run (run_id),
+    part_no          integer NOT NULL,
+    lo               text,                   -- exclusive; NULL: no lower bound
+    hi               text,                   -- inclusive; NULL: no upper bound
+    cursor           text,                   -- last key done; NULL: start at lo
+    state            text NOT NULL DEFAULT 'pending'
+                     CHECK (state IN ('pending', 'running', 'done', 'failed')),
+    rows             bigint NOT NULL DEFAULT 0,
+    batches          bigint NOT NULL DEFAULT 0,
+    holder_pid       integer,
+    holder_start     timestamptz,
+    renewed_at       timestamptz,
+    claims           integer NOT NULL DEFAULT 0,
+    reclaims         integer NOT NULL DEFAULT 0,
+    failures         integer NOT NULL DEFAULT 0,  -- failed attempts in a row
+    last_error       text,
+    started_at       timestamptz,
+    finished_at      timestamptz,
+    PRIMARY KEY (run_id, part_no)
+);
+
+/*
+ * The ledger is history: a row may change only while its pass is running,
+ * and no row is ever deleted.
+ */
+CREATE FUNCTION backfill.ledger_guard() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        RAISE EXCEPTION 'ledger row % of backfill "%" cannot be deleted',
+              OLD.run_id, OLD.declaration
+              USING ERRCODE = 'BF017',
+                    DETAIL = 'The ledger is append-only: it is the history of every pass.',
+                    HINT = 'Re-run the backfill with force => true to record a new pass.';
+    END IF;
+    IF OLD.status <> 'running' THEN
+        RAISE EXCEPTION 'ledger row % of backfill "%" has ended and cannot be changed',
+              OLD.run_id, OLD.declaration
+              USING ERRCODE = 'BF017',
+                    DETAIL = format('The pass ended as %s at %s.', OLD.status, OLD.finished_at),
+                    HINT = 'Re-run the backfill with force => true to record a new pass.';
+    END IF;
+    IF NEW.run_id <> OLD.run_id OR NEW.ledger_name <> OLD.ledger_name
+       OR NEW.checksum <> OLD.checksum OR NEW.started_at <> OLD.started_at THEN
+        RAISE EXCEPTION 'ledger row % of backfill "%" cannot be rewritten',
+              OLD.run_id, OLD.declaration
+              USING ERRCODE = 'BF017',
+                    DETAIL = 'Only the status, counters and end of a running pass may change.',
+                    HINT = 'Re-run the backfill with force => true to record a new pass.';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER ledger_append_only BEFORE UPDATE OR DELETE ON backfill.ledger
+    FOR EACH ROW EXECUTE FUNCTION backfill.ledger_guard();
+
+-- pg_dump keeps the declarations and the history.
+SELECT pg_catalog.pg_extension_config_dump('backfill.declaration', '');
+SELECT pg_catalog.pg_extension_config_dump('backfill.ledger', '');
+
+-- Reading: only the rows of backfills whose owner the reader is a member of.
+REVOKE ALL ON backfill.declaration, backfill.ledger, backfill.run, backfill.partition FROM PUBLIC;
+GRANT SELECT ON backfill.declaration, backfill.ledger, backfill.run, backfill.partition TO PUBLIC;
+ALTER TABLE backfill.declaration ENABLE ROW LEVEL SECURITY;
+ALTER TABLE backfill.ledger ENABLE ROW LEVEL SECURITY;
+ALTER TABLE backfill.run ENABLE ROW LEVEL SECURITY;
+ALTER TABLE backfill.partition ENABLE ROW LEVEL SECURITY;
+CREATE POLICY declaration_member ON backfill.declaration FOR SELECT
+    USING (pg_catalog.pg_has_role(owner, 'USAGE'));
+CREATE POLICY ledger_member ON backfill.ledger FOR SELECT
+    USING (pg_catalog.pg_has_role(owner, 'USAGE'));
+CREATE POLICY run_member ON backfill.run FOR SELECT
+    USING (EXISTS (SELECT 1 FROM backfill.ledger l WHERE l.run_id = run.run_id));
+CREATE POLICY partition_member ON backfill.partition FOR SELECT
+    USING (EXISTS (SELECT 1 FROM backfill.ledger l WHERE l.run_id = partition.run_id));
+
+/* ---------------------------------------------------------------- API */
+
+CREATE FUNCTION backfill_declare(
+    name             text,
+    relation         text,
+    predicate        text,
+    action           text,
+    key              text DEFAULT NULL,
+    batch_size       integer DEFAULT 1000,
+    rate             double precision DEFAULT NULL,
+    max_parallel     integer DEFAULT 1,
+    max_attempts     integer DEFAULT 5,
+    batch_timeout    interval DEFAULT '1 minute',
+    environments     text[] DEFAULT NULL,
+    backoff_base     interval DEFAULT '1 second',
+    backoff_cap      interval DEFAULT '1 minute')
+RETURNS text
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_declare';
+
+COMMENT ON FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
+                                     integer, integer, interval, text[], interval, interval) IS
+'declare (or update) a backfill; returns the checksum of its definition';
+
+CREATE FUNCTION backfill_run(name text, force boolean DEFAULT false)
+RETURNS bigint
+LANGUAGE C STRICT VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_run';
+
+COMMENT ON FUNCTION backfill_run(text, boolean) IS
+'enqueue a pass of a backfill (started when the transaction commits); returns its run id';
+
+CREATE FUNCTION backfill_wait(run_id bigint, timeout interval DEFAULT '1 hour')
+RETURNS text
+LANGUAGE C STRICT VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_wait';
+
+COMMENT ON FUNCTION backfill_wait(bigint, interval) IS
+'wait until a pass ends or the timeout passes; returns its ledger status';
+
+CREATE VIEW backfill_ledger AS
+    SELECT l.run_id, l.ledger_name, l.declaration, l.status, l.forced, l.previous_run_id,
+           l.rows, l.batches, l.started_at, l.finished_at,
+           l.finished_at - l.started_at AS duration,
+           l.error_code, l.error_message, l.checksum,
+           pg_catalog.pg_get_userbyid(l.owner) AS owner
+      FROM backfill.ledger l;
+GRANT SELECT ON backfill_ledger TO PUBLIC;
+
+/*
+ * backfill_status: where a backfill stands now (its newest pass).
+ */
+CREATE FUNCTION backfill_status(name text)
+RETURNS TABLE (
+    name          text,
+    run_id        bigint,
+    status        text,
+    phase         text,
+    rows          bigint,
+    batches       bigint,
+    rows_per_sec  double precision,
+    estimate      bigint,
+    progress      double precision,
+    eta           interval,
+    partitions    integer,
+    live_leases   integer,
+    plan_method   text,
+    started_at    timestamptz,
+    finished_at   timestamptz,
+    last_error    text)
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH d AS (
+        SELECT d.name FROM backfill.declaration d WHERE d.name = $1
+        UNION
+        SELECT l.declaration FROM backfill.ledger l WHERE l.declaration = $1
+    ),
+    l AS (
+        SELECT l.* FROM backfill.ledger l
+         WHERE l.declaration = $1
+         ORDER BY l.run_id DESC LIMIT 1
+    ),
+    p AS (
+        SELECT coalesce(sum(p.rows), 0)::bigint AS rows,
+               coalesce(sum(p.batches), 0)::bigint AS batches,
+               count(*)::integer AS partitions,
+               (count(*) FILTER (WHERE p.holder_pid IS NOT NULL AND p.state = 'running'
+                   AND EXISTS (SELECT 1 FROM pg_stat_activity a
+                                WHERE a.pid = p.holder_pid
+                                  AND a.backend_start = p.holder_start)))::integer AS live,
+               min(p.started_at) AS first_start
+          FROM backfill.partition p, l
+         WHERE p.run_id = l.run_id
+    ),
+    s AS (
+        SELECT l.run_id, l.status, r.phase, r.plan_method, r.estimate,
+               coalesce(l.rows, p.rows) AS rows,
+               coalesce(l.batches, p.batches) AS batches,
+               p.partitions, p.live,
+               l.started_at, l.finished_at,
+               coalesce(l.error_code || ': ' || l.error_message, r.last_error) AS last_error,
+               extract(epoch FROM coalesce(l.finished_at, now())
+                                  - coalesce(p.first_start, l.started_at)) AS secs
+          FROM l LEFT JOIN backfill.run r USING (run_id), p
+    )
+    SELECT d.name, s.run_id,
+           coalesce(s.status, 'never run'),
+           s.phase, coalesce(s.rows, 0), coalesce(s.batches, 0),
+           CASE WHEN s.secs > 0 THEN s.rows / s.secs END,
+           s.estimate,
+           CASE WHEN s.status = 'completed' THEN 1.0
+                WHEN s.estimate > 0 THEN least(1.0, s.rows::float8 / s.estimate) END,
+           CASE WHEN s.status = 'running' AND s.secs > 0 AND s.rows > 0 AND s.estimate IS NOT NULL
+                THEN make_interval(secs => greatest(s.estimate - s.rows, 0) / (s.rows / s.secs)) END,
+           s.partitions, s.live, s.plan_method,
+           s.started_at, s.finished_at, s.last_error
+      FROM d LEFT JOIN s ON true;
+$$;
+
+COMMENT ON FUNCTION backfill_status(text) IS
+'status, progress, rows/s and ETA of the newest pass of a backfill';
+
+/*
+ * backfill_pending: one row per declaration, plus ledger names that no
+ * declaration owns (orphaned).
+ */
+CREATE FUNCTION backfill_pending()
+RETURNS TABLE (
+    name                  text,
+    state                 text,
+    checksum              text,
+    completed_checksum    text,
+    changed               boolean,
+    environments          text[],
+    last_run_id           bigint,
+    last_completed_run_id bigint,
+    rows                  bigint)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH env AS (
+        SELECT current_setting('backfill.environment') AS e
+    ),
+    last AS (
+        SELECT DISTINCT ON (l.ledger_name) l.*
+          FROM backfill.ledger l
+         ORDER BY l.ledger_name, l.run_id DESC
+    ),
+    done AS (
+        SELECT DISTINCT ON (l.ledger_name) l.*
+          FROM backfill.ledger l
+         WHERE l.status = 'completed'
+         ORDER BY l.ledger_name, l.run_id DESC
+    )
+    SELECT d.name,
+           CASE
+             WHEN d.environments IS NOT NULL AND NOT (env.e = ANY (d.environments))
+                  THEN 'not-in-this-environment'
+             WHEN last.status = 'running' THEN 'running'
+             WHEN last.status = 'failed' AND last.error_code = 'BF006' THEN 'stalled'
+             WHEN last.status IN ('failed', 'cancelled') THEN 'failed'
+             WHEN done.run_id IS NOT NULL AND done.checksum <> d.checksum THEN 'changed'
+             WHEN done.run_id IS NOT NULL THEN 'completed'
+             ELSE 'pending'
+           END,
+           d.checksum,
+           done.checksum,
+           done.run_id IS NOT NULL AND done.checksum <> d.checksum,
+           d.environments,
+           last.run_id,
+           done.run_id,
+           coalesce(last.rows,
+                    (SELECT sum(p.rows)::bigint FROM backfill.partition p
+                      WHERE p.run_id = last.run_id))
+      FROM backfill.declaration d
+      CROSS JOIN env
+      LEFT JOIN last ON last.ledger_name = d.name
+      LEFT JOIN done ON done.ledger_name = d.name
+    UNION ALL
+    SELECT last.ledger_name, 'orphaned', NULL, done.checksum, NULL, NULL,
+           last.run_id, done.run_id, last.rows
+      FROM last
+      LEFT JOIN done ON done.ledger_name = last.ledger_name
+     WHERE NOT EXISTS (SELECT 1 FROM backfill.declaration d
+                        WHERE d.name = last.declaration)
+    ORDER BY 1;
+$$;
+
+COMMENT ON FUNCTION backfill_pending() IS
+'one row per declared backfill with its state; ledger names no declaration owns are orphaned';
+
+/* Helper run as the declaring role: the planner's estimate of rows to do. */
+CREATE FUNCTION backfill.estimate_rows(rel text, predicate text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    plan json;
+BEGIN
+    EXECUTE format('EXPLAIN (FORMAT JSON) SELECT 1 FROM %s WHERE (%s)', rel, predicate)
+       INTO plan;
+    RETURN (plan -> 0 -> 'Plan' ->> 'Plan Rows')::float8::bigint;
+END
+$$;

@@ -1,0 +1,222 @@
+/*-------------------------------------------------------------------------
+ *
+ * batch.c
+ *	  One batch: read the next keys in key order, run the action on their
+ *	  range, and write the checkpoint in the same transaction.
+ *
+ * The batch's keys are found with an index-ordered keyset scan,
+ *
+ *	  SELECT key FROM rel WHERE key > cursor AND key <= hi AND (predicate)
+ *	   ORDER BY key LIMIT batch_size
+ *
+ * and the action then runs once with $1 = the first and $2 = the last of
+ * those keys (both inclusive).  The action never sees an
+ * "IN (SELECT ... LIMIT n)" that the planner could turn into a full scan
+ * per batch.  Because the action's writes and the checkpoint commit
+ * together, a crash keeps both or loses both: each row is done once.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/datum.h"
+#include "utils/memutils.h"
+#include "utils/timeout.h"
+
+#include "catalog.h"
+#include "errors.h"
+#include "lane.h"
+
+/*
+ * Prepare the lane's plans, as the declaring role, in a transaction of its
+ * own.  The plans are kept for the lane's life; the plan cache replans them
+ * when the table changes.
+ */
+void
+batch_prepare(Pass *pass)
+{
+	const char *key = quote_identifier(pass->key);
+	Oid			key_types[3] = {INT8OID, pass->keytype, pass->keytype};
+	Oid			action_types[2] = {pass->keytype, pass->keytype};
+
+	lane_begin_xact("pg_backfill lane: preparing");
+	for (int variant = 0; variant < 4; variant++)
+	{
+		StringInfoData sql;
+		SPIPlanPtr	plan;
+
+		initStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT %s FROM %s WHERE ", key, pass->relation);
+		if (variant & 1)
+			appendStringInfo(&sql, "%s > $2 AND ", key);
+		if (variant & 2)
+			appendStringInfo(&sql, "%s <= $3 AND ", key);
+		appendStringInfo(&sql, "(%s) ORDER BY %s LIMIT $1", pass->predicate, key);
+		plan = SPI_prepare(sql.data, 3, key_types);
+		if (plan == NULL)
+			elog(ERROR, "could not prepare the key scan of backfill \"%s\": %s",
+				 pass->name, SPI_result_code_string(SPI_result));
+		SPI_keepplan(plan);
+		pass->keys_plan[variant] = plan;
+	}
+	/* custom plans: each batch's range is planned with its real bounds */
+	pass->action_plan = SPI_prepare_cursor(pass->action, 2, action_types,
+										   CURSOR_OPT_CUSTOM_PLAN);
+	if (pass->action_plan == NULL)
+		elog(ERROR, "could not prepare the action of backfill \"%s\": %s",
+			 pass->name, SPI_result_code_string(SPI_result));
+	SPI_keepplan(pass->action_plan);
+	lane_commit_xact();
+}
+
+/* Mark the claimed partition done: nothing in it matches any more. */
+static void
+checkpoint_partition_done(Pass *pass, Claim *claim)
+{
+	CatalogScope scope;
+	Oid			types[4] = {INT8OID, INT4OID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[4];
+
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = Int32GetDatum(claim->part_no);
+	values[2] = Int32GetDatum(LANE_PID());
+	values[3] = TimestampTzGetDatum(LANE_START());
+	catalog_enter(&scope);
+	if (catalog_exec("UPDATE backfill.partition SET state = 'done', finished_at = now(),"
+					 " renewed_at = now(), failures = 0, last_error = NULL"
+					 " WHERE run_id = $1 AND part_no = $2"
+					 "   AND holder_pid = $3 AND holder_start = $4",
+					 4, types, values, NULL, SPI_OK_UPDATE) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_CONFLICT),
+				 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
+						pass->name, claim->part_no)));
+	catalog_leave(&scope);
+}
+
+/*
+ * Write the checkpoint of a batch and read back what may have changed
+ * meanwhile: the pass's status and the declaration's checksum, rate and
+ * batch size.  Returns the pass's status.
+ */
+static char *
+checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
+{
+	CatalogScope scope;
+	Oid			types[6] = {INT8OID, INT4OID, TEXTOID, INT8OID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[6];
+	char	   *status;
+	char	   *checksum;
+	bool		isnull;
+
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = Int32GetDatum(claim->part_no);
+	values[2] = CStringGetTextDatum(cursor);
+	values[3] = Int64GetDatum(rows);
+	values[4] = Int32GetDatum(LANE_PID());
+	values[5] = TimestampTzGetDatum(LANE_START());
+
+	catalog_enter(&scope);
+	if (catalog_exec("WITH c AS ("
+					 "  UPDATE backfill.partition p SET cursor = $3, rows = p.rows + $4,"
+					 "    batches = p.batches + 1, failures = 0, last_error = NULL,"
+					 "    renewed_at = now()"
+					 "  WHERE p.run_id = $1 AND p.part_no = $2"
+					 "    AND p.holder_pid = $5 AND p.holder_start = $6"
+					 "  RETURNING p.run_id)"
+					 " SELECT l.status, d.checksum, d.rate, d.batch_size"
+					 "   FROM c JOIN backfill.ledger l ON l.run_id = c.run_id"
+					 "   LEFT JOIN backfill.declaration d ON d.name = l.declaration",
+					 6, types, values, NULL, SPI_OK_SELECT) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_CONFLICT),
+				 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
+						pass->name, claim->part_no)));
+	status = catalog_gettext(0, 1);
+	checksum = catalog_gettext(0, 2);
+	if (checksum == NULL || strcmp(checksum, pass->checksum) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_CHANGED),
+				 errmsg("backfill \"%s\" changed while run " INT64_FORMAT " was running",
+						pass->name, pass->run_id),
+				 errdetail("The pass started with checksum %s; the declaration now has %s.",
+						   pass->checksum, checksum ? checksum : "none (dropped)"),
+				 errhint("Run the backfill again to start a pass with the new definition.")));
+	pass->rate = DatumGetFloat8(catalog_getdatum(0, 3, &isnull));
+	pass->batch_size = DatumGetInt32(catalog_getdatum(0, 4, &isnull));
+	catalog_leave(&scope);
+	return status;
+}
+
+BatchOutcome
+batch_run(Pass *pass, Claim *claim)
+{
+	int			variant = (claim->has_cursor ? 1 : 0) | (claim->has_hi ? 2 : 0);
+	Datum		key_values[3];
+	char		key_nulls[3] = {' ', ' ', ' '};
+	Datum		range[2];
+	uint64		nkeys;
+	bool		isnull;
+	char	   *cursor_text;
+	char	   *status;
+	bool		running;
+	int			rc;
+
+	key_values[0] = Int64GetDatum(pass->batch_size);
+	key_values[1] = claim->cursor;
+	key_nulls[1] = claim->has_cursor ? ' ' : 'n';
+	key_values[2] = claim->hi;
+	key_nulls[2] = claim->has_hi ? ' ' : 'n';
+
+	lane_begin_xact(psprintf("pg_backfill lane: backfill \"%s\" partition %d",
+							 pass->name, claim->part_no));
+	enable_timeout_after(STATEMENT_TIMEOUT, pass->batch_timeout_ms);
+
+	rc = SPI_execute_plan(pass->keys_plan[variant], key_values, key_nulls, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "key scan of backfill \"%s\" failed: %s", pass->name,
+			 SPI_result_code_string(rc));
+	nkeys = SPI_processed;
+	if (nkeys == 0)
+	{
+		disable_timeout(STATEMENT_TIMEOUT, false);
+		checkpoint_partition_done(pass, claim);
+		lane_commit_xact();
+		return BATCH_PARTITION_DONE;
+	}
+	range[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	range[1] = SPI_getbinval(SPI_tuptable->vals[nkeys - 1], SPI_tuptable->tupdesc, 1, &isnull);
+	cursor_text = OidOutputFunctionCall(pass->key_output, range[1]);
+
+	rc = SPI_execute_plan(pass->action_plan, range, NULL, false, 0);
+	if (rc < 0)
+		elog(ERROR, "action of backfill \"%s\" failed: %s", pass->name,
+			 SPI_result_code_string(rc));
+	disable_timeout(STATEMENT_TIMEOUT, false);
+
+	status = checkpoint_batch(pass, claim, cursor_text, (int64) nkeys);
+	running = (strcmp(status, "running") == 0);
+	cursor_text = MemoryContextStrdup(lane_outer_cxt, cursor_text);
+	lane_commit_xact();
+
+	/* the checkpoint is durable: move the cursor */
+	{
+		MemoryContext old = MemoryContextSwitchTo(lane_cxt);
+
+		if (claim->has_cursor && !pass->key_byval)
+			pfree(DatumGetPointer(claim->cursor));
+		claim->cursor = OidInputFunctionCall(pass->key_input, cursor_text,
+											 pass->key_ioparam, -1);
+		claim->has_cursor = true;
+		claim->rows += nkeys;
+		MemoryContextSwitchTo(old);
+	}
+
+	return running ? BATCH_DONE : BATCH_STOP;
+}

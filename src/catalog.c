@@ -1,0 +1,150 @@
+/*-------------------------------------------------------------------------
+ *
+ * catalog.c
+ *	  Reading and writing pg_backfill's catalogs safely from any role.
+ *
+ * The catalogs (schema "backfill") belong to the extension's owner and are
+ * not writable by PUBLIC.  Every function that records something switches
+ * to that owner for the bookkeeping statement alone, with a fixed
+ * search_path so that no object of the caller's can stand in for a
+ * built-in one, and switches back before any user SQL runs.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_extension.h"
+#include "commands/extension.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/rel.h"
+
+#include "pg_backfill.h"
+#include "catalog.h"
+#include "errors.h"
+
+Oid
+catalog_owner(void)
+{
+	Oid			extoid = get_extension_oid(BACKFILL_EXTENSION_NAME, true);
+	Oid			owner = InvalidOid;
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+
+	if (!OidIsValid(extoid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("extension \"%s\" is not installed in this database",
+						BACKFILL_EXTENSION_NAME),
+				 errhint("Run CREATE EXTENSION %s;", BACKFILL_EXTENSION_NAME)));
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(extoid));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+		owner = ((Form_pg_extension) GETSTRUCT(tuple))->extowner;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+
+	if (!OidIsValid(owner))
+		elog(ERROR, "could not find the owner of extension \"%s\"",
+			 BACKFILL_EXTENSION_NAME);
+	return owner;
+}
+
+void
+catalog_enter(CatalogScope *scope)
+{
+	Oid			owner = catalog_owner();
+
+	GetUserIdAndSecContext(&scope->saved_userid, &scope->saved_sec_context);
+	SetUserIdAndSecContext(owner,
+						   scope->saved_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+	scope->guc_nest_level = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+}
+
+void
+catalog_leave(CatalogScope *scope)
+{
+	AtEOXact_GUC(true, scope->guc_nest_level);
+	SetUserIdAndSecContext(scope->saved_userid, scope->saved_sec_context);
+}
+
+int
+catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
+			 const char *nulls, int expected)
+{
+	int			rc;
+
+	rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
+	if (rc != expected)
+		elog(ERROR, "pg_backfill catalog statement failed (SPI code %d): %s", rc, sql);
+	return (int) SPI_processed;
+}
+
+Datum
+catalog_getdatum(int row, int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
+}
+
+/* a palloc'd copy of a column as text, NULL for NULL */
+char *
+catalog_gettext(int row, int col)
+{
+	return SPI_getvalue(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col);
+}
+
+void
+check_backfill_name(const char *name)
+{
+	if (name == NULL || name[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_NAME_INVALID),
+				 errmsg("backfill name must not be empty"),
+				 errhint("Give the backfill a durable name such as 'orders_fill_total'.")));
+	if (strlen(name) > BACKFILL_NAME_MAXLEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_NAME_INVALID),
+				 errmsg("backfill name \"%.40s...\" is too long", name),
+				 errdetail("The name has %zu bytes; at most %d are allowed.",
+						   strlen(name), BACKFILL_NAME_MAXLEN),
+				 errhint("Choose a shorter name.")));
+	for (const char *p = name; *p; p++)
+	{
+		if (*p == ':' || (unsigned char) *p < ' ')
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_NAME_INVALID),
+					 errmsg("backfill name \"%s\" contains a reserved character", name),
+					 errdetail("Control characters and ':' (which separates a name "
+							   "from its scope in the ledger) are not allowed."),
+					 errhint("Use letters, digits, '_', '-' or '.'.")));
+	}
+}
+
+void
+check_backfill_member(const char *name, Oid owner)
+{
+	if (!has_privs_of_role(GetUserId(), owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+				 errmsg("permission denied for backfill \"%s\"", name),
+				 errdetail("The backfill belongs to role \"%s\".",
+						   GetUserNameFromId(owner, true) ?
+						   GetUserNameFromId(owner, true) : "(dropped)"),
+				 errhint("Ask a member of that role, or have it GRANT the role to you.")));
+}

@@ -1,0 +1,48 @@
+/*-------------------------------------------------------------------------
+ *
+ * catalog.h
+ *	  Reading and writing pg_backfill's catalogs safely from any role.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef BACKFILL_CATALOG_H
+#define BACKFILL_CATALOG_H
+
+#include "postgres.h"
+
+#include "executor/spi.h"
+
+/*
+ * State saved by catalog_enter() and restored by catalog_leave().
+ */
+typedef struct CatalogScope
+{
+	Oid			saved_userid;
+	int			saved_sec_context;
+	int			guc_nest_level;
+} CatalogScope;
+
+/*
+ * Between catalog_enter() and catalog_leave() SPI statements run as the
+ * extension's owner with search_path = pg_catalog, pg_temp: the only way
+ * the catalogs are written.  User SQL never runs inside such a scope.
+ */
+extern void catalog_enter(CatalogScope *scope);
+extern void catalog_leave(CatalogScope *scope);
+
+/* the role that owns the extension in this database */
+extern Oid	catalog_owner(void);
+
+/* SPI helpers; values always travel as parameters */
+extern int	catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
+						 const char *nulls, int expected);
+extern Datum catalog_getdatum(int row, int col, bool *isnull);
+extern char *catalog_gettext(int row, int col);
+
+/* the backfill name checks every entry point shares */
+extern void check_backfill_name(const char *name);
+
+/* is the caller allowed to act for the role that owns a backfill? */
+extern void check_backfill_member(const char *name, Oid owner);
+
+#endif							/* BACKFILL_CATALOG_H */

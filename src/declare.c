@@ -1,0 +1,576 @@
+/*-------------------------------------------------------------------------
+ *
+ * declare.c
+ *	  backfill_declare(): validate a declaration as the caller and store it
+ *	  with the checksum of its normalized definition.
+ *
+ * Everything is checked before anything is written, and every refusal
+ * names the backfill, carries a SQLSTATE of class BF and a hint.  The
+ * relation, key, predicate and action are resolved and parsed with the
+ * caller's privileges; only the catalog row is written as the extension's
+ * owner (catalog.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "access/htup_details.h"
+#include "access/genam.h"
+#include "access/relation.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_index.h"
+#include "common/cryptohash.h"
+#include "common/sha2.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "parser/parser.h"
+#include "utils/acl.h"
+#include "utils/regproc.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+
+#include "pg_backfill.h"
+#include "catalog.h"
+#include "declare.h"
+#include "errors.h"
+
+PG_FUNCTION_INFO_V1(backfill_declare);
+
+/* the resolved source of a declaration */
+typedef struct DeclaredSource
+{
+	Oid			relid;
+	char	   *relation;		/* schema-qualified, quoted */
+	char	   *key;			/* key column name */
+	Oid			keytype;
+} DeclaredSource;
+
+/*
+ * Collapse white space outside string literals and quoted identifiers, so
+ * that re-indenting a statement does not change its checksum.
+ */
+static void
+append_normalized(StringInfo buf, const char *sql)
+{
+	char		quote = 0;
+	bool		pending_space = false;
+
+	for (const char *p = sql; *p; p++)
+	{
+		if (quote == 0 && isspace((unsigned char) *p))
+		{
+			pending_space = true;
+			continue;
+		}
+		if (pending_space && buf->len > 0 && buf->data[buf->len - 1] != '\n')
+			appendStringInfoChar(buf, ' ');
+		pending_space = false;
+		if (quote == 0 && (*p == '\'' || *p == '"'))
+			quote = *p;
+		else if (quote != 0 && *p == quote)
+			quote = 0;
+		appendStringInfoChar(buf, *p);
+	}
+	appendStringInfoChar(buf, '\n');
+}
+
+char *
+declaration_checksum(const char *relation, const char *key,
+					 const char *predicate, const char *action)
+{
+	StringInfoData buf;
+	pg_cryptohash_ctx *ctx;
+	uint8		digest[PG_SHA256_DIGEST_LENGTH];
+	char	   *hex = palloc(PG_SHA256_DIGEST_LENGTH * 2 + 1);
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf, "pg_backfill declaration v1\nrelation %s\nkey %s\n",
+					 relation, key);
+	appendStringInfoString(&buf, "predicate ");
+	append_normalized(&buf, predicate);
+	appendStringInfoString(&buf, "action ");
+	append_normalized(&buf, action);
+
+	ctx = pg_cryptohash_create(PG_SHA256);
+	if (pg_cryptohash_init(ctx) < 0 ||
+		pg_cryptohash_update(ctx, (uint8 *) buf.data, buf.len) < 0 ||
+		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
+		elog(ERROR, "could not compute the sha256 checksum of a declaration: %s",
+			 pg_cryptohash_error(ctx));
+	pg_cryptohash_free(ctx);
+
+	for (int i = 0; i < PG_SHA256_DIGEST_LENGTH; i++)
+		sprintf(hex + 2 * i, "%02x", digest[i]);
+	pfree(buf.data);
+	return hex;
+}
+
+void
+check_role_can_login(const char *name, Oid roleid)
+{
+	HeapTuple	tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(roleid));
+	bool		canlogin;
+
+	if (!HeapTupleIsValid(tuple))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+				 errmsg("the role that declared backfill \"%s\" no longer exists", name),
+				 errhint("Declare the backfill again as an existing role.")));
+	canlogin = ((Form_pg_authid) GETSTRUCT(tuple))->rolcanlogin;
+	ReleaseSysCache(tuple);
+	if (!canlogin)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+				 errmsg("role \"%s\" cannot run backfill \"%s\" because it cannot log in",
+						GetUserNameFromId(roleid, false), name),
+				 errdetail("Lanes connect as the role that declared the backfill, never as a superuser."),
+				 errhint("ALTER ROLE %s LOGIN, or declare the backfill as a role that can log in.",
+						 quote_identifier(GetUserNameFromId(roleid, false)))));
+}
+
+/* Raise a SOURCE_INVALID error that carries an error caught from below. */
+static void
+rethrow_as_source_invalid(MemoryContext cxt, const char *name, const char *what,
+						  const char *hint)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+			 errmsg("%s of backfill \"%s\" is not valid", what, name),
+			 errdetail("%s", edata->message),
+			 errhint("%s", hint)));
+}
+
+static void
+resolve_relation(const char *name, const char *relation, DeclaredSource *src)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	Oid			relid = InvalidOid;
+	char		relkind;
+	AclResult	acl;
+
+	if (relation == NULL || relation[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" names no relation", name),
+				 errhint("Pass relation => 'schema.table', the table the backfill rewrites.")));
+
+	PG_TRY();
+	{
+		List	   *names = stringToQualifiedNameList(relation);
+
+		relid = RangeVarGetRelid(makeRangeVarFromNameList(names), NoLock, true);
+	}
+	PG_CATCH();
+	{
+		rethrow_as_source_invalid(cxt, name, "the relation",
+								  "Write the relation as table or schema.table, quoting as in SQL.");
+	}
+	PG_END_TRY();
+
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("relation \"%s\" of backfill \"%s\" does not exist", relation, name),
+				 errhint("Create the table first, or check the name and the search_path.")));
+
+	relkind = get_rel_relkind(relid);
+	if (relkind != RELKIND_RELATION && relkind != RELKIND_PARTITIONED_TABLE)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("relation \"%s\" of backfill \"%s\" is not a table", relation, name),
+				 errhint("A backfill reads and rewrites an ordinary or partitioned table.")));
+
+	acl = pg_class_aclcheck(relid, GetUserId(), ACL_SELECT | ACL_UPDATE);
+	if (acl == ACLCHECK_OK)
+		acl = pg_class_aclcheck(relid, GetUserId(), ACL_SELECT);
+	if (acl == ACLCHECK_OK)
+		acl = pg_class_aclcheck(relid, GetUserId(), ACL_UPDATE);
+	if (acl != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+				 errmsg("permission denied to declare backfill \"%s\" over \"%s\"", name, relation),
+				 errdetail("A backfill runs as its declaring role, which needs SELECT and UPDATE on the table."),
+				 errhint("GRANT SELECT, UPDATE ON %s TO %s;", relation,
+						 quote_identifier(GetUserNameFromId(GetUserId(), false)))));
+
+	src->relid = relid;
+	src->relation = quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
+											   get_rel_name(relid));
+}
+
+/*
+ * Is attnum the single column of a valid, unique, non-partial index?
+ */
+static bool
+has_unique_index_on(Relation rel, AttrNumber attnum)
+{
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+	bool		found = false;
+
+	foreach(lc, indexes)
+	{
+		Relation	idx = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index form = idx->rd_index;
+
+		if (form->indisunique && form->indisvalid && form->indnkeyatts == 1 &&
+			form->indkey.values[0] == attnum &&
+			heap_attisnull(idx->rd_indextuple, Anum_pg_index_indpred, NULL))
+			found = true;
+		index_close(idx, AccessShareLock);
+		if (found)
+			break;
+	}
+	list_free(indexes);
+	return found;
+}
+
+static void
+resolve_key(const char *name, const char *key, DeclaredSource *src)
+{
+	Relation	rel = relation_open(src->relid, AccessShareLock);
+	AttrNumber	attnum;
+	Form_pg_attribute att;
+
+	if (key == NULL)
+	{
+		Oid			pkoid;
+		Relation	pk;
+
+		list_free(RelationGetIndexList(rel));
+		pkoid = rel->rd_pkindex;
+		if (!OidIsValid(pkoid))
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+					 errmsg("relation \"%s\" of backfill \"%s\" has no primary key",
+							src->relation, name),
+					 errdetail("Batches walk the table in key order; they need a unique, not-null key."),
+					 errhint("Pass key => 'column' naming a NOT NULL column with a unique index.")));
+		pk = index_open(pkoid, AccessShareLock);
+		if (pk->rd_index->indnkeyatts != 1)
+		{
+			index_close(pk, AccessShareLock);
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+					 errmsg("the primary key of \"%s\" has several columns; backfill \"%s\" needs one",
+							src->relation, name),
+					 errdetail("Composite keys are not supported in this version."),
+					 errhint("Pass key => 'column' naming a NOT NULL column with a unique index.")));
+		}
+		attnum = pk->rd_index->indkey.values[0];
+		index_close(pk, AccessShareLock);
+	}
+	else
+	{
+		attnum = get_attnum(src->relid, key);
+		if (attnum == InvalidAttrNumber || attnum < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+					 errmsg("key column \"%s\" of backfill \"%s\" does not exist in \"%s\"",
+							key, name, src->relation),
+					 errhint("Name a column of the table, or leave key out to use the primary key.")));
+		if (!has_unique_index_on(rel, attnum))
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+					 errmsg("key column \"%s\" of backfill \"%s\" has no unique index", key, name),
+					 errdetail("Batches walk the table in key order; two rows with one key could be skipped."),
+					 errhint("CREATE UNIQUE INDEX ON %s (%s); then declare again.",
+							 src->relation, quote_identifier(key))));
+	}
+
+	att = TupleDescAttr(RelationGetDescr(rel), attnum - 1);
+	if (!att->attnotnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("key column \"%s\" of backfill \"%s\" may be NULL",
+						NameStr(att->attname), name),
+				 errdetail("Rows whose key is NULL would never be visited."),
+				 errhint("ALTER TABLE %s ALTER COLUMN %s SET NOT NULL;",
+						 src->relation, quote_identifier(NameStr(att->attname)))));
+	src->key = pstrdup(NameStr(att->attname));
+	src->keytype = att->atttypid;
+	relation_close(rel, AccessShareLock);
+}
+
+/* Parse and analyze one statement as the caller, with the batch's bounds typed. */
+static void
+check_statement(const char *name, const char *what, const char *sql, Oid keytype,
+				const char *hint)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	Oid			argtypes[2] = {keytype, keytype};
+
+	PG_TRY();
+	{
+		List	   *stmts = raw_parser(sql, RAW_PARSE_DEFAULT);
+
+		if (list_length(stmts) != 1)
+			ereport(ERROR,
+					(errmsg("found %d statements where one is expected", list_length(stmts))));
+		if (SPI_prepare(sql, 2, argtypes) == NULL)
+			elog(ERROR, "%s", SPI_result_code_string(SPI_result));
+	}
+	PG_CATCH();
+	{
+		rethrow_as_source_invalid(cxt, name, what, hint);
+	}
+	PG_END_TRY();
+}
+
+static int
+interval_to_ms(const char *name, const char *option, Interval *iv, int64 max_ms)
+{
+	int64		us;
+
+	us = iv->time + (int64) iv->day * USECS_PER_DAY +
+		(int64) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
+	if (us < 1000 || us / 1000 > max_ms)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("%s of backfill \"%s\" is out of range", option, name),
+				 errdetail("It must be between 1 millisecond and " INT64_FORMAT " seconds.",
+						   max_ms / 1000),
+				 errhint("Pass an interval such as '30 seconds'.")));
+	return (int) (us / 1000);
+}
+
+static void
+check_int_option(const char *name, const char *option, int value, int min, int max,
+				 const char *hint)
+{
+	if (value < min || value > max)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("%s of backfill \"%s\" must be between %d and %d", option, name, min, max),
+				 errdetail("It was %d.", value),
+				 errhint("%s", hint)));
+}
+
+static Datum
+text_array_or_null(ArrayType *arr, const char *name, bool *isnull)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	*isnull = (arr == NULL);
+	if (arr == NULL)
+		return (Datum) 0;
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (n == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("environments of backfill \"%s\" is an empty list", name),
+				 errdetail("An empty list would let the backfill run nowhere."),
+				 errhint("List the environments it may run in, or pass NULL for all of them.")));
+	for (int i = 0; i < n; i++)
+		if (nulls[i] || VARSIZE_ANY_EXHDR(DatumGetPointer(elems[i])) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+					 errmsg("environments of backfill \"%s\" contains an empty name", name),
+					 errhint("List environment names such as 'production' or 'staging'.")));
+	return PointerGetDatum(arr);
+}
+
+#define ARG_TEXT(n) (PG_ARGISNULL(n) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(n)))
+
+Datum
+backfill_declare(PG_FUNCTION_ARGS)
+{
+	char	   *name = ARG_TEXT(0);
+	char	   *relation = ARG_TEXT(1);
+	char	   *predicate = ARG_TEXT(2);
+	char	   *action = ARG_TEXT(3);
+	char	   *key = ARG_TEXT(4);
+	DeclaredSource src;
+	int			batch_size;
+	double		rate;
+	int			max_parallel;
+	int			max_attempts;
+	int			batch_timeout_ms;
+	int			backoff_base_ms;
+	int			backoff_cap_ms;
+	Datum		environments;
+	bool		environments_null;
+	char	   *checksum;
+	StringInfoData sql;
+	CatalogScope scope;
+	Oid			owner = GetUserId();
+
+	check_backfill_name(name);
+
+	/* the options */
+	if (PG_ARGISNULL(5))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("batch_size of backfill \"%s\" must not be NULL", name),
+				 errhint("Pass batch_size => 1000, or leave it out for the default.")));
+	batch_size = PG_GETARG_INT32(5);
+	check_int_option(name, "batch_size", batch_size, 1, 1000000,
+					 "Rows per batch; 1000 to 10000 suits most tables.");
+
+	rate = PG_ARGISNULL(6) ? backfill_default_rate : PG_GETARG_FLOAT8(6);
+	if (isnan(rate) || isinf(rate) || rate <= 0 || rate > 100000)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("rate of backfill \"%s\" must be above 0 and at most 100000", name),
+				 errdetail("The rate is batches per second; pacing cannot be switched off."),
+				 errhint("Pass rate => 0.5 for one batch every two seconds, or rate => 50 to go fast.")));
+
+	max_parallel = PG_ARGISNULL(7) ? 1 : PG_GETARG_INT32(7);
+	check_int_option(name, "max_parallel", max_parallel, 1, 64,
+					 "The number of lanes that may work on the backfill at once.");
+	max_attempts = PG_ARGISNULL(8) ? 5 : PG_GETARG_INT32(8);
+	check_int_option(name, "max_attempts", max_attempts, 1, 100,
+					 "How often a failing batch is tried before the pass fails.");
+	if (PG_ARGISNULL(9))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("batch_timeout of backfill \"%s\" must not be NULL", name),
+				 errhint("Pass batch_timeout => '1 minute', or leave it out for the default.")));
+	batch_timeout_ms = interval_to_ms(name, "batch_timeout", PG_GETARG_INTERVAL_P(9),
+									  INT64CONST(86400000));
+	environments = text_array_or_null(PG_ARGISNULL(10) ? NULL : PG_GETARG_ARRAYTYPE_P(10),
+									  name, &environments_null);
+	backoff_base_ms = PG_ARGISNULL(11) ? 1000 :
+		interval_to_ms(name, "backoff_base", PG_GETARG_INTERVAL_P(11), INT64CONST(3600000));
+	backoff_cap_ms = PG_ARGISNULL(12) ? 60000 :
+		interval_to_ms(name, "backoff_cap", PG_GETARG_INTERVAL_P(12), INT64CONST(86400000));
+	if (backoff_cap_ms < backoff_base_ms)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("backoff_cap of backfill \"%s\" is below its backoff_base", name),
+				 errhint("The cap bounds the doubling delay between attempts; make it at least the base.")));
+
+	/* the source, resolved and parsed as the caller */
+	resolve_relation(name, relation, &src);
+	resolve_key(name, key, &src);
+
+	if (predicate == NULL || predicate[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" has no predicate", name),
+				 errdetail("The predicate selects the rows that still need work; it is also "
+						   "how the pass proves it is done."),
+				 errhint("Pass predicate => 'total IS NULL', true for rows still to do.")));
+	if (action == NULL || action[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" has no action", name),
+				 errhint("Pass action => 'UPDATE t SET c = a * 2 WHERE id BETWEEN $1 AND $2 AND c IS NULL'.")));
+
+	check_role_can_login(name, owner);
+	checksum = declaration_checksum(src.relation, src.key, predicate, action);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT 1 FROM %s WHERE (%s)", src.relation, predicate);
+	check_statement(name, "the predicate", sql.data, src.keytype,
+					"Write a boolean SQL expression over the table's columns, such as 'c IS NULL'.");
+	check_statement(name, "the action", action, src.keytype,
+					"Write one SQL statement; $1 and $2 are the first and last key of the batch.");
+
+	/* store it, as the extension's owner */
+	catalog_enter(&scope);
+	{
+		Oid			types[1] = {TEXTOID};
+		Datum		values[1] = {CStringGetTextDatum(name)};
+
+		if (catalog_exec("SELECT d.owner, d.checksum,"
+						 "       EXISTS (SELECT 1 FROM backfill.ledger l"
+						 "                WHERE l.declaration = d.name AND l.status = 'running')"
+						 "  FROM backfill.declaration d WHERE d.name = $1 FOR UPDATE",
+						 1, types, values, NULL, SPI_OK_SELECT) > 0)
+		{
+			bool		isnull;
+			Oid			old_owner = DatumGetObjectId(catalog_getdatum(0, 1, &isnull));
+			char	   *old_checksum = catalog_gettext(0, 2);
+			bool		running = DatumGetBool(catalog_getdatum(0, 3, &isnull));
+
+			if (!has_privs_of_role(owner, old_owner))
+				ereport(ERROR,
+						(errcode(ERRCODE_BACKFILL_DUPLICATE),
+						 errmsg("backfill \"%s\" is already declared by role \"%s\"", name,
+								GetUserNameFromId(old_owner, true) ?
+								GetUserNameFromId(old_owner, true) : "(dropped)"),
+						 errhint("Choose another name, or re-declare it as a member of that role.")));
+			if (running && strcmp(old_checksum, checksum) != 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_BACKFILL_CHANGED),
+						 errmsg("backfill \"%s\" cannot be redefined while a pass is running", name),
+						 errdetail("The running pass started with checksum %s; the new definition has %s.",
+								   old_checksum, checksum),
+						 errhint("Wait for the pass to end, or cancel it, then declare again.")));
+		}
+	}
+	{
+		Oid			types[17] = {TEXTOID, OIDOID, TEXTOID, NAMEOID, OIDOID, TEXTOID,
+			TEXTOID, INT4OID, FLOAT8OID, INT4OID, INT4OID, INT4OID, INT4OID, INT4OID,
+		TEXTARRAYOID, OIDOID, TEXTOID};
+		Datum		values[17];
+		char		nulls[17];
+		NameData	keyname;
+
+		memset(nulls, ' ', sizeof(nulls));
+		namestrcpy(&keyname, src.key);
+		values[0] = CStringGetTextDatum(name);
+		values[1] = ObjectIdGetDatum(src.relid);
+		values[2] = CStringGetTextDatum(src.relation);
+		values[3] = NameGetDatum(&keyname);
+		values[4] = ObjectIdGetDatum(src.keytype);
+		values[5] = CStringGetTextDatum(predicate);
+		values[6] = CStringGetTextDatum(action);
+		values[7] = Int32GetDatum(batch_size);
+		values[8] = Float8GetDatum(rate);
+		values[9] = Int32GetDatum(max_parallel);
+		values[10] = Int32GetDatum(max_attempts);
+		values[11] = Int32GetDatum(backoff_base_ms);
+		values[12] = Int32GetDatum(backoff_cap_ms);
+		values[13] = Int32GetDatum(batch_timeout_ms);
+		values[14] = environments;
+		nulls[14] = environments_null ? 'n' : ' ';
+		values[15] = ObjectIdGetDatum(owner);
+		values[16] = CStringGetTextDatum(checksum);
+
+		catalog_exec("INSERT INTO backfill.declaration AS d"
+					 " (name, relid, relation, key_column, key_type, predicate, action,"
+					 "  batch_size, rate, max_parallel, max_attempts, backoff_base_ms,"
+					 "  backoff_cap_ms, batch_timeout_ms, environments, owner, checksum)"
+					 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,"
+					 "         $15, $16, $17)"
+					 " ON CONFLICT (name) DO UPDATE SET"
+					 "  relid = EXCLUDED.relid, relation = EXCLUDED.relation,"
+					 "  key_column = EXCLUDED.key_column, key_type = EXCLUDED.key_type,"
+					 "  predicate = EXCLUDED.predicate, action = EXCLUDED.action,"
+					 "  batch_size = EXCLUDED.batch_size, rate = EXCLUDED.rate,"
+					 "  max_parallel = EXCLUDED.max_parallel, max_attempts = EXCLUDED.max_attempts,"
+					 "  backoff_base_ms = EXCLUDED.backoff_base_ms,"
+					 "  backoff_cap_ms = EXCLUDED.backoff_cap_ms,"
+					 "  batch_timeout_ms = EXCLUDED.batch_timeout_ms,"
+					 "  environments = EXCLUDED.environments, checksum = EXCLUDED.checksum,"
+					 "  updated_at = now()",
+					 17, types, values, nulls, SPI_OK_INSERT);
+	}
+	catalog_leave(&scope);
+
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(checksum));
+}

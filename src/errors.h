@@ -1,0 +1,51 @@
+/*-------------------------------------------------------------------------
+ *
+ * errors.h
+ *	  Every SQLSTATE pg_backfill raises, in the extension's own class "BF".
+ *
+ * The codes are stable: scripts and deploy gates may match on them.  The
+ * README's error table lists the same codes with their meaning and fix.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef BACKFILL_ERRORS_H
+#define BACKFILL_ERRORS_H
+
+#include "utils/elog.h"
+
+/* the source (relation, key, predicate, action) cannot be used */
+#define ERRCODE_BACKFILL_SOURCE_INVALID	MAKE_SQLSTATE('B','F','0','0','1')
+/* no such declaration (or run) visible to the caller */
+#define ERRCODE_BACKFILL_UNKNOWN		MAKE_SQLSTATE('B','F','0','0','2')
+/* the name is declared by another role */
+#define ERRCODE_BACKFILL_DUPLICATE		MAKE_SQLSTATE('B','F','0','0','3')
+/* backfill.environment is not one the declaration may run in */
+#define ERRCODE_BACKFILL_ENVIRONMENT	MAKE_SQLSTATE('B','F','0','0','4')
+/* a required schema migration is not applied */
+#define ERRCODE_BACKFILL_REQUIRES		MAKE_SQLSTATE('B','F','0','0','5')
+/* the source is exhausted but rows still match the predicate */
+#define ERRCODE_BACKFILL_STALLED		MAKE_SQLSTATE('B','F','0','0','6')
+/* the definition differs from the one the running pass started with */
+#define ERRCODE_BACKFILL_CHANGED		MAKE_SQLSTATE('B','F','0','0','7')
+/* lanes are still at work */
+#define ERRCODE_BACKFILL_CONFLICT		MAKE_SQLSTATE('B','F','0','0','8')
+/* the backfill has written rows and declares no way back */
+#define ERRCODE_BACKFILL_IRREVERSIBLE	MAKE_SQLSTATE('B','F','0','0','9')
+/* the pass was cancelled */
+#define ERRCODE_BACKFILL_CANCELLED		MAKE_SQLSTATE('B','F','0','1','0')
+/* an option (batch size, rate, attempts, timeouts...) is out of range */
+#define ERRCODE_BACKFILL_OPTION_INVALID	MAKE_SQLSTATE('B','F','0','1','1')
+/* the backfill name is empty, too long or malformed */
+#define ERRCODE_BACKFILL_NAME_INVALID	MAKE_SQLSTATE('B','F','0','1','2')
+/* this database is not in backfill.database_names */
+#define ERRCODE_BACKFILL_NOT_SERVED		MAKE_SQLSTATE('B','F','0','1','3')
+/* a batch kept failing until its attempts were used up */
+#define ERRCODE_BACKFILL_BATCH_FAILED	MAKE_SQLSTATE('B','F','0','1','4')
+/* the pass cannot be waited for from this transaction */
+#define ERRCODE_BACKFILL_WAIT_INVALID	MAKE_SQLSTATE('B','F','0','1','5')
+/* the caller is not a member of the role that owns the backfill */
+#define ERRCODE_BACKFILL_PRIVILEGE		MAKE_SQLSTATE('B','F','0','1','6')
+/* the ledger is append-only (raised by the ledger trigger, in SQL) */
+#define ERRCODE_BACKFILL_LEDGER_READONLY MAKE_SQLSTATE('B','F','0','1','7')
+
+#endif							/* BACKFILL_ERRORS_H */

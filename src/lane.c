@@ -1,0 +1,290 @@
+/*-------------------------------------------------------------------------
+ *
+ * lane.c
+ *	  A lane: the dynamic background worker that runs a pass's batches.
+ *
+ * A lane connects as the role that declared the backfill, so the
+ * predicate and the action run with that role's privileges and no more.
+ * It loads the pass, plans it if it is the first lane, and then claims
+ * partitions one after another, running paced batches in each until the
+ * partition is exhausted.  A failed batch is retried after a capped,
+ * jittered, doubling delay; an error no retry can fix, or a batch that
+ * fails max_attempts times in a row, fails the pass.  The last lane out
+ * proves convergence and writes the ledger's final word (pass.c).
+ *
+ * A lane never restarts by itself: if it dies, its lease points at a dead
+ * backend and the launcher starts a lane that reclaims it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "common/pg_prng.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timeout.h"
+#include "utils/timestamp.h"
+
+#include "catalog.h"
+#include "errors.h"
+#include "launcher.h"
+#include "lane.h"
+
+MemoryContext lane_cxt = NULL;
+MemoryContext lane_outer_cxt = NULL;
+
+void
+lane_begin_xact(const char *activity)
+{
+	lane_outer_cxt = CurrentMemoryContext;
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+}
+
+void
+lane_commit_xact(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	/* let autovacuum see the rows this lane changed */
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	MemoryContextSwitchTo(lane_outer_cxt);
+}
+
+/* Sleep until the given time, answering signals meanwhile. */
+static void
+sleep_until(TimestampTz until)
+{
+	for (;;)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		long		secs;
+		int			usecs;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (now >= until)
+			return;
+		TimestampDifference(now, until, &secs, &usecs);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Max(1L, secs * 1000L + usecs / 1000), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/* Errors that no retry fixes: the pass fails at once. */
+static bool
+error_is_final(int sqlerrcode)
+{
+	switch (sqlerrcode)
+	{
+		case ERRCODE_UNDEFINED_TABLE:
+		case ERRCODE_UNDEFINED_COLUMN:
+		case ERRCODE_UNDEFINED_FUNCTION:
+		case ERRCODE_UNDEFINED_OBJECT:
+		case ERRCODE_INSUFFICIENT_PRIVILEGE:
+		case ERRCODE_SYNTAX_ERROR:
+		case ERRCODE_FEATURE_NOT_SUPPORTED:
+		case ERRCODE_WRONG_OBJECT_TYPE:
+		case ERRCODE_BACKFILL_CHANGED:
+		case ERRCODE_BACKFILL_SOURCE_INVALID:
+			return true;
+		default:
+			return false;
+	}
+}
+
+/*
+ * A batch failed and its transaction is rolled back.  Record it, then
+ * either fail the pass (returns false) or wait out the backoff (true).
+ */
+static bool
+batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
+{
+	CatalogScope scope;
+	Oid			types[3] = {INT8OID, INT4OID, TEXTOID};
+	Datum		values[3];
+	int64		delay_ms;
+	TimestampTz until;
+
+	/* lost lease: another lane owns the partition now; just leave */
+	if (edata->sqlerrcode == ERRCODE_BACKFILL_CONFLICT)
+	{
+		ereport(LOG, (errmsg("%s", edata->message)));
+		return false;
+	}
+
+	if (error_is_final(edata->sqlerrcode) || failures >= pass->max_attempts)
+	{
+		char	   *message;
+
+		if (error_is_final(edata->sqlerrcode))
+			message = pstrdup(edata->message);
+		else
+			message = psprintf("a batch failed %d times in a row: %s", failures,
+							   edata->message);
+		pass_fail(pass, claim->part_no, edata->sqlerrcode, message);
+		return false;
+	}
+
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = Int32GetDatum(claim->part_no);
+	values[2] = CStringGetTextDatum(edata->message);
+	lane_begin_xact("pg_backfill lane: recording a failed batch");
+	catalog_enter(&scope);
+	catalog_exec("UPDATE backfill.partition SET failures = failures + 1, last_error = $3"
+				 " WHERE run_id = $1 AND part_no = $2",
+				 3, types, values, NULL, SPI_OK_UPDATE);
+	catalog_leave(&scope);
+	lane_commit_xact();
+
+	/* capped doubling delay with jitter: half to all of it */
+	delay_ms = pass->backoff_base_ms;
+	for (int i = 1; i < failures && delay_ms < pass->backoff_cap_ms; i++)
+		delay_ms *= 2;
+	delay_ms = Min(delay_ms, (int64) pass->backoff_cap_ms);
+	delay_ms = (int64) (delay_ms * (0.5 + 0.5 * pg_prng_double(&pg_global_prng_state)));
+
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT ": batch failed (attempt %d of %d), "
+					"retrying in " INT64_FORMAT " ms",
+					pass->name, pass->run_id, failures, pass->max_attempts, delay_ms),
+			 errdetail("SQLSTATE %s: %s", unpack_sql_state(edata->sqlerrcode),
+					   edata->message)));
+	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms);
+	sleep_until(until);
+	return true;
+}
+
+/*
+ * Run batches on a claimed partition until it is exhausted (true) or the
+ * lane must stop (false).
+ */
+static bool
+work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
+{
+	int			failures = 0;
+
+	for (;;)
+	{
+		TimestampTz started = GetCurrentTimestamp();
+		volatile BatchOutcome outcome = BATCH_DONE;
+		volatile bool failed = false;
+
+		CHECK_FOR_INTERRUPTS();
+		MemoryContextReset(scratch);
+		MemoryContextSwitchTo(scratch);
+
+		PG_TRY();
+		{
+			outcome = batch_run(pass, claim);
+		}
+		PG_CATCH();
+		{
+			failed = true;
+		}
+		PG_END_TRY();
+
+		if (failed)
+		{
+			ErrorData  *edata;
+
+			disable_timeout(STATEMENT_TIMEOUT, false);
+			MemoryContextSwitchTo(lane_cxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			MemoryContextSwitchTo(scratch);
+			failures++;
+			if (!batch_failed(pass, claim, edata, failures))
+				return false;
+			FreeErrorData(edata);
+			continue;
+		}
+
+		failures = 0;
+		if (outcome == BATCH_STOP)
+			return false;
+		if (outcome == BATCH_PARTITION_DONE)
+			return true;
+
+		/* pacing: one batch per 1/rate seconds at most */
+		sleep_until(started + (TimestampTz) (1000000.0 / pass->rate));
+	}
+}
+
+void
+backfill_lane_main(Datum main_arg)
+{
+	LaneArgs	args;
+	Pass		pass;
+	Claim		claim;
+	MemoryContext scratch;
+
+	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(LaneArgs));
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	/* as the declaring role: never more privilege than it has */
+	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.roleoid, 0);
+	SetConfigOption("application_name", "pg_backfill lane", PGC_USERSET, PGC_S_OVERRIDE);
+	pgstat_report_appname("pg_backfill lane");
+
+	lane_cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill lane",
+									 ALLOCSET_DEFAULT_SIZES);
+	scratch = AllocSetContextCreate(lane_cxt, "pg_backfill batch",
+									ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(scratch);
+
+	if (!pass_load(&pass, args.run_id))
+		proc_exit(0);
+
+	/* errors outside a batch (preparing, planning, claiming) fail the pass */
+	PG_TRY();
+	{
+		batch_prepare(&pass);
+		pass_plan(&pass);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(lane_cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		pass_fail(&pass, -1, edata->sqlerrcode, edata->message);
+		proc_exit(0);
+	}
+	PG_END_TRY();
+
+	while (pass_claim(&pass, &claim))
+	{
+		if (!work_partition(&pass, &claim, scratch))
+			proc_exit(0);
+	}
+	pass_finish(&pass);
+	proc_exit(0);
+}

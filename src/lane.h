@@ -1,0 +1,92 @@
+/*-------------------------------------------------------------------------
+ *
+ * lane.h
+ *	  A lane's view of the pass it works on, shared by lane.c (the worker),
+ *	  pass.c (start and end of a pass) and batch.c (one batch).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef BACKFILL_LANE_H
+#define BACKFILL_LANE_H
+
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "utils/timestamp.h"
+
+/* the pass, as loaded when the lane starts (lives in the lane's context) */
+typedef struct Pass
+{
+	int64		run_id;
+	char	   *name;			/* the declaration's name */
+	char	   *ledger_name;
+	char	   *checksum;		/* the checksum the pass started with */
+	Oid			relid;
+	char	   *relation;		/* quoted, schema-qualified */
+	char	   *key;			/* key column */
+	Oid			keytype;
+	char	   *predicate;
+	char	   *action;
+	int			batch_size;
+	double		rate;			/* batches per second */
+	int			max_attempts;
+	int			backoff_base_ms;
+	int			backoff_cap_ms;
+	int			batch_timeout_ms;
+
+	/* key type I/O, to store cursors as text */
+	Oid			key_input;
+	Oid			key_ioparam;
+	Oid			key_output;
+	int16		key_len;
+	bool		key_byval;
+
+	/* plans, prepared once per lane as the declaring role */
+	SPIPlanPtr	keys_plan[4];	/* indexed by (has cursor) | (has upper bound) << 1 */
+	SPIPlanPtr	action_plan;
+} Pass;
+
+/* the partition a lane holds a lease on */
+typedef struct Claim
+{
+	int			part_no;
+	bool		has_cursor;		/* lower bound, exclusive: last key done or lo */
+	Datum		cursor;
+	bool		has_hi;			/* upper bound, inclusive */
+	Datum		hi;
+	int64		rows;
+} Claim;
+
+/* how a batch ended */
+typedef enum BatchOutcome
+{
+	BATCH_DONE,					/* committed; more may follow */
+	BATCH_PARTITION_DONE,		/* nothing left in the partition */
+	BATCH_STOP					/* the pass is no longer running: stop */
+} BatchOutcome;
+
+/* lane.c: the lane's long-lived memory, and one transaction of work */
+extern MemoryContext lane_cxt;
+extern MemoryContext lane_outer_cxt;	/* where lane_begin_xact was called */
+extern void lane_begin_xact(const char *activity);
+extern void lane_commit_xact(void);
+
+/* pass.c */
+extern bool pass_load(Pass *pass, int64 run_id);
+extern void pass_plan(Pass *pass);
+extern bool pass_claim(Pass *pass, Claim *claim);
+extern void pass_finish(Pass *pass);
+extern void pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message);
+extern Datum pass_key_from_text(Pass *pass, const char *text);
+
+/* batch.c */
+extern void batch_prepare(Pass *pass);
+extern BatchOutcome batch_run(Pass *pass, Claim *claim);
+
+/* the lane's backend identity, which a lease records */
+#define LANE_PID()		MyProcPid
+#define LANE_START()	MyStartTimestamp
+
+PGDLLEXPORT void backfill_lane_main(Datum main_arg);
+
+#endif							/* BACKFILL_LANE_H */

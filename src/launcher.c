@@ -1,0 +1,454 @@
+/*-------------------------------------------------------------------------
+ *
+ * launcher.c
+ *	  The launchers: one static background worker per database named in
+ *	  backfill.database_names, which starts and supervises the lanes.
+ *
+ * A launcher sleeps on its latch.  It wakes when a backfill_run commits
+ * (run.c sets the latch), when one of its lanes starts or stops (the
+ * postmaster signals the notify pid), and every backfill.naptime.  Each
+ * time it reads the passes still running and starts lanes for those that
+ * need them: a queued pass, a pass with a partition whose lease holder is
+ * dead (a crashed lane: the new lane resumes from the checkpoint), or a
+ * pass whose partitions are all done but which nobody has finished.
+ *
+ * The postmaster restarts a launcher that exits; lanes never restart by
+ * themselves.  A lane that dies quickly is started again only after a
+ * doubling delay, so a pass that cannot start never floods the log.  See
+ * src/README.md for the state machine.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/varlena.h"
+
+#include "pg_backfill.h"
+#include "launcher.h"
+#include "shmem.h"
+
+/* a lane this launcher started */
+typedef struct LaneHandle
+{
+	int64		run_id;
+	TimestampTz started_at;
+	BackgroundWorkerHandle *handle;
+} LaneHandle;
+
+/* what the launcher remembers of a running pass between ticks */
+typedef struct RunMemo
+{
+	int64		run_id;
+	int			quick_exits;	/* lanes that died soon after starting, in a row */
+	TimestampTz next_start;		/* no lane for this pass before then */
+	bool		seen;			/* still running at the last tick */
+} RunMemo;
+
+/* a running pass as one tick sees it */
+typedef struct RunNeed
+{
+	int64		run_id;
+	Oid			owner;
+	int			lanes_wanted;
+	int			lanes_live;
+} RunNeed;
+
+/* a lane that stops sooner than this after its start counts as a quick exit */
+#define QUICK_EXIT_MS	5000
+#define LANE_RETRY_MIN_MS	1000
+#define LANE_RETRY_MAX_MS	60000
+
+static List *lanes = NIL;
+static List *memos = NIL;
+static MemoryContext launcher_cxt = NULL;
+static TimestampTz last_slot_warning = 0;
+
+static List *
+database_name_list(void)
+{
+	char	   *raw = pstrdup(backfill_database_names);
+	List	   *names = NIL;
+
+	if (!SplitGUCList(raw, ',', &names))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid list syntax in backfill.database_names"),
+				 errhint("List database names separated by commas, quoting names with commas.")));
+	return names;
+}
+
+bool
+backfill_database_is_listed(const char *dbname)
+{
+	ListCell   *lc;
+
+	if (dbname == NULL)
+		return false;
+	foreach(lc, database_name_list())
+		if (strcmp((char *) lfirst(lc), dbname) == 0)
+			return true;
+	return false;
+}
+
+void
+backfill_register_launchers(void)
+{
+	List	   *names = database_name_list();
+	ListCell   *lc;
+	int			slot = 0;
+
+	if (list_length(names) > BACKFILL_MAX_DATABASES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("backfill.database_names lists %d databases; at most %d are allowed",
+						list_length(names), BACKFILL_MAX_DATABASES),
+				 errhint("Serve fewer databases from one cluster.")));
+
+	foreach(lc, names)
+	{
+		const char *dbname = lfirst(lc);
+		BackgroundWorker worker;
+
+		if (strlen(dbname) >= NAMEDATALEN)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("database name \"%s\" in backfill.database_names is too long", dbname),
+					 errhint("Database names have at most %d bytes.", NAMEDATALEN - 1)));
+
+		memset(&worker, 0, sizeof(worker));
+		worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+		worker.bgw_restart_time = 10;
+		snprintf(worker.bgw_library_name, BGW_MAXLEN, "pg_backfill");
+		snprintf(worker.bgw_function_name, BGW_MAXLEN, "backfill_launcher_main");
+		snprintf(worker.bgw_name, BGW_MAXLEN, "pg_backfill launcher for %s", dbname);
+		snprintf(worker.bgw_type, BGW_MAXLEN, "pg_backfill launcher");
+		worker.bgw_main_arg = Int32GetDatum(slot);
+		strlcpy(worker.bgw_extra, dbname, BGW_EXTRALEN);
+		RegisterBackgroundWorker(&worker);
+		slot++;
+	}
+}
+
+static RunMemo *
+memo_for(int64 run_id)
+{
+	ListCell   *lc;
+	RunMemo    *memo;
+	MemoryContext old;
+
+	foreach(lc, memos)
+	{
+		memo = lfirst(lc);
+		if (memo->run_id == run_id)
+			return memo;
+	}
+	old = MemoryContextSwitchTo(launcher_cxt);
+	memo = palloc0(sizeof(RunMemo));
+	memo->run_id = run_id;
+	memos = lappend(memos, memo);
+	MemoryContextSwitchTo(old);
+	return memo;
+}
+
+/* Forget lanes that have stopped; note those that stopped too soon. */
+static void
+reap_lanes(void)
+{
+	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
+
+	foreach(lc, lanes)
+	{
+		LaneHandle *lane = lfirst(lc);
+		pid_t		pid;
+
+		if (GetBackgroundWorkerPid(lane->handle, &pid) != BGWH_STOPPED)
+			continue;
+		if (TimestampDifferenceExceeds(lane->started_at, now, QUICK_EXIT_MS))
+			memo_for(lane->run_id)->quick_exits = 0;
+		else
+		{
+			RunMemo    *memo = memo_for(lane->run_id);
+			int64		delay = LANE_RETRY_MIN_MS;
+
+			for (int i = 0; i < memo->quick_exits && delay < LANE_RETRY_MAX_MS; i++)
+				delay *= 2;
+			memo->quick_exits++;
+			memo->next_start = TimestampTzPlusMilliseconds(now, Min(delay, LANE_RETRY_MAX_MS));
+		}
+		pfree(lane->handle);
+		pfree(lane);
+		lanes = foreach_delete_current(lanes, lc);
+	}
+	backfill_shmem_set_lanes(DatumGetInt32(MyBgworkerEntry->bgw_main_arg), list_length(lanes));
+}
+
+static int
+lanes_of_run(int64 run_id)
+{
+	ListCell   *lc;
+	int			n = 0;
+
+	foreach(lc, lanes)
+		if (((LaneHandle *) lfirst(lc))->run_id == run_id)
+			n++;
+	return n;
+}
+
+/*
+ * Read the running passes and how many lanes each wants.  Runs in its own
+ * transaction; the result is allocated in the caller's memory context.
+ */
+static List *
+read_running_passes(MemoryContext result_cxt)
+{
+	List	   *needs = NIL;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "pg_backfill launcher: reading running passes");
+
+	if (OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true)))
+	{
+		int			rc;
+
+		rc = SPI_execute("SELECT l.run_id, l.owner, coalesce(d.max_parallel, 1), r.phase,"
+						 "  count(*) FILTER (WHERE p.state = 'running' AND p.alive),"
+						 "  count(*) FILTER (WHERE p.state = 'pending'"
+						 "                     OR (p.state = 'running' AND NOT p.alive))"
+						 " FROM backfill.ledger l"
+						 " JOIN backfill.run r ON r.run_id = l.run_id"
+						 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
+						 " LEFT JOIN LATERAL ("
+						 "   SELECT q.state, EXISTS (SELECT 1 FROM pg_stat_activity a"
+						 "                            WHERE a.pid = q.holder_pid"
+						 "                              AND a.backend_start = q.holder_start) AS alive"
+						 "     FROM backfill.partition q WHERE q.run_id = l.run_id) p ON true"
+						 " WHERE l.status = 'running'"
+						 " GROUP BY l.run_id, l.owner, d.max_parallel, r.phase"
+						 " ORDER BY l.run_id",
+						 true, 0);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "could not read the running passes: SPI code %d", rc);
+
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[i];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			bool		isnull;
+			int			max_parallel = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+			char	   *phase = SPI_getvalue(tup, desc, 4);
+			int			live = (int) DatumGetInt64(SPI_getbinval(tup, desc, 5, &isnull));
+			int			claimable = (int) DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
+			RunNeed    *need = MemoryContextAllocZero(result_cxt, sizeof(RunNeed));
+
+			need->run_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+			need->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
+			need->lanes_live = live;
+			if (strcmp(phase, "queued") == 0)
+				need->lanes_wanted = max_parallel;
+			else if (claimable > 0)
+				need->lanes_wanted = Min(max_parallel, live + claimable);
+			else if (live == 0)
+				need->lanes_wanted = 1; /* all done, nobody finished the pass */
+			else
+				need->lanes_wanted = 0;
+			{
+				MemoryContext old = MemoryContextSwitchTo(result_cxt);
+
+				needs = lappend(needs, need);
+				MemoryContextSwitchTo(old);
+			}
+		}
+	}
+
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	MemoryContextSwitchTo(result_cxt);
+	return needs;
+}
+
+static bool
+start_lane(RunNeed *need)
+{
+	BackgroundWorker worker;
+	BackgroundWorkerHandle *handle;
+	LaneArgs	args;
+	LaneHandle *lane;
+	MemoryContext old;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "pg_backfill");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "backfill_lane_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "pg_backfill lane for run " INT64_FORMAT,
+			 need->run_id);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "pg_backfill lane");
+	args.dboid = MyDatabaseId;
+	args.roleoid = need->owner;
+	args.run_id = need->run_id;
+	memcpy(worker.bgw_extra, &args, sizeof(args));
+	worker.bgw_notify_pid = MyProcPid;
+
+	old = MemoryContextSwitchTo(launcher_cxt);
+	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		MemoryContextSwitchTo(old);
+		/* at most one warning a minute: a full slot table is not news every tick */
+		if (TimestampDifferenceExceeds(last_slot_warning, now, 60000))
+		{
+			ereport(WARNING,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("pg_backfill could not start a lane for run " INT64_FORMAT,
+							need->run_id),
+					 errdetail("Every background worker slot is in use."),
+					 errhint("Raise max_worker_processes (a restart is needed) or lower "
+							 "backfill.max_workers; the launcher keeps retrying.")));
+			last_slot_warning = now;
+		}
+		return false;
+	}
+	lane = palloc(sizeof(LaneHandle));
+	lane->run_id = need->run_id;
+	lane->started_at = GetCurrentTimestamp();
+	lane->handle = handle;
+	lanes = lappend(lanes, lane);
+	MemoryContextSwitchTo(old);
+	return true;
+}
+
+/*
+ * One look at the database: start the lanes that running passes want.
+ * Returns how long to sleep before looking again.
+ */
+static long
+launcher_tick(MemoryContext scratch)
+{
+	List	   *needs = read_running_passes(scratch);
+	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
+	long		sleep_ms = backfill_naptime * 1000L;
+	int			slot = DatumGetInt32(MyBgworkerEntry->bgw_main_arg);
+
+	foreach(lc, memos)
+		((RunMemo *) lfirst(lc))->seen = false;
+
+	foreach(lc, needs)
+	{
+		RunNeed    *need = lfirst(lc);
+		RunMemo    *memo = memo_for(need->run_id);
+		int			have = Max(lanes_of_run(need->run_id), need->lanes_live);
+
+		memo->seen = true;
+		if (have >= need->lanes_wanted)
+			continue;
+		if (memo->next_start > now)
+		{
+			long		secs;
+			int			usecs;
+
+			TimestampDifference(now, memo->next_start, &secs, &usecs);
+			sleep_ms = Min(sleep_ms, secs * 1000L + usecs / 1000 + 1);
+			continue;
+		}
+		while (have < need->lanes_wanted &&
+			   backfill_shmem_total_lanes() < backfill_max_workers)
+		{
+			if (!start_lane(need))
+				break;
+			have++;
+			backfill_shmem_set_lanes(slot, list_length(lanes));
+		}
+		if (have < need->lanes_wanted)
+			sleep_ms = Min(sleep_ms, 1000L);
+	}
+
+	/* forget passes that have ended */
+	foreach(lc, memos)
+	{
+		RunMemo    *memo = lfirst(lc);
+
+		if (!memo->seen && lanes_of_run(memo->run_id) == 0)
+		{
+			pfree(memo);
+			memos = foreach_delete_current(memos, lc);
+		}
+	}
+	return sleep_ms;
+}
+
+void
+backfill_launcher_main(Datum main_arg)
+{
+	int			slot = DatumGetInt32(main_arg);
+	char		dbname[NAMEDATALEN];
+	MemoryContext scratch;
+
+	strlcpy(dbname, MyBgworkerEntry->bgw_extra, NAMEDATALEN);
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
+	pgstat_report_appname("pg_backfill launcher");
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("application_name", "pg_backfill launcher", PGC_USERSET, PGC_S_OVERRIDE);
+
+	backfill_shmem_attach_launcher(slot);
+	ereport(LOG, (errmsg("pg_backfill launcher started for database \"%s\"", dbname)));
+
+	launcher_cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill launcher",
+										 ALLOCSET_DEFAULT_SIZES);
+	scratch = AllocSetContextCreate(launcher_cxt, "pg_backfill launcher tick",
+									ALLOCSET_DEFAULT_SIZES);
+
+	for (;;)
+	{
+		long		sleep_ms;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		MemoryContextReset(scratch);
+		MemoryContextSwitchTo(scratch);
+		reap_lanes();
+		sleep_ms = launcher_tick(scratch);
+		MemoryContextSwitchTo(launcher_cxt);
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 sleep_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}

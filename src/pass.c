@@ -1,0 +1,395 @@
+/*-------------------------------------------------------------------------
+ *
+ * pass.c
+ *	  The start and end of a pass, as a lane sees it: loading it, planning
+ *	  its partitions, claiming a partition lease, proving convergence and
+ *	  writing the ledger's final word.
+ *
+ * Each function runs one transaction of its own.  Bookkeeping runs as the
+ * extension's owner (catalog.c); the estimate and the convergence count
+ * run the declared predicate, so they run as the lane's own role, the
+ * role that declared the backfill.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+
+#include "catalog.h"
+#include "errors.h"
+#include "lane.h"
+
+static char *
+lane_strdup(const char *s)
+{
+	return s ? MemoryContextStrdup(lane_cxt, s) : NULL;
+}
+
+Datum
+pass_key_from_text(Pass *pass, const char *text)
+{
+	MemoryContext old = MemoryContextSwitchTo(lane_cxt);
+	Datum		d = OidInputFunctionCall(pass->key_input, (char *) text,
+										 pass->key_ioparam, -1);
+
+	MemoryContextSwitchTo(old);
+	return d;
+}
+
+/*
+ * Load the pass.  Returns false when there is nothing to do: the pass has
+ * ended.  A pass whose declaration is gone or changed fails here, at once.
+ */
+bool
+pass_load(Pass *pass, int64 run_id)
+{
+	CatalogScope scope;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(run_id)};
+	bool		isnull;
+	char	   *status;
+	char	   *current_checksum;
+	bool		ok = true;
+
+	memset(pass, 0, sizeof(Pass));
+	pass->run_id = run_id;
+
+	lane_begin_xact("pg_backfill lane: loading the pass");
+	catalog_enter(&scope);
+	if (catalog_exec("SELECT l.status, l.declaration, l.ledger_name, l.checksum, d.checksum,"
+					 "  d.relid, d.key_column, d.key_type, d.predicate, d.action,"
+					 "  d.batch_size, d.rate, d.max_attempts, d.backoff_base_ms,"
+					 "  d.backoff_cap_ms, d.batch_timeout_ms"
+					 " FROM backfill.ledger l"
+					 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
+					 " WHERE l.run_id = $1",
+					 1, types, values, NULL, SPI_OK_SELECT) == 0)
+		ok = false;
+	else
+	{
+		status = catalog_gettext(0, 1);
+		pass->name = lane_strdup(catalog_gettext(0, 2));
+		pass->ledger_name = lane_strdup(catalog_gettext(0, 3));
+		pass->checksum = lane_strdup(catalog_gettext(0, 4));
+		current_checksum = catalog_gettext(0, 5);
+		if (strcmp(status, "running") != 0)
+			ok = false;
+		else if (current_checksum == NULL || strcmp(current_checksum, pass->checksum) != 0)
+		{
+			catalog_leave(&scope);
+			lane_commit_xact();
+			pass_fail(pass, -1, ERRCODE_BACKFILL_CHANGED,
+					  current_checksum == NULL ?
+					  "the declaration was dropped while the pass was running" :
+					  "the declaration changed since the pass started");
+			return false;
+		}
+		else
+		{
+			pass->relid = DatumGetObjectId(catalog_getdatum(0, 6, &isnull));
+			pass->key = lane_strdup(catalog_gettext(0, 7));
+			pass->keytype = DatumGetObjectId(catalog_getdatum(0, 8, &isnull));
+			pass->predicate = lane_strdup(catalog_gettext(0, 9));
+			pass->action = lane_strdup(catalog_gettext(0, 10));
+			pass->batch_size = DatumGetInt32(catalog_getdatum(0, 11, &isnull));
+			pass->rate = DatumGetFloat8(catalog_getdatum(0, 12, &isnull));
+			pass->max_attempts = DatumGetInt32(catalog_getdatum(0, 13, &isnull));
+			pass->backoff_base_ms = DatumGetInt32(catalog_getdatum(0, 14, &isnull));
+			pass->backoff_cap_ms = DatumGetInt32(catalog_getdatum(0, 15, &isnull));
+			pass->batch_timeout_ms = DatumGetInt32(catalog_getdatum(0, 16, &isnull));
+			catalog_exec("UPDATE backfill.run SET lane_starts = lane_starts + 1,"
+						 " updated_at = now() WHERE run_id = $1",
+						 1, types, values, NULL, SPI_OK_UPDATE);
+		}
+	}
+	catalog_leave(&scope);
+
+	if (ok)
+	{
+		char	   *relname = get_rel_name(pass->relid);
+		char	   *nspname = relname ? get_namespace_name(get_rel_namespace(pass->relid)) : NULL;
+		MemoryContext old;
+
+		if (relname == NULL)
+		{
+			lane_commit_xact();
+			pass_fail(pass, -1, ERRCODE_BACKFILL_SOURCE_INVALID,
+					  "the relation of the backfill was dropped");
+			return false;
+		}
+		old = MemoryContextSwitchTo(lane_cxt);
+		pass->relation = quote_qualified_identifier(nspname, relname);
+		MemoryContextSwitchTo(old);
+		getTypeInputInfo(pass->keytype, &pass->key_input, &pass->key_ioparam);
+		{
+			bool		varlena;
+
+			getTypeOutputInfo(pass->keytype, &pass->key_output, &varlena);
+		}
+		get_typlenbyval(pass->keytype, &pass->key_len, &pass->key_byval);
+	}
+	lane_commit_xact();
+	return ok;
+}
+
+/*
+ * The first lane of a pass splits the key space.  This version plans one
+ * partition over the whole key range.
+ */
+void
+pass_plan(Pass *pass)
+{
+	CatalogScope scope;
+	Oid			types[2] = {INT8OID, INT8OID};
+	Datum		values[2] = {Int64GetDatum(pass->run_id), 0};
+	char		nulls[2] = {' ', 'n'};
+	char	   *phase;
+
+	lane_begin_xact("pg_backfill lane: planning the pass");
+	catalog_enter(&scope);
+	catalog_exec("SELECT phase FROM backfill.run WHERE run_id = $1 FOR UPDATE",
+				 1, types, values, NULL, SPI_OK_SELECT);
+	phase = catalog_gettext(0, 1);
+	catalog_leave(&scope);
+
+	if (strcmp(phase, "queued") == 0)
+	{
+		Oid			etypes[2] = {TEXTOID, TEXTOID};
+		Datum		evalues[2] = {CStringGetTextDatum(pass->relation),
+		CStringGetTextDatum(pass->predicate)};
+		bool		isnull;
+
+		/* the planner's estimate of the rows to do, as the declaring role */
+		if (SPI_execute_with_args("SELECT backfill.estimate_rows($1, $2)", 2, etypes, evalues,
+								  NULL, false, 1) == SPI_OK_SELECT && SPI_processed == 1)
+		{
+			values[1] = catalog_getdatum(0, 1, &isnull);
+			nulls[1] = isnull ? 'n' : ' ';
+		}
+
+		catalog_enter(&scope);
+		catalog_exec("INSERT INTO backfill.partition (run_id, part_no) VALUES ($1, 0)",
+					 1, types, values, NULL, SPI_OK_INSERT);
+		catalog_exec("UPDATE backfill.run SET phase = 'running', plan_method = 'single',"
+					 " estimate = $2, updated_at = now() WHERE run_id = $1",
+					 2, types, values, nulls, SPI_OK_UPDATE);
+		catalog_leave(&scope);
+		ereport(LOG,
+				(errmsg("backfill \"%s\" run " INT64_FORMAT " started: about %s rows to do",
+						pass->name, pass->run_id,
+						nulls[1] == 'n' ? "?" : psprintf(INT64_FORMAT, DatumGetInt64(values[1])))));
+	}
+	lane_commit_xact();
+}
+
+/*
+ * Take the lease on a partition that is pending, or whose holder is dead.
+ * Returns false when no partition is left to claim.
+ */
+bool
+pass_claim(Pass *pass, Claim *claim)
+{
+	CatalogScope scope;
+	Oid			types[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[3];
+	bool		found = false;
+
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = Int32GetDatum(LANE_PID());
+	values[2] = TimestampTzGetDatum(LANE_START());
+
+	lane_begin_xact("pg_backfill lane: claiming a partition");
+	catalog_enter(&scope);
+	if (catalog_exec("UPDATE backfill.partition p SET state = 'running',"
+					 "  holder_pid = $2, holder_start = $3, renewed_at = now(),"
+					 "  claims = p.claims + 1,"
+					 "  reclaims = p.reclaims + c.reclaim::integer,"
+					 "  started_at = coalesce(p.started_at, now())"
+					 " FROM (SELECT q.part_no, q.state = 'running' AS reclaim, q.holder_pid"
+					 "         FROM backfill.partition q"
+					 "        WHERE q.run_id = $1"
+					 "          AND (q.state = 'pending'"
+					 "               OR (q.state = 'running'"
+					 "                   AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a"
+					 "                                    WHERE a.pid = q.holder_pid"
+					 "                                      AND a.backend_start = q.holder_start)))"
+					 "        ORDER BY q.part_no LIMIT 1 FOR UPDATE SKIP LOCKED) c"
+					 " WHERE p.run_id = $1 AND p.part_no = c.part_no"
+					 " RETURNING p.part_no, coalesce(p.cursor, p.lo), p.hi, p.rows, c.reclaim,"
+					 "           c.holder_pid",
+					 3, types, values, NULL, SPI_OK_UPDATE_RETURNING) > 0)
+	{
+		bool		isnull;
+		char	   *cursor = catalog_gettext(0, 2);
+		char	   *hi = catalog_gettext(0, 3);
+
+		found = true;
+		claim->part_no = DatumGetInt32(catalog_getdatum(0, 1, &isnull));
+		claim->rows = DatumGetInt64(catalog_getdatum(0, 4, &isnull));
+		claim->has_cursor = (cursor != NULL);
+		claim->cursor = cursor ? pass_key_from_text(pass, cursor) : (Datum) 0;
+		claim->has_hi = (hi != NULL);
+		claim->hi = hi ? pass_key_from_text(pass, hi) : (Datum) 0;
+		if (DatumGetBool(catalog_getdatum(0, 5, &isnull)))
+		{
+			int			dead_pid = DatumGetInt32(catalog_getdatum(0, 6, &isnull));
+
+			catalog_exec("UPDATE backfill.run SET interruptions = interruptions + 1,"
+						 " updated_at = now() WHERE run_id = $1",
+						 1, types, values, NULL, SPI_OK_UPDATE);
+			ereport(LOG,
+					(errmsg("backfill \"%s\" run " INT64_FORMAT ": resuming partition %d "
+							"from its checkpoint after lane %d died",
+							pass->name, pass->run_id, claim->part_no, dead_pid),
+					 errdetail("%s", cursor ? psprintf("Last key done: %s.", cursor) :
+							   "No batch of that partition had committed.")));
+		}
+	}
+	catalog_leave(&scope);
+	lane_commit_xact();
+	return found;
+}
+
+/*
+ * Fail the pass: the ledger row ends as failed with the error's SQLSTATE.
+ * part_no >= 0 also marks that partition failed.  Runs its own
+ * transaction; the caller must not be in one.
+ */
+void
+pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message)
+{
+	CatalogScope scope;
+	Oid			types[4] = {INT8OID, INT4OID, TEXTOID, TEXTOID};
+	Datum		values[4];
+
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = Int32GetDatum(part_no);
+	values[2] = CStringGetTextDatum(unpack_sql_state(sqlerrcode));
+	values[3] = CStringGetTextDatum(message);
+
+	lane_begin_xact("pg_backfill lane: failing the pass");
+	catalog_enter(&scope);
+	catalog_exec("UPDATE backfill.partition SET state = 'failed', last_error = $4,"
+				 " finished_at = now() WHERE run_id = $1 AND part_no = $2",
+				 4, types, values, NULL, SPI_OK_UPDATE);
+	if (catalog_exec("UPDATE backfill.ledger l SET status = 'failed', finished_at = now(),"
+					 "  error_code = $3, error_message = $4,"
+					 "  rows = (SELECT coalesce(sum(p.rows), 0) FROM backfill.partition p"
+					 "           WHERE p.run_id = l.run_id),"
+					 "  batches = (SELECT coalesce(sum(p.batches), 0) FROM backfill.partition p"
+					 "              WHERE p.run_id = l.run_id)"
+					 " WHERE l.run_id = $1 AND l.status = 'running'",
+					 4, types, values, NULL, SPI_OK_UPDATE) > 0)
+	{
+		catalog_exec("UPDATE backfill.run SET phase = 'done', last_error = $4, updated_at = now()"
+					 " WHERE run_id = $1",
+					 4, types, values, NULL, SPI_OK_UPDATE);
+		ereport(LOG,
+				(errmsg("backfill \"%s\" run " INT64_FORMAT " failed: %s",
+						pass->name ? pass->name : "?", pass->run_id, message),
+				 errdetail("SQLSTATE %s.", unpack_sql_state(sqlerrcode))));
+	}
+	catalog_leave(&scope);
+	lane_commit_xact();
+}
+
+/*
+ * Once no partition is left to work on: count the rows that still match
+ * the predicate and end the pass, completed or stalled.  Only one lane
+ * gets to write the end; the others find the pass ended.
+ */
+void
+pass_finish(Pass *pass)
+{
+	CatalogScope scope;
+	Oid			types[3] = {INT8OID, INT8OID, TEXTOID};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	bool		isnull;
+	int64		open_parts;
+	int64		remaining;
+	char	   *status;
+	StringInfoData sql;
+
+	values[0] = Int64GetDatum(pass->run_id);
+
+	lane_begin_xact("pg_backfill lane: checking the partitions");
+	catalog_enter(&scope);
+	catalog_exec("SELECT count(*) FILTER (WHERE state <> 'done') FROM backfill.partition"
+				 " WHERE run_id = $1",
+				 1, types, values, NULL, SPI_OK_SELECT);
+	open_parts = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
+	if (open_parts == 0)
+		catalog_exec("UPDATE backfill.run SET phase = 'counting', updated_at = now()"
+					 " WHERE run_id = $1 AND phase = 'running'",
+					 1, types, values, NULL, SPI_OK_UPDATE);
+	catalog_leave(&scope);
+	lane_commit_xact();
+	if (open_parts > 0)
+		return;					/* another lane still works on this pass */
+
+	lane_begin_xact("pg_backfill lane: counting the rows left");
+	catalog_enter(&scope);
+	catalog_exec("SELECT status FROM backfill.ledger WHERE run_id = $1 FOR UPDATE",
+				 1, types, values, NULL, SPI_OK_SELECT);
+	status = catalog_gettext(0, 1);
+	catalog_leave(&scope);
+	if (strcmp(status, "running") != 0)
+	{
+		lane_commit_xact();
+		return;
+	}
+
+	/* convergence: the predicate is the count, run as the declaring role */
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT count(*) FROM %s WHERE (%s)", pass->relation, pass->predicate);
+	if (SPI_execute(sql.data, true, 0) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not count the rows left by backfill \"%s\"", pass->name);
+	remaining = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
+	values[1] = Int64GetDatum(remaining);
+
+	catalog_enter(&scope);
+	if (remaining > 0)
+	{
+		char	   *message = psprintf("backfill \"%s\" stalled: %lld rows still match the "
+									   "predicate after the source was exhausted",
+									   pass->name, (long long) remaining);
+
+		values[2] = CStringGetTextDatum(message);
+		catalog_exec("UPDATE backfill.ledger l SET status = 'failed', finished_at = now(),"
+					 "  error_code = 'BF006', error_message = $3,"
+					 "  rows = (SELECT sum(p.rows) FROM backfill.partition p WHERE p.run_id = l.run_id),"
+					 "  batches = (SELECT sum(p.batches) FROM backfill.partition p WHERE p.run_id = l.run_id)"
+					 " WHERE l.run_id = $1",
+					 3, types, values, nulls, SPI_OK_UPDATE);
+		catalog_exec("UPDATE backfill.run SET phase = 'done', remaining = $2, last_error = $3,"
+					 " updated_at = now() WHERE run_id = $1",
+					 3, types, values, nulls, SPI_OK_UPDATE);
+		ereport(LOG, (errmsg("%s", message),
+					  errhint("Rows may be written faster than the backfill fixes them, or the "
+							  "action may not fix every row it is given.")));
+	}
+	else
+	{
+		nulls[2] = 'n';
+		catalog_exec("UPDATE backfill.ledger l SET status = 'completed', finished_at = now(),"
+					 "  rows = (SELECT sum(p.rows) FROM backfill.partition p WHERE p.run_id = l.run_id),"
+					 "  batches = (SELECT sum(p.batches) FROM backfill.partition p WHERE p.run_id = l.run_id)"
+					 " WHERE l.run_id = $1",
+					 1, types, values, NULL, SPI_OK_UPDATE);
+		catalog_exec("UPDATE backfill.run SET phase = 'done', remaining = 0, updated_at = now()"
+					 " WHERE run_id = $1",
+					 1, types, values, NULL, SPI_OK_UPDATE);
+		ereport(LOG, (errmsg("backfill \"%s\" run " INT64_FORMAT " completed",
+							 pass->name, pass->run_id)));
+	}
+	catalog_leave(&scope);
+	lane_commit_xact();
+}

@@ -1,0 +1,95 @@
+/*-------------------------------------------------------------------------
+ *
+ * pg_backfill.c
+ *	  Module load: settings, shared memory and the launchers.
+ *
+ * pg_backfill must be in shared_preload_libraries: its launchers are
+ * static background workers and its wake-up latches live in shared memory.
+ * Loading it any other way is an error with a hint.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/guc.h"
+
+#include "pg_backfill.h"
+#include "launcher.h"
+#include "shmem.h"
+
+PG_MODULE_MAGIC;
+
+char	   *backfill_database_names = NULL;
+char	   *backfill_environment = NULL;
+int			backfill_max_workers = 4;
+double		backfill_default_rate = 5.0;
+int			backfill_naptime = 10;
+
+void		_PG_init(void);
+
+void
+_PG_init(void)
+{
+	if (IsBinaryUpgrade)
+		return;
+
+	/* settings that may change in any session */
+	DefineCustomRealVariable("backfill.default_rate",
+							 "Batches per second a backfill runs at when it declares no rate.",
+							 "Slow on purpose; a declaration raises it with rate => n. "
+							 "Fractions are allowed; pacing cannot be switched off.",
+							 &backfill_default_rate,
+							 5.0, 0.001, 100000.0,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomStringVariable("backfill.environment",
+							   "Name of the environment this server is (production, staging...).",
+							   "A declaration that lists environments runs only where this "
+							   "setting is one of them.",
+							   &backfill_environment,
+							   "",
+							   PGC_SUSET, 0,
+							   NULL, NULL, NULL);
+
+	if (!process_shared_preload_libraries_in_progress)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pg_backfill must be loaded via shared_preload_libraries"),
+				 errdetail("Its launchers are background workers started with the server."),
+				 errhint("Add pg_backfill to shared_preload_libraries in postgresql.conf "
+						 "and restart the server.")));
+
+	/* settings that need a restart, or a reload */
+	DefineCustomStringVariable("backfill.database_names",
+							   "Databases whose backfills pg_backfill runs (comma-separated).",
+							   "Each gets its own launcher.",
+							   &backfill_database_names,
+							   "postgres",
+							   PGC_POSTMASTER, GUC_LIST_INPUT,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.max_workers",
+							"Most lanes (background workers) all backfills may use at once.",
+							"Lanes also count against max_worker_processes.",
+							&backfill_max_workers,
+							4, 1, 128,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.naptime",
+							"Seconds a launcher sleeps when nothing wakes it.",
+							"A committed backfill_run wakes the launcher at once; the "
+							"naptime bounds how late a crashed lane is noticed.",
+							&backfill_naptime,
+							10, 1, 3600,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("backfill");
+
+	backfill_shmem_init();
+	backfill_register_launchers();
+}

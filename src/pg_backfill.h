@@ -1,0 +1,29 @@
+/*-------------------------------------------------------------------------
+ *
+ * pg_backfill.h
+ *	  Settings and limits shared by every module of pg_backfill.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef PG_BACKFILL_H
+#define PG_BACKFILL_H
+
+#include "postgres.h"
+
+#define BACKFILL_EXTENSION_NAME	"pg_backfill"
+#define BACKFILL_SCHEMA			"backfill"
+
+/* the longest backfill name; ':' is kept for scoped ledger names */
+#define BACKFILL_NAME_MAXLEN	200
+
+/* the most databases one cluster's launchers serve */
+#define BACKFILL_MAX_DATABASES	16
+
+/* GUCs (pg_backfill.c) */
+extern char *backfill_database_names;
+extern char *backfill_environment;
+extern int	backfill_max_workers;
+extern double backfill_default_rate;
+extern int	backfill_naptime;
+
+#endif							/* PG_BACKFILL_H */

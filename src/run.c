@@ -1,0 +1,297 @@
+/*-------------------------------------------------------------------------
+ *
+ * run.c
+ *	  backfill_run() and backfill_wait(): enqueueing a pass and waiting for
+ *	  its end.
+ *
+ * backfill_run writes the pass's ledger row (status running) and its run
+ * row (phase queued) in the caller's transaction, and asks for the
+ * database's launcher to be woken when that transaction commits.  A
+ * transaction that rolls back takes the rows with it, so the pass never
+ * starts.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/dbcommands.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "pg_backfill.h"
+#include "catalog.h"
+#include "declare.h"
+#include "errors.h"
+#include "launcher.h"
+#include "shmem.h"
+
+PG_FUNCTION_INFO_V1(backfill_run);
+PG_FUNCTION_INFO_V1(backfill_wait);
+
+static bool wake_at_commit = false;
+static bool xact_callback_registered = false;
+
+static void
+backfill_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (wake_at_commit)
+				backfill_wake_launcher(MyDatabaseId);
+			wake_at_commit = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			wake_at_commit = false;
+			break;
+		default:
+			break;
+	}
+}
+
+static void
+wake_launcher_at_commit(void)
+{
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(backfill_xact_callback, NULL);
+		xact_callback_registered = true;
+	}
+	wake_at_commit = true;
+}
+
+/* Is the current environment one the declaration lists (NULL: all)? */
+static bool
+environment_allows(Datum environments, bool isnull)
+{
+	ArrayType  *arr;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (isnull)
+		return true;
+	arr = DatumGetArrayTypeP(environments);
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+		if (!nulls[i] && strcmp(TextDatumGetCString(elems[i]), backfill_environment) == 0)
+			return true;
+	return false;
+}
+
+Datum
+backfill_run(PG_FUNCTION_ARGS)
+{
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	bool		force = PG_GETARG_BOOL(1);
+	CatalogScope scope;
+	Oid			owner;
+	char	   *checksum;
+	char	   *envlist;
+	bool		isnull;
+	Datum		environments;
+	int64		run_id;
+	int64		running_id = 0;
+	int64		completed_id = 0;
+	int64		previous_id = 0;
+
+	check_backfill_name(name);
+
+	if (!backfill_database_is_listed(get_database_name(MyDatabaseId)))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_NOT_SERVED),
+				 errmsg("backfill \"%s\" cannot run in database \"%s\"", name,
+						get_database_name(MyDatabaseId)),
+				 errdetail("backfill.database_names is \"%s\"; no launcher serves this database.",
+						   backfill_database_names),
+				 errhint("Add the database to backfill.database_names and restart the server.")));
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	catalog_enter(&scope);
+	{
+		Oid			types[1] = {TEXTOID};
+		Datum		values[1] = {CStringGetTextDatum(name)};
+
+		/* the row lock serializes concurrent runs of one backfill */
+		if (catalog_exec("SELECT d.owner, d.checksum, d.environments,"
+						 "  array_to_string(d.environments, ', '),"
+						 "  (SELECT max(l.run_id) FROM backfill.ledger l"
+						 "    WHERE l.ledger_name = d.name AND l.status = 'running'),"
+						 "  (SELECT max(l.run_id) FROM backfill.ledger l"
+						 "    WHERE l.ledger_name = d.name AND l.status = 'completed'),"
+						 "  (SELECT max(l.run_id) FROM backfill.ledger l"
+						 "    WHERE l.ledger_name = d.name)"
+						 "  FROM backfill.declaration d WHERE d.name = $1 FOR UPDATE OF d",
+						 1, types, values, NULL, SPI_OK_SELECT) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_UNKNOWN),
+					 errmsg("backfill \"%s\" is not declared", name),
+					 errhint("Declare it first with backfill_declare(name => '%s', ...).", name)));
+		owner = DatumGetObjectId(catalog_getdatum(0, 1, &isnull));
+		checksum = catalog_gettext(0, 2);
+		environments = catalog_getdatum(0, 3, &isnull);
+		if (!isnull)
+			environments = PointerGetDatum(PG_DETOAST_DATUM_COPY(environments));
+		envlist = catalog_gettext(0, 4);
+		running_id = DatumGetInt64(catalog_getdatum(0, 5, &isnull));
+		if (isnull)
+			running_id = 0;
+		completed_id = DatumGetInt64(catalog_getdatum(0, 6, &isnull));
+		if (isnull)
+			completed_id = 0;
+		previous_id = DatumGetInt64(catalog_getdatum(0, 7, &isnull));
+		if (isnull)
+			previous_id = 0;
+	}
+	catalog_leave(&scope);
+
+	check_backfill_member(name, owner);
+
+	if (!environment_allows(environments, envlist == NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_ENVIRONMENT),
+				 errmsg("backfill \"%s\" may not run in environment \"%s\"", name,
+						backfill_environment),
+				 errdetail("It is declared for: %s.", envlist),
+				 errhint("Run it where backfill.environment is one of those, or declare it "
+						 "with this environment in its list.")));
+
+	if (running_id != 0)
+	{
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\" is already running as run %lld", name,
+						(long long) running_id),
+				 errhint("SELECT backfill_wait(%lld); waits for it to end.",
+						 (long long) running_id)));
+		SPI_finish();
+		PG_RETURN_INT64(running_id);
+	}
+	if (completed_id != 0 && !force)
+	{
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\" skipped: run %lld already completed it", name,
+						(long long) completed_id),
+				 errhint("Pass force => true to run it again as a new pass.")));
+		SPI_finish();
+		PG_RETURN_INT64(completed_id);
+	}
+
+	check_role_can_login(name, owner);
+
+	catalog_enter(&scope);
+	{
+		Oid			types[5] = {TEXTOID, TEXTOID, BOOLOID, INT8OID, OIDOID};
+		Datum		values[5];
+		char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+
+		values[0] = CStringGetTextDatum(name);
+		values[1] = CStringGetTextDatum(checksum);
+		values[2] = BoolGetDatum(force);
+		values[3] = Int64GetDatum(previous_id);
+		nulls[3] = previous_id == 0 ? 'n' : ' ';
+		values[4] = ObjectIdGetDatum(owner);
+		catalog_exec("WITH l AS ("
+					 "  INSERT INTO backfill.ledger"
+					 "   (ledger_name, declaration, checksum, forced, previous_run_id, owner)"
+					 "  VALUES ($1, $1, $2, $3, $4, $5) RETURNING run_id)"
+					 " INSERT INTO backfill.run (run_id) SELECT run_id FROM l RETURNING run_id",
+					 5, types, values, nulls, SPI_OK_INSERT_RETURNING);
+		run_id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
+	}
+	catalog_leave(&scope);
+
+	SPI_finish();
+	wake_launcher_at_commit();
+	PG_RETURN_INT64(run_id);
+}
+
+/*
+ * backfill_wait(run_id, timeout): the ledger status once the pass has
+ * ended, or 'running' when the timeout passes first.
+ */
+Datum
+backfill_wait(PG_FUNCTION_ARGS)
+{
+	int64		run_id = PG_GETARG_INT64(0);
+	Interval   *timeout = PG_GETARG_INTERVAL_P(1);
+	int64		timeout_ms;
+	TimestampTz deadline;
+	char	   *status = NULL;
+	MemoryContext callercxt;
+
+	timeout_ms = (timeout->time + (int64) timeout->day * USECS_PER_DAY +
+				  (int64) timeout->month * DAYS_PER_MONTH * USECS_PER_DAY) / 1000;
+	if (timeout_ms < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("timeout to wait for run %lld must not be negative", (long long) run_id),
+				 errhint("Pass an interval such as '10 minutes'.")));
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_WAIT_INVALID),
+				 errmsg("cannot wait for run %lld in a %s transaction", (long long) run_id,
+						IsolationIsSerializable() ? "SERIALIZABLE" : "REPEATABLE READ"),
+				 errdetail("Its snapshot would never see the pass end."),
+				 errhint("Wait from a READ COMMITTED transaction.")));
+
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	callercxt = CurrentMemoryContext;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+
+	for (;;)
+	{
+		Oid			types[1] = {INT8OID};
+		Datum		values[1] = {Int64GetDatum(run_id)};
+		TransactionId xmin;
+		char	   *xmin_text;
+
+		/* as the caller: the ledger's row security hides other roles' runs */
+		if (catalog_exec("SELECT status, xmin::text, declaration FROM backfill.ledger"
+						 " WHERE run_id = $1",
+						 1, types, values, NULL, SPI_OK_SELECT) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_UNKNOWN),
+					 errmsg("backfill run %lld does not exist", (long long) run_id),
+					 errhint("backfill_run() returns the run id; the backfill_ledger view lists them.")));
+		status = catalog_gettext(0, 1);
+		xmin_text = catalog_gettext(0, 2);
+		xmin = (TransactionId) strtoul(xmin_text, NULL, 10);
+		if (TransactionIdIsCurrentTransactionId(xmin))
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_WAIT_INVALID),
+					 errmsg("run %lld of backfill \"%s\" has not been committed yet",
+							(long long) run_id, catalog_gettext(0, 3)),
+					 errdetail("A pass starts only when the transaction that enqueued it commits."),
+					 errhint("COMMIT, then call backfill_wait(%lld).", (long long) run_id)));
+		if (strcmp(status, "running") != 0)
+			break;
+		if (GetCurrentTimestamp() >= deadline)
+			break;
+		pfree(status);
+		pfree(xmin_text);
+		SPI_freetuptable(SPI_tuptable);
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 100L, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	status = MemoryContextStrdup(callercxt, status);
+	SPI_finish();
+	PG_RETURN_TEXT_P(cstring_to_text(status));
+}

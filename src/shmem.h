@@ -1,0 +1,23 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem.h
+ *	  Shared memory of pg_backfill: one slot per database launcher.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef BACKFILL_SHMEM_H
+#define BACKFILL_SHMEM_H
+
+#include "postgres.h"
+
+extern void backfill_shmem_init(void);
+
+/* a launcher announces itself in (and leaves) its slot */
+extern void backfill_shmem_attach_launcher(int slot);
+extern void backfill_shmem_set_lanes(int slot, int nlanes);
+extern int	backfill_shmem_total_lanes(void);
+
+/* wake the launcher of a database (at commit of backfill_run) */
+extern void backfill_wake_launcher(Oid dboid);
+
+#endif							/* BACKFILL_SHMEM_H */
