@@ -15,8 +15,10 @@ EXTENSION = pg_backfill
 DATA = pg_backfill--0.1.sql
 PGFILEDESC = "pg_backfill - paced, checkpointed data backfills"
 
+# pg_regress runs in an existing database that backfill.database_names serves
+# (a launcher stays connected to it, so pg_regress must not drop it).
 REGRESS = declare run
-REGRESS_OPTS = --inputdir=test --outputdir=test/results --load-extension=pg_backfill
+REGRESS_OPTS = --use-existing --dbname=backfill_regress
 
 PG_CPPFLAGS = -Isrc
 PG_CFLAGS = -Wall -Wmissing-prototypes -Werror
