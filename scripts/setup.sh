@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# scripts/setup.sh: install what pg_backfill needs on Debian 12, then build
+# and install the extension into PostgreSQL 15.
+#
+#   sudo scripts/setup.sh        (or: bash scripts/setup.sh as root)
+#
+# Idempotent: apt is skipped when every package is already installed.
+# Env: PG_CONFIG (default /usr/lib/postgresql/15/bin/pg_config).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+
+PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap postgresql-15-cron
+          libtap-parser-sourcehandler-pgtap-perl libipc-run-perl build-essential)
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "setup.sh: run as root (sudo $0): it installs packages and the extension" >&2
+    exit 1
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+        missing+=("$p")
+    fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup.sh: installing ${missing[*]}"
+    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "${PACKAGES[@]}"
+else
+    echo "setup.sh: packages already installed"
+fi
+
+echo "setup.sh: building with $PG_CONFIG"
+make PG_CONFIG="$PG_CONFIG"
+make PG_CONFIG="$PG_CONFIG" install
+echo "setup.sh: pg_backfill installed into $("$PG_CONFIG" --pkglibdir)"

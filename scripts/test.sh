@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# scripts/test.sh: build, install and run every test layer of pg_backfill
+# against a fresh throwaway cluster.
+#
+#   bash scripts/test.sh        (as root: it installs packages and the extension)
+#
+# Layers, each skipped when it has no tests:
+#   regress    make installcheck (sql/, expected/) in database backfill_regress
+#   pgtap      pg_prove test/pgtap/*.sql in database backfill_test
+#   tap        prove test/t/*.pl (PostgreSQL::Test::Cluster; own clusters, as postgres)
+#   isolation  pg_isolation_regress test/specs/*.spec in database backfill_test
+#              (expected output in test/expected/)
+# The last line is "N passed, M failed" (individual tests); the exit status
+# is non-zero when anything failed.
+#
+# Env: TEST_PGBASE (default /tmp/pg_backfill_test), TEST_PGPORT (55482),
+#      SKIP_SETUP=1 to skip scripts/setup.sh.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+PGBIN=/usr/lib/postgresql/15/bin
+PG_CONFIG=$PGBIN/pg_config
+
+if [ "${SKIP_SETUP:-0}" != 1 ]; then
+    scripts/setup.sh || { echo "test.sh: setup failed"; echo "0 passed, 1 failed"; exit 1; }
+fi
+
+PGXS_DIR=$(dirname "$("$PG_CONFIG" --pgxs)")
+PG_REGRESS_BIN="$PGXS_DIR/../../src/test/regress/pg_regress"
+PG_ISOLATION_REGRESS="$PGXS_DIR/../../src/test/isolation/pg_isolation_regress"
+PERL_LIB="$PGXS_DIR/../../src/test/perl"
+
+export PGBASE=${TEST_PGBASE:-/tmp/pg_backfill_test}
+export PGPORT=${TEST_PGPORT:-55482}
+WORK=$(mktemp -d /tmp/pg_backfill_testrun.XXXXXX)
+chmod 0755 "$WORK"
+
+passed=0
+failed=0
+layer_failed=()
+
+cleanup() {
+    PGBASE=$PGBASE PGPORT=$PGPORT "$ROOT/scripts/cluster.sh" stop >/dev/null 2>&1 || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# count "Files=, Tests=" output of prove / pg_prove: $1 = output file, $2 = exit status
+count_tap() {
+    local out=$1 rc=$2 tests fails
+    tests=$(sed -n 's/^Files=[0-9]*, Tests=\([0-9]*\),.*/\1/p' "$out" | tail -n 1)
+    tests=${tests:-0}
+    fails=$(sed -n 's/.*Failed \([0-9]*\)\/[0-9]* subtests.*/\1/p' "$out" | awk '{s+=$1} END {print s+0}')
+    # a script that died or had a bad plan fails without a failed subtest
+    if [ "$rc" -ne 0 ] && [ "$fails" -eq 0 ]; then fails=1; fi
+    if [ "$fails" -gt "$tests" ]; then tests=$fails; fi
+    passed=$((passed + tests - fails))
+    failed=$((failed + fails))
+}
+
+# count pg_regress / pg_isolation_regress output: $1 = output file, $2 = exit status
+count_regress() {
+    local out=$1 rc=$2 ok bad
+    ok=$(grep -cE '\.\.\. +ok' "$out")
+    bad=$(grep -cE '\.\.\. +(FAILED|failed)' "$out")
+    if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
+    passed=$((passed + ok))
+    failed=$((failed + bad))
+}
+
+echo "== test.sh: fresh cluster in $PGBASE (port $PGPORT)"
+if ! scripts/cluster.sh init; then
+    echo "test.sh: could not start the test cluster"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+export PGHOST=$PGBASE PGUSER=postgres
+
+shopt -s nullglob
+
+# (a) pg_regress
+regress_sql=(sql/*.sql)
+if [ ${#regress_sql[@]} -gt 0 ]; then
+    echo "== regress: make installcheck"
+    rm -f regression.diffs regression.out
+    make PG_CONFIG="$PG_CONFIG" installcheck 2>&1 | tee "$WORK/regress.out"
+    rc=${PIPESTATUS[0]}
+    count_regress "$WORK/regress.out" "$rc"
+    if [ "$rc" -ne 0 ]; then
+        layer_failed+=(regress)
+        if [ -f regression.diffs ]; then
+            echo "== regression.diffs"
+            cat regression.diffs
+        fi
+    fi
+else
+    echo "== regress: no sql/*.sql, skipped"
+fi
+
+# (b) pgTAP
+pgtap=(test/pgtap/*.sql)
+if [ ${#pgtap[@]} -gt 0 ]; then
+    echo "== pgtap: pg_prove -d backfill_test ${pgtap[*]}"
+    PATH="$PGBIN:$PATH" pg_prove -d backfill_test "${pgtap[@]}" 2>&1 | tee "$WORK/pgtap.out"
+    rc=${PIPESTATUS[0]}
+    count_tap "$WORK/pgtap.out" "$rc"
+    [ "$rc" -eq 0 ] || layer_failed+=(pgtap)
+else
+    echo "== pgtap: no test/pgtap/*.sql, skipped"
+fi
+
+# (c) TAP tests with PostgreSQL::Test::Cluster: initdb refuses root, so run
+# prove as postgres, with tmp_check/ in a directory postgres owns
+tap=(test/t/*.pl)
+if [ ${#tap[@]} -gt 0 ]; then
+    echo "== tap: prove -v ${tap[*]}"
+    mkdir -p "$WORK/tap"
+    chown -R postgres: "$WORK/tap"
+    (cd test && runuser -u postgres -- env -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE \
+        PATH="$PGBIN:/usr/local/bin:/usr/bin:/bin" \
+        PG_REGRESS="$PG_REGRESS_BIN" \
+        PERL5LIB="$PERL_LIB${PERL5LIB:+:$PERL5LIB}" \
+        TESTDIR="$WORK/tap" \
+        prove -v t/*.pl) 2>&1 | tee "$WORK/tap.out"
+    rc=${PIPESTATUS[0]}
+    count_tap "$WORK/tap.out" "$rc"
+    if [ "$rc" -ne 0 ]; then
+        layer_failed+=(tap)
+        for f in "$WORK"/tap/tmp_check/log/*; do
+            echo "== tail of $f"
+            tail -n 40 "$f"
+        done
+    fi
+else
+    echo "== tap: no test/t/*.pl, skipped"
+fi
+
+# (d) isolation specs
+specs=(test/specs/*.spec)
+if [ ${#specs[@]} -gt 0 ]; then
+    names=()
+    for s in "${specs[@]}"; do names+=("$(basename "$s" .spec)"); done
+    echo "== isolation: ${names[*]}"
+    "$PG_ISOLATION_REGRESS" --inputdir=test --outputdir="$WORK/iso" --bindir="$PGBIN" \
+        --use-existing --dbname=backfill_test "${names[@]}" 2>&1 | tee "$WORK/iso.out"
+    rc=${PIPESTATUS[0]}
+    count_regress "$WORK/iso.out" "$rc"
+    if [ "$rc" -ne 0 ]; then
+        layer_failed+=(isolation)
+        if [ -f "$WORK/iso/regression.diffs" ]; then
+            echo "== isolation regression.diffs"
+            cat "$WORK/iso/regression.diffs"
+        fi
+    fi
+else
+    echo "== isolation: no test/specs/*.spec, skipped"
+fi
+
+if [ ${#layer_failed[@]} -gt 0 ]; then
+    echo "== failed layers: ${layer_failed[*]} (server log: $PGBASE/server.log)"
+    [ "$failed" -gt 0 ] || failed=1
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
