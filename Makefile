@@ -9,7 +9,8 @@ OBJS = \
 	src/launcher.o \
 	src/lane.o \
 	src/pass.o \
-	src/batch.o
+	src/batch.o \
+	src/control.o
 
 EXTENSION = pg_backfill
 DATA = pg_backfill--0.1.sql

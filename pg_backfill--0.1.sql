@@ -65,6 +65,7 @@ CREATE TABLE backfill.run (
     run_id           bigint PRIMARY KEY REFERENCES backfill.ledger (run_id),
     phase            text NOT NULL DEFAULT 'queued'
                      CHECK (phase IN ('queued', 'running', 'counting', 'done')),
+    paused           boolean NOT NULL DEFAULT false,
     plan_method      text,
     estimate         bigint,
     remaining        bigint,                 -- rows still matching after the pass
@@ -82,7 +83,7 @@ CREATE TABLE backfill.partition (
     hi               text,                   -- inclusive; NULL: no upper bound
     cursor           text,                   -- last key done; NULL: start at lo
     state            text NOT NULL DEFAULT 'pending'
-                     CHECK (state IN ('pending', 'running', 'done', 'failed')),
+                     CHECK (state IN ('pending', 'running', 'done', 'failed', 'cancelled')),
     rows             bigint NOT NULL DEFAULT 0,
     batches          bigint NOT NULL DEFAULT 0,
     holder_pid       integer,
@@ -152,6 +153,91 @@ CREATE POLICY run_member ON backfill.run FOR SELECT
 CREATE POLICY partition_member ON backfill.partition FOR SELECT
     USING (EXISTS (SELECT 1 FROM backfill.ledger l WHERE l.run_id = partition.run_id));
 
+/*
+ * The lease.  A lane claims the first partition that is pending or whose
+ * holder backend no longer exists (same pid AND same start time: a reused
+ * pid is not the same holder).  A live holder is never displaced, however
+ * slow.  SKIP LOCKED keeps two lanes that claim at once off one partition.
+ * Called by the lanes as the extension's owner; not executable by PUBLIC.
+ */
+CREATE FUNCTION backfill.claim_partition(p_run_id bigint, p_pid integer,
+                                         p_start timestamptz)
+RETURNS TABLE (part_no integer, cursor text, hi text, rows bigint,
+               reclaimed boolean, dead_pid integer)
+LANGUAGE sql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    UPDATE backfill.partition p
+       SET state = 'running', holder_pid = p_pid, holder_start = p_start,
+           renewed_at = now(), claims = p.claims + 1,
+           reclaims = p.reclaims + c.reclaim::integer,
+           started_at = coalesce(p.started_at, now())
+      FROM (SELECT q.part_no, q.state = 'running' AS reclaim, q.holder_pid
+              FROM backfill.partition q
+             WHERE q.run_id = p_run_id
+               AND EXISTS (SELECT 1 FROM backfill.run r
+                             JOIN backfill.ledger l ON l.run_id = r.run_id
+                            WHERE r.run_id = p_run_id AND NOT r.paused
+                              AND l.status = 'running')
+               AND (q.state = 'pending'
+                    OR (q.state = 'running'
+                        AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+                                         WHERE a.pid = q.holder_pid
+                                           AND a.backend_start = q.holder_start)))
+             ORDER BY q.part_no
+             LIMIT 1
+               FOR UPDATE SKIP LOCKED) c
+     WHERE p.run_id = p_run_id AND p.part_no = c.part_no
+    RETURNING p.part_no, coalesce(p.cursor, p.lo), p.hi, p.rows, c.reclaim, c.holder_pid;
+$$;
+REVOKE ALL ON FUNCTION backfill.claim_partition(bigint, integer, timestamptz) FROM PUBLIC;
+
+/*
+ * The plan: interior bounds that split the key space into about n
+ * partitions, from the planner's histogram of the key when there is one,
+ * else from min/max of an integer key.  Run as the declaring role.
+ * Returns the method and the bounds (as text, in key order).
+ */
+CREATE FUNCTION backfill.plan_bounds(rel regclass, key name, keytype regtype, n integer,
+                                     OUT method text, OUT bounds text[])
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    hist text;
+    lo numeric;
+    hi numeric;
+BEGIN
+    method := 'single';
+    bounds := '{}';
+    IF n <= 1 THEN
+        RETURN;
+    END IF;
+    SELECT s.histogram_bounds::text INTO hist
+      FROM pg_stats s JOIN pg_class c ON c.relname = s.tablename
+      JOIN pg_namespace ns ON ns.oid = c.relnamespace AND ns.nspname = s.schemaname
+     WHERE c.oid = rel AND s.attname = key AND NOT s.inherited;
+    IF hist IS NOT NULL THEN
+        EXECUTE format(
+            'SELECT array_agg(b::text ORDER BY b) FROM ('
+            '  SELECT DISTINCT h[1 + (i * (array_length(h, 1) - 1)) / $2] AS b'
+            '    FROM (SELECT $1::%1$s[] AS h) x, generate_series(1, $2 - 1) i) y',
+            keytype) INTO bounds USING hist, n;
+        method := 'histogram';
+        RETURN;
+    END IF;
+    IF keytype IN ('smallint'::regtype, 'integer'::regtype, 'bigint'::regtype) THEN
+        EXECUTE format('SELECT min(%1$I)::numeric, max(%1$I)::numeric FROM %2$s', key, rel)
+           INTO lo, hi;
+        IF lo IS NOT NULL AND hi - lo >= n THEN
+            SELECT array_agg((lo + floor((hi - lo) * i / n))::bigint::text ORDER BY i)
+              INTO bounds FROM generate_series(1, n - 1) i;
+            method := 'minmax';
+        END IF;
+    END IF;
+END
+$$;
+
 /* ---------------------------------------------------------------- API */
 
 CREATE FUNCTION backfill_declare(
@@ -217,7 +303,12 @@ RETURNS TABLE (
     progress      double precision,
     eta           interval,
     partitions    integer,
+    partitions_pending integer,
+    partitions_running integer,
+    partitions_done    integer,
+    partitions_failed  integer,
     live_leases   integer,
+    paused        boolean,
     plan_method   text,
     started_at    timestamptz,
     finished_at   timestamptz,
@@ -239,6 +330,10 @@ AS $$
         SELECT coalesce(sum(p.rows), 0)::bigint AS rows,
                coalesce(sum(p.batches), 0)::bigint AS batches,
                count(*)::integer AS partitions,
+               (count(*) FILTER (WHERE p.state = 'pending'))::integer AS pending,
+               (count(*) FILTER (WHERE p.state = 'running'))::integer AS running,
+               (count(*) FILTER (WHERE p.state = 'done'))::integer AS done,
+               (count(*) FILTER (WHERE p.state = 'failed'))::integer AS failed,
                (count(*) FILTER (WHERE p.holder_pid IS NOT NULL AND p.state = 'running'
                    AND EXISTS (SELECT 1 FROM pg_stat_activity a
                                 WHERE a.pid = p.holder_pid
@@ -248,10 +343,10 @@ AS $$
          WHERE p.run_id = l.run_id
     ),
     s AS (
-        SELECT l.run_id, l.status, r.phase, r.plan_method, r.estimate,
+        SELECT l.run_id, l.status, r.phase, r.plan_method, r.estimate, r.paused,
                coalesce(l.rows, p.rows) AS rows,
                coalesce(l.batches, p.batches) AS batches,
-               p.partitions, p.live,
+               p.partitions, p.pending, p.running, p.done, p.failed, p.live,
                l.started_at, l.finished_at,
                coalesce(l.error_code || ': ' || l.error_message, r.last_error) AS last_error,
                extract(epoch FROM coalesce(l.finished_at, now())
@@ -267,7 +362,8 @@ AS $$
                 WHEN s.estimate > 0 THEN least(1.0, s.rows::float8 / s.estimate) END,
            CASE WHEN s.status = 'running' AND s.secs > 0 AND s.rows > 0 AND s.estimate IS NOT NULL
                 THEN make_interval(secs => greatest(s.estimate - s.rows, 0) / (s.rows / s.secs)) END,
-           s.partitions, s.live, s.plan_method,
+           s.partitions, s.pending, s.running, s.done, s.failed,
+           s.live, s.paused, s.plan_method,
            s.started_at, s.finished_at, s.last_error
       FROM d LEFT JOIN s ON true;
 $$;
@@ -343,6 +439,67 @@ $$;
 
 COMMENT ON FUNCTION backfill_pending() IS
 'one row per declared backfill with its state; ledger names no declaration owns are orphaned';
+
+CREATE FUNCTION backfill_pause(name text) RETURNS boolean
+LANGUAGE C STRICT VOLATILE AS 'MODULE_PATHNAME', 'backfill_pause';
+COMMENT ON FUNCTION backfill_pause(text) IS
+'lanes stop at the next batch boundary; the pass keeps its checkpoints; true if it changed anything';
+
+CREATE FUNCTION backfill_resume(name text) RETURNS boolean
+LANGUAGE C STRICT VOLATILE AS 'MODULE_PATHNAME', 'backfill_resume';
+COMMENT ON FUNCTION backfill_resume(text) IS
+'let a paused pass run again; true if it changed anything';
+
+CREATE FUNCTION backfill_cancel(name text) RETURNS boolean
+LANGUAGE C STRICT VOLATILE AS 'MODULE_PATHNAME', 'backfill_cancel';
+COMMENT ON FUNCTION backfill_cancel(text) IS
+'end the running pass as cancelled (after in-flight batches commit); true if it changed anything';
+
+CREATE FUNCTION backfill_retry(name text) RETURNS boolean
+LANGUAGE C STRICT VOLATILE AS 'MODULE_PATHNAME', 'backfill_retry';
+COMMENT ON FUNCTION backfill_retry(text) IS
+'failed partitions back to pending: in the running pass, or in a new pass that resumes a failed one';
+
+CREATE FUNCTION backfill_drop(name text) RETURNS boolean
+LANGUAGE C STRICT VOLATILE AS 'MODULE_PATHNAME', 'backfill_drop';
+COMMENT ON FUNCTION backfill_drop(text) IS
+'withdraw a declaration that has written no rows; its ledger history stays';
+
+/*
+ * backfill_partitions: each partition of the newest pass of a backfill.
+ */
+CREATE FUNCTION backfill_partitions(name text)
+RETURNS TABLE (
+    run_id        bigint,
+    part_no       integer,
+    lo            text,
+    hi            text,
+    cursor        text,
+    state         text,
+    rows          bigint,
+    batches       bigint,
+    holder_pid    integer,
+    holder_alive  boolean,
+    renewed_at    timestamptz,
+    claims        integer,
+    reclaims      integer,
+    failures      integer,
+    last_error    text)
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT p.run_id, p.part_no, p.lo, p.hi, p.cursor, p.state, p.rows, p.batches,
+           p.holder_pid,
+           p.holder_pid IS NOT NULL AND EXISTS (SELECT 1 FROM pg_stat_activity a
+                                                 WHERE a.pid = p.holder_pid
+                                                   AND a.backend_start = p.holder_start),
+           p.renewed_at, p.claims, p.reclaims, p.failures, p.last_error
+      FROM backfill.partition p
+     WHERE p.run_id = (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.declaration = $1)
+     ORDER BY p.part_no;
+$$;
+COMMENT ON FUNCTION backfill_partitions(text) IS
+'the partitions of the newest pass: bounds, cursor, lease holder, claims, reclaims, failures';
 
 /* Helper run as the declaring role: the planner's estimate of rows to do. */
 CREATE FUNCTION backfill.estimate_rows(rel text, predicate text)

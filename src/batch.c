@@ -90,7 +90,7 @@ checkpoint_partition_done(Pass *pass, Claim *claim)
 	catalog_enter(&scope);
 	if (catalog_exec("UPDATE backfill.partition SET state = 'done', finished_at = now(),"
 					 " renewed_at = now(), failures = 0, last_error = NULL"
-					 " WHERE run_id = $1 AND part_no = $2"
+					 " WHERE run_id = $1 AND part_no = $2 AND state = 'running'"
 					 "   AND holder_pid = $3 AND holder_start = $4",
 					 4, types, values, NULL, SPI_OK_UPDATE) != 1)
 		ereport(ERROR,
@@ -102,10 +102,10 @@ checkpoint_partition_done(Pass *pass, Claim *claim)
 
 /*
  * Write the checkpoint of a batch and read back what may have changed
- * meanwhile: the pass's status and the declaration's checksum, rate and
- * batch size.  Returns the pass's status.
+ * meanwhile: the pass's status, whether it is paused, and the
+ * declaration's checksum, rate and batch size.
  */
-static char *
+static BatchOutcome
 checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 {
 	CatalogScope scope;
@@ -113,6 +113,7 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	Datum		values[6];
 	char	   *status;
 	char	   *checksum;
+	bool		paused;
 	bool		isnull;
 
 	values[0] = Int64GetDatum(pass->run_id);
@@ -127,11 +128,12 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 					 "  UPDATE backfill.partition p SET cursor = $3, rows = p.rows + $4,"
 					 "    batches = p.batches + 1, failures = 0, last_error = NULL,"
 					 "    renewed_at = now()"
-					 "  WHERE p.run_id = $1 AND p.part_no = $2"
+					 "  WHERE p.run_id = $1 AND p.part_no = $2 AND p.state = 'running'"
 					 "    AND p.holder_pid = $5 AND p.holder_start = $6"
 					 "  RETURNING p.run_id)"
-					 " SELECT l.status, d.checksum, d.rate, d.batch_size"
+					 " SELECT l.status, d.checksum, d.rate, d.batch_size, r.paused"
 					 "   FROM c JOIN backfill.ledger l ON l.run_id = c.run_id"
+					 "   JOIN backfill.run r ON r.run_id = c.run_id"
 					 "   LEFT JOIN backfill.declaration d ON d.name = l.declaration",
 					 6, types, values, NULL, SPI_OK_SELECT) != 1)
 		ereport(ERROR,
@@ -150,8 +152,11 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 				 errhint("Run the backfill again to start a pass with the new definition.")));
 	pass->rate = DatumGetFloat8(catalog_getdatum(0, 3, &isnull));
 	pass->batch_size = DatumGetInt32(catalog_getdatum(0, 4, &isnull));
+	paused = DatumGetBool(catalog_getdatum(0, 5, &isnull));
 	catalog_leave(&scope);
-	return status;
+	if (strcmp(status, "running") != 0)
+		return BATCH_STOP;
+	return paused ? BATCH_PAUSED : BATCH_DONE;
 }
 
 BatchOutcome
@@ -164,8 +169,7 @@ batch_run(Pass *pass, Claim *claim)
 	uint64		nkeys;
 	bool		isnull;
 	char	   *cursor_text;
-	char	   *status;
-	bool		running;
+	BatchOutcome outcome;
 	int			rc;
 
 	key_values[0] = Int64GetDatum(pass->batch_size);
@@ -200,8 +204,7 @@ batch_run(Pass *pass, Claim *claim)
 			 SPI_result_code_string(rc));
 	disable_timeout(STATEMENT_TIMEOUT, false);
 
-	status = checkpoint_batch(pass, claim, cursor_text, (int64) nkeys);
-	running = (strcmp(status, "running") == 0);
+	outcome = checkpoint_batch(pass, claim, cursor_text, (int64) nkeys);
 	cursor_text = MemoryContextStrdup(lane_outer_cxt, cursor_text);
 	lane_commit_xact();
 
@@ -218,5 +221,5 @@ batch_run(Pass *pass, Claim *claim)
 		MemoryContextSwitchTo(old);
 	}
 
-	return running ? BATCH_DONE : BATCH_STOP;
+	return outcome;
 }

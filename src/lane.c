@@ -115,10 +115,18 @@ error_is_final(int sqlerrcode)
 }
 
 /*
- * A batch failed and its transaction is rolled back.  Record it, then
- * either fail the pass (returns false) or wait out the backoff (true).
+ * A batch failed and its transaction is rolled back.  Returns what the
+ * lane does next: RETRY the batch after the backoff, NEXT partition (this
+ * one failed for good), or STOP (the pass failed, or the lease is gone).
  */
-static bool
+typedef enum FailureAction
+{
+	FAILURE_RETRY,
+	FAILURE_NEXT,
+	FAILURE_STOP
+} FailureAction;
+
+static FailureAction
 batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
 {
 	CatalogScope scope;
@@ -127,24 +135,27 @@ batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
 	int64		delay_ms;
 	TimestampTz until;
 
-	/* lost lease: another lane owns the partition now; just leave */
+	/* lost lease (cancelled, or taken over): nothing of ours to record */
 	if (edata->sqlerrcode == ERRCODE_BACKFILL_CONFLICT)
 	{
 		ereport(LOG, (errmsg("%s", edata->message)));
-		return false;
+		return FAILURE_STOP;
 	}
 
-	if (error_is_final(edata->sqlerrcode) || failures >= pass->max_attempts)
+	/* no retry fixes it: end the lane at once and fail the pass */
+	if (error_is_final(edata->sqlerrcode))
 	{
-		char	   *message;
+		pass_fail(pass, claim->part_no, edata->sqlerrcode, edata->message);
+		return FAILURE_STOP;
+	}
 
-		if (error_is_final(edata->sqlerrcode))
-			message = pstrdup(edata->message);
-		else
-			message = psprintf("a batch failed %d times in a row: %s", failures,
-							   edata->message);
-		pass_fail(pass, claim->part_no, edata->sqlerrcode, message);
-		return false;
+	if (failures >= pass->max_attempts)
+	{
+		pass_fail_partition(pass, claim,
+							psprintf("a batch failed %d times in a row: SQLSTATE %s: %s",
+									 failures, unpack_sql_state(edata->sqlerrcode),
+									 edata->message));
+		return FAILURE_NEXT;
 	}
 
 	values[0] = Int64GetDatum(pass->run_id);
@@ -173,7 +184,7 @@ batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
 					   edata->message)));
 	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms);
 	sleep_until(until);
-	return true;
+	return FAILURE_RETRY;
 }
 
 /*
@@ -208,6 +219,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		if (failed)
 		{
 			ErrorData  *edata;
+			FailureAction next;
 
 			disable_timeout(STATEMENT_TIMEOUT, false);
 			MemoryContextSwitchTo(lane_cxt);
@@ -216,15 +228,26 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 			AbortCurrentTransaction();
 			MemoryContextSwitchTo(scratch);
 			failures++;
-			if (!batch_failed(pass, claim, edata, failures))
-				return false;
+			next = batch_failed(pass, claim, edata, failures);
 			FreeErrorData(edata);
+			if (next == FAILURE_STOP)
+				return false;
+			if (next == FAILURE_NEXT)
+				return true;
 			continue;
 		}
 
 		failures = 0;
 		if (outcome == BATCH_STOP)
 			return false;
+		if (outcome == BATCH_PAUSED)
+		{
+			pass_release(pass, claim);
+			ereport(LOG,
+					(errmsg("backfill \"%s\" run " INT64_FORMAT " paused: lane leaves partition %d "
+							"at its checkpoint", pass->name, pass->run_id, claim->part_no)));
+			return false;
+		}
 		if (outcome == BATCH_PARTITION_DONE)
 			return true;
 

@@ -28,6 +28,7 @@ typedef struct Pass
 	char	   *predicate;
 	char	   *action;
 	int			batch_size;
+	int			max_parallel;
 	double		rate;			/* batches per second */
 	int			max_attempts;
 	int			backoff_base_ms;
@@ -62,6 +63,7 @@ typedef enum BatchOutcome
 {
 	BATCH_DONE,					/* committed; more may follow */
 	BATCH_PARTITION_DONE,		/* nothing left in the partition */
+	BATCH_PAUSED,				/* committed; the pass is paused: release and stop */
 	BATCH_STOP					/* the pass is no longer running: stop */
 } BatchOutcome;
 
@@ -75,6 +77,8 @@ extern void lane_commit_xact(void);
 extern bool pass_load(Pass *pass, int64 run_id);
 extern void pass_plan(Pass *pass);
 extern bool pass_claim(Pass *pass, Claim *claim);
+extern void pass_release(Pass *pass, Claim *claim);
+extern void pass_fail_partition(Pass *pass, Claim *claim, const char *message);
 extern void pass_finish(Pass *pass);
 extern void pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message);
 extern Datum pass_key_from_text(Pass *pass, const char *text);

@@ -244,7 +244,7 @@ read_running_passes(MemoryContext result_cxt)
 						 "                            WHERE a.pid = q.holder_pid"
 						 "                              AND a.backend_start = q.holder_start) AS alive"
 						 "     FROM backfill.partition q WHERE q.run_id = l.run_id) p ON true"
-						 " WHERE l.status = 'running'"
+						 " WHERE l.status = 'running' AND NOT r.paused"
 						 " GROUP BY l.run_id, l.owner, d.max_parallel, r.phase"
 						 " ORDER BY l.run_id",
 						 true, 0);

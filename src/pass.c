@@ -18,6 +18,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -66,7 +67,7 @@ pass_load(Pass *pass, int64 run_id)
 	if (catalog_exec("SELECT l.status, l.declaration, l.ledger_name, l.checksum, d.checksum,"
 					 "  d.relid, d.key_column, d.key_type, d.predicate, d.action,"
 					 "  d.batch_size, d.rate, d.max_attempts, d.backoff_base_ms,"
-					 "  d.backoff_cap_ms, d.batch_timeout_ms"
+					 "  d.backoff_cap_ms, d.batch_timeout_ms, d.max_parallel"
 					 " FROM backfill.ledger l"
 					 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
 					 " WHERE l.run_id = $1",
@@ -104,6 +105,7 @@ pass_load(Pass *pass, int64 run_id)
 			pass->backoff_base_ms = DatumGetInt32(catalog_getdatum(0, 14, &isnull));
 			pass->backoff_cap_ms = DatumGetInt32(catalog_getdatum(0, 15, &isnull));
 			pass->batch_timeout_ms = DatumGetInt32(catalog_getdatum(0, 16, &isnull));
+			pass->max_parallel = DatumGetInt32(catalog_getdatum(0, 17, &isnull));
 			catalog_exec("UPDATE backfill.run SET lane_starts = lane_starts + 1,"
 						 " updated_at = now() WHERE run_id = $1",
 						 1, types, values, NULL, SPI_OK_UPDATE);
@@ -140,16 +142,18 @@ pass_load(Pass *pass, int64 run_id)
 }
 
 /*
- * The first lane of a pass splits the key space.  This version plans one
- * partition over the whole key range.
+ * The first lane of a pass splits the key space into partitions, about
+ * four per lane so that a lane that finishes early takes another: from the
+ * key's histogram in pg_stats when there is one, else from min/max of an
+ * integer key, else one partition.  Bounds come from backfill.plan_bounds,
+ * run as the declaring role (it reads the table and its statistics).
  */
 void
 pass_plan(Pass *pass)
 {
 	CatalogScope scope;
-	Oid			types[2] = {INT8OID, INT8OID};
-	Datum		values[2] = {Int64GetDatum(pass->run_id), 0};
-	char		nulls[2] = {' ', 'n'};
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(pass->run_id)};
 	char	   *phase;
 
 	lane_begin_xact("pg_backfill lane: planning the pass");
@@ -161,30 +165,62 @@ pass_plan(Pass *pass)
 
 	if (strcmp(phase, "queued") == 0)
 	{
+		Oid			ptypes[4] = {OIDOID, NAMEOID, OIDOID, INT4OID};
+		Datum		pvalues[4];
+		NameData	keyname;
 		Oid			etypes[2] = {TEXTOID, TEXTOID};
-		Datum		evalues[2] = {CStringGetTextDatum(pass->relation),
-		CStringGetTextDatum(pass->predicate)};
+		Datum		evalues[2];
+		Oid			itypes[4] = {INT8OID, TEXTARRAYOID, TEXTOID, INT8OID};
+		Datum		ivalues[4];
+		char		inulls[4] = {' ', ' ', ' ', ' '};
 		bool		isnull;
+		char	   *method;
+		int			nparts = pass->max_parallel > 1 ? pass->max_parallel * 4 : 1;
 
-		/* the planner's estimate of the rows to do, as the declaring role */
+		/* as the declaring role: the bounds, and the planner's estimate */
+		namestrcpy(&keyname, pass->key);
+		pvalues[0] = ObjectIdGetDatum(pass->relid);
+		pvalues[1] = NameGetDatum(&keyname);
+		pvalues[2] = ObjectIdGetDatum(pass->keytype);
+		pvalues[3] = Int32GetDatum(nparts);
+		if (SPI_execute_with_args("SELECT method, bounds FROM backfill.plan_bounds($1, $2, $3, $4)",
+								  4, ptypes, pvalues, NULL, false, 1) != SPI_OK_SELECT ||
+			SPI_processed != 1)
+			elog(ERROR, "could not plan the partitions of backfill \"%s\"", pass->name);
+		method = catalog_gettext(0, 1);
+		ivalues[1] = catalog_getdatum(0, 2, &isnull);
+		ivalues[1] = PointerGetDatum(PG_DETOAST_DATUM_COPY(ivalues[1]));
+
+		evalues[0] = CStringGetTextDatum(pass->relation);
+		evalues[1] = CStringGetTextDatum(pass->predicate);
+		inulls[3] = 'n';
 		if (SPI_execute_with_args("SELECT backfill.estimate_rows($1, $2)", 2, etypes, evalues,
 								  NULL, false, 1) == SPI_OK_SELECT && SPI_processed == 1)
 		{
-			values[1] = catalog_getdatum(0, 1, &isnull);
-			nulls[1] = isnull ? 'n' : ' ';
+			ivalues[3] = catalog_getdatum(0, 1, &isnull);
+			inulls[3] = isnull ? 'n' : ' ';
 		}
 
+		ivalues[0] = Int64GetDatum(pass->run_id);
+		ivalues[2] = CStringGetTextDatum(method);
 		catalog_enter(&scope);
-		catalog_exec("INSERT INTO backfill.partition (run_id, part_no) VALUES ($1, 0)",
-					 1, types, values, NULL, SPI_OK_INSERT);
-		catalog_exec("UPDATE backfill.run SET phase = 'running', plan_method = 'single',"
-					 " estimate = $2, updated_at = now() WHERE run_id = $1",
-					 2, types, values, nulls, SPI_OK_UPDATE);
+		/* partition i covers (bounds[i-1], bounds[i]]; the ends are open */
+		catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi)"
+					 " SELECT $1, i - 1, $2[i - 1], $2[i]"
+					 "   FROM generate_series(1, coalesce(array_length($2, 1), 0) + 1) i",
+					 4, itypes, ivalues, inulls, SPI_OK_INSERT);
+		catalog_exec("UPDATE backfill.run SET phase = 'running', plan_method = $3,"
+					 " estimate = $4, updated_at = now() WHERE run_id = $1",
+					 4, itypes, ivalues, inulls, SPI_OK_UPDATE);
 		catalog_leave(&scope);
 		ereport(LOG,
-				(errmsg("backfill \"%s\" run " INT64_FORMAT " started: about %s rows to do",
+				(errmsg("backfill \"%s\" run " INT64_FORMAT " started: %d partitions by %s, "
+						"about %s rows to do",
 						pass->name, pass->run_id,
-						nulls[1] == 'n' ? "?" : psprintf(INT64_FORMAT, DatumGetInt64(values[1])))));
+						1 + (int) ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(ivalues[1])),
+												 ARR_DIMS(DatumGetArrayTypeP(ivalues[1]))),
+						method,
+						inulls[3] == 'n' ? "?" : psprintf(INT64_FORMAT, DatumGetInt64(ivalues[3])))));
 	}
 	lane_commit_xact();
 }
@@ -207,24 +243,8 @@ pass_claim(Pass *pass, Claim *claim)
 
 	lane_begin_xact("pg_backfill lane: claiming a partition");
 	catalog_enter(&scope);
-	if (catalog_exec("UPDATE backfill.partition p SET state = 'running',"
-					 "  holder_pid = $2, holder_start = $3, renewed_at = now(),"
-					 "  claims = p.claims + 1,"
-					 "  reclaims = p.reclaims + c.reclaim::integer,"
-					 "  started_at = coalesce(p.started_at, now())"
-					 " FROM (SELECT q.part_no, q.state = 'running' AS reclaim, q.holder_pid"
-					 "         FROM backfill.partition q"
-					 "        WHERE q.run_id = $1"
-					 "          AND (q.state = 'pending'"
-					 "               OR (q.state = 'running'"
-					 "                   AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a"
-					 "                                    WHERE a.pid = q.holder_pid"
-					 "                                      AND a.backend_start = q.holder_start)))"
-					 "        ORDER BY q.part_no LIMIT 1 FOR UPDATE SKIP LOCKED) c"
-					 " WHERE p.run_id = $1 AND p.part_no = c.part_no"
-					 " RETURNING p.part_no, coalesce(p.cursor, p.lo), p.hi, p.rows, c.reclaim,"
-					 "           c.holder_pid",
-					 3, types, values, NULL, SPI_OK_UPDATE_RETURNING) > 0)
+	if (catalog_exec("SELECT * FROM backfill.claim_partition($1, $2, $3)",
+					 3, types, values, NULL, SPI_OK_SELECT) > 0)
 	{
 		bool		isnull;
 		char	   *cursor = catalog_gettext(0, 2);
@@ -255,6 +275,58 @@ pass_claim(Pass *pass, Claim *claim)
 	catalog_leave(&scope);
 	lane_commit_xact();
 	return found;
+}
+
+/* Give the lease back (the pass was paused): the partition is pending again. */
+void
+pass_release(Pass *pass, Claim *claim)
+{
+	CatalogScope scope;
+	Oid			types[3] = {INT8OID, INT4OID, INT4OID};
+	Datum		values[3];
+
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = Int32GetDatum(claim->part_no);
+	values[2] = Int32GetDatum(LANE_PID());
+	lane_begin_xact("pg_backfill lane: releasing a partition");
+	catalog_enter(&scope);
+	catalog_exec("UPDATE backfill.partition SET state = 'pending', holder_pid = NULL,"
+				 " holder_start = NULL, renewed_at = now()"
+				 " WHERE run_id = $1 AND part_no = $2 AND holder_pid = $3 AND state = 'running'",
+				 3, types, values, NULL, SPI_OK_UPDATE);
+	catalog_leave(&scope);
+	lane_commit_xact();
+}
+
+/*
+ * A partition whose batch failed max_attempts times in a row fails; the
+ * pass goes on with its other partitions and ends failed when nothing is
+ * left (pass_finish).  backfill_retry puts it back to pending.
+ */
+void
+pass_fail_partition(Pass *pass, Claim *claim, const char *message)
+{
+	CatalogScope scope;
+	Oid			types[3] = {INT8OID, INT4OID, TEXTOID};
+	Datum		values[3];
+
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = Int32GetDatum(claim->part_no);
+	values[2] = CStringGetTextDatum(message);
+	lane_begin_xact("pg_backfill lane: failing a partition");
+	catalog_enter(&scope);
+	catalog_exec("UPDATE backfill.partition SET state = 'failed', last_error = $3,"
+				 " failures = failures + 1, finished_at = now()"
+				 " WHERE run_id = $1 AND part_no = $2",
+				 3, types, values, NULL, SPI_OK_UPDATE);
+	catalog_exec("UPDATE backfill.run SET last_error = $3, updated_at = now() WHERE run_id = $1",
+				 3, types, values, NULL, SPI_OK_UPDATE);
+	catalog_leave(&scope);
+	lane_commit_xact();
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT ": partition %d failed: %s",
+					pass->name, pass->run_id, claim->part_no, message),
+			 errhint("backfill_retry('%s') puts it back to pending.", pass->name)));
 }
 
 /*
@@ -314,6 +386,7 @@ pass_finish(Pass *pass)
 	char		nulls[3] = {' ', ' ', ' '};
 	bool		isnull;
 	int64		open_parts;
+	int64		failed_parts;
 	int64		remaining;
 	char	   *status;
 	StringInfoData sql;
@@ -322,10 +395,23 @@ pass_finish(Pass *pass)
 
 	lane_begin_xact("pg_backfill lane: checking the partitions");
 	catalog_enter(&scope);
-	catalog_exec("SELECT count(*) FILTER (WHERE state <> 'done') FROM backfill.partition"
-				 " WHERE run_id = $1",
+	catalog_exec("SELECT count(*) FILTER (WHERE state NOT IN ('done', 'failed')),"
+				 "  count(*) FILTER (WHERE state = 'failed'),"
+				 "  (array_agg(last_error ORDER BY part_no) FILTER (WHERE state = 'failed'))[1]"
+				 " FROM backfill.partition WHERE run_id = $1",
 				 1, types, values, NULL, SPI_OK_SELECT);
 	open_parts = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
+	failed_parts = DatumGetInt64(catalog_getdatum(0, 2, &isnull));
+	if (open_parts == 0 && failed_parts > 0)
+	{
+		char	   *message = psprintf("%lld partitions failed; the first: %s",
+									   (long long) failed_parts, catalog_gettext(0, 3));
+
+		catalog_leave(&scope);
+		lane_commit_xact();
+		pass_fail(pass, -1, ERRCODE_BACKFILL_BATCH_FAILED, message);
+		return;
+	}
 	if (open_parts == 0)
 		catalog_exec("UPDATE backfill.run SET phase = 'counting', updated_at = now()"
 					 " WHERE run_id = $1 AND phase = 'running'",

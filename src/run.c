@@ -31,62 +31,72 @@
 #include "declare.h"
 #include "errors.h"
 #include "launcher.h"
+#include "run.h"
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(backfill_run);
 PG_FUNCTION_INFO_V1(backfill_wait);
 
-static bool wake_at_commit = false;
-static bool xact_callback_registered = false;
-
-static void
-backfill_xact_callback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-			if (wake_at_commit)
-				backfill_wake_launcher(MyDatabaseId);
-			wake_at_commit = false;
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			wake_at_commit = false;
-			break;
-		default:
-			break;
-	}
-}
-
-static void
-wake_launcher_at_commit(void)
-{
-	if (!xact_callback_registered)
-	{
-		RegisterXactCallback(backfill_xact_callback, NULL);
-		xact_callback_registered = true;
-	}
-	wake_at_commit = true;
-}
-
-/* Is the current environment one the declaration lists (NULL: all)? */
-static bool
-environment_allows(Datum environments, bool isnull)
+/*
+ * Refuse, before anything is written, a pass the declaration's
+ * environments do not allow here.  envlist is NULL when it allows all.
+ */
+void
+check_environment(const char *name, Datum environments, const char *envlist)
 {
 	ArrayType  *arr;
 	Datum	   *elems;
 	bool	   *nulls;
 	int			n;
 
-	if (isnull)
-		return true;
+	if (envlist == NULL)
+		return;
 	arr = DatumGetArrayTypeP(environments);
 	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
 	for (int i = 0; i < n; i++)
 		if (!nulls[i] && strcmp(TextDatumGetCString(elems[i]), backfill_environment) == 0)
-			return true;
-	return false;
+			return;
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_ENVIRONMENT),
+			 errmsg("backfill \"%s\" may not run in environment \"%s\"", name,
+					backfill_environment),
+			 errdetail("It is declared for: %s.", envlist),
+			 errhint("Run it where backfill.environment is one of those, or declare it "
+					 "with this environment in its list.")));
+}
+
+/*
+ * Write the ledger row (status running) and the run row of a new pass, in
+ * the caller's transaction and SPI connection.  Returns the run id.
+ */
+int64
+enqueue_pass(const char *name, const char *checksum, bool force, int64 previous_id,
+			 Oid owner)
+{
+	CatalogScope scope;
+	Oid			types[5] = {TEXTOID, TEXTOID, BOOLOID, INT8OID, OIDOID};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	bool		isnull;
+	int64		run_id;
+
+	values[0] = CStringGetTextDatum(name);
+	values[1] = CStringGetTextDatum(checksum);
+	values[2] = BoolGetDatum(force);
+	values[3] = Int64GetDatum(previous_id);
+	nulls[3] = previous_id == 0 ? 'n' : ' ';
+	values[4] = ObjectIdGetDatum(owner);
+	catalog_enter(&scope);
+	catalog_exec("WITH l AS ("
+				 "  INSERT INTO backfill.ledger"
+				 "   (ledger_name, declaration, checksum, forced, previous_run_id, owner)"
+				 "  VALUES ($1, $1, $2, $3, $4, $5) RETURNING run_id)"
+				 " INSERT INTO backfill.run (run_id) SELECT run_id FROM l RETURNING run_id",
+				 5, types, values, nulls, SPI_OK_INSERT_RETURNING);
+	run_id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
+	catalog_leave(&scope);
+	backfill_wake_launcher_at_commit();
+	return run_id;
 }
 
 Datum
@@ -159,14 +169,7 @@ backfill_run(PG_FUNCTION_ARGS)
 
 	check_backfill_member(name, owner);
 
-	if (!environment_allows(environments, envlist == NULL))
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_ENVIRONMENT),
-				 errmsg("backfill \"%s\" may not run in environment \"%s\"", name,
-						backfill_environment),
-				 errdetail("It is declared for: %s.", envlist),
-				 errhint("Run it where backfill.environment is one of those, or declare it "
-						 "with this environment in its list.")));
+	check_environment(name, environments, envlist);
 
 	if (running_id != 0)
 	{
@@ -190,30 +193,8 @@ backfill_run(PG_FUNCTION_ARGS)
 
 	check_role_can_login(name, owner);
 
-	catalog_enter(&scope);
-	{
-		Oid			types[5] = {TEXTOID, TEXTOID, BOOLOID, INT8OID, OIDOID};
-		Datum		values[5];
-		char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
-
-		values[0] = CStringGetTextDatum(name);
-		values[1] = CStringGetTextDatum(checksum);
-		values[2] = BoolGetDatum(force);
-		values[3] = Int64GetDatum(previous_id);
-		nulls[3] = previous_id == 0 ? 'n' : ' ';
-		values[4] = ObjectIdGetDatum(owner);
-		catalog_exec("WITH l AS ("
-					 "  INSERT INTO backfill.ledger"
-					 "   (ledger_name, declaration, checksum, forced, previous_run_id, owner)"
-					 "  VALUES ($1, $1, $2, $3, $4, $5) RETURNING run_id)"
-					 " INSERT INTO backfill.run (run_id) SELECT run_id FROM l RETURNING run_id",
-					 5, types, values, nulls, SPI_OK_INSERT_RETURNING);
-		run_id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
-	}
-	catalog_leave(&scope);
-
+	run_id = enqueue_pass(name, checksum, force, previous_id, owner);
 	SPI_finish();
-	wake_launcher_at_commit();
 	PG_RETURN_INT64(run_id);
 }
 

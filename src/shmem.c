@@ -12,6 +12,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -140,3 +141,42 @@ backfill_wake_launcher(Oid dboid)
 	if (latch != NULL)
 		SetLatch(latch);
 }
+
+/*
+ * Wake this database's launcher when the current transaction commits; a
+ * transaction that rolls back wakes nobody.
+ */
+static bool wake_at_commit = false;
+static bool xact_callback_registered = false;
+
+static void
+backfill_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			if (wake_at_commit)
+				backfill_wake_launcher(MyDatabaseId);
+			wake_at_commit = false;
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			wake_at_commit = false;
+			break;
+		default:
+			break;
+	}
+}
+
+void
+backfill_wake_launcher_at_commit(void)
+{
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(backfill_xact_callback, NULL);
+		xact_callback_registered = true;
+	}
+	wake_at_commit = true;
+}
+

@@ -19,5 +19,6 @@ extern int	backfill_shmem_total_lanes(void);
 
 /* wake the launcher of a database (at commit of backfill_run) */
 extern void backfill_wake_launcher(Oid dboid);
+extern void backfill_wake_launcher_at_commit(void);
 
 #endif							/* BACKFILL_SHMEM_H */

@@ -1,0 +1,314 @@
+/*-------------------------------------------------------------------------
+ *
+ * control.c
+ *	  Steering a backfill: backfill_pause, backfill_resume, backfill_cancel,
+ *	  backfill_retry and backfill_drop.
+ *
+ * Each is safe to call twice and answers whether it changed anything.
+ * Each locks the declaration's row first, so two controls of one backfill
+ * (or a control and a backfill_run) happen one after the other, and checks
+ * that the caller may act for the role that owns the backfill.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+
+#include "catalog.h"
+#include "declare.h"
+#include "errors.h"
+#include "run.h"
+#include "shmem.h"
+
+PG_FUNCTION_INFO_V1(backfill_pause);
+PG_FUNCTION_INFO_V1(backfill_resume);
+PG_FUNCTION_INFO_V1(backfill_cancel);
+PG_FUNCTION_INFO_V1(backfill_retry);
+PG_FUNCTION_INFO_V1(backfill_drop);
+
+/* the backfill a control acts on */
+typedef struct Target
+{
+	char	   *name;
+	Oid			owner;
+	char	   *checksum;
+	Datum		environments;
+	char	   *envlist;		/* NULL: every environment */
+	int64		running_id;		/* 0: no pass running */
+	int64		last_id;		/* 0: never run */
+	char	   *last_status;
+	char	   *last_checksum;
+} Target;
+
+/*
+ * Lock and read the declaration.  Returns false when it is not declared
+ * (and missing_ok), else raises UNKNOWN.  Must be called inside SPI.
+ */
+static bool
+target_load(const char *name, Target *t, bool missing_ok)
+{
+	CatalogScope scope;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+	bool		found;
+
+	check_backfill_name(name);
+	memset(t, 0, sizeof(Target));
+	t->name = pstrdup(name);
+	values[0] = CStringGetTextDatum(name);
+
+	catalog_enter(&scope);
+	found = catalog_exec("SELECT d.owner, d.checksum, d.environments,"
+						 "  array_to_string(d.environments, ', '),"
+						 "  (SELECT max(l.run_id) FROM backfill.ledger l"
+						 "    WHERE l.ledger_name = d.name AND l.status = 'running'),"
+						 "  last.run_id, last.status, last.checksum"
+						 " FROM backfill.declaration d"
+						 " LEFT JOIN LATERAL (SELECT l.run_id, l.status, l.checksum"
+						 "    FROM backfill.ledger l WHERE l.ledger_name = d.name"
+						 "   ORDER BY l.run_id DESC LIMIT 1) last ON true"
+						 " WHERE d.name = $1 FOR UPDATE OF d",
+						 1, types, values, NULL, SPI_OK_SELECT) > 0;
+	if (found)
+	{
+		t->owner = DatumGetObjectId(catalog_getdatum(0, 1, &isnull));
+		t->checksum = catalog_gettext(0, 2);
+		t->environments = catalog_getdatum(0, 3, &isnull);
+		if (!isnull)
+			t->environments = PointerGetDatum(PG_DETOAST_DATUM_COPY(t->environments));
+		t->envlist = catalog_gettext(0, 4);
+		t->running_id = DatumGetInt64(catalog_getdatum(0, 5, &isnull));
+		if (isnull)
+			t->running_id = 0;
+		t->last_id = DatumGetInt64(catalog_getdatum(0, 6, &isnull));
+		if (isnull)
+			t->last_id = 0;
+		t->last_status = catalog_gettext(0, 7);
+		t->last_checksum = catalog_gettext(0, 8);
+	}
+	catalog_leave(&scope);
+
+	if (!found && !missing_ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_UNKNOWN),
+				 errmsg("backfill \"%s\" is not declared", name),
+				 errhint("backfill_pending() lists the declared backfills.")));
+	if (found)
+		check_backfill_member(name, t->owner);
+	return found;
+}
+
+/* Run one catalog statement on the target's running pass; rows changed. */
+static int
+on_running_pass(Target *t, const char *sql)
+{
+	CatalogScope scope;
+	Oid			types[2] = {INT8OID, TEXTOID};
+	Datum		values[2];
+	int			n;
+
+	values[0] = Int64GetDatum(t->running_id);
+	values[1] = CStringGetTextDatum(GetUserNameFromId(GetUserId(), false));
+	catalog_enter(&scope);
+	n = catalog_exec(sql, 2, types, values, NULL, SPI_OK_UPDATE);
+	catalog_leave(&scope);
+	return n;
+}
+
+static void
+connect_spi(void)
+{
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+Datum
+backfill_pause(PG_FUNCTION_ARGS)
+{
+	Target		t;
+	bool		changed = false;
+
+	connect_spi();
+	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false);
+	if (t.running_id != 0)
+		changed = on_running_pass(&t, "UPDATE backfill.run SET paused = true, updated_at = now()"
+								  " WHERE run_id = $1 AND NOT paused ") > 0;
+	else
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\" has no running pass to pause", t.name)));
+	SPI_finish();
+	PG_RETURN_BOOL(changed);
+}
+
+Datum
+backfill_resume(PG_FUNCTION_ARGS)
+{
+	Target		t;
+	bool		changed = false;
+
+	connect_spi();
+	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false);
+	if (t.running_id != 0)
+		changed = on_running_pass(&t, "UPDATE backfill.run SET paused = false, updated_at = now()"
+								  " WHERE run_id = $1 AND paused ") > 0;
+	if (changed)
+		backfill_wake_launcher_at_commit();
+	SPI_finish();
+	PG_RETURN_BOOL(changed);
+}
+
+/*
+ * Cancelling first marks the pass's open partitions cancelled.  That waits
+ * for batches that are committing their checkpoint, and makes any later
+ * checkpoint of the pass find no lease, so its batch rolls back: the
+ * ledger's counts are exactly what committed.
+ */
+Datum
+backfill_cancel(PG_FUNCTION_ARGS)
+{
+	Target		t;
+	bool		changed = false;
+
+	connect_spi();
+	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false);
+	if (t.running_id != 0)
+	{
+		on_running_pass(&t, "UPDATE backfill.partition SET state = 'cancelled',"
+						" finished_at = now()"
+						" WHERE run_id = $1 AND state IN ('pending', 'running')"
+						"   ");
+		changed = on_running_pass(&t, "UPDATE backfill.ledger l SET status = 'cancelled',"
+								  "  finished_at = now(), error_code = 'BF010',"
+								  "  error_message = 'cancelled by ' || $2,"
+								  "  rows = (SELECT coalesce(sum(p.rows), 0) FROM backfill.partition p"
+								  "           WHERE p.run_id = l.run_id),"
+								  "  batches = (SELECT coalesce(sum(p.batches), 0)"
+								  "               FROM backfill.partition p WHERE p.run_id = l.run_id)"
+								  " WHERE l.run_id = $1 AND l.status = 'running'") > 0;
+		on_running_pass(&t, "UPDATE backfill.run SET phase = 'done', paused = false,"
+						" last_error = 'cancelled by ' || $2, updated_at = now()"
+						" WHERE run_id = $1");
+	}
+	else
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\" has no running pass to cancel", t.name)));
+	SPI_finish();
+	PG_RETURN_BOOL(changed);
+}
+
+/*
+ * Retry: failed partitions of the running pass go back to pending.  When
+ * the newest pass has ended failed, a new pass (a new ledger row: history
+ * is never rewritten) resumes it from its checkpoints.
+ */
+Datum
+backfill_retry(PG_FUNCTION_ARGS)
+{
+	Target		t;
+	bool		changed = false;
+
+	connect_spi();
+	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false);
+	if (t.running_id != 0)
+	{
+		changed = on_running_pass(&t, "UPDATE backfill.partition SET state = 'pending',"
+								  " failures = 0, holder_pid = NULL, holder_start = NULL,"
+								  " finished_at = NULL"
+								  " WHERE run_id = $1 AND state = 'failed' ") > 0;
+	}
+	else if (t.last_id != 0 && strcmp(t.last_status, "failed") == 0)
+	{
+		CatalogScope scope;
+		Oid			types[2] = {INT8OID, INT8OID};
+		Datum		values[2];
+		int64		run_id;
+
+		if (strcmp(t.last_checksum, t.checksum) != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_CHANGED),
+					 errmsg("backfill \"%s\" changed since run " INT64_FORMAT " failed",
+							t.name, t.last_id),
+					 errdetail("Its checkpoints belong to the old definition."),
+					 errhint("Start a new pass with backfill_run('%s', force => true).", t.name)));
+		check_environment(t.name, t.environments, t.envlist);
+		check_role_can_login(t.name, t.owner);
+
+		run_id = enqueue_pass(t.name, t.checksum, false, t.last_id, t.owner);
+		values[0] = Int64GetDatum(run_id);
+		values[1] = Int64GetDatum(t.last_id);
+		catalog_enter(&scope);
+		catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, state)"
+					 " SELECT $1, part_no, lo, hi, cursor,"
+					 "        CASE WHEN state = 'done' THEN 'done' ELSE 'pending' END"
+					 "   FROM backfill.partition WHERE run_id = $2",
+					 2, types, values, NULL, SPI_OK_INSERT);
+		catalog_exec("UPDATE backfill.run r SET phase = 'running', plan_method = o.plan_method,"
+					 " estimate = o.estimate FROM backfill.run o"
+					 " WHERE r.run_id = $1 AND o.run_id = $2",
+					 2, types, values, NULL, SPI_OK_UPDATE);
+		catalog_leave(&scope);
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\" resumes failed run " INT64_FORMAT " as run " INT64_FORMAT,
+						t.name, t.last_id, run_id)));
+		changed = true;
+	}
+	if (changed)
+		backfill_wake_launcher_at_commit();
+	SPI_finish();
+	PG_RETURN_BOOL(changed);
+}
+
+/*
+ * Withdraw a declaration.  Refused while a pass runs (CONFLICT), and once
+ * any pass has written rows (IRREVERSIBLE): the declaration then explains
+ * what happened to the table.  Its ledger rows stay, orphaned.
+ */
+Datum
+backfill_drop(PG_FUNCTION_ARGS)
+{
+	Target		t;
+	CatalogScope scope;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	bool		isnull;
+	int64		rows;
+
+	connect_spi();
+	if (!target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, true))
+	{
+		ereport(NOTICE, (errmsg("backfill \"%s\" is not declared; nothing to drop", t.name)));
+		SPI_finish();
+		PG_RETURN_BOOL(false);
+	}
+	if (t.running_id != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_CONFLICT),
+				 errmsg("backfill \"%s\" cannot be dropped while run " INT64_FORMAT " is running",
+						t.name, t.running_id),
+				 errdetail("Its lanes are still at work."),
+				 errhint("Call backfill_cancel('%s') first, or wait for the pass to end.", t.name)));
+
+	values[0] = CStringGetTextDatum(t.name);
+	catalog_enter(&scope);
+	catalog_exec("SELECT coalesce(sum(p.rows), 0)::bigint FROM backfill.partition p"
+				 " JOIN backfill.ledger l ON l.run_id = p.run_id WHERE l.declaration = $1",
+				 1, types, values, NULL, SPI_OK_SELECT);
+	rows = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
+	if (rows > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_IRREVERSIBLE),
+				 errmsg("backfill \"%s\" cannot be dropped: it has written " INT64_FORMAT " rows",
+						t.name, rows),
+				 errdetail("It declares no way back; the declaration documents what was done."),
+				 errhint("Declare a reverting backfill instead.")));
+	catalog_exec("DELETE FROM backfill.declaration WHERE name = $1",
+				 1, types, values, NULL, SPI_OK_DELETE);
+	catalog_leave(&scope);
+	SPI_finish();
+	PG_RETURN_BOOL(true);
+}
