@@ -21,6 +21,11 @@ PGFILEDESC = "pg_backfill - paced, checkpointed data backfills"
 REGRESS = declare run
 REGRESS_OPTS = --use-existing --dbname=backfill_regress
 
+# isolation specs run in their own database, which no launcher serves, so
+# the sessions race for leases exactly as lanes would, and nothing else does
+ISOLATION = lease_claim
+ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso
+
 PG_CPPFLAGS = -Isrc
 PG_CFLAGS = -Wall -Wmissing-prototypes -Werror
 
