@@ -8,13 +8,15 @@
 #   regress    make installcheck (sql/, expected/) in database backfill_regress
 #   pgtap      pg_prove test/pgtap/*.sql in database backfill_test
 #   tap        prove test/t/*.pl (PostgreSQL::Test::Cluster; own clusters, as postgres)
-#   isolation  pg_isolation_regress test/specs/*.spec in database backfill_test
-#              (expected output in test/expected/)
+#   isolation  pg_isolation_regress test/specs/*.spec (expected output in
+#              test/expected/) in database isolation_regression, which
+#              pg_isolation_regress creates and no launcher serves
 # The last line is "N passed, M failed" (individual tests); the exit status
 # is non-zero when anything failed.
 #
 # Env: TEST_PGBASE (default /tmp/pg_backfill_test), TEST_PGPORT (55482),
-#      SKIP_SETUP=1 to skip scripts/setup.sh.
+#      SKIP_SETUP=1 to skip scripts/setup.sh,
+#      TEST_LAYERS to run only some layers (default "regress pgtap tap isolation").
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -35,6 +37,9 @@ export PGBASE=${TEST_PGBASE:-/tmp/pg_backfill_test}
 export PGPORT=${TEST_PGPORT:-55482}
 WORK=$(mktemp -d /tmp/pg_backfill_testrun.XXXXXX)
 chmod 0755 "$WORK"
+
+LAYERS=" ${TEST_LAYERS:-regress pgtap tap isolation} "
+want() { [[ "$LAYERS" == *" $1 "* ]]; }
 
 passed=0
 failed=0
@@ -81,10 +86,14 @@ shopt -s nullglob
 
 # (a) pg_regress
 regress_sql=(sql/*.sql)
-if [ ${#regress_sql[@]} -gt 0 ]; then
+if ! want regress; then
+    echo "== regress: not in TEST_LAYERS, skipped"
+elif [ ${#regress_sql[@]} -gt 0 ]; then
     echo "== regress: make installcheck"
     rm -f regression.diffs regression.out
-    make PG_CONFIG="$PG_CONFIG" installcheck 2>&1 | tee "$WORK/regress.out"
+    # CONTRIB_TESTDB: pgxs appends --dbname=$(CONTRIB_TESTDB) after REGRESS_OPTS,
+    # and pg_regress keeps the last --dbname; pin it to the served database
+    make PG_CONFIG="$PG_CONFIG" CONTRIB_TESTDB=backfill_regress installcheck 2>&1 | tee "$WORK/regress.out"
     rc=${PIPESTATUS[0]}
     count_regress "$WORK/regress.out" "$rc"
     if [ "$rc" -ne 0 ]; then
@@ -100,7 +109,9 @@ fi
 
 # (b) pgTAP
 pgtap=(test/pgtap/*.sql)
-if [ ${#pgtap[@]} -gt 0 ]; then
+if ! want pgtap; then
+    echo "== pgtap: not in TEST_LAYERS, skipped"
+elif [ ${#pgtap[@]} -gt 0 ]; then
     echo "== pgtap: pg_prove -d backfill_test ${pgtap[*]}"
     PATH="$PGBIN:$PATH" pg_prove -d backfill_test "${pgtap[@]}" 2>&1 | tee "$WORK/pgtap.out"
     rc=${PIPESTATUS[0]}
@@ -113,7 +124,9 @@ fi
 # (c) TAP tests with PostgreSQL::Test::Cluster: initdb refuses root, so run
 # prove as postgres, with tmp_check/ in a directory postgres owns
 tap=(test/t/*.pl)
-if [ ${#tap[@]} -gt 0 ]; then
+if ! want tap; then
+    echo "== tap: not in TEST_LAYERS, skipped"
+elif [ ${#tap[@]} -gt 0 ]; then
     echo "== tap: prove -v ${tap[*]}"
     mkdir -p "$WORK/tap"
     chown -R postgres: "$WORK/tap"
@@ -138,12 +151,14 @@ fi
 
 # (d) isolation specs
 specs=(test/specs/*.spec)
-if [ ${#specs[@]} -gt 0 ]; then
+if ! want isolation; then
+    echo "== isolation: not in TEST_LAYERS, skipped"
+elif [ ${#specs[@]} -gt 0 ]; then
     names=()
     for s in "${specs[@]}"; do names+=("$(basename "$s" .spec)"); done
     echo "== isolation: ${names[*]}"
     "$PG_ISOLATION_REGRESS" --inputdir=test --outputdir="$WORK/iso" --bindir="$PGBIN" \
-        --use-existing --dbname=backfill_test "${names[@]}" 2>&1 | tee "$WORK/iso.out"
+        --dbname=isolation_regression "${names[@]}" 2>&1 | tee "$WORK/iso.out"
     rc=${PIPESTATUS[0]}
     count_regress "$WORK/iso.out" "$rc"
     if [ "$rc" -ne 0 ]; then
