@@ -10,7 +10,8 @@ OBJS = \
 	src/lane.o \
 	src/pass.o \
 	src/batch.o \
-	src/control.o
+	src/control.o \
+	src/pacing.o
 
 EXTENSION = pg_backfill
 DATA = pg_backfill--0.1.sql
@@ -19,7 +20,7 @@ PGFILEDESC = "pg_backfill - paced, checkpointed data backfills"
 # pg_regress runs in an existing database that backfill.database_names serves
 # (a launcher stays connected to it, so pg_regress must not drop it).
 REGRESS = declare run
-REGRESS_OPTS = --use-existing --dbname=backfill_regress
+REGRESS_OPTS = --use-existing
 
 # isolation specs run in their own database, which no launcher serves, so
 # the sessions race for leases exactly as lanes would, and nothing else does
@@ -32,3 +33,6 @@ PG_CFLAGS = -Wall -Wmissing-prototypes -Werror
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# after the include: pgxs sets its own default, and expands this late
+CONTRIB_TESTDB = backfill_regress

@@ -31,6 +31,10 @@ CREATE TABLE backfill.declaration (
     backoff_base_ms  integer NOT NULL CHECK (backoff_base_ms > 0),
     backoff_cap_ms   integer NOT NULL CHECK (backoff_cap_ms >= backoff_base_ms),
     batch_timeout_ms integer NOT NULL CHECK (batch_timeout_ms > 0),
+    lock_timeout_ms  integer NOT NULL DEFAULT 2000 CHECK (lock_timeout_ms > 0),
+    target_batch_ms  integer CHECK (target_batch_ms > 0),  -- NULL: fixed batch size
+    min_batch_size   integer NOT NULL DEFAULT 1 CHECK (min_batch_size > 0),
+    max_batch_size   integer NOT NULL DEFAULT 1000000 CHECK (max_batch_size >= min_batch_size),
     environments     text[],                 -- NULL: every environment
     owner            oid NOT NULL,           -- the declaring role; lanes run as it
     checksum         text NOT NULL,          -- sha256 of the normalized definition
@@ -93,6 +97,9 @@ CREATE TABLE backfill.partition (
     reclaims         integer NOT NULL DEFAULT 0,
     failures         integer NOT NULL DEFAULT 0,  -- failed attempts in a row
     last_error       text,
+    batch_size       integer,                -- the holder's current (adaptive) batch size
+    last_batch_ms    double precision,       -- how long the last batch took
+    throttle         text,                   -- why the holder is holding back, if it is
     started_at       timestamptz,
     finished_at      timestamptz,
     PRIMARY KEY (run_id, part_no)
@@ -167,26 +174,31 @@ RETURNS TABLE (part_no integer, cursor text, hi text, rows bigint,
 LANGUAGE sql VOLATILE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
+    -- MATERIALIZED: the locking subquery must run once.  Inlined, the
+    -- planner may rescan it per partition row, and every rescan skips the
+    -- rows this statement has already locked and takes the next one.
+    WITH c AS MATERIALIZED (
+        SELECT q.part_no, q.state = 'running' AS reclaim, q.holder_pid
+          FROM backfill.partition q
+         WHERE q.run_id = p_run_id
+           AND EXISTS (SELECT 1 FROM backfill.run r
+                         JOIN backfill.ledger l ON l.run_id = r.run_id
+                        WHERE r.run_id = p_run_id AND NOT r.paused
+                          AND l.status = 'running')
+           AND (q.state = 'pending'
+                OR (q.state = 'running'
+                    AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+                                     WHERE a.pid = q.holder_pid
+                                       AND a.backend_start = q.holder_start)))
+         ORDER BY q.part_no
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED)
     UPDATE backfill.partition p
        SET state = 'running', holder_pid = p_pid, holder_start = p_start,
            renewed_at = now(), claims = p.claims + 1,
            reclaims = p.reclaims + c.reclaim::integer,
            started_at = coalesce(p.started_at, now())
-      FROM (SELECT q.part_no, q.state = 'running' AS reclaim, q.holder_pid
-              FROM backfill.partition q
-             WHERE q.run_id = p_run_id
-               AND EXISTS (SELECT 1 FROM backfill.run r
-                             JOIN backfill.ledger l ON l.run_id = r.run_id
-                            WHERE r.run_id = p_run_id AND NOT r.paused
-                              AND l.status = 'running')
-               AND (q.state = 'pending'
-                    OR (q.state = 'running'
-                        AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a
-                                         WHERE a.pid = q.holder_pid
-                                           AND a.backend_start = q.holder_start)))
-             ORDER BY q.part_no
-             LIMIT 1
-               FOR UPDATE SKIP LOCKED) c
+      FROM c
      WHERE p.run_id = p_run_id AND p.part_no = c.part_no
     RETURNING p.part_no, coalesce(p.cursor, p.lo), p.hi, p.rows, c.reclaim, c.holder_pid;
 $$;
@@ -253,13 +265,18 @@ CREATE FUNCTION backfill_declare(
     batch_timeout    interval DEFAULT '1 minute',
     environments     text[] DEFAULT NULL,
     backoff_base     interval DEFAULT '1 second',
-    backoff_cap      interval DEFAULT '1 minute')
+    backoff_cap      interval DEFAULT '1 minute',
+    lock_timeout     interval DEFAULT '2 seconds',
+    target_batch_time interval DEFAULT NULL,
+    min_batch_size   integer DEFAULT NULL,
+    max_batch_size   integer DEFAULT NULL)
 RETURNS text
 LANGUAGE C CALLED ON NULL INPUT VOLATILE
 AS 'MODULE_PATHNAME', 'backfill_declare';
 
 COMMENT ON FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
-                                     integer, integer, interval, text[], interval, interval) IS
+                                     integer, integer, interval, text[], interval, interval,
+                                     interval, interval, integer, integer) IS
 'declare (or update) a backfill; returns the checksum of its definition';
 
 CREATE FUNCTION backfill_run(name text, force boolean DEFAULT false)
@@ -309,6 +326,8 @@ RETURNS TABLE (
     partitions_failed  integer,
     live_leases   integer,
     paused        boolean,
+    batch_size    integer,
+    throttle      text,
     plan_method   text,
     started_at    timestamptz,
     finished_at   timestamptz,
@@ -338,7 +357,9 @@ AS $$
                    AND EXISTS (SELECT 1 FROM pg_stat_activity a
                                 WHERE a.pid = p.holder_pid
                                   AND a.backend_start = p.holder_start)))::integer AS live,
-               min(p.started_at) AS first_start
+               min(p.started_at) AS first_start,
+               (avg(p.batch_size) FILTER (WHERE p.state = 'running'))::integer AS batch_size,
+               string_agg(DISTINCT p.throttle, '; ') FILTER (WHERE p.state = 'running') AS throttle
           FROM backfill.partition p, l
          WHERE p.run_id = l.run_id
     ),
@@ -347,6 +368,7 @@ AS $$
                coalesce(l.rows, p.rows) AS rows,
                coalesce(l.batches, p.batches) AS batches,
                p.partitions, p.pending, p.running, p.done, p.failed, p.live,
+               p.batch_size, p.throttle,
                l.started_at, l.finished_at,
                coalesce(l.error_code || ': ' || l.error_message, r.last_error) AS last_error,
                extract(epoch FROM coalesce(l.finished_at, now())
@@ -363,7 +385,7 @@ AS $$
            CASE WHEN s.status = 'running' AND s.secs > 0 AND s.rows > 0 AND s.estimate IS NOT NULL
                 THEN make_interval(secs => greatest(s.estimate - s.rows, 0) / (s.rows / s.secs)) END,
            s.partitions, s.pending, s.running, s.done, s.failed,
-           s.live, s.paused, s.plan_method,
+           s.live, s.paused, s.batch_size, s.throttle, s.plan_method,
            s.started_at, s.finished_at, s.last_error
       FROM d LEFT JOIN s ON true;
 $$;
@@ -484,7 +506,10 @@ RETURNS TABLE (
     claims        integer,
     reclaims      integer,
     failures      integer,
-    last_error    text)
+    last_error    text,
+    batch_size    integer,
+    last_batch_ms double precision,
+    throttle      text)
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -493,7 +518,8 @@ AS $$
            p.holder_pid IS NOT NULL AND EXISTS (SELECT 1 FROM pg_stat_activity a
                                                  WHERE a.pid = p.holder_pid
                                                    AND a.backend_start = p.holder_start),
-           p.renewed_at, p.claims, p.reclaims, p.failures, p.last_error
+           p.renewed_at, p.claims, p.reclaims, p.failures, p.last_error,
+           p.batch_size, p.last_batch_ms, p.throttle
       FROM backfill.partition p
      WHERE p.run_id = (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.declaration = $1)
      ORDER BY p.part_no;
@@ -510,7 +536,7 @@ AS $$
 DECLARE
     plan json;
 BEGIN
-    EXECUTE format('EXPLAIN (FORMAT JSON) SELECT 1 FROM %s WHERE (%s)', rel, predicate)
+    EXECUTE format(E'EXPLAIN (FORMAT JSON) SELECT 1 FROM %s WHERE (\n%s\n)', rel, predicate)
        INTO plan;
     RETURN (plan -> 0 -> 'Plan' ->> 'Plan Rows')::float8::bigint;
 END

@@ -26,6 +26,7 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timeout.h"
 
@@ -57,7 +58,8 @@ batch_prepare(Pass *pass)
 			appendStringInfo(&sql, "%s > $2 AND ", key);
 		if (variant & 2)
 			appendStringInfo(&sql, "%s <= $3 AND ", key);
-		appendStringInfo(&sql, "(%s) ORDER BY %s LIMIT $1", pass->predicate, key);
+		/* between newlines: a trailing "--" comment in it cannot reach further */
+		appendStringInfo(&sql, "(\n%s\n) ORDER BY %s LIMIT $1", pass->predicate, key);
 		plan = SPI_prepare(sql.data, 3, key_types);
 		if (plan == NULL)
 			elog(ERROR, "could not prepare the key scan of backfill \"%s\": %s",
@@ -109,8 +111,9 @@ static BatchOutcome
 checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 {
 	CatalogScope scope;
-	Oid			types[6] = {INT8OID, INT4OID, TEXTOID, INT8OID, INT4OID, TIMESTAMPTZOID};
-	Datum		values[6];
+	Oid			types[9] = {INT8OID, INT4OID, TEXTOID, INT8OID, INT4OID, TIMESTAMPTZOID,
+	INT4OID, FLOAT8OID, OIDOID};
+	Datum		values[9];
 	char	   *status;
 	char	   *checksum;
 	bool		paused;
@@ -122,20 +125,33 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	values[3] = Int64GetDatum(rows);
 	values[4] = Int32GetDatum(LANE_PID());
 	values[5] = TimestampTzGetDatum(LANE_START());
+	values[6] = Int32GetDatum(claim->batch_size);
+	values[7] = Float8GetDatum(claim->last_batch_ms);
+	values[8] = ObjectIdGetDatum(pass->relid);
 
+	/*
+	 * One statement writes the checkpoint and reads back the pass's state
+	 * and the server's health (pacing.c): who waits on this batch's locks,
+	 * the furthest standby's replay lag, the table's dead tuples.
+	 */
 	catalog_enter(&scope);
 	if (catalog_exec("WITH c AS ("
 					 "  UPDATE backfill.partition p SET cursor = $3, rows = p.rows + $4,"
 					 "    batches = p.batches + 1, failures = 0, last_error = NULL,"
-					 "    renewed_at = now()"
+					 "    renewed_at = now(), batch_size = $7, last_batch_ms = $8, throttle = NULL"
 					 "  WHERE p.run_id = $1 AND p.part_no = $2 AND p.state = 'running'"
 					 "    AND p.holder_pid = $5 AND p.holder_start = $6"
 					 "  RETURNING p.run_id)"
-					 " SELECT l.status, d.checksum, d.rate, d.batch_size, r.paused"
+					 " SELECT l.status, d.checksum, d.rate, d.batch_size, r.paused,"
+					 "  (SELECT count(*) FROM pg_stat_activity a WHERE a.wait_event_type = 'Lock'"
+					 "      AND $5 = ANY (pg_blocking_pids(a.pid)))::integer,"
+					 "  coalesce((SELECT max(pg_wal_lsn_diff(pg_current_wal_lsn(), s.replay_lsn))"
+					 "              FROM pg_stat_replication s), 0)::bigint,"
+					 "  pg_stat_get_dead_tuples($9)"
 					 "   FROM c JOIN backfill.ledger l ON l.run_id = c.run_id"
 					 "   JOIN backfill.run r ON r.run_id = c.run_id"
 					 "   LEFT JOIN backfill.declaration d ON d.name = l.declaration",
-					 6, types, values, NULL, SPI_OK_SELECT) != 1)
+					 9, types, values, NULL, SPI_OK_SELECT) != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_CONFLICT),
 				 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
@@ -153,6 +169,9 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	pass->rate = DatumGetFloat8(catalog_getdatum(0, 3, &isnull));
 	pass->batch_size = DatumGetInt32(catalog_getdatum(0, 4, &isnull));
 	paused = DatumGetBool(catalog_getdatum(0, 5, &isnull));
+	claim->blocking = DatumGetInt32(catalog_getdatum(0, 6, &isnull));
+	claim->lag_bytes = DatumGetInt64(catalog_getdatum(0, 7, &isnull));
+	claim->dead_tuples = DatumGetInt64(catalog_getdatum(0, 8, &isnull));
 	catalog_leave(&scope);
 	if (strcmp(status, "running") != 0)
 		return BATCH_STOP;
@@ -170,9 +189,10 @@ batch_run(Pass *pass, Claim *claim)
 	bool		isnull;
 	char	   *cursor_text;
 	BatchOutcome outcome;
+	TimestampTz batch_start;
 	int			rc;
 
-	key_values[0] = Int64GetDatum(pass->batch_size);
+	key_values[0] = Int64GetDatum(claim->batch_size);
 	key_values[1] = claim->cursor;
 	key_nulls[1] = claim->has_cursor ? ' ' : 'n';
 	key_values[2] = claim->hi;
@@ -180,6 +200,10 @@ batch_run(Pass *pass, Claim *claim)
 
 	lane_begin_xact(psprintf("pg_backfill lane: backfill \"%s\" partition %d",
 							 pass->name, claim->part_no));
+	/* a lane never queues long behind the application's locks */
+	(void) set_config_option("lock_timeout", psprintf("%d", pass->lock_timeout_ms),
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	batch_start = GetCurrentTimestamp();
 	enable_timeout_after(STATEMENT_TIMEOUT, pass->batch_timeout_ms);
 
 	rc = SPI_execute_plan(pass->keys_plan[variant], key_values, key_nulls, false, 0);
@@ -203,6 +227,8 @@ batch_run(Pass *pass, Claim *claim)
 		elog(ERROR, "action of backfill \"%s\" failed: %s", pass->name,
 			 SPI_result_code_string(rc));
 	disable_timeout(STATEMENT_TIMEOUT, false);
+	claim->last_keys = (int64) nkeys;
+	claim->last_batch_ms = (GetCurrentTimestamp() - batch_start) / 1000.0;
 
 	outcome = checkpoint_batch(pass, claim, cursor_text, (int64) nkeys);
 	cursor_text = MemoryContextStrdup(lane_outer_cxt, cursor_text);

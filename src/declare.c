@@ -30,6 +30,7 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
+#include "nodes/parsenodes.h"
 #include "parser/parser.h"
 #include "utils/acl.h"
 #include "utils/regproc.h"
@@ -65,17 +66,19 @@ append_normalized(StringInfo buf, const char *sql)
 {
 	char		quote = 0;
 	bool		pending_space = false;
+	bool		at_start = true;
 
 	for (const char *p = sql; *p; p++)
 	{
 		if (quote == 0 && isspace((unsigned char) *p))
 		{
-			pending_space = true;
+			pending_space = !at_start;
 			continue;
 		}
-		if (pending_space && buf->len > 0 && buf->data[buf->len - 1] != '\n')
+		if (pending_space)
 			appendStringInfoChar(buf, ' ');
 		pending_space = false;
+		at_start = false;
 		if (quote == 0 && (*p == '\'' || *p == '"'))
 			quote = *p;
 		else if (quote != 0 && *p == quote)
@@ -308,10 +311,53 @@ resolve_key(const char *name, const char *key, DeclaredSource *src)
 	relation_close(rel, AccessShareLock);
 }
 
-/* Parse and analyze one statement as the caller, with the batch's bounds typed. */
+/*
+ * The predicate is pasted into the lanes' key scan, so it must be one
+ * boolean expression and nothing else: no closing parenthesis followed by
+ * a UNION, an ORDER BY or a comment that would swallow what follows it.
+ * It is always pasted between newlines (see batch.c), so a "--" comment
+ * cannot reach past it; here the raw parse tree must be exactly
+ * SELECT 1 FROM rel WHERE (predicate).
+ */
+static bool
+predicate_is_one_expression(List *stmts)
+{
+	SelectStmt *sel;
+
+	if (list_length(stmts) != 1 ||
+		!IsA(((RawStmt *) linitial(stmts))->stmt, SelectStmt))
+		return false;
+	sel = (SelectStmt *) ((RawStmt *) linitial(stmts))->stmt;
+	return sel->op == SETOP_NONE && sel->larg == NULL && sel->rarg == NULL &&
+		sel->withClause == NULL && sel->intoClause == NULL &&
+		sel->distinctClause == NIL && sel->valuesLists == NIL &&
+		list_length(sel->targetList) == 1 && list_length(sel->fromClause) == 1 &&
+		sel->whereClause != NULL && sel->groupClause == NIL &&
+		sel->havingClause == NULL && sel->windowClause == NIL &&
+		sel->sortClause == NIL && sel->limitCount == NULL &&
+		sel->limitOffset == NULL && sel->lockingClause == NIL;
+}
+
+/* an action runs inside the batch's transaction: plain DML or a SELECT */
+static bool
+action_is_dml(List *stmts)
+{
+	Node	   *stmt;
+
+	if (list_length(stmts) != 1)
+		return false;
+	stmt = ((RawStmt *) linitial(stmts))->stmt;
+	return IsA(stmt, SelectStmt) || IsA(stmt, InsertStmt) || IsA(stmt, UpdateStmt) ||
+		IsA(stmt, DeleteStmt) || IsA(stmt, MergeStmt);
+}
+
+/*
+ * Parse and analyze one statement as the caller, with the batch's bounds
+ * typed.  is_predicate: sql is the predicate's probe query.
+ */
 static void
 check_statement(const char *name, const char *what, const char *sql, Oid keytype,
-				const char *hint)
+				bool is_predicate, const char *hint)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	Oid			argtypes[2] = {keytype, keytype};
@@ -323,6 +369,13 @@ check_statement(const char *name, const char *what, const char *sql, Oid keytype
 		if (list_length(stmts) != 1)
 			ereport(ERROR,
 					(errmsg("found %d statements where one is expected", list_length(stmts))));
+		if (is_predicate && !predicate_is_one_expression(stmts))
+			ereport(ERROR,
+					(errmsg("the predicate must be one boolean expression, not a query fragment")));
+		if (!is_predicate && !action_is_dml(stmts))
+			ereport(ERROR,
+					(errmsg("the action must be SELECT, INSERT, UPDATE, DELETE or MERGE"),
+					 errdetail("It runs inside each batch's transaction, which commits the checkpoint.")));
 		if (SPI_prepare(sql, 2, argtypes) == NULL)
 			elog(ERROR, "%s", SPI_result_code_string(SPI_result));
 	}
@@ -406,6 +459,10 @@ backfill_declare(PG_FUNCTION_ARGS)
 	int			batch_timeout_ms;
 	int			backoff_base_ms;
 	int			backoff_cap_ms;
+	int			lock_timeout_ms;
+	int			target_batch_ms;
+	int			min_batch_size;
+	int			max_batch_size;
 	Datum		environments;
 	bool		environments_null;
 	char	   *checksum;
@@ -458,6 +515,25 @@ backfill_declare(PG_FUNCTION_ARGS)
 				 errmsg("backoff_cap of backfill \"%s\" is below its backoff_base", name),
 				 errhint("The cap bounds the doubling delay between attempts; make it at least the base.")));
 
+	lock_timeout_ms = PG_ARGISNULL(13) ? 2000 :
+		interval_to_ms(name, "lock_timeout", PG_GETARG_INTERVAL_P(13), INT64CONST(3600000));
+	target_batch_ms = PG_ARGISNULL(14) ? 0 :
+		interval_to_ms(name, "target_batch_time", PG_GETARG_INTERVAL_P(14), INT64CONST(600000));
+	min_batch_size = PG_ARGISNULL(15) ? Min(batch_size, 100) : PG_GETARG_INT32(15);
+	check_int_option(name, "min_batch_size", min_batch_size, 1, 1000000,
+					 "The adaptive batch size never goes below it.");
+	max_batch_size = PG_ARGISNULL(16) ? Max(batch_size, 100000) : PG_GETARG_INT32(16);
+	check_int_option(name, "max_batch_size", max_batch_size, 1, 1000000,
+					 "The adaptive batch size never goes above it.");
+	if (batch_size < min_batch_size || batch_size > max_batch_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("batch_size of backfill \"%s\" is outside min_batch_size..max_batch_size", name),
+				 errdetail("batch_size is %d; the bounds are %d and %d.",
+						   batch_size, min_batch_size, max_batch_size),
+				 errhint("The batch size starts at batch_size and adapts within the bounds; "
+						 "make batch_size lie between them.")));
+
 	/* the source, resolved and parsed as the caller */
 	resolve_relation(name, relation, &src);
 	resolve_key(name, key, &src);
@@ -482,11 +558,12 @@ backfill_declare(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT 1 FROM %s WHERE (%s)", src.relation, predicate);
-	check_statement(name, "the predicate", sql.data, src.keytype,
+	appendStringInfo(&sql, "SELECT 1 FROM %s WHERE (\n%s\n)", src.relation, predicate);
+	check_statement(name, "the predicate", sql.data, src.keytype, true,
 					"Write a boolean SQL expression over the table's columns, such as 'c IS NULL'.");
-	check_statement(name, "the action", action, src.keytype,
-					"Write one SQL statement; $1 and $2 are the first and last key of the batch.");
+	check_statement(name, "the action", action, src.keytype, false,
+					"Write one DML statement; $1 and $2 are the first and last key of the batch; "
+					"wrap anything else in a function and SELECT it.");
 
 	/* store it, as the extension's owner */
 	catalog_enter(&scope);
@@ -522,11 +599,11 @@ backfill_declare(PG_FUNCTION_ARGS)
 		}
 	}
 	{
-		Oid			types[17] = {TEXTOID, OIDOID, TEXTOID, NAMEOID, OIDOID, TEXTOID,
+		Oid			types[21] = {TEXTOID, OIDOID, TEXTOID, NAMEOID, OIDOID, TEXTOID,
 			TEXTOID, INT4OID, FLOAT8OID, INT4OID, INT4OID, INT4OID, INT4OID, INT4OID,
-		TEXTARRAYOID, OIDOID, TEXTOID};
-		Datum		values[17];
-		char		nulls[17];
+			TEXTARRAYOID, OIDOID, TEXTOID, INT4OID, INT4OID, INT4OID, INT4OID};
+		Datum		values[21];
+		char		nulls[21];
 		NameData	keyname;
 
 		memset(nulls, ' ', sizeof(nulls));
@@ -549,13 +626,19 @@ backfill_declare(PG_FUNCTION_ARGS)
 		nulls[14] = environments_null ? 'n' : ' ';
 		values[15] = ObjectIdGetDatum(owner);
 		values[16] = CStringGetTextDatum(checksum);
+		values[17] = Int32GetDatum(lock_timeout_ms);
+		values[18] = Int32GetDatum(target_batch_ms);
+		nulls[18] = target_batch_ms == 0 ? 'n' : ' ';
+		values[19] = Int32GetDatum(min_batch_size);
+		values[20] = Int32GetDatum(max_batch_size);
 
 		catalog_exec("INSERT INTO backfill.declaration AS d"
 					 " (name, relid, relation, key_column, key_type, predicate, action,"
 					 "  batch_size, rate, max_parallel, max_attempts, backoff_base_ms,"
-					 "  backoff_cap_ms, batch_timeout_ms, environments, owner, checksum)"
+					 "  backoff_cap_ms, batch_timeout_ms, environments, owner, checksum,"
+					 "  lock_timeout_ms, target_batch_ms, min_batch_size, max_batch_size)"
 					 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,"
-					 "         $15, $16, $17)"
+					 "         $15, $16, $17, $18, $19, $20, $21)"
 					 " ON CONFLICT (name) DO UPDATE SET"
 					 "  relid = EXCLUDED.relid, relation = EXCLUDED.relation,"
 					 "  key_column = EXCLUDED.key_column, key_type = EXCLUDED.key_type,"
@@ -566,8 +649,12 @@ backfill_declare(PG_FUNCTION_ARGS)
 					 "  backoff_cap_ms = EXCLUDED.backoff_cap_ms,"
 					 "  batch_timeout_ms = EXCLUDED.batch_timeout_ms,"
 					 "  environments = EXCLUDED.environments, checksum = EXCLUDED.checksum,"
+					 "  lock_timeout_ms = EXCLUDED.lock_timeout_ms,"
+					 "  target_batch_ms = EXCLUDED.target_batch_ms,"
+					 "  min_batch_size = EXCLUDED.min_batch_size,"
+					 "  max_batch_size = EXCLUDED.max_batch_size,"
 					 "  updated_at = now()",
-					 17, types, values, nulls, SPI_OK_INSERT);
+					 21, types, values, nulls, SPI_OK_INSERT);
 	}
 	catalog_leave(&scope);
 

@@ -68,8 +68,8 @@ lane_commit_xact(void)
 }
 
 /* Sleep until the given time, answering signals meanwhile. */
-static void
-sleep_until(TimestampTz until)
+void
+lane_sleep_until(TimestampTz until)
 {
 	for (;;)
 	{
@@ -183,7 +183,7 @@ batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
 			 errdetail("SQLSTATE %s: %s", unpack_sql_state(edata->sqlerrcode),
 					   edata->message)));
 	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms);
-	sleep_until(until);
+	lane_sleep_until(until);
 	return FAILURE_RETRY;
 }
 
@@ -228,6 +228,8 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 			AbortCurrentTransaction();
 			MemoryContextSwitchTo(scratch);
 			failures++;
+			if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+				pacing_after_timeout(pass, claim);
 			next = batch_failed(pass, claim, edata, failures);
 			FreeErrorData(edata);
 			if (next == FAILURE_STOP)
@@ -251,8 +253,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		if (outcome == BATCH_PARTITION_DONE)
 			return true;
 
-		/* pacing: one batch per 1/rate seconds at most */
-		sleep_until(started + (TimestampTz) (1000000.0 / pass->rate));
+		pacing_after_batch(pass, claim, started);
 	}
 }
 
@@ -305,6 +306,7 @@ backfill_lane_main(Datum main_arg)
 
 	while (pass_claim(&pass, &claim))
 	{
+		pacing_start(&pass, &claim);
 		if (!work_partition(&pass, &claim, scratch))
 			proc_exit(0);
 	}

@@ -34,6 +34,10 @@ typedef struct Pass
 	int			backoff_base_ms;
 	int			backoff_cap_ms;
 	int			batch_timeout_ms;
+	int			lock_timeout_ms;
+	int			target_batch_ms;	/* 0: fixed batch size */
+	int			min_batch_size;
+	int			max_batch_size;
 
 	/* key type I/O, to store cursors as text */
 	Oid			key_input;
@@ -56,6 +60,14 @@ typedef struct Claim
 	bool		has_hi;			/* upper bound, inclusive */
 	Datum		hi;
 	int64		rows;
+
+	/* pacing (pacing.c) */
+	int			batch_size;		/* this lane's current batch size */
+	int64		last_keys;		/* keys in the last batch */
+	double		last_batch_ms;	/* how long its key scan and action took */
+	int			blocking;		/* sessions that waited on the batch's locks */
+	int64		lag_bytes;		/* replay lag of the furthest standby */
+	int64		dead_tuples;	/* the table's dead tuples */
 } Claim;
 
 /* how a batch ended */
@@ -72,6 +84,7 @@ extern MemoryContext lane_cxt;
 extern MemoryContext lane_outer_cxt;	/* where lane_begin_xact was called */
 extern void lane_begin_xact(const char *activity);
 extern void lane_commit_xact(void);
+extern void lane_sleep_until(TimestampTz until);
 
 /* pass.c */
 extern bool pass_load(Pass *pass, int64 run_id);
@@ -82,6 +95,11 @@ extern void pass_fail_partition(Pass *pass, Claim *claim, const char *message);
 extern void pass_finish(Pass *pass);
 extern void pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message);
 extern Datum pass_key_from_text(Pass *pass, const char *text);
+
+/* pacing.c */
+extern void pacing_start(Pass *pass, Claim *claim);
+extern void pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started);
+extern void pacing_after_timeout(Pass *pass, Claim *claim);
 
 /* batch.c */
 extern void batch_prepare(Pass *pass);

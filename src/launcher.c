@@ -432,7 +432,7 @@ backfill_launcher_main(Datum main_arg)
 
 	for (;;)
 	{
-		long		sleep_ms;
+		volatile long sleep_ms;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -444,7 +444,26 @@ backfill_launcher_main(Datum main_arg)
 		MemoryContextReset(scratch);
 		MemoryContextSwitchTo(scratch);
 		reap_lanes();
-		sleep_ms = launcher_tick(scratch);
+
+		/*
+		 * A failed look (the extension being dropped or upgraded under us,
+		 * say) is logged and tried again after the naptime; the launcher
+		 * itself stays up.
+		 */
+		PG_TRY();
+		{
+			sleep_ms = launcher_tick(scratch);
+		}
+		PG_CATCH();
+		{
+			MemoryContextSwitchTo(launcher_cxt);
+			EmitErrorReport();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			pgstat_report_activity(STATE_IDLE, NULL);
+			sleep_ms = backfill_naptime * 1000L;
+		}
+		PG_END_TRY();
 		MemoryContextSwitchTo(launcher_cxt);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

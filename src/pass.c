@@ -67,7 +67,8 @@ pass_load(Pass *pass, int64 run_id)
 	if (catalog_exec("SELECT l.status, l.declaration, l.ledger_name, l.checksum, d.checksum,"
 					 "  d.relid, d.key_column, d.key_type, d.predicate, d.action,"
 					 "  d.batch_size, d.rate, d.max_attempts, d.backoff_base_ms,"
-					 "  d.backoff_cap_ms, d.batch_timeout_ms, d.max_parallel"
+					 "  d.backoff_cap_ms, d.batch_timeout_ms, d.max_parallel, d.lock_timeout_ms,"
+					 "  coalesce(d.target_batch_ms, 0), d.min_batch_size, d.max_batch_size"
 					 " FROM backfill.ledger l"
 					 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
 					 " WHERE l.run_id = $1",
@@ -106,6 +107,10 @@ pass_load(Pass *pass, int64 run_id)
 			pass->backoff_cap_ms = DatumGetInt32(catalog_getdatum(0, 15, &isnull));
 			pass->batch_timeout_ms = DatumGetInt32(catalog_getdatum(0, 16, &isnull));
 			pass->max_parallel = DatumGetInt32(catalog_getdatum(0, 17, &isnull));
+			pass->lock_timeout_ms = DatumGetInt32(catalog_getdatum(0, 18, &isnull));
+			pass->target_batch_ms = DatumGetInt32(catalog_getdatum(0, 19, &isnull));
+			pass->min_batch_size = DatumGetInt32(catalog_getdatum(0, 20, &isnull));
+			pass->max_batch_size = DatumGetInt32(catalog_getdatum(0, 21, &isnull));
 			catalog_exec("UPDATE backfill.run SET lane_starts = lane_starts + 1,"
 						 " updated_at = now() WHERE run_id = $1",
 						 1, types, values, NULL, SPI_OK_UPDATE);
@@ -236,6 +241,7 @@ pass_claim(Pass *pass, Claim *claim)
 	Oid			types[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
 	Datum		values[3];
 	bool		found = false;
+	int			nclaimed;
 
 	values[0] = Int64GetDatum(pass->run_id);
 	values[1] = Int32GetDatum(LANE_PID());
@@ -243,8 +249,12 @@ pass_claim(Pass *pass, Claim *claim)
 
 	lane_begin_xact("pg_backfill lane: claiming a partition");
 	catalog_enter(&scope);
-	if (catalog_exec("SELECT * FROM backfill.claim_partition($1, $2, $3)",
-					 3, types, values, NULL, SPI_OK_SELECT) > 0)
+	nclaimed = catalog_exec("SELECT * FROM backfill.claim_partition($1, $2, $3)",
+							3, types, values, NULL, SPI_OK_SELECT);
+	if (nclaimed > 1)
+		elog(ERROR, "a lane of backfill \"%s\" claimed %d partitions at once", pass->name,
+			 nclaimed);
+	if (nclaimed == 1)
 	{
 		bool		isnull;
 		char	   *cursor = catalog_gettext(0, 2);
@@ -435,7 +445,8 @@ pass_finish(Pass *pass)
 
 	/* convergence: the predicate is the count, run as the declaring role */
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT count(*) FROM %s WHERE (%s)", pass->relation, pass->predicate);
+	appendStringInfo(&sql, "SELECT count(*) FROM %s WHERE (\n%s\n)", pass->relation,
+					 pass->predicate);
 	if (SPI_execute(sql.data, true, 0) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not count the rows left by backfill \"%s\"", pass->name);
 	remaining = DatumGetInt64(catalog_getdatum(0, 1, &isnull));

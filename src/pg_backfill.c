@@ -11,6 +11,8 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
+
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
@@ -26,6 +28,9 @@ char	   *backfill_environment = NULL;
 int			backfill_max_workers = 4;
 double		backfill_default_rate = 5.0;
 int			backfill_naptime = 10;
+int			backfill_max_replication_lag = 1024 * 1024;	/* kB */
+int			backfill_max_dead_tuples = -1;
+int			backfill_throttle_delay = 1000;	/* ms */
 
 void		_PG_init(void);
 
@@ -53,6 +58,32 @@ _PG_init(void)
 							   "",
 							   PGC_SUSET, 0,
 							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.max_replication_lag",
+							"Replay lag of any standby above which lanes hold back.",
+							"Measured in WAL bytes between this server and the standby's "
+							"replay position; -1 switches the check off.",
+							&backfill_max_replication_lag,
+							1024 * 1024, -1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.max_dead_tuples",
+							"Dead tuples in a backfill's table above which lanes hold back.",
+							"Lanes wait for (auto)vacuum to bring the count under it; "
+							"-1 switches the check off.",
+							&backfill_max_dead_tuples,
+							-1, -1, INT_MAX,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.throttle_delay",
+							"How long a lane holds back before it looks at the server's health again.",
+							NULL,
+							&backfill_throttle_delay,
+							1000, 10, 600000,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
 
 	if (!process_shared_preload_libraries_in_progress)
 		ereport(ERROR,

@@ -25,5 +25,8 @@ extern char *backfill_environment;
 extern int	backfill_max_workers;
 extern double backfill_default_rate;
 extern int	backfill_naptime;
+extern int	backfill_max_replication_lag;
+extern int	backfill_max_dead_tuples;
+extern int	backfill_throttle_delay;
 
 #endif							/* PG_BACKFILL_H */
