@@ -1,12 +1,13 @@
 --
 -- declare: what backfill_declare accepts and how it refuses
 --
+SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS pg_backfill CASCADE;
 CREATE EXTENSION pg_backfill;
 \set VERBOSITY default
-SET client_min_messages = notice;
 
 DROP TABLE IF EXISTS orders, order_notes CASCADE;
+SET client_min_messages = notice;
 CREATE TABLE orders (id bigint PRIMARY KEY, qty int NOT NULL, price numeric NOT NULL,
                      total numeric);
 INSERT INTO orders SELECT g, g % 7 + 1, (g % 100) + 0.5, NULL FROM generate_series(1, 300) g;

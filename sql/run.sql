@@ -1,13 +1,14 @@
 --
 -- run: a pass, its ledger row, skip, force, environments and the pending report
 --
+SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS pg_backfill CASCADE;
 CREATE EXTENSION pg_backfill;
 \set VERBOSITY default
-SET client_min_messages = notice;
 RESET backfill.environment;
 
 DROP TABLE IF EXISTS accounts CASCADE;
+SET client_min_messages = notice;
 CREATE TABLE accounts (id int PRIMARY KEY, email text NOT NULL, email_lower text);
 INSERT INTO accounts SELECT g, 'User' || g || '@Example.COM', NULL FROM generate_series(1, 1000) g;
 
