@@ -47,7 +47,12 @@ layer_failed=()
 
 cleanup() {
     PGBASE=$PGBASE PGPORT=$PGPORT "$ROOT/scripts/cluster.sh" stop >/dev/null 2>&1 || true
-    rm -rf "$WORK"
+    # keep the outputs and TAP logs of a failed run for a look afterwards
+    if [ "$failed" -gt 0 ] || [ ${#layer_failed[@]} -gt 0 ]; then
+        echo "test.sh: outputs and TAP logs kept in $WORK"
+    else
+        rm -rf "$WORK"
+    fi
 }
 trap cleanup EXIT
 
