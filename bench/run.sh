@@ -1,0 +1,297 @@
+#!/usr/bin/env bash
+# bench/run.sh: pg_backfill against a single UPDATE and a hand-written PL/pgSQL loop.
+#
+#   bench/run.sh [N]          N rows (default 5000000; 1000000 for a quick run)
+#
+# env:
+#   REPS=1                    repetitions per case (the tables show the median when > 1)
+#   BATCHES="1000 10000"      batch sizes of the loop and pg_backfill cases
+#   PGBASE=/tmp/pg_backfill_bench   throwaway cluster (wiped at start; data removed at exit
+#                             unless KEEP=1; server.log stays)
+#   PGPORT=55470  PGBIN=/usr/lib/postgresql/15/bin
+#   CSV=bench/results/bench.csv     one row per measured case is appended at the end
+#
+# Every case starts from a fresh copy of items_src (sql/fresh_items.sql: create, insert in
+# id order, primary key, VACUUM ANALYZE, CHECKPOINT). Wall time is client-side around the
+# whole job (psql start-up included), as in /work/shared/bench/baseline.sh.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+N=${1:-5000000}
+REPS=${REPS:-1}
+BATCHES=${BATCHES:-"1000 10000"}
+PGBASE=${PGBASE:-/tmp/pg_backfill_bench}
+PGPORT=${PGPORT:-55470}
+PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
+PGRUNAS=${PGRUNAS:-postgres}
+CSV=${CSV:-$HERE/results/bench.csv}
+KEEP=${KEEP:-0}
+DATA=$PGBASE/data
+LOG=$PGBASE/server.log
+SAMPLE_INTERVAL=0.5
+RSS_FLAT_KB=${RSS_FLAT_KB:-4096}   # RssAnon growth first->last sample that still counts as flat
+
+[[ $N =~ ^[0-9]+$ ]] && [ "$N" -ge 1000 ] || { echo "run.sh: N must be an integer >= 1000" >&2; exit 2; }
+[[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: REPS must be a positive integer" >&2; exit 2; }
+case $PGBASE in /|/tmp|/tmp/|"") echo "run.sh: refusing PGBASE=$PGBASE" >&2; exit 2 ;; esac
+
+TMP=$(mktemp -d /tmp/pg_backfill_bench_run.XXXXXX)
+SAMPLER_PID=
+
+as_owner() {
+    if [ "$(id -u)" -eq 0 ]; then runuser -u "$PGRUNAS" -- "$@"; else "$@"; fi
+}
+pg_running() { [ -f "$DATA/postmaster.pid" ] && as_owner "$PGBIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; }
+
+cleanup() {
+    local rc=$?
+    if [ -n "$SAMPLER_PID" ]; then touch "$TMP/stop"; kill "$SAMPLER_PID" 2>/dev/null || true; fi
+    if pg_running; then as_owner "$PGBIN/pg_ctl" -D "$DATA" -m fast -w -t 120 stop >/dev/null || true; fi
+    if [ "$KEEP" != 1 ] && [ -d "$DATA" ]; then rm -rf "$DATA"; fi
+    rm -rf "$TMP"
+    [ $rc -eq 0 ] || echo "run.sh: FAILED (exit $rc); server log: $LOG" >&2
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+Q() { PGHOST=$PGBASE PGPORT=$PGPORT PGOPTIONS="-c client_min_messages=warning" "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -U postgres -d postgres "$@"; }
+now() { date +%s.%N; }
+say() { echo "[$(date +%T)] $*"; }
+die() { echo "run.sh: $*" >&2; [ -f "$LOG" ] && { echo "--- tail of $LOG" >&2; tail -n 40 "$LOG" >&2; }; exit 1; }
+
+# ------------------------------------------------------------------ cluster
+say "cluster: fresh initdb in $DATA (port $PGPORT)"
+if pg_running; then as_owner "$PGBIN/pg_ctl" -D "$DATA" -m fast -w -t 120 stop >/dev/null; fi
+rm -rf "$PGBASE"
+mkdir -p "$PGBASE"
+if [ "$(id -u)" -eq 0 ]; then chown "$PGRUNAS": "$PGBASE"; fi
+chmod 0755 "$PGBASE"
+as_owner "$PGBIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 \
+    >"$PGBASE/initdb.log" 2>&1 || { cat "$PGBASE/initdb.log" >&2; exit 1; }
+as_owner tee -a "$DATA/postgresql.conf" >/dev/null <<CONF
+
+# ---- written by bench/run.sh ----
+listen_addresses = ''
+port = $PGPORT
+unix_socket_directories = '$PGBASE'
+log_line_prefix = '%m [%p] %q%a '
+log_checkpoints = on
+shared_buffers = 1GB
+max_wal_size = 4GB
+checkpoint_timeout = 15min
+shared_preload_libraries = 'pg_backfill'
+backfill.database_names = 'postgres'
+backfill.naptime = 1
+max_worker_processes = 16
+backfill.max_workers = 4
+CONF
+as_owner "$PGBIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null || die "server did not start"
+Q -c "CREATE EXTENSION IF NOT EXISTS pg_backfill"
+Q -f "$HERE/sql/procs.sql"
+PGVER=$(Q -c "SHOW server_version")
+EXTCOMMIT=$(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo unknown)
+
+say "building items_src with N=$N rows"
+t=$(now); Q -v n="$N" -f "$HERE/sql/make_src.sql"
+say "items_src built in $(echo "$(now) - $t" | bc -l | xargs printf '%.1f') s"
+
+# ------------------------------------------------------------------ helpers
+# lsn|autovacuums of items|checkpoints|heap bytes
+snap() {
+    Q -F'|' -c "SELECT pg_current_wal_lsn(),
+                       (SELECT autovacuum_count FROM pg_stat_user_tables WHERE relid = 'items'::regclass),
+                       (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter),
+                       pg_relation_size('items')"
+}
+
+# Background: every SAMPLE_INTERVAL, the lanes' pids from pg_stat_activity and their memory.
+# Writes "epoch pid VmHWM VmRSS RssAnon RssShmem" (kB) lines to $1 until $TMP/stop exists.
+sampler() {
+    local out=$1 pids p
+    while [ ! -e "$TMP/stop" ]; do
+        pids=$(Q -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'" 2>/dev/null || true)
+        for p in $pids; do
+            awk -v t="$(now)" -v p="$p" '
+                /^VmHWM:/ {h=$2} /^VmRSS:/ {r=$2} /^RssAnon:/ {a=$2} /^RssShmem:/ {s=$2}
+                END { if (r != "") print t, p, h, r, a, s }' "/proc/$p/status" 2>/dev/null >>"$out" || true
+        done
+        sleep "$SAMPLE_INTERVAL"
+    done
+}
+
+median() { sort -g | awk '{a[NR]=$1} END { if (NR == 0) print ""; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2 }'; }
+
+# results: one line per measured run, tab-separated
+#  key kind lanes batch rep secs wal autovac ckpts heap_after partitions plan lane_starts batches
+#  server_s startup_s rss_first rss_last anon_first anon_last hwm_peak samples npids
+RES=$TMP/results.tsv
+: >"$RES"
+
+run_case() {  # kind lanes batch rep
+    local kind=$1 lanes=$2 b=$3 rep=$4 key name out t0 t1 secs lsn0 av0 ck0 h0 lsn1 av1 ck1 h1 wal bad
+    local parts=- plan=- lstarts=- batches=- server_s=- startup_s=- rf=- rl=- af=- al=- hwm=- ns=0 np=0
+    key="$kind:$lanes:$b"
+    Q -f "$HERE/sql/fresh_items.sql"
+    case $kind in
+        bf)
+            name="bench_${lanes}_${b}_${rep}"
+            Q -c "SELECT backfill_declare(name => '$name', relation => 'items', predicate => 'c IS NULL',
+                      action => 'UPDATE items SET c = a * 2 WHERE id BETWEEN \$1 AND \$2 AND c IS NULL',
+                      batch_size => $b, rate => 100000, max_parallel => $lanes)" >/dev/null
+            rm -f "$TMP/stop" "$TMP/samples"; : >"$TMP/samples"
+            sampler "$TMP/samples" & SAMPLER_PID=$!
+            ;;
+    esac
+    IFS='|' read -r lsn0 av0 ck0 h0 < <(snap)
+    t0=$(now)
+    case $kind in
+        single) Q -c "UPDATE items SET c = a * 2 WHERE c IS NULL" >/dev/null ;;
+        loop)   Q -c "CALL bench_keyset_loop($b)" >/dev/null ;;
+        bf)     out=$(Q -F'|' <<SQL
+SELECT backfill_run('$name') AS run_id \gset
+SELECT :run_id, backfill_wait(:run_id, '30 min');
+SQL
+) ;;
+    esac
+    t1=$(now)
+    if [ "$kind" = bf ]; then
+        touch "$TMP/stop"; wait "$SAMPLER_PID" || true; SAMPLER_PID=
+        local run_id=${out%%|*} status=${out#*|}
+        [ "$status" = completed ] || die "backfill $name (run $run_id) ended as '$status', not 'completed'"
+        IFS='|' read -r parts plan batches server_s startup_s lstarts < <(Q -F'|' -c "
+            SELECT s.partitions, s.plan_method, s.batches,
+                   round(extract(epoch FROM l.finished_at - l.started_at)::numeric, 2),
+                   round(extract(epoch FROM (SELECT min(p.started_at) FROM backfill.partition p
+                                              WHERE p.run_id = l.run_id) - l.started_at)::numeric, 2),
+                   r.lane_starts
+              FROM backfill_status('$name') s
+              JOIN backfill.ledger l ON l.run_id = s.run_id
+              JOIN backfill.run r ON r.run_id = s.run_id")
+        if [ -s "$TMP/samples" ]; then
+            # first sample, and the last sample of the same pid; peak VmHWM over all lanes
+            read -r rf af rl al hwm ns np < <(awk '
+                NR == 1 { p0 = $2; rf = $4; af = $5 }
+                $2 == p0 { rl = $4; al = $5 }
+                { if ($3 > hwm) hwm = $3; seen[$2] = 1 }
+                END { n = 0; for (k in seen) n++; print rf, af, rl, al, hwm, NR, n }' "$TMP/samples")
+            cp "$TMP/samples" "$PGBASE/samples_${name}.txt"
+        fi
+    fi
+    # backend stats reach the cumulative stats asynchronously; give them a moment
+    sleep 1
+    IFS='|' read -r lsn1 av1 ck1 h1 < <(snap)
+    wal=$(Q -c "SELECT pg_wal_lsn_diff('$lsn1', '$lsn0')::bigint")
+    bad=$(Q -c "SELECT count(*) FROM items WHERE c IS DISTINCT FROM a * 2")
+    [ "$bad" = 0 ] || die "VERIFY FAILED: $bad rows of items have c IS DISTINCT FROM a*2 after case $key rep $rep"
+    secs=$(echo "$t1 - $t0" | bc -l)
+    printf '%s\t%s\t%s\t%s\t%s\t%.3f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        "$key" "$kind" "$lanes" "$b" "$rep" "$secs" "$wal" $((av1 - av0)) $((ck1 - ck0)) "$h1" \
+        "$parts" "$plan" "$lstarts" "$batches" "$server_s" "$startup_s" \
+        "$rf" "$rl" "$af" "$al" "$hwm" "$ns" "$np" >>"$RES"
+    local extra=""
+    [ "$kind" = bf ] && extra=" | partitions $parts ($plan), lane starts $lstarts, batches $batches, \
+run->first claim ${startup_s}s, lane RSS ${rf}->${rl} kB (anon ${af}->${al} kB), peak HWM ${hwm} kB, $np pid(s), $ns samples"
+    say "$(printf '%-7s lanes=%-2s batch=%-6s rep=%s: %7.2f s  %8.0f rows/s  WAL %5.0f B/row  verify ok%s' \
+        "$kind" "$lanes" "$b" "$rep" "$secs" "$(echo "$N / $secs" | bc -l)" "$(echo "$wal / $N" | bc -l)" "$extra")"
+}
+
+# ------------------------------------------------------------------ the cases
+CASES=("single:-:-")
+for b in $BATCHES; do CASES+=("loop:-:$b"); done
+for l in 1 2; do for b in $BATCHES; do CASES+=("bf:$l:$b"); done; done
+
+T_ALL=$(now)
+for c in "${CASES[@]}"; do
+    IFS=: read -r kind lanes b <<<"$c"
+    for rep in $(seq 1 "$REPS"); do run_case "$kind" "$lanes" "$b" "$rep"; done
+done
+TOTAL=$(echo "$(now) - $T_ALL" | bc -l)
+
+# ------------------------------------------------------------------ report
+med() {  # key column -> median over reps
+    awk -F'\t' -v k="$1" -v c="$2" '$1 == k { print $c }' "$RES" | median
+}
+first() {  # key column -> value of rep 1
+    awk -F'\t' -v k="$1" -v c="$2" '$1 == k && $5 == 1 { print $c }' "$RES"
+}
+fmt_int() { awk -v x="$1" 'BEGIN { s = sprintf("%.0f", x); o = ""; while (length(s) > 3) { o = "," substr(s, length(s) - 2) o; s = substr(s, 1, length(s) - 3) } print s o }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2fx", a / b }'; }
+
+S_SINGLE=$(med "single:-:-" 6)
+declare -A S_LOOP
+for b in $BATCHES; do S_LOOP[$b]=$(med "loop:-:$b" 6); done
+
+echo
+echo "## pg_backfill bench: N = $(fmt_int "$N") rows, REPS = $REPS$( [ "$REPS" -gt 1 ] && echo ' (medians)'), PostgreSQL $PGVER, commit $EXTCOMMIT, $(nproc) cores"
+echo
+echo "| case | lanes | batch | wall s | rows/s | x single | x plpgsql loop (same batch) | WAL B/row |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+for c in "${CASES[@]}"; do
+    IFS=: read -r kind lanes b <<<"$c"
+    s=$(med "$c" 6); w=$(med "$c" 7)
+    case $kind in
+        single) label="single UPDATE (1 txn)"; xl="-" ;;
+        loop)   label="PL/pgSQL keyset loop, COMMIT per batch"; xl="1.00x" ;;
+        bf)     label="pg_backfill"; xl=$(ratio "${S_LOOP[$b]}" "$s") ;;
+    esac
+    printf '| %s | %s | %s | %.2f | %s | %s | %s | %.0f |\n' "$label" "$lanes" "$b" "$s" \
+        "$(fmt_int "$(echo "$N / $s" | bc -l)")" "$(ratio "$S_SINGLE" "$s")" "$xl" "$(echo "$w / $N" | bc -l)"
+done
+
+echo
+echo "pg_backfill passes (rep 1): partitions, plan, lanes, batches, start-up latency, lane memory"
+echo
+echo "| lanes | batch | partitions | plan_method | lane starts | lane pids seen | batches | batches/s | run -> first claim s | ledger duration s | lane VmRSS first -> last kB | lane RssAnon first -> last kB | peak VmHWM kB |"
+echo "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|---:|"
+for c in "${CASES[@]}"; do
+    IFS=: read -r kind lanes b <<<"$c"
+    [ "$kind" = bf ] || continue
+    IFS=$'\t' read -r _ _ _ _ _ secs _ _ _ _ parts plan lstarts batches server_s startup_s rf rl af al hwm ns np \
+        < <(awk -F'\t' -v k="$c" '$1 == k && $5 == 1' "$RES")
+    printf '| %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %s -> %s | %s -> %s | %s |\n' \
+        "$lanes" "$b" "$parts" "$plan" "$lstarts" "$np" "$batches" "$(echo "$batches / $secs" | bc -l)" \
+        "$startup_s" "$server_s" "$rf" "$rl" "$af" "$al" "$hwm"
+done
+
+echo
+echo "Targets:"
+verdict() { awk -v x="$1" -v t="$2" 'BEGIN { if (x == "" || x == "-") print "n/a"; else if (x + 0 >= t) print "MET"; else print "NOT MET" }'; }
+for b in $BATCHES; do
+    x=$(ratio "$S_SINGLE" "$(med "bf:1:$b" 6)"); x=${x%x}
+    echo "- 1 lane >= 0.95x single, batch $b: ${x}x -> $(verdict "$x" 0.95)"
+done
+for b in $BATCHES; do
+    x=$(ratio "${S_LOOP[$b]}" "$(med "bf:1:$b" 6)"); x=${x%x}
+    echo "- 1 lane no more than 5% below the PL/pgSQL loop (>= 0.95x loop), batch $b: ${x}x -> $(verdict "$x" 0.95)"
+done
+for b in $BATCHES; do
+    x=$(ratio "$S_SINGLE" "$(med "bf:2:$b" 6)"); x=${x%x}
+    echo "- 2 lanes >= 1.7x single, batch $b: ${x}x -> $(verdict "$x" 1.7)"
+done
+rb=10000; case " $BATCHES " in *" 10000 "*) ;; *) rb=${BATCHES##* } ;; esac
+IFS=$'\t' read -r rf rl af al hwm ns < <(awk -F'\t' -v k="bf:1:$rb" 'BEGIN{OFS="\t"} $1 == k && $5 == 1 { print $17, $18, $19, $20, $21, $22 }' "$RES")
+if [[ $af =~ ^[0-9]+$ && $al =~ ^[0-9]+$ ]]; then
+    g=$((al - af))
+    v=$([ "$g" -le "$RSS_FLAT_KB" ] && echo MET || echo "NOT MET")
+    echo "- lane RSS does not grow with rows (1 lane, batch $rb, $ns samples): VmRSS $rf -> $rl kB," \
+         "RssAnon (private) $af -> $al kB (growth $g kB, flat if <= $RSS_FLAT_KB kB) -> $v;" \
+         "peak VmHWM $hwm kB. VmRSS also counts the shared_buffers pages the lane touched, so it grows with the table."
+else
+    echo "- lane RSS (1 lane, batch $rb): no samples (the pass ended before the first sample) -> n/a"
+fi
+echo
+echo "Total measured time $(printf '%.0f' "$TOTAL") s (incl. table rebuilds). Server log: $LOG"
+
+# ------------------------------------------------------------------ csv
+mkdir -p "$(dirname "$CSV")"
+[ -s "$CSV" ] || echo "ts,n,pg,commit,case,lanes,batch,rep,secs,rows_per_s,x_single,x_loop,wal_bytes,wal_b_per_row,autovacuums,checkpoints,heap_after,partitions,plan_method,lane_starts,batches,ledger_secs,startup_secs,rss_first_kb,rss_last_kb,anon_first_kb,anon_last_kb,hwm_peak_kb,samples,lane_pids" >"$CSV"
+TS=$(date -u +%FT%TZ)
+while IFS=$'\t' read -r key kind lanes b rep secs wal av ck heap parts plan lstarts batches server_s startup_s rf rl af al hwm ns np; do
+    xs=$(ratio "$S_SINGLE" "$secs"); xl=-
+    [ "$kind" = single ] || xl=$(ratio "${S_LOOP[$b]}" "$secs")
+    printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%.0f,%s,%s,%s,%.1f,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' \
+        "$TS" "$N" "$PGVER" "$EXTCOMMIT" "$kind" "$lanes" "$b" "$rep" "$secs" "$(echo "$N / $secs" | bc -l)" \
+        "${xs%x}" "${xl%x}" "$wal" "$(echo "$wal / $N" | bc -l)" "$av" "$ck" "$heap" \
+        "$parts" "$plan" "$lstarts" "$batches" "$server_s" "$startup_s" "$rf" "$rl" "$af" "$al" "$hwm" "$ns" "$np" >>"$CSV"
+done <"$RES"
+echo "Appended $(wc -l <"$RES") rows to $CSV"
