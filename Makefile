@@ -11,7 +11,9 @@ OBJS = \
 	src/pass.o \
 	src/batch.o \
 	src/control.o \
-	src/pacing.o
+	src/pacing.o \
+	src/scope.o \
+	src/tenancy.o
 
 EXTENSION = pg_backfill
 DATA = pg_backfill--0.1.sql

@@ -18,11 +18,13 @@ GRANT USAGE ON SCHEMA backfill TO PUBLIC;
 -- One row per declared backfill.
 CREATE TABLE backfill.declaration (
     name             text PRIMARY KEY,
-    relid            oid NOT NULL,
-    relation         text NOT NULL,          -- qualified name at declaration time
-    key_column       name NOT NULL,
-    key_type         regtype NOT NULL,
-    predicate        text NOT NULL,
+    relid            oid,                    -- a local source: the table ...
+    relation         text,                   -- ... its qualified name at declaration time
+    key_column       name,
+    key_type         regtype,
+    predicate        text,
+    pages_fn         regprocedure,           -- or a pages source: fn(cursor text, input jsonb)
+    count_fn         regprocedure,           -- its optional convergence count: fn(input jsonb)
     action           text NOT NULL,
     batch_size       integer NOT NULL CHECK (batch_size > 0),
     rate             double precision NOT NULL CHECK (rate > 0 AND rate < 'infinity'),
@@ -36,10 +38,20 @@ CREATE TABLE backfill.declaration (
     min_batch_size   integer NOT NULL DEFAULT 1 CHECK (min_batch_size > 0),
     max_batch_size   integer NOT NULL DEFAULT 1000000 CHECK (max_batch_size >= min_batch_size),
     environments     text[],                 -- NULL: every environment
+    input_shape      jsonb,                  -- scoped: {"key": "type", ...}
+    scope            text,                   -- scoped: SQL expression over input
+    requires         text,                   -- a schema migration id
+    requires_backfill text,                  -- another backfill that must be complete
+    run_as           oid NOT NULL,           -- the role lanes log in as
+    settings         jsonb,                  -- {"app.setting": "value"} set per batch
+    tenant           text,                   -- 'none': declared to run across tenants
+    search_path      text NOT NULL DEFAULT '', -- the declarer's, which lanes use
     owner            oid NOT NULL,           -- the declaring role; lanes run as it
     checksum         text NOT NULL,          -- sha256 of the normalized definition
     declared_at      timestamptz NOT NULL DEFAULT now(),
-    updated_at       timestamptz NOT NULL DEFAULT now()
+    updated_at       timestamptz NOT NULL DEFAULT now(),
+    CHECK ((relid IS NULL) <> (pages_fn IS NULL)),
+    CHECK ((input_shape IS NULL) = (scope IS NULL))
 );
 
 -- One row per pass; append-only (see backfill.ledger_guard).
@@ -67,6 +79,7 @@ CREATE INDEX ledger_running_idx ON backfill.ledger (run_id) WHERE status = 'runn
 -- Live state of a pass while it runs; one row per ledger row.
 CREATE TABLE backfill.run (
     run_id           bigint PRIMARY KEY REFERENCES backfill.ledger (run_id),
+    input            jsonb,                  -- a scoped pass's input
     phase            text NOT NULL DEFAULT 'queued'
                      CHECK (phase IN ('queued', 'running', 'counting', 'done')),
     paused           boolean NOT NULL DEFAULT false,
@@ -250,7 +263,67 @@ BEGIN
 END
 $$;
 
+/*
+ * What a declaration still waits for before a pass may start, or NULL:
+ * its schema migration (in backfill.migrations_table, "table(column)"),
+ * and the completion of the backfill it requires.  SECURITY DEFINER: it
+ * reads the migrations table and the ledger on behalf of any caller, and
+ * runs no user SQL.
+ */
+CREATE FUNCTION backfill.unmet_requirement(p_name text) RETURNS text
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d backfill.declaration;
+    spec text := current_setting('backfill.migrations_table');
+    m text[];
+    tbl regclass;
+    applied boolean;
+    last_status text;
+BEGIN
+    SELECT * INTO d FROM backfill.declaration WHERE name = p_name;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF d.requires IS NOT NULL THEN
+        m := regexp_match(spec, '^\s*(.+?)\s*\(\s*([^()]+?)\s*\)\s*$');
+        IF m IS NULL THEN
+            RETURN format('migration %s: backfill.migrations_table %L is not "table(column)"',
+                          d.requires, spec);
+        END IF;
+        -- an unqualified table is looked up in schema public
+        tbl := to_regclass(CASE WHEN m[1] LIKE '%.%' THEN m[1] ELSE 'public.' || m[1] END);
+        IF tbl IS NULL THEN
+            RETURN format('migration %s is not applied: table %s does not exist', d.requires, m[1]);
+        END IF;
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE %I::text = $1)', tbl, m[2])
+           INTO applied USING d.requires;
+        IF NOT applied THEN
+            RETURN format('migration %s is not applied (no such %s in %s)', d.requires, m[2], tbl);
+        END IF;
+    END IF;
+    IF d.requires_backfill IS NOT NULL THEN
+        SELECT l.status INTO last_status FROM backfill.ledger l
+         WHERE l.ledger_name = d.requires_backfill ORDER BY l.run_id DESC LIMIT 1;
+        IF last_status IS DISTINCT FROM 'completed' THEN
+            RETURN format('backfill %s has not completed (its last pass: %s)',
+                          d.requires_backfill, coalesce(last_status, 'none'));
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 /* ---------------------------------------------------------------- API */
+
+/* The input of the scoped pass a lane runs (NULL outside one). */
+CREATE FUNCTION backfill_input() RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$ SELECT nullif(pg_catalog.current_setting('backfill.input', true), '')::jsonb $$;
+COMMENT ON FUNCTION backfill_input() IS
+'the input of the scoped pass being run; read it in predicates, actions and policies';
+
 
 CREATE FUNCTION backfill_declare(
     name             text,
@@ -269,22 +342,33 @@ CREATE FUNCTION backfill_declare(
     lock_timeout     interval DEFAULT '2 seconds',
     target_batch_time interval DEFAULT NULL,
     min_batch_size   integer DEFAULT NULL,
-    max_batch_size   integer DEFAULT NULL)
+    max_batch_size   integer DEFAULT NULL,
+    input            jsonb DEFAULT NULL,
+    scope            text DEFAULT NULL,
+    pages            text DEFAULT NULL,
+    count_function   text DEFAULT NULL,
+    requires         text DEFAULT NULL,
+    requires_backfill text DEFAULT NULL,
+    run_as           text DEFAULT NULL,
+    settings         jsonb DEFAULT NULL,
+    tenant           text DEFAULT NULL)
 RETURNS text
 LANGUAGE C CALLED ON NULL INPUT VOLATILE
 AS 'MODULE_PATHNAME', 'backfill_declare';
 
 COMMENT ON FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
                                      integer, integer, interval, text[], interval, interval,
-                                     interval, interval, integer, integer) IS
+                                     interval, interval, integer, integer, jsonb, text, text,
+                                     text, text, text, text, jsonb, text) IS
 'declare (or update) a backfill; returns the checksum of its definition';
 
-CREATE FUNCTION backfill_run(name text, force boolean DEFAULT false)
+CREATE FUNCTION backfill_run(name text, force boolean DEFAULT false, input jsonb DEFAULT NULL,
+                             wait boolean DEFAULT true)
 RETURNS bigint
-LANGUAGE C STRICT VOLATILE
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
 AS 'MODULE_PATHNAME', 'backfill_run';
 
-COMMENT ON FUNCTION backfill_run(text, boolean) IS
+COMMENT ON FUNCTION backfill_run(text, boolean, jsonb, boolean) IS
 'enqueue a pass of a backfill (started when the transaction commits); returns its run id';
 
 CREATE FUNCTION backfill_wait(run_id bigint, timeout interval DEFAULT '1 hour')
@@ -407,7 +491,8 @@ RETURNS TABLE (
     environments          text[],
     last_run_id           bigint,
     last_completed_run_id bigint,
-    rows                  bigint)
+    rows                  bigint,
+    blocked_by            text)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -424,16 +509,30 @@ AS $$
           FROM backfill.ledger l
          WHERE l.status = 'completed'
          ORDER BY l.ledger_name, l.run_id DESC
+    ),
+    -- a plain declaration has one history; a scoped one, one per scope run
+    histories AS (
+        SELECT d.name AS ledger_name, d.name AS declaration
+          FROM backfill.declaration d WHERE d.scope IS NULL
+        UNION ALL
+        SELECT DISTINCT l.ledger_name, d.name
+          FROM backfill.declaration d JOIN backfill.ledger l ON l.declaration = d.name
+         WHERE d.scope IS NOT NULL
     )
-    SELECT d.name,
+    SELECT h.ledger_name,
            CASE
              WHEN d.environments IS NOT NULL AND NOT (env.e = ANY (d.environments))
                   THEN 'not-in-this-environment'
+             WHEN last.status = 'running'
+                  AND backfill.unmet_requirement(d.name) IS NOT NULL
+                  AND NOT EXISTS (SELECT 1 FROM backfill.partition p
+                                   WHERE p.run_id = last.run_id) THEN 'blocked'
              WHEN last.status = 'running' THEN 'running'
              WHEN last.status = 'failed' AND last.error_code = 'BF006' THEN 'stalled'
              WHEN last.status IN ('failed', 'cancelled') THEN 'failed'
              WHEN done.run_id IS NOT NULL AND done.checksum <> d.checksum THEN 'changed'
              WHEN done.run_id IS NOT NULL THEN 'completed'
+             WHEN backfill.unmet_requirement(d.name) IS NOT NULL THEN 'blocked'
              ELSE 'pending'
            END,
            d.checksum,
@@ -444,14 +543,16 @@ AS $$
            done.run_id,
            coalesce(last.rows,
                     (SELECT sum(p.rows)::bigint FROM backfill.partition p
-                      WHERE p.run_id = last.run_id))
-      FROM backfill.declaration d
+                      WHERE p.run_id = last.run_id)),
+           backfill.unmet_requirement(d.name)
+      FROM histories h
+      JOIN backfill.declaration d ON d.name = h.declaration
       CROSS JOIN env
-      LEFT JOIN last ON last.ledger_name = d.name
-      LEFT JOIN done ON done.ledger_name = d.name
+      LEFT JOIN last ON last.ledger_name = h.ledger_name
+      LEFT JOIN done ON done.ledger_name = h.ledger_name
     UNION ALL
     SELECT last.ledger_name, 'orphaned', NULL, done.checksum, NULL, NULL,
-           last.run_id, done.run_id, last.rows
+           last.run_id, done.run_id, last.rows, NULL
       FROM last
       LEFT JOIN done ON done.ledger_name = last.ledger_name
      WHERE NOT EXISTS (SELECT 1 FROM backfill.declaration d
@@ -527,11 +628,13 @@ $$;
 COMMENT ON FUNCTION backfill_partitions(text) IS
 'the partitions of the newest pass: bounds, cursor, lease holder, claims, reclaims, failures';
 
-/* Helper run as the declaring role: the planner's estimate of rows to do. */
+/*
+ * Helper run as the declaring role: the planner's estimate of rows to do.
+ * It keeps the caller's search_path: the predicate is the user's SQL.
+ */
 CREATE FUNCTION backfill.estimate_rows(rel text, predicate text)
 RETURNS bigint
 LANGUAGE plpgsql VOLATILE STRICT
-SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     plan json;

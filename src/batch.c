@@ -27,12 +27,15 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/regproc.h"
 #include "utils/memutils.h"
 #include "utils/timeout.h"
 
 #include "catalog.h"
 #include "errors.h"
 #include "lane.h"
+#include "tenancy.h"
 
 /*
  * Prepare the lane's plans, as the declaring role, in a transaction of its
@@ -42,11 +45,33 @@
 void
 batch_prepare(Pass *pass)
 {
-	const char *key = quote_identifier(pass->key);
+	const char *key;
 	Oid			key_types[3] = {INT8OID, pass->keytype, pass->keytype};
 	Oid			action_types[2] = {pass->keytype, pass->keytype};
 
 	lane_begin_xact("pg_backfill lane: preparing");
+	if (OidIsValid(pass->pages_fn))
+	{
+		Oid			page_types[2] = {TEXTOID, JSONBOID};
+		Oid			rows_type[1] = {JSONBOID};
+
+		pass->page_plan = SPI_prepare(psprintf("SELECT %s($1, $2)",
+											   function_name(pass->pages_fn)),
+									  2, page_types);
+		if (pass->page_plan == NULL)
+			elog(ERROR, "could not prepare the pages function of backfill \"%s\": %s",
+				 pass->name, SPI_result_code_string(SPI_result));
+		SPI_keepplan(pass->page_plan);
+		pass->action_plan = SPI_prepare_cursor(pass->action, 1, rows_type,
+											   CURSOR_OPT_CUSTOM_PLAN);
+		if (pass->action_plan == NULL)
+			elog(ERROR, "could not prepare the action of backfill \"%s\": %s",
+				 pass->name, SPI_result_code_string(SPI_result));
+		SPI_keepplan(pass->action_plan);
+		lane_commit_xact();
+		return;
+	}
+	key = quote_identifier(pass->key);
 	for (int variant = 0; variant < 4; variant++)
 	{
 		StringInfoData sql;
@@ -178,6 +203,120 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	return paused ? BATCH_PAUSED : BATCH_DONE;
 }
 
+/* What every batch transaction sets first: tenancy, lock and statement timeouts. */
+static void
+begin_batch(Pass *pass, Claim *claim)
+{
+	lane_begin_xact(psprintf("pg_backfill lane: backfill \"%s\" partition %d",
+							 pass->name, claim->part_no));
+	tenancy_apply_settings(pass->settings, pass->input);
+	/* a lane never queues long behind the application's locks */
+	(void) set_config_option("lock_timeout", psprintf("%d", pass->lock_timeout_ms),
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	enable_timeout_after(STATEMENT_TIMEOUT, pass->batch_timeout_ms);
+}
+
+/* the value of a JSON object's key, NULL when absent */
+static JsonbValue *
+page_field(Jsonb *page, const char *key)
+{
+	JsonbValue	kv;
+
+	kv.type = jbvString;
+	kv.val.string.val = (char *) key;
+	kv.val.string.len = strlen(key);
+	return findJsonbValueFromContainer(&page->root, JB_FOBJECT, &kv);
+}
+
+/*
+ * One page of a pages source: ask the function for the page after the
+ * cursor, run the action on its rows, checkpoint the next cursor (never
+ * the rows).  next = NULL ends the pass; so does an empty page that does
+ * not move the cursor.
+ */
+static BatchOutcome
+batch_run_page(Pass *pass, Claim *claim)
+{
+	Datum		args[2];
+	char		nulls[2] = {' ', ' '};
+	Datum		result;
+	bool		isnull;
+	Jsonb	   *page;
+	JsonbValue *rows;
+	JsonbValue *next;
+	char	   *cursor = NULL;
+	char	   *next_text = NULL;
+	int			nrows;
+	TimestampTz batch_start = GetCurrentTimestamp();
+	BatchOutcome outcome = BATCH_DONE;
+
+	if (claim->has_cursor)
+		cursor = TextDatumGetCString(claim->cursor);
+	args[0] = claim->has_cursor ? claim->cursor : (Datum) 0;
+	nulls[0] = claim->has_cursor ? ' ' : 'n';
+	args[1] = pass->input ? JsonbPGetDatum(pass->input) : (Datum) 0;
+	nulls[1] = pass->input ? ' ' : 'n';
+
+	begin_batch(pass, claim);
+	if (SPI_execute_plan(pass->page_plan, args, nulls, false, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "pages function of backfill \"%s\" returned no row", pass->name);
+	result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	page = isnull ? NULL : DatumGetJsonbP(result);
+	rows = (page && JB_ROOT_IS_OBJECT(page) && !JB_ROOT_IS_SCALAR(page)) ?
+		page_field(page, "rows") : NULL;
+	next = rows ? page_field(page, "next") : NULL;
+	if (rows == NULL || rows->type != jbvBinary || !JsonContainerIsArray(rows->val.binary.data) ||
+		next == NULL || (next->type != jbvString && next->type != jbvNull))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("pages function of backfill \"%s\" answered something that is not a page",
+						pass->name),
+				 errdetail("It answered: %.200s", page ? JsonbToCString(NULL, &page->root, 0) : "NULL"),
+				 errhint("Return jsonb {\"rows\": [...], \"next\": \"cursor\" or null}.")));
+	nrows = JsonContainerSize(rows->val.binary.data);
+	if (next->type == jbvString)
+		next_text = pnstrdup(next->val.string.val, next->val.string.len);
+
+	if (nrows > 0)
+	{
+		Datum		rows_arg[1];
+
+		rows_arg[0] = JsonbPGetDatum(JsonbValueToJsonb(rows));
+		if (SPI_execute_plan(pass->action_plan, rows_arg, NULL, false, 0) < 0)
+			elog(ERROR, "action of backfill \"%s\" failed", pass->name);
+	}
+	disable_timeout(STATEMENT_TIMEOUT, false);
+	claim->last_keys = nrows;
+	claim->last_batch_ms = (GetCurrentTimestamp() - batch_start) / 1000.0;
+
+	/* the end: no next page, or an empty page that does not move the cursor */
+	if (next_text == NULL ||
+		(nrows == 0 && cursor != NULL && strcmp(cursor, next_text) == 0))
+	{
+		if (nrows > 0)
+			outcome = checkpoint_batch(pass, claim, cursor ? cursor : "", nrows);
+		checkpoint_partition_done(pass, claim);
+		lane_commit_xact();
+		claim->rows += nrows;
+		return outcome == BATCH_DONE ? BATCH_PARTITION_DONE : outcome;
+	}
+	outcome = checkpoint_batch(pass, claim, next_text, nrows);
+	next_text = MemoryContextStrdup(lane_outer_cxt, next_text);
+	lane_commit_xact();
+	{
+		MemoryContext old = MemoryContextSwitchTo(lane_cxt);
+
+		if (claim->has_cursor)
+			pfree(DatumGetPointer(claim->cursor));
+		claim->cursor = CStringGetTextDatum(next_text);
+		claim->has_cursor = true;
+		claim->rows += nrows;
+		MemoryContextSwitchTo(old);
+	}
+	return outcome;
+}
+
 BatchOutcome
 batch_run(Pass *pass, Claim *claim)
 {
@@ -198,13 +337,11 @@ batch_run(Pass *pass, Claim *claim)
 	key_values[2] = claim->hi;
 	key_nulls[2] = claim->has_hi ? ' ' : 'n';
 
-	lane_begin_xact(psprintf("pg_backfill lane: backfill \"%s\" partition %d",
-							 pass->name, claim->part_no));
-	/* a lane never queues long behind the application's locks */
-	(void) set_config_option("lock_timeout", psprintf("%d", pass->lock_timeout_ms),
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	if (OidIsValid(pass->pages_fn))
+		return batch_run_page(pass, claim);
+
 	batch_start = GetCurrentTimestamp();
-	enable_timeout_after(STATEMENT_TIMEOUT, pass->batch_timeout_ms);
+	begin_batch(pass, claim);
 
 	rc = SPI_execute_plan(pass->keys_plan[variant], key_values, key_nulls, false, 0);
 	if (rc != SPI_OK_SELECT)

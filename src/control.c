@@ -17,6 +17,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
 
 #include "catalog.h"
 #include "declare.h"
@@ -42,6 +43,9 @@ typedef struct Target
 	int64		last_id;		/* 0: never run */
 	char	   *last_status;
 	char	   *last_checksum;
+	char	   *last_ledger_name;
+	Jsonb	   *last_input;
+	Oid			run_as;
 } Target;
 
 /*
@@ -66,11 +70,13 @@ target_load(const char *name, Target *t, bool missing_ok)
 	found = catalog_exec("SELECT d.owner, d.checksum, d.environments,"
 						 "  array_to_string(d.environments, ', '),"
 						 "  (SELECT max(l.run_id) FROM backfill.ledger l"
-						 "    WHERE l.ledger_name = d.name AND l.status = 'running'),"
-						 "  last.run_id, last.status, last.checksum"
+						 "    WHERE l.declaration = d.name AND l.status = 'running'),"
+						 "  last.run_id, last.status, last.checksum, last.ledger_name,"
+						 "  (SELECT r.input FROM backfill.run r WHERE r.run_id = last.run_id),"
+						 "  d.run_as"
 						 " FROM backfill.declaration d"
-						 " LEFT JOIN LATERAL (SELECT l.run_id, l.status, l.checksum"
-						 "    FROM backfill.ledger l WHERE l.ledger_name = d.name"
+						 " LEFT JOIN LATERAL (SELECT l.run_id, l.status, l.checksum, l.ledger_name"
+						 "    FROM backfill.ledger l WHERE l.declaration = d.name"
 						 "   ORDER BY l.run_id DESC LIMIT 1) last ON true"
 						 " WHERE d.name = $1 FOR UPDATE OF d",
 						 1, types, values, NULL, SPI_OK_SELECT) > 0;
@@ -90,6 +96,13 @@ target_load(const char *name, Target *t, bool missing_ok)
 			t->last_id = 0;
 		t->last_status = catalog_gettext(0, 7);
 		t->last_checksum = catalog_gettext(0, 8);
+		t->last_ledger_name = catalog_gettext(0, 9);
+		{
+			Datum		d = catalog_getdatum(0, 10, &isnull);
+
+			t->last_input = isnull ? NULL : DatumGetJsonbPCopy(d);
+		}
+		t->run_as = DatumGetObjectId(catalog_getdatum(0, 11, &isnull));
 	}
 	catalog_leave(&scope);
 
@@ -236,9 +249,10 @@ backfill_retry(PG_FUNCTION_ARGS)
 					 errdetail("Its checkpoints belong to the old definition."),
 					 errhint("Start a new pass with backfill_run('%s', force => true).", t.name)));
 		check_environment(t.name, t.environments, t.envlist);
-		check_role_can_login(t.name, t.owner);
+		check_role_can_login(t.name, t.run_as);
 
-		run_id = enqueue_pass(t.name, t.checksum, false, t.last_id, t.owner);
+		run_id = enqueue_pass(t.last_ledger_name, t.name, t.checksum, false, t.last_id, t.owner,
+							  t.last_input);
 		values[0] = Int64GetDatum(run_id);
 		values[1] = Int64GetDatum(t.last_id);
 		catalog_enter(&scope);

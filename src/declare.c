@@ -35,6 +35,9 @@
 #include "utils/acl.h"
 #include "utils/regproc.h"
 #include "utils/array.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "parser/parse_func.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -45,6 +48,8 @@
 #include "catalog.h"
 #include "declare.h"
 #include "errors.h"
+#include "scope.h"
+#include "tenancy.h"
 
 PG_FUNCTION_INFO_V1(backfill_declare);
 
@@ -90,7 +95,7 @@ append_normalized(StringInfo buf, const char *sql)
 
 char *
 declaration_checksum(const char *relation, const char *key,
-					 const char *predicate, const char *action)
+					 const char *predicate, const char *action, const char *extra)
 {
 	StringInfoData buf;
 	pg_cryptohash_ctx *ctx;
@@ -99,11 +104,14 @@ declaration_checksum(const char *relation, const char *key,
 
 	initStringInfo(&buf);
 	appendStringInfo(&buf, "pg_backfill declaration v1\nrelation %s\nkey %s\n",
-					 relation, key);
+					 relation ? relation : "", key ? key : "");
 	appendStringInfoString(&buf, "predicate ");
-	append_normalized(&buf, predicate);
+	append_normalized(&buf, predicate ? predicate : "");
 	appendStringInfoString(&buf, "action ");
 	append_normalized(&buf, action);
+	/* the rest of what decides what is done: source, scope, tenancy */
+	if (extra != NULL)
+		append_normalized(&buf, extra);
 
 	ctx = pg_cryptohash_create(PG_SHA256);
 	if (pg_cryptohash_init(ctx) < 0 ||
@@ -441,6 +449,50 @@ text_array_or_null(ArrayType *arr, const char *name, bool *isnull)
 	return PointerGetDatum(arr);
 }
 
+/*
+ * A function named by a declaration (pages source, count): it must exist
+ * with the given arguments, return the given type, and be executable by
+ * the role the lanes run as.
+ */
+static Oid
+resolve_function(const char *name, const char *option, const char *fname, int nargs,
+				 Oid *argtypes, Oid rettype1, Oid rettype2, Oid run_as, const char *hint)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	Oid			fn = InvalidOid;
+	Oid			rettype;
+
+	PG_TRY();
+	{
+		fn = LookupFuncName(stringToQualifiedNameList(fname), nargs, argtypes, true);
+	}
+	PG_CATCH();
+	{
+		rethrow_as_source_invalid(cxt, name, option, hint);
+	}
+	PG_END_TRY();
+	if (!OidIsValid(fn))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("%s function \"%s\" of backfill \"%s\" does not exist", option, fname, name),
+				 errhint("%s", hint)));
+	rettype = get_func_rettype(fn);
+	if (rettype != rettype1 && rettype != rettype2)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("%s function \"%s\" of backfill \"%s\" returns %s", option, fname, name,
+						format_type_be(rettype)),
+				 errhint("%s", hint)));
+	if (pg_proc_aclcheck(fn, run_as, ACL_EXECUTE) != ACLCHECK_OK)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+				 errmsg("permission denied to run %s function \"%s\" of backfill \"%s\"",
+						option, fname, name),
+				 errhint("GRANT EXECUTE ON FUNCTION %s TO %s;", format_procedure(fn),
+						 quote_identifier(GetUserNameFromId(run_as, false)))));
+	return fn;
+}
+
 #define ARG_TEXT(n) (PG_ARGISNULL(n) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(n)))
 
 Datum
@@ -469,6 +521,19 @@ backfill_declare(PG_FUNCTION_ARGS)
 	StringInfoData sql;
 	CatalogScope scope;
 	Oid			owner = GetUserId();
+	Jsonb	   *input_shape = PG_ARGISNULL(17) ? NULL : PG_GETARG_JSONB_P(17);
+	char	   *scope_expr = ARG_TEXT(18);
+	char	   *pages = ARG_TEXT(19);
+	char	   *count_function = ARG_TEXT(20);
+	char	   *requires = ARG_TEXT(21);
+	char	   *requires_backfill = ARG_TEXT(22);
+	char	   *run_as_name = ARG_TEXT(23);
+	Jsonb	   *settings = PG_ARGISNULL(24) ? NULL : PG_GETARG_JSONB_P(24);
+	char	   *tenant = ARG_TEXT(25);
+	Oid			run_as;
+	Oid			pages_fn = InvalidOid;
+	Oid			count_fn = InvalidOid;
+	char	   *declared_search_path;
 
 	check_backfill_name(name);
 
@@ -534,38 +599,126 @@ backfill_declare(PG_FUNCTION_ARGS)
 				 errhint("The batch size starts at batch_size and adapts within the bounds; "
 						 "make batch_size lie between them.")));
 
-	/* the source, resolved and parsed as the caller */
-	resolve_relation(name, relation, &src);
-	resolve_key(name, key, &src);
-
-	if (predicate == NULL || predicate[0] == '\0')
+	/* scope, tenancy and requirements */
+	scope_check_declaration(name, input_shape, scope_expr);
+	tenancy_check_settings(name, settings, tenant);
+	run_as = tenancy_run_as(name, run_as_name);
+	if (requires != NULL && requires[0] == '\0')
 		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-				 errmsg("backfill \"%s\" has no predicate", name),
-				 errdetail("The predicate selects the rows that still need work; it is also "
-						   "how the pass proves it is done."),
-				 errhint("Pass predicate => 'total IS NULL', true for rows still to do.")));
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("requires of backfill \"%s\" is an empty migration id", name),
+				 errhint("Name the schema migration that must be applied first, or leave requires out.")));
+	if (requires_backfill != NULL && strcmp(requires_backfill, name) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("backfill \"%s\" cannot require itself", name),
+				 errhint("Name another backfill that must complete first.")));
+
 	if (action == NULL || action[0] == '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
 				 errmsg("backfill \"%s\" has no action", name),
 				 errhint("Pass action => 'UPDATE t SET c = a * 2 WHERE id BETWEEN $1 AND $2 AND c IS NULL'.")));
 
-	check_role_can_login(name, owner);
-	checksum = declaration_checksum(src.relation, src.key, predicate, action);
+	/* the source: a local relation or a pages function, exactly one */
+	memset(&src, 0, sizeof(src));
+	if (pages != NULL)
+	{
+		Oid			page_args[2] = {TEXTOID, JSONBOID};
+		Oid			count_args[1] = {JSONBOID};
+
+		if (relation != NULL || key != NULL || predicate != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+					 errmsg("backfill \"%s\" names both a relation and a pages source", name),
+					 errdetail("A pages source has no relation, key or predicate: the function "
+							   "decides what each page holds."),
+					 errhint("Pass either relation (with predicate) or pages (with an optional "
+							 "count_function), not both.")));
+		pages_fn = resolve_function(name, "pages", pages, 2, page_args, JSONBOID, JSONBOID, run_as,
+									"A pages function takes (cursor text, input jsonb) and returns "
+									"jsonb: {\"rows\": [...], \"next\": \"cursor\" or null}.");
+		if (count_function != NULL)
+			count_fn = resolve_function(name, "count", count_function, 1, count_args, INT8OID,
+										INT4OID, run_as,
+										"A count function takes (input jsonb) and returns the "
+										"bigint number of rows still to do.");
+		src.keytype = JSONBOID;
+	}
+	else
+	{
+		if (count_function != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+					 errmsg("backfill \"%s\" has a count function but no pages source", name),
+					 errhint("For a relation the predicate is the count; leave count_function out.")));
+		if (relation == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+					 errmsg("backfill \"%s\" names no source", name),
+					 errhint("Pass relation => 'schema.table' (with predicate), or pages => "
+							 "'page_function' for a remote source.")));
+		resolve_relation(name, relation, &src);
+		if (run_as != GetUserId() &&
+			(pg_class_aclcheck(src.relid, run_as, ACL_SELECT) != ACLCHECK_OK ||
+			 pg_class_aclcheck(src.relid, run_as, ACL_UPDATE) != ACLCHECK_OK))
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+					 errmsg("role \"%s\" may not rewrite \"%s\" for backfill \"%s\"",
+							run_as_name, src.relation, name),
+					 errhint("GRANT SELECT, UPDATE ON %s TO %s;", src.relation,
+							 quote_identifier(run_as_name))));
+		resolve_key(name, key, &src);
+		if (predicate == NULL || predicate[0] == '\0')
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+					 errmsg("backfill \"%s\" has no predicate", name),
+					 errdetail("The predicate selects the rows that still need work; it is also "
+							   "how the pass proves it is done."),
+					 errhint("Pass predicate => 'total IS NULL', true for rows still to do.")));
+		tenancy_check_rls(name, src.relid, src.relation, run_as, settings, tenant);
+	}
+
+	check_role_can_login(name, run_as);
+	{
+		StringInfoData extra;
+
+		initStringInfo(&extra);
+		appendStringInfo(&extra, "pages %s count %s input %s scope %s settings %s run_as %s",
+						 OidIsValid(pages_fn) ? format_procedure(pages_fn) : "",
+						 OidIsValid(count_fn) ? format_procedure(count_fn) : "",
+						 input_shape ? JsonbToCString(NULL, &input_shape->root, 0) : "",
+						 scope_expr ? scope_expr : "",
+						 settings ? JsonbToCString(NULL, &settings->root, 0) : "",
+						 GetUserNameFromId(run_as, false));
+		checksum = declaration_checksum(src.relation, src.key, predicate, action, extra.data);
+	}
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT 1 FROM %s WHERE (\n%s\n)", src.relation, predicate);
-	check_statement(name, "the predicate", sql.data, src.keytype, true,
-					"Write a boolean SQL expression over the table's columns, such as 'c IS NULL'.");
+	if (pages_fn == InvalidOid)
+	{
+		initStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT 1 FROM %s WHERE (\n%s\n)", src.relation, predicate);
+		check_statement(name, "the predicate", sql.data, src.keytype, true,
+						"Write a boolean SQL expression over the table's columns, such as 'c IS NULL'.");
+	}
+	if (scope_expr != NULL)
+	{
+		initStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT 1 FROM (SELECT $1::jsonb AS input) s WHERE (\n(\n%s\n) IS NOT NULL\n)",
+						 scope_expr);
+		check_statement(name, "the scope", sql.data, JSONBOID, true,
+						"Write an expression over input, such as input->>'tenant_id'.");
+	}
 	check_statement(name, "the action", action, src.keytype, false,
+					pages_fn ? "Write one DML statement; $1 is the page's rows as a jsonb array." :
 					"Write one DML statement; $1 and $2 are the first and last key of the batch; "
 					"wrap anything else in a function and SELECT it.");
 
-	/* store it, as the extension's owner */
+	/* store it, as the extension's owner, with the declarer's search_path */
+	declared_search_path = pstrdup(GetConfigOption("search_path", false, false));
 	catalog_enter(&scope);
 	{
 		Oid			types[1] = {TEXTOID};
@@ -599,21 +752,27 @@ backfill_declare(PG_FUNCTION_ARGS)
 		}
 	}
 	{
-		Oid			types[21] = {TEXTOID, OIDOID, TEXTOID, NAMEOID, OIDOID, TEXTOID,
+		Oid			types[31] = {TEXTOID, OIDOID, TEXTOID, NAMEOID, OIDOID, TEXTOID,
 			TEXTOID, INT4OID, FLOAT8OID, INT4OID, INT4OID, INT4OID, INT4OID, INT4OID,
-			TEXTARRAYOID, OIDOID, TEXTOID, INT4OID, INT4OID, INT4OID, INT4OID};
-		Datum		values[21];
-		char		nulls[21];
+			TEXTARRAYOID, OIDOID, TEXTOID, INT4OID, INT4OID, INT4OID, INT4OID,
+		OIDOID, OIDOID, JSONBOID, TEXTOID, TEXTOID, TEXTOID, OIDOID, JSONBOID, TEXTOID, TEXTOID};
+		Datum		values[31];
+		char		nulls[31];
 		NameData	keyname;
 
 		memset(nulls, ' ', sizeof(nulls));
-		namestrcpy(&keyname, src.key);
+		namestrcpy(&keyname, src.key ? src.key : "");
 		values[0] = CStringGetTextDatum(name);
 		values[1] = ObjectIdGetDatum(src.relid);
-		values[2] = CStringGetTextDatum(src.relation);
+		nulls[1] = OidIsValid(src.relid) ? ' ' : 'n';
+		values[2] = src.relation ? CStringGetTextDatum(src.relation) : (Datum) 0;
+		nulls[2] = src.relation ? ' ' : 'n';
 		values[3] = NameGetDatum(&keyname);
+		nulls[3] = src.key ? ' ' : 'n';
 		values[4] = ObjectIdGetDatum(src.keytype);
-		values[5] = CStringGetTextDatum(predicate);
+		nulls[4] = pages_fn ? 'n' : ' ';
+		values[5] = predicate ? CStringGetTextDatum(predicate) : (Datum) 0;
+		nulls[5] = predicate ? ' ' : 'n';
 		values[6] = CStringGetTextDatum(action);
 		values[7] = Int32GetDatum(batch_size);
 		values[8] = Float8GetDatum(rate);
@@ -631,14 +790,36 @@ backfill_declare(PG_FUNCTION_ARGS)
 		nulls[18] = target_batch_ms == 0 ? 'n' : ' ';
 		values[19] = Int32GetDatum(min_batch_size);
 		values[20] = Int32GetDatum(max_batch_size);
+		values[21] = ObjectIdGetDatum(pages_fn);
+		nulls[21] = pages_fn ? ' ' : 'n';
+		values[22] = ObjectIdGetDatum(count_fn);
+		nulls[22] = count_fn ? ' ' : 'n';
+		values[23] = input_shape ? JsonbPGetDatum(input_shape) : (Datum) 0;
+		nulls[23] = input_shape ? ' ' : 'n';
+		values[24] = scope_expr ? CStringGetTextDatum(scope_expr) : (Datum) 0;
+		nulls[24] = scope_expr ? ' ' : 'n';
+		values[25] = requires ? CStringGetTextDatum(requires) : (Datum) 0;
+		nulls[25] = requires ? ' ' : 'n';
+		values[26] = requires_backfill ? CStringGetTextDatum(requires_backfill) : (Datum) 0;
+		nulls[26] = requires_backfill ? ' ' : 'n';
+		values[27] = ObjectIdGetDatum(run_as);
+		values[28] = settings ? JsonbPGetDatum(settings) : (Datum) 0;
+		nulls[28] = settings ? ' ' : 'n';
+		values[29] = tenant ? CStringGetTextDatum(tenant) : (Datum) 0;
+		nulls[29] = tenant ? ' ' : 'n';
+		/* the lanes resolve the predicate's and action's names as the declarer did */
+		values[30] = CStringGetTextDatum(declared_search_path);
 
 		catalog_exec("INSERT INTO backfill.declaration AS d"
 					 " (name, relid, relation, key_column, key_type, predicate, action,"
 					 "  batch_size, rate, max_parallel, max_attempts, backoff_base_ms,"
 					 "  backoff_cap_ms, batch_timeout_ms, environments, owner, checksum,"
-					 "  lock_timeout_ms, target_batch_ms, min_batch_size, max_batch_size)"
+					 "  lock_timeout_ms, target_batch_ms, min_batch_size, max_batch_size,"
+					 "  pages_fn, count_fn, input_shape, scope, requires, requires_backfill,"
+					 "  run_as, settings, tenant, search_path)"
 					 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,"
-					 "         $15, $16, $17, $18, $19, $20, $21)"
+					 "         $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27,"
+					 "         $28, $29, $30, $31)"
 					 " ON CONFLICT (name) DO UPDATE SET"
 					 "  relid = EXCLUDED.relid, relation = EXCLUDED.relation,"
 					 "  key_column = EXCLUDED.key_column, key_type = EXCLUDED.key_type,"
@@ -653,8 +834,13 @@ backfill_declare(PG_FUNCTION_ARGS)
 					 "  target_batch_ms = EXCLUDED.target_batch_ms,"
 					 "  min_batch_size = EXCLUDED.min_batch_size,"
 					 "  max_batch_size = EXCLUDED.max_batch_size,"
+					 "  pages_fn = EXCLUDED.pages_fn, count_fn = EXCLUDED.count_fn,"
+					 "  input_shape = EXCLUDED.input_shape, scope = EXCLUDED.scope,"
+					 "  requires = EXCLUDED.requires, requires_backfill = EXCLUDED.requires_backfill,"
+					 "  run_as = EXCLUDED.run_as, settings = EXCLUDED.settings,"
+					 "  tenant = EXCLUDED.tenant, search_path = EXCLUDED.search_path,"
 					 "  updated_at = now()",
-					 21, types, values, nulls, SPI_OK_INSERT);
+					 31, types, values, nulls, SPI_OK_INSERT);
 	}
 	catalog_leave(&scope);
 

@@ -257,6 +257,44 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 	}
 }
 
+static void
+lane_prepare_and_plan(Pass *pass)
+{
+	batch_prepare(pass);
+	pass_plan(pass);
+}
+
+/*
+ * Run a step of the pass outside any batch; an error in it fails the pass
+ * with its SQLSTATE (returns false) instead of killing the lane, which the
+ * launcher would only start again.
+ */
+static bool
+run_or_fail(Pass *pass, void (*step) (Pass *))
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool ok = true;
+
+	PG_TRY();
+	{
+		step(pass);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(lane_cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		MemoryContextSwitchTo(cxt);
+		pass_fail(pass, -1, edata->sqlerrcode, edata->message);
+		ok = false;
+	}
+	PG_END_TRY();
+	return ok;
+}
+
 void
 backfill_lane_main(Datum main_arg)
 {
@@ -285,24 +323,9 @@ backfill_lane_main(Datum main_arg)
 	if (!pass_load(&pass, args.run_id))
 		proc_exit(0);
 
-	/* errors outside a batch (preparing, planning, claiming) fail the pass */
-	PG_TRY();
-	{
-		batch_prepare(&pass);
-		pass_plan(&pass);
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(lane_cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		pass_fail(&pass, -1, edata->sqlerrcode, edata->message);
+	/* errors outside a batch (preparing, planning, counting) fail the pass */
+	if (!run_or_fail(&pass, lane_prepare_and_plan))
 		proc_exit(0);
-	}
-	PG_END_TRY();
 
 	while (pass_claim(&pass, &claim))
 	{
@@ -310,6 +333,6 @@ backfill_lane_main(Datum main_arg)
 		if (!work_partition(&pass, &claim, scratch))
 			proc_exit(0);
 	}
-	pass_finish(&pass);
+	(void) run_or_fail(&pass, pass_finish);
 	proc_exit(0);
 }

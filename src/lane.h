@@ -12,6 +12,7 @@
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
 /* the pass, as loaded when the lane starts (lives in the lane's context) */
@@ -38,6 +39,13 @@ typedef struct Pass
 	int			target_batch_ms;	/* 0: fixed batch size */
 	int			min_batch_size;
 	int			max_batch_size;
+
+	/* scope, tenancy and the kind of source */
+	Jsonb	   *input;			/* a scoped pass's input, or NULL */
+	Jsonb	   *settings;		/* set per batch, or NULL */
+	Oid			pages_fn;		/* a pages source, or InvalidOid for a table */
+	Oid			count_fn;
+	SPIPlanPtr	page_plan;
 
 	/* key type I/O, to store cursors as text */
 	Oid			key_input;
@@ -95,6 +103,7 @@ extern void pass_fail_partition(Pass *pass, Claim *claim, const char *message);
 extern void pass_finish(Pass *pass);
 extern void pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message);
 extern Datum pass_key_from_text(Pass *pass, const char *text);
+extern char *function_name(Oid fn);
 
 /* pacing.c */
 extern void pacing_start(Pass *pass, Claim *claim);

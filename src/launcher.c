@@ -232,7 +232,8 @@ read_running_passes(MemoryContext result_cxt)
 	{
 		int			rc;
 
-		rc = SPI_execute("SELECT l.run_id, l.owner, coalesce(d.max_parallel, 1), r.phase,"
+		rc = SPI_execute("SELECT l.run_id, coalesce(d.run_as, l.owner), coalesce(d.max_parallel, 1),"
+						 "  r.phase,"
 						 "  count(*) FILTER (WHERE p.state = 'running' AND p.alive),"
 						 "  count(*) FILTER (WHERE p.state = 'pending'"
 						 "                     OR (p.state = 'running' AND NOT p.alive))"
@@ -245,7 +246,9 @@ read_running_passes(MemoryContext result_cxt)
 						 "                              AND a.backend_start = q.holder_start) AS alive"
 						 "     FROM backfill.partition q WHERE q.run_id = l.run_id) p ON true"
 						 " WHERE l.status = 'running' AND NOT r.paused"
-						 " GROUP BY l.run_id, l.owner, d.max_parallel, r.phase"
+						 "   AND (r.phase <> 'queued'"
+						 "        OR backfill.unmet_requirement(l.declaration) IS NULL)"
+						 " GROUP BY l.run_id, l.owner, d.run_as, d.max_parallel, r.phase"
 						 " ORDER BY l.run_id",
 						 true, 0);
 		if (rc != SPI_OK_SELECT)

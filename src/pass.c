@@ -20,7 +20,9 @@
 #include "pgstat.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/regproc.h"
 #include "utils/lsyscache.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 
 #include "catalog.h"
@@ -31,6 +33,14 @@ static char *
 lane_strdup(const char *s)
 {
 	return s ? MemoryContextStrdup(lane_cxt, s) : NULL;
+}
+
+/* a function's schema-qualified, quoted name, to call it in SQL */
+char *
+function_name(Oid fn)
+{
+	return quote_qualified_identifier(get_namespace_name(get_func_namespace(fn)),
+									  get_func_name(fn));
 }
 
 Datum
@@ -58,6 +68,7 @@ pass_load(Pass *pass, int64 run_id)
 	char	   *status;
 	char	   *current_checksum;
 	bool		ok = true;
+	char	   *search_path = NULL;
 
 	memset(pass, 0, sizeof(Pass));
 	pass->run_id = run_id;
@@ -68,8 +79,10 @@ pass_load(Pass *pass, int64 run_id)
 					 "  d.relid, d.key_column, d.key_type, d.predicate, d.action,"
 					 "  d.batch_size, d.rate, d.max_attempts, d.backoff_base_ms,"
 					 "  d.backoff_cap_ms, d.batch_timeout_ms, d.max_parallel, d.lock_timeout_ms,"
-					 "  coalesce(d.target_batch_ms, 0), d.min_batch_size, d.max_batch_size"
+					 "  coalesce(d.target_batch_ms, 0), d.min_batch_size, d.max_batch_size,"
+					 "  r.input, d.settings, d.pages_fn, d.count_fn, d.search_path"
 					 " FROM backfill.ledger l"
+					 " JOIN backfill.run r ON r.run_id = l.run_id"
 					 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
 					 " WHERE l.run_id = $1",
 					 1, types, values, NULL, SPI_OK_SELECT) == 0)
@@ -111,6 +124,23 @@ pass_load(Pass *pass, int64 run_id)
 			pass->target_batch_ms = DatumGetInt32(catalog_getdatum(0, 19, &isnull));
 			pass->min_batch_size = DatumGetInt32(catalog_getdatum(0, 20, &isnull));
 			pass->max_batch_size = DatumGetInt32(catalog_getdatum(0, 21, &isnull));
+			{
+				MemoryContext old = MemoryContextSwitchTo(lane_cxt);
+				Datum		d;
+
+				d = catalog_getdatum(0, 22, &isnull);
+				pass->input = isnull ? NULL : DatumGetJsonbPCopy(d);
+				d = catalog_getdatum(0, 23, &isnull);
+				pass->settings = isnull ? NULL : DatumGetJsonbPCopy(d);
+				MemoryContextSwitchTo(old);
+			}
+			pass->pages_fn = DatumGetObjectId(catalog_getdatum(0, 24, &isnull));
+			if (isnull)
+				pass->pages_fn = InvalidOid;
+			pass->count_fn = DatumGetObjectId(catalog_getdatum(0, 25, &isnull));
+			if (isnull)
+				pass->count_fn = InvalidOid;
+			search_path = lane_strdup(catalog_gettext(0, 26));
 			catalog_exec("UPDATE backfill.run SET lane_starts = lane_starts + 1,"
 						 " updated_at = now() WHERE run_id = $1",
 						 1, types, values, NULL, SPI_OK_UPDATE);
@@ -118,7 +148,19 @@ pass_load(Pass *pass, int64 run_id)
 	}
 	catalog_leave(&scope);
 
-	if (ok)
+	if (ok && OidIsValid(pass->pages_fn))
+	{
+		/* a pages source: the cursor is text */
+		pass->keytype = TEXTOID;
+		getTypeInputInfo(TEXTOID, &pass->key_input, &pass->key_ioparam);
+		{
+			bool		varlena;
+
+			getTypeOutputInfo(TEXTOID, &pass->key_output, &varlena);
+		}
+		get_typlenbyval(TEXTOID, &pass->key_len, &pass->key_byval);
+	}
+	else if (ok)
 	{
 		char	   *relname = get_rel_name(pass->relid);
 		char	   *nspname = relname ? get_namespace_name(get_rel_namespace(pass->relid)) : NULL;
@@ -143,6 +185,15 @@ pass_load(Pass *pass, int64 run_id)
 		get_typlenbyval(pass->keytype, &pass->key_len, &pass->key_byval);
 	}
 	lane_commit_xact();
+
+	/* the names in the predicate and action resolve as they did for the declarer */
+	if (ok && search_path != NULL && search_path[0] != '\0')
+		SetConfigOption("search_path", search_path, PGC_USERSET, PGC_S_SESSION);
+
+	/* backfill_input() reads it in the predicate, the action and policies */
+	if (ok && pass->input != NULL)
+		SetConfigOption("backfill.input", JsonbToCString(NULL, &pass->input->root, 0),
+						PGC_SUSET, PGC_S_OVERRIDE);
 	return ok;
 }
 
@@ -182,28 +233,55 @@ pass_plan(Pass *pass)
 		char	   *method;
 		int			nparts = pass->max_parallel > 1 ? pass->max_parallel * 4 : 1;
 
+		/* a pages source is one sequence of pages: one partition */
+		if (OidIsValid(pass->pages_fn))
+			nparts = 1;
+
 		/* as the declaring role: the bounds, and the planner's estimate */
-		namestrcpy(&keyname, pass->key);
+		namestrcpy(&keyname, pass->key ? pass->key : "");
 		pvalues[0] = ObjectIdGetDatum(pass->relid);
 		pvalues[1] = NameGetDatum(&keyname);
 		pvalues[2] = ObjectIdGetDatum(pass->keytype);
 		pvalues[3] = Int32GetDatum(nparts);
-		if (SPI_execute_with_args("SELECT method, bounds FROM backfill.plan_bounds($1, $2, $3, $4)",
-								  4, ptypes, pvalues, NULL, false, 1) != SPI_OK_SELECT ||
-			SPI_processed != 1)
-			elog(ERROR, "could not plan the partitions of backfill \"%s\"", pass->name);
-		method = catalog_gettext(0, 1);
-		ivalues[1] = catalog_getdatum(0, 2, &isnull);
-		ivalues[1] = PointerGetDatum(PG_DETOAST_DATUM_COPY(ivalues[1]));
-
-		evalues[0] = CStringGetTextDatum(pass->relation);
-		evalues[1] = CStringGetTextDatum(pass->predicate);
 		inulls[3] = 'n';
-		if (SPI_execute_with_args("SELECT backfill.estimate_rows($1, $2)", 2, etypes, evalues,
-								  NULL, false, 1) == SPI_OK_SELECT && SPI_processed == 1)
+		if (OidIsValid(pass->pages_fn))
 		{
-			ivalues[3] = catalog_getdatum(0, 1, &isnull);
-			inulls[3] = isnull ? 'n' : ' ';
+			method = "pages";
+			ivalues[1] = PointerGetDatum(construct_empty_array(TEXTOID));
+			if (OidIsValid(pass->count_fn))
+			{
+				Oid			ctypes[1] = {JSONBOID};
+				Datum		cvalues[1] = {pass->input ? JsonbPGetDatum(pass->input) : (Datum) 0};
+				char		cnulls[1] = {pass->input ? ' ' : 'n'};
+
+				if (SPI_execute_with_args(psprintf("SELECT %s($1)::bigint",
+												   function_name(pass->count_fn)),
+										  1, ctypes, cvalues, cnulls, false, 1) == SPI_OK_SELECT &&
+					SPI_processed == 1)
+				{
+					ivalues[3] = catalog_getdatum(0, 1, &isnull);
+					inulls[3] = isnull ? 'n' : ' ';
+				}
+			}
+		}
+		else
+		{
+			if (SPI_execute_with_args("SELECT method, bounds FROM backfill.plan_bounds($1, $2, $3, $4)",
+									  4, ptypes, pvalues, NULL, false, 1) != SPI_OK_SELECT ||
+				SPI_processed != 1)
+				elog(ERROR, "could not plan the partitions of backfill \"%s\"", pass->name);
+			method = catalog_gettext(0, 1);
+			ivalues[1] = catalog_getdatum(0, 2, &isnull);
+			ivalues[1] = PointerGetDatum(PG_DETOAST_DATUM_COPY(ivalues[1]));
+
+			evalues[0] = CStringGetTextDatum(pass->relation);
+			evalues[1] = CStringGetTextDatum(pass->predicate);
+			if (SPI_execute_with_args("SELECT backfill.estimate_rows($1, $2)", 2, etypes, evalues,
+									  NULL, false, 1) == SPI_OK_SELECT && SPI_processed == 1)
+			{
+				ivalues[3] = catalog_getdatum(0, 1, &isnull);
+				inulls[3] = isnull ? 'n' : ' ';
+			}
 		}
 
 		ivalues[0] = Int64GetDatum(pass->run_id);
@@ -443,13 +521,41 @@ pass_finish(Pass *pass)
 		return;
 	}
 
-	/* convergence: the predicate is the count, run as the declaring role */
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT count(*) FROM %s WHERE (\n%s\n)", pass->relation,
-					 pass->predicate);
-	if (SPI_execute(sql.data, true, 0) != SPI_OK_SELECT || SPI_processed != 1)
-		elog(ERROR, "could not count the rows left by backfill \"%s\"", pass->name);
-	remaining = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
+	/*
+	 * Convergence, as the declaring role: for a table the predicate is the
+	 * count; a pages source may declare a count function.  A count that is
+	 * NULL or negative is an error, never "converged".
+	 */
+	remaining = 0;
+	if (!OidIsValid(pass->pages_fn))
+	{
+		initStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT count(*) FROM %s WHERE (\n%s\n)", pass->relation,
+						 pass->predicate);
+		if (SPI_execute(sql.data, true, 0) != SPI_OK_SELECT || SPI_processed != 1)
+			elog(ERROR, "could not count the rows left by backfill \"%s\"", pass->name);
+		remaining = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
+	}
+	else if (OidIsValid(pass->count_fn))
+	{
+		Oid			ctypes[1] = {JSONBOID};
+		Datum		cvalues[1] = {pass->input ? JsonbPGetDatum(pass->input) : (Datum) 0};
+		char		cnulls[1] = {pass->input ? ' ' : 'n'};
+
+		if (SPI_execute_with_args(psprintf("SELECT %s($1)::bigint",
+										   function_name(pass->count_fn)),
+								  1, ctypes, cvalues, cnulls, true, 1) != SPI_OK_SELECT ||
+			SPI_processed != 1)
+			elog(ERROR, "could not count the rows left by backfill \"%s\"", pass->name);
+		remaining = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
+		if (isnull || remaining < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+					 errmsg("count function of backfill \"%s\" answered %s", pass->name,
+							isnull ? "NULL" : psprintf(INT64_FORMAT, remaining)),
+					 errdetail("A count must be a whole number of rows still to do, zero or more."),
+					 errhint("Fix the count function; the pass did not converge.")));
+	}
 	values[1] = Int64GetDatum(remaining);
 
 	catalog_enter(&scope);

@@ -31,6 +31,8 @@ int			backfill_naptime = 10;
 int			backfill_max_replication_lag = 1024 * 1024;	/* kB */
 int			backfill_max_dead_tuples = -1;
 int			backfill_throttle_delay = 1000;	/* ms */
+char	   *backfill_migrations_table = NULL;
+char	   *backfill_input = NULL;
 
 void		_PG_init(void);
 
@@ -84,6 +86,26 @@ _PG_init(void)
 							1000, 10, 600000,
 							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("backfill.migrations_table",
+							   "Where applied schema migrations are listed, as table(column).",
+							   "A declaration's requires => 'id' is applied once the column holds "
+							   "that id: schema_migrations(version) for Rails, "
+							   "flyway_schema_history(version) for Flyway, "
+							   "django_migrations(name) for Django.",
+							   &backfill_migrations_table,
+							   "schema_migrations(version)",
+							   PGC_SUSET, 0,
+							   NULL, NULL, NULL);
+
+	/* set by a lane to the input of a scoped pass; read with backfill_input() */
+	DefineCustomStringVariable("backfill.input",
+							   "The input of the scoped pass this lane runs.",
+							   NULL,
+							   &backfill_input,
+							   "",
+							   PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
+							   NULL, NULL, NULL);
 
 	if (!process_shared_preload_libraries_in_progress)
 		ereport(ERROR,

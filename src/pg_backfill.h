@@ -28,5 +28,7 @@ extern int	backfill_naptime;
 extern int	backfill_max_replication_lag;
 extern int	backfill_max_dead_tuples;
 extern int	backfill_throttle_delay;
+extern char *backfill_migrations_table;
+extern char *backfill_input;
 
 #endif							/* PG_BACKFILL_H */

@@ -23,6 +23,7 @@
 #include "storage/latch.h"
 #include "utils/acl.h"
 #include "utils/array.h"
+#include "utils/jsonb.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -32,6 +33,7 @@
 #include "errors.h"
 #include "launcher.h"
 #include "run.h"
+#include "scope.h"
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(backfill_run);
@@ -70,29 +72,33 @@ check_environment(const char *name, Datum environments, const char *envlist)
  * the caller's transaction and SPI connection.  Returns the run id.
  */
 int64
-enqueue_pass(const char *name, const char *checksum, bool force, int64 previous_id,
-			 Oid owner)
+enqueue_pass(const char *ledger_name, const char *name, const char *checksum, bool force,
+			 int64 previous_id, Oid owner, Jsonb *input)
 {
 	CatalogScope scope;
-	Oid			types[5] = {TEXTOID, TEXTOID, BOOLOID, INT8OID, OIDOID};
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', ' ', ' '};
+	Oid			types[7] = {TEXTOID, TEXTOID, BOOLOID, INT8OID, OIDOID, TEXTOID, JSONBOID};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	bool		isnull;
 	int64		run_id;
 
-	values[0] = CStringGetTextDatum(name);
+	values[0] = CStringGetTextDatum(ledger_name);
 	values[1] = CStringGetTextDatum(checksum);
 	values[2] = BoolGetDatum(force);
 	values[3] = Int64GetDatum(previous_id);
 	nulls[3] = previous_id == 0 ? 'n' : ' ';
 	values[4] = ObjectIdGetDatum(owner);
+	values[5] = CStringGetTextDatum(name);
+	values[6] = input ? JsonbPGetDatum(input) : (Datum) 0;
+	nulls[6] = input ? ' ' : 'n';
 	catalog_enter(&scope);
 	catalog_exec("WITH l AS ("
 				 "  INSERT INTO backfill.ledger"
 				 "   (ledger_name, declaration, checksum, forced, previous_run_id, owner)"
-				 "  VALUES ($1, $1, $2, $3, $4, $5) RETURNING run_id)"
-				 " INSERT INTO backfill.run (run_id) SELECT run_id FROM l RETURNING run_id",
-				 5, types, values, nulls, SPI_OK_INSERT_RETURNING);
+				 "  VALUES ($1, $6, $2, $3, $4, $5) RETURNING run_id)"
+				 " INSERT INTO backfill.run (run_id, input) SELECT run_id, $7 FROM l"
+				 " RETURNING run_id",
+				 7, types, values, nulls, SPI_OK_INSERT_RETURNING);
 	run_id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
 	catalog_leave(&scope);
 	backfill_wake_launcher_at_commit();
@@ -102,19 +108,29 @@ enqueue_pass(const char *name, const char *checksum, bool force, int64 previous_
 Datum
 backfill_run(PG_FUNCTION_ARGS)
 {
-	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	bool		force = PG_GETARG_BOOL(1);
+	char	   *name;
+	bool		force = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);
+	Jsonb	   *input = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
+	bool		wait = PG_ARGISNULL(3) ? true : PG_GETARG_BOOL(3);
 	CatalogScope scope;
 	Oid			owner;
+	Oid			run_as;
 	char	   *checksum;
 	char	   *envlist;
+	char	   *scope_expr;
+	char	   *ledger_name;
+	char	   *unmet;
 	bool		isnull;
 	Datum		environments;
+	Jsonb	   *shape = NULL;
 	int64		run_id;
 	int64		running_id = 0;
 	int64		completed_id = 0;
 	int64		previous_id = 0;
 
+	if (PG_ARGISNULL(0))
+		check_backfill_name(NULL);
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	check_backfill_name(name);
 
 	if (!backfill_database_is_listed(get_database_name(MyDatabaseId)))
@@ -136,13 +152,8 @@ backfill_run(PG_FUNCTION_ARGS)
 
 		/* the row lock serializes concurrent runs of one backfill */
 		if (catalog_exec("SELECT d.owner, d.checksum, d.environments,"
-						 "  array_to_string(d.environments, ', '),"
-						 "  (SELECT max(l.run_id) FROM backfill.ledger l"
-						 "    WHERE l.ledger_name = d.name AND l.status = 'running'),"
-						 "  (SELECT max(l.run_id) FROM backfill.ledger l"
-						 "    WHERE l.ledger_name = d.name AND l.status = 'completed'),"
-						 "  (SELECT max(l.run_id) FROM backfill.ledger l"
-						 "    WHERE l.ledger_name = d.name)"
+						 "  array_to_string(d.environments, ', '), d.input_shape, d.scope,"
+						 "  d.run_as, backfill.unmet_requirement(d.name)"
 						 "  FROM backfill.declaration d WHERE d.name = $1 FOR UPDATE OF d",
 						 1, types, values, NULL, SPI_OK_SELECT) == 0)
 			ereport(ERROR,
@@ -155,26 +166,52 @@ backfill_run(PG_FUNCTION_ARGS)
 		if (!isnull)
 			environments = PointerGetDatum(PG_DETOAST_DATUM_COPY(environments));
 		envlist = catalog_gettext(0, 4);
-		running_id = DatumGetInt64(catalog_getdatum(0, 5, &isnull));
+		{
+			Datum		d = catalog_getdatum(0, 5, &isnull);
+
+			if (!isnull)
+				shape = DatumGetJsonbPCopy(d);
+		}
+		scope_expr = catalog_gettext(0, 6);
+		run_as = DatumGetObjectId(catalog_getdatum(0, 7, &isnull));
+		unmet = catalog_gettext(0, 8);
+	}
+	catalog_leave(&scope);
+
+	check_backfill_member(name, owner);
+	check_environment(name, environments, envlist);
+
+	/* a scoped backfill keeps one history per scope, as the caller */
+	ledger_name = scope_ledger_name(name, shape, scope_expr, input);
+
+	catalog_enter(&scope);
+	{
+		Oid			types[1] = {TEXTOID};
+		Datum		values[1] = {CStringGetTextDatum(ledger_name)};
+
+		catalog_exec("SELECT"
+					 "  (SELECT max(l.run_id) FROM backfill.ledger l"
+					 "    WHERE l.ledger_name = $1 AND l.status = 'running'),"
+					 "  (SELECT max(l.run_id) FROM backfill.ledger l"
+					 "    WHERE l.ledger_name = $1 AND l.status = 'completed'),"
+					 "  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.ledger_name = $1)",
+					 1, types, values, NULL, SPI_OK_SELECT);
+		running_id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
 		if (isnull)
 			running_id = 0;
-		completed_id = DatumGetInt64(catalog_getdatum(0, 6, &isnull));
+		completed_id = DatumGetInt64(catalog_getdatum(0, 2, &isnull));
 		if (isnull)
 			completed_id = 0;
-		previous_id = DatumGetInt64(catalog_getdatum(0, 7, &isnull));
+		previous_id = DatumGetInt64(catalog_getdatum(0, 3, &isnull));
 		if (isnull)
 			previous_id = 0;
 	}
 	catalog_leave(&scope);
 
-	check_backfill_member(name, owner);
-
-	check_environment(name, environments, envlist);
-
 	if (running_id != 0)
 	{
 		ereport(NOTICE,
-				(errmsg("backfill \"%s\" is already running as run %lld", name,
+				(errmsg("backfill \"%s\" is already running as run %lld", ledger_name,
 						(long long) running_id),
 				 errhint("SELECT backfill_wait(%lld); waits for it to end.",
 						 (long long) running_id)));
@@ -184,16 +221,31 @@ backfill_run(PG_FUNCTION_ARGS)
 	if (completed_id != 0 && !force)
 	{
 		ereport(NOTICE,
-				(errmsg("backfill \"%s\" skipped: run %lld already completed it", name,
+				(errmsg("backfill \"%s\" skipped: run %lld already completed it", ledger_name,
 						(long long) completed_id),
 				 errhint("Pass force => true to run it again as a new pass.")));
 		SPI_finish();
 		PG_RETURN_INT64(completed_id);
 	}
 
-	check_role_can_login(name, owner);
+	if (unmet != NULL)
+	{
+		if (!wait)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_REQUIRES),
+					 errmsg("backfill \"%s\" is blocked: %s", name, unmet),
+					 errdetail("Its pass may start only once what it requires is done."),
+					 errhint("Apply the migration or complete the required backfill, or run with "
+							 "wait => true to enqueue the pass until then.")));
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\" is blocked: %s", name, unmet),
+				 errdetail("The pass is enqueued and starts once that is done.")));
+	}
 
-	run_id = enqueue_pass(name, checksum, force, previous_id, owner);
+	check_role_can_login(name, run_as);
+
+	run_id = enqueue_pass(ledger_name, name, checksum, force, previous_id, owner, input);
+
 	SPI_finish();
 	PG_RETURN_INT64(run_id);
 }

@@ -1,0 +1,222 @@
+/*-------------------------------------------------------------------------
+ *
+ * scope.c
+ *	  Scoped backfills: the declared input shape, the scope expression and
+ *	  the input each run carries.
+ *
+ * A scoped declaration says what input a run takes (a JSON object whose
+ * keys map to SQL type names, e.g. {"tenant_id": "integer"}) and a scope
+ * expression over that input (e.g. input->>'tenant_id').  Each run carries
+ * an input; its pass is recorded under the ledger name "name:scope", so
+ * two scopes keep two histories and skip/force apply per scope.  The
+ * predicate and the action read the input with backfill_input().
+ *
+ * Input values travel as parameters, never as SQL text.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "parser/parse_type.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+#include "catalog.h"
+#include "errors.h"
+#include "scope.h"
+
+/* each key of the shape names a type: returns the type's OID */
+static Oid
+shape_type(const char *name, const char *key, JsonbValue *v)
+{
+	Oid			typid;
+	int32		typmod;
+	char	   *typname;
+
+	if (v->type != jbvString)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("input shape of backfill \"%s\" gives key \"%s\" no type name", name, key),
+				 errhint("Map each input key to a SQL type name: '{\"tenant_id\": \"integer\"}'.")));
+	typname = pnstrdup(v->val.string.val, v->val.string.len);
+	typid = InvalidOid;
+	parseTypeString(typname, &typid, &typmod, true);
+	if (!OidIsValid(typid))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("input shape of backfill \"%s\" names unknown type \"%s\" for key \"%s\"",
+						name, typname, key),
+				 errhint("Use a SQL type name such as integer, bigint, text, uuid or date.")));
+	return typid;
+}
+
+void
+scope_check_declaration(const char *name, Jsonb *shape, const char *scope)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	int			nkeys = 0;
+
+	if ((shape == NULL) != (scope == NULL || scope[0] == '\0'))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" declares %s without %s", name,
+						shape ? "an input" : "a scope", shape ? "a scope" : "an input"),
+				 errdetail("A scoped backfill needs both: the input each run carries and the "
+						   "scope that names its history."),
+				 errhint("Pass input => '{\"tenant_id\": \"integer\"}' together with "
+						 "scope => 'input->>''tenant_id''', or neither.")));
+	if (shape == NULL)
+		return;
+
+	if (!JB_ROOT_IS_OBJECT(shape) || JB_ROOT_IS_SCALAR(shape))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("input shape of backfill \"%s\" is not a JSON object", name),
+				 errhint("Map each input key to a SQL type name: '{\"tenant_id\": \"integer\"}'.")));
+
+	it = JsonbIteratorInit(&shape->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok == WJB_KEY)
+		{
+			char	   *key = pnstrdup(v.val.string.val, v.val.string.len);
+
+			tok = JsonbIteratorNext(&it, &v, true);
+			(void) shape_type(name, key, &v);
+			nkeys++;
+		}
+	}
+	if (nkeys == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("input shape of backfill \"%s\" has no keys", name),
+				 errhint("Map each input key to a SQL type name: '{\"tenant_id\": \"integer\"}'.")));
+}
+
+/*
+ * Check the input against the shape: the same keys, each value castable to
+ * its type.  The casts run as SQL with the value as a parameter.
+ */
+static void
+check_input(const char *name, Jsonb *shape, Jsonb *input)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	int			nshape = 0;
+	int			ninput = 0;
+
+	if (input == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" is scoped: each run needs an input", name),
+				 errhint("Pass input => '{...}' with the keys its shape declares.")));
+	if (!JB_ROOT_IS_OBJECT(input) || JB_ROOT_IS_SCALAR(input))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("input of backfill \"%s\" is not a JSON object", name),
+				 errhint("Pass input => '{\"key\": value}'.")));
+
+	it = JsonbIteratorInit(&input->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+		if (tok == WJB_KEY)
+			ninput++;
+
+	it = JsonbIteratorInit(&shape->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		char	   *key;
+		Oid			typid;
+		JsonbValue *found;
+		JsonbValue	kv;
+		MemoryContext cxt = CurrentMemoryContext;
+
+		if (tok != WJB_KEY)
+			continue;
+		key = pnstrdup(v.val.string.val, v.val.string.len);
+		tok = JsonbIteratorNext(&it, &v, true);
+		typid = shape_type(name, key, &v);
+		nshape++;
+
+		kv.type = jbvString;
+		kv.val.string.val = key;
+		kv.val.string.len = strlen(key);
+		found = findJsonbValueFromContainer(&input->root, JB_FOBJECT, &kv);
+		if (found == NULL || found->type == jbvNull)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+					 errmsg("input of backfill \"%s\" lacks key \"%s\"", name, key),
+					 errhint("Give every key the input shape declares a value.")));
+
+		/* the value must read as its type */
+		PG_TRY();
+		{
+			Oid			types[2] = {JSONBOID, TEXTOID};
+			Datum		values[2] = {JsonbPGetDatum(input), CStringGetTextDatum(key)};
+			char	   *sql = psprintf("SELECT ($1 ->> $2)::%s", format_type_be(typid));
+
+			if (SPI_execute_with_args(sql, 2, types, values, NULL, true, 1) != SPI_OK_SELECT)
+				elog(ERROR, "could not cast an input value");
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(cxt);
+			edata = CopyErrorData();
+			FlushErrorState();
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+					 errmsg("input key \"%s\" of backfill \"%s\" is not a valid %s", key, name,
+							format_type_be(typid)),
+					 errdetail("%s", edata->message),
+					 errhint("Pass a value of the type the input shape declares.")));
+		}
+		PG_END_TRY();
+	}
+	if (ninput != nshape)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("input of backfill \"%s\" has %d keys; its shape declares %d",
+						name, ninput, nshape),
+				 errhint("Pass exactly the keys of the declared input shape.")));
+}
+
+char *
+scope_ledger_name(const char *name, Jsonb *shape, const char *scope, Jsonb *input)
+{
+	Oid			types[1] = {JSONBOID};
+	Datum		values[1];
+	char	   *value;
+	StringInfoData sql;
+
+	if (shape == NULL)
+	{
+		if (input != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+					 errmsg("backfill \"%s\" is not scoped: its runs take no input", name),
+					 errhint("Leave input out, or declare the backfill with input and scope.")));
+		return pstrdup(name);
+	}
+	check_input(name, shape, input);
+
+	/* the scope expression, as the caller, over the input as a parameter */
+	values[0] = JsonbPGetDatum(input);
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT (\n%s\n)::text FROM (SELECT $1 AS input) s", scope);
+	if (SPI_execute_with_args(sql.data, 1, types, values, NULL, true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not evaluate the scope of backfill \"%s\"", name);
+	value = catalog_gettext(0, 1);
+	if (value == NULL || value[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("the scope of backfill \"%s\" is empty for this input", name),
+				 errhint("The scope names the pass's history; give an input it can name.")));
+	return psprintf("%s:%s", name, value);
+}

@@ -1,0 +1,26 @@
+/*-------------------------------------------------------------------------
+ *
+ * scope.h
+ *	  Scoped backfills: the declared input shape, the scope expression and
+ *	  the input each run carries.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef BACKFILL_SCOPE_H
+#define BACKFILL_SCOPE_H
+
+#include "postgres.h"
+
+#include "utils/jsonb.h"
+
+/* at declaration: both or neither, a valid shape, a valid expression */
+extern void scope_check_declaration(const char *name, Jsonb *shape, const char *scope);
+
+/*
+ * At run: check the input against the shape and evaluate the scope, as the
+ * caller.  Returns the ledger name "name:scope".  Must be called in SPI.
+ */
+extern char *scope_ledger_name(const char *name, Jsonb *shape, const char *scope,
+							   Jsonb *input);
+
+#endif							/* BACKFILL_SCOPE_H */

@@ -1,0 +1,183 @@
+/*-------------------------------------------------------------------------
+ *
+ * tenancy.c
+ *	  Who a backfill runs as, and which tenant's rows it may see.
+ *
+ * Lanes log in as the declaring role, or as a role the declarer names with
+ * run_as and is a member of: never with more privilege than the declarer
+ * has.  A declaration may name settings that each batch sets (SET LOCAL),
+ * such as app.tenant_id, so that row-level security scopes the batch to a
+ * tenant; a value ":key" takes the scoped run's input key.  Only custom
+ * (dotted) settings are allowed: no batch can change its role or
+ * search_path this way.  Over a table with row-level security a backfill
+ * must say which: a tenant setting, or tenant => 'none' to run across
+ * tenants, which is refused for a role that row-level security would
+ * silently filter.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_class.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/rls.h"
+#include "utils/syscache.h"
+
+#include "errors.h"
+#include "tenancy.h"
+
+Oid
+tenancy_run_as(const char *name, const char *run_as)
+{
+	Oid			roleid;
+
+	if (run_as == NULL)
+		return GetUserId();
+	roleid = get_role_oid(run_as, true);
+	if (!OidIsValid(roleid))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("run_as role \"%s\" of backfill \"%s\" does not exist", run_as, name),
+				 errhint("Name an existing role you are a member of, or leave run_as out.")));
+	if (!is_member_of_role(GetUserId(), roleid))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+				 errmsg("permission denied to run backfill \"%s\" as role \"%s\"", name, run_as),
+				 errdetail("A backfill may run only as its declarer or a role the declarer is a member of."),
+				 errhint("GRANT %s TO %s; or leave run_as out.", quote_identifier(run_as),
+						 quote_identifier(GetUserNameFromId(GetUserId(), false)))));
+	return roleid;
+}
+
+void
+tenancy_check_settings(const char *name, Jsonb *settings, const char *tenant)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+
+	if (tenant != NULL && strcmp(tenant, "none") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("tenant of backfill \"%s\" must be 'none' or left out", name),
+				 errdetail("It was \"%s\".", tenant),
+				 errhint("Scope batches to a tenant with settings => '{\"app.tenant_id\": \"42\"}'; "
+						 "tenant => 'none' declares a run across tenants.")));
+	if (settings == NULL)
+		return;
+	if (!JB_ROOT_IS_OBJECT(settings) || JB_ROOT_IS_SCALAR(settings))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("settings of backfill \"%s\" is not a JSON object", name),
+				 errhint("Pass settings => '{\"app.tenant_id\": \"42\"}'.")));
+
+	it = JsonbIteratorInit(&settings->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		char	   *key;
+
+		if (tok != WJB_KEY)
+			continue;
+		key = pnstrdup(v.val.string.val, v.val.string.len);
+		if (strchr(key, '.') == NULL || strncmp(key, "backfill.", 9) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+					 errmsg("setting \"%s\" of backfill \"%s\" is not allowed", key, name),
+					 errdetail("Batches may set only custom settings such as app.tenant_id."),
+					 errhint("Use a dotted name your row-level security policies read.")));
+		tok = JsonbIteratorNext(&it, &v, true);
+		if (v.type != jbvString)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+					 errmsg("setting \"%s\" of backfill \"%s\" is not a string", key, name),
+					 errhint("Write the value as a JSON string, or \":key\" for an input key.")));
+	}
+}
+
+static bool
+has_row_security(Oid relid)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	bool		rls = false;
+
+	if (HeapTupleIsValid(tuple))
+	{
+		rls = ((Form_pg_class) GETSTRUCT(tuple))->relrowsecurity;
+		ReleaseSysCache(tuple);
+	}
+	return rls;
+}
+
+void
+tenancy_check_rls(const char *name, Oid relid, const char *relation, Oid run_as,
+				  Jsonb *settings, const char *tenant)
+{
+	if (!has_row_security(relid))
+		return;
+	if (settings == NULL && tenant == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("backfill \"%s\" must say which tenants it covers", name),
+				 errdetail("%s has row-level security.", relation),
+				 errhint("Pass settings => '{\"app.tenant_id\": \"42\"}' to scope each batch to a "
+						 "tenant, or tenant => 'none' to run across tenants.")));
+	if (tenant != NULL && check_enable_rls(relid, run_as, true) == RLS_ENABLED)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+				 errmsg("backfill \"%s\" cannot run across tenants as role \"%s\"", name,
+						GetUserNameFromId(run_as, false)),
+				 errdetail("Row-level security on %s would silently hide rows from that role.",
+						   relation),
+				 errhint("Run as a role with BYPASSRLS (run_as => ...), or scope the backfill "
+						 "to a tenant with settings.")));
+}
+
+void
+tenancy_apply_settings(Jsonb *settings, Jsonb *input)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+
+	if (settings == NULL)
+		return;
+	it = JsonbIteratorInit(&settings->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		char	   *key;
+		char	   *value;
+
+		if (tok != WJB_KEY)
+			continue;
+		key = pnstrdup(v.val.string.val, v.val.string.len);
+		tok = JsonbIteratorNext(&it, &v, true);
+		value = pnstrdup(v.val.string.val, v.val.string.len);
+		if (value[0] == ':' && input != NULL)
+		{
+			JsonbValue	kv;
+			JsonbValue *found;
+
+			kv.type = jbvString;
+			kv.val.string.val = value + 1;
+			kv.val.string.len = strlen(value + 1);
+			found = findJsonbValueFromContainer(&input->root, JB_FOBJECT, &kv);
+			if (found == NULL || found->type == jbvNull)
+				value = "";
+			else if (found->type == jbvString)
+				value = pnstrdup(found->val.string.val, found->val.string.len);
+			else if (found->type == jbvNumeric)
+				value = DatumGetCString(DirectFunctionCall1(numeric_out,
+															NumericGetDatum(found->val.numeric)));
+			else
+				value = found->type == jbvBool ? (found->val.boolean ? "true" : "false") : "";
+		}
+		(void) set_config_option(key, value, PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
+	}
+}

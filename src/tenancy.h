@@ -1,0 +1,28 @@
+/*-------------------------------------------------------------------------
+ *
+ * tenancy.h
+ *	  Who a backfill runs as, and which tenant's rows it may see.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef BACKFILL_TENANCY_H
+#define BACKFILL_TENANCY_H
+
+#include "postgres.h"
+
+#include "utils/jsonb.h"
+
+/* the role lanes log in as: the declarer, or a role it is a member of */
+extern Oid	tenancy_run_as(const char *name, const char *run_as);
+
+/* settings must be custom (dotted) names; tenant NULL or 'none' */
+extern void tenancy_check_settings(const char *name, Jsonb *settings, const char *tenant);
+
+/* a table under row-level security needs a tenant setting or tenant => 'none' */
+extern void tenancy_check_rls(const char *name, Oid relid, const char *relation, Oid run_as,
+							  Jsonb *settings, const char *tenant);
+
+/* in a lane: apply the settings for the current transaction */
+extern void tenancy_apply_settings(Jsonb *settings, Jsonb *input);
+
+#endif							/* BACKFILL_TENANCY_H */
