@@ -56,16 +56,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# count "Files=, Tests=" output of prove / pg_prove: $1 = output file, $2 = exit status
+# count "Files=, Tests=" output of prove / pg_prove: $1 = output file, $2 = exit status.
+# Each script in the "Test Summary Report" counts its failed subtests, or 1
+# when it failed otherwise (died, bad plan, non-zero exit).
 count_tap() {
-    local out=$1 rc=$2 tests fails
+    local out=$1 rc=$2 tests subfails fails
     tests=$(sed -n 's/^Files=[0-9]*, Tests=\([0-9]*\),.*/\1/p' "$out" | tail -n 1)
     tests=${tests:-0}
-    fails=$(sed -n 's/.*Failed \([0-9]*\)\/[0-9]* subtests.*/\1/p' "$out" | awk '{s+=$1} END {print s+0}')
-    # a script that died or had a bad plan fails without a failed subtest
+    read -r subfails fails < <(sed -n 's/.*(Wstat: .* Tests: [0-9]* Failed: \([0-9]*\)).*/\1/p' "$out" |
+        awk '{s += $1; f += ($1 > 0 ? $1 : 1)} END {print s+0, f+0}')
     if [ "$rc" -ne 0 ] && [ "$fails" -eq 0 ]; then fails=1; fi
-    if [ "$fails" -gt "$tests" ]; then tests=$fails; fi
-    passed=$((passed + tests - fails))
+    passed=$((passed + tests - subfails))
     failed=$((failed + fails))
 }
 
