@@ -13,7 +13,8 @@ OBJS = \
 	src/control.o \
 	src/pacing.o \
 	src/scope.o \
-	src/tenancy.o
+	src/tenancy.o \
+	src/drift.o
 
 EXTENSION = pg_backfill
 DATA = pg_backfill--0.1.sql

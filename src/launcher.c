@@ -40,6 +40,7 @@
 #include "utils/varlena.h"
 
 #include "pg_backfill.h"
+#include "drift.h"
 #include "launcher.h"
 #include "shmem.h"
 
@@ -67,6 +68,7 @@ typedef struct RunNeed
 	Oid			owner;
 	int			lanes_wanted;
 	int			lanes_live;
+	bool		check_drift;	/* queued, and requires another backfill */
 } RunNeed;
 
 /* a lane that stops sooner than this after its start counts as a quick exit */
@@ -236,7 +238,8 @@ read_running_passes(MemoryContext result_cxt)
 						 "  r.phase,"
 						 "  count(*) FILTER (WHERE p.state = 'running' AND p.alive),"
 						 "  count(*) FILTER (WHERE p.state = 'pending'"
-						 "                     OR (p.state = 'running' AND NOT p.alive))"
+						 "                     OR (p.state = 'running' AND NOT p.alive)),"
+						 "  r.phase = 'queued' AND d.requires_backfill IS NOT NULL"
 						 " FROM backfill.ledger l"
 						 " JOIN backfill.run r ON r.run_id = l.run_id"
 						 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
@@ -248,7 +251,8 @@ read_running_passes(MemoryContext result_cxt)
 						 " WHERE l.status = 'running' AND NOT r.paused"
 						 "   AND (r.phase <> 'queued'"
 						 "        OR backfill.unmet_requirement(l.declaration) IS NULL)"
-						 " GROUP BY l.run_id, l.owner, d.run_as, d.max_parallel, r.phase"
+						 " GROUP BY l.run_id, l.owner, d.run_as, d.max_parallel, r.phase,"
+						 "   d.requires_backfill"
 						 " ORDER BY l.run_id",
 						 true, 0);
 		if (rc != SPI_OK_SELECT)
@@ -268,6 +272,7 @@ read_running_passes(MemoryContext result_cxt)
 			need->run_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
 			need->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
 			need->lanes_live = live;
+			need->check_drift = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
 			if (strcmp(phase, "queued") == 0)
 				need->lanes_wanted = max_parallel;
 			else if (claimable > 0)
@@ -371,6 +376,9 @@ launcher_tick(MemoryContext scratch)
 
 		memo->seen = true;
 		if (have >= need->lanes_wanted)
+			continue;
+		/* a required backfill that drifted is reopened first; this pass waits */
+		if (need->check_drift && drift_reopen_required(need->run_id))
 			continue;
 		if (memo->next_start > now)
 		{
