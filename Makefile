@@ -14,15 +14,17 @@ OBJS = \
 	src/pacing.o \
 	src/scope.o \
 	src/tenancy.o \
-	src/drift.o
+	src/drift.o \
+	src/outbox.o \
+	src/relay.o
 
 EXTENSION = pg_backfill
-DATA = pg_backfill--0.1.sql
+DATA = pg_backfill--0.1.sql pg_backfill--0.1--0.2.sql
 PGFILEDESC = "pg_backfill - paced, checkpointed data backfills"
 
 # pg_regress runs in an existing database that backfill.database_names serves
 # (a launcher stays connected to it, so pg_regress must not drop it).
-REGRESS = declare run
+REGRESS = declare run upgrade
 REGRESS_OPTS = --use-existing
 
 # isolation specs run in their own database, which no launcher serves, so
@@ -31,6 +33,7 @@ ISOLATION = lease_claim
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso
 
 PG_CPPFLAGS = -Isrc
+SHLIB_LINK = -lcurl
 PG_CFLAGS = -Wall -Wmissing-prototypes -Werror
 
 PG_CONFIG ?= pg_config

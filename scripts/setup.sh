@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap postgresql-15-cron
-          libtap-parser-sourcehandler-pgtap-perl libipc-run-perl build-essential)
+          libtap-parser-sourcehandler-pgtap-perl libipc-run-perl build-essential
+          libcurl4-openssl-dev python3)
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "setup.sh: run as root (sudo $0): it installs packages and the extension" >&2

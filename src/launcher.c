@@ -80,6 +80,8 @@ static List *lanes = NIL;
 static List *memos = NIL;
 static MemoryContext launcher_cxt = NULL;
 static TimestampTz last_slot_warning = 0;
+static BackgroundWorkerHandle *relay = NULL;
+static bool outbox_pending = false;
 
 static List *
 database_name_list(void)
@@ -222,6 +224,7 @@ static List *
 read_running_passes(MemoryContext result_cxt)
 {
 	List	   *needs = NIL;
+	bool		isnull_outbox;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -290,6 +293,16 @@ read_running_passes(MemoryContext result_cxt)
 		}
 	}
 
+	/* is there outbox work for the relay? (0.2 and later) */
+	outbox_pending = false;
+	if (OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true)) &&
+		SPI_execute("SELECT to_regclass('backfill.outbox') IS NOT NULL", true, 1) == SPI_OK_SELECT &&
+		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull_outbox)) &&
+		SPI_execute("SELECT EXISTS (SELECT 1 FROM backfill.outbox WHERE state = 'pending'"
+					"               AND next_attempt_at <= now())", true, 1) == SPI_OK_SELECT)
+		outbox_pending = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+													1, &isnull_outbox));
+
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
@@ -352,6 +365,53 @@ start_lane(RunNeed *need)
 	return true;
 }
 
+/* Start the outbox relay if messages wait and it is not running. */
+static void
+start_relay_if_needed(void)
+{
+	BackgroundWorker worker;
+	LaneArgs	args;
+	pid_t		pid;
+	MemoryContext old;
+
+	if (relay != NULL && GetBackgroundWorkerPid(relay, &pid) == BGWH_STOPPED)
+	{
+		pfree(relay);
+		relay = NULL;
+	}
+	if (relay != NULL || !outbox_pending)
+		return;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "pg_backfill");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "backfill_relay_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "pg_backfill outbox relay");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "pg_backfill relay");
+	memset(&args, 0, sizeof(args));
+	args.dboid = MyDatabaseId;
+	memcpy(worker.bgw_extra, &args, sizeof(args));
+	worker.bgw_notify_pid = MyProcPid;
+	old = MemoryContextSwitchTo(launcher_cxt);
+	if (!RegisterDynamicBackgroundWorker(&worker, &relay))
+	{
+		relay = NULL;
+		if (TimestampDifferenceExceeds(last_slot_warning, GetCurrentTimestamp(), 60000))
+		{
+			ereport(WARNING,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("pg_backfill could not start the outbox relay"),
+					 errdetail("Every background worker slot is in use."),
+					 errhint("Raise max_worker_processes (a restart is needed); the launcher "
+							 "keeps retrying.")));
+			last_slot_warning = GetCurrentTimestamp();
+		}
+	}
+	MemoryContextSwitchTo(old);
+}
+
 /*
  * One look at the database: start the lanes that running passes want.
  * Returns how long to sleep before looking again.
@@ -400,6 +460,10 @@ launcher_tick(MemoryContext scratch)
 		if (have < need->lanes_wanted)
 			sleep_ms = Min(sleep_ms, 1000L);
 	}
+
+	start_relay_if_needed();
+	if (outbox_pending && relay == NULL)
+		sleep_ms = Min(sleep_ms, 1000L);
 
 	/* forget passes that have ended */
 	foreach(lc, memos)

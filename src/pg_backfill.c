@@ -33,6 +33,7 @@ int			backfill_max_dead_tuples = -1;
 int			backfill_throttle_delay = 1000;	/* ms */
 char	   *backfill_migrations_table = NULL;
 char	   *backfill_input = NULL;
+int			backfill_outbox_retention = 7 * 24 * 3600;	/* s */
 
 void		_PG_init(void);
 
@@ -97,6 +98,14 @@ _PG_init(void)
 							   "schema_migrations(version)",
 							   PGC_SUSET, 0,
 							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.outbox_retention",
+							"How long delivered outbox messages are kept before the relay prunes them.",
+							NULL,
+							&backfill_outbox_retention,
+							7 * 24 * 3600, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
 
 	/* set by a lane to the input of a scoped pass; read with backfill_input() */
 	DefineCustomStringVariable("backfill.input",

@@ -30,5 +30,6 @@ extern int	backfill_max_dead_tuples;
 extern int	backfill_throttle_delay;
 extern char *backfill_migrations_table;
 extern char *backfill_input;
+extern int	backfill_outbox_retention;
 
 #endif							/* PG_BACKFILL_H */

@@ -1,0 +1,52 @@
+--
+-- upgrade: 0.1 installs, keeps its declarations and history through
+-- ALTER EXTENSION ... UPDATE, and 0.2 adds the outbox
+--
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS pg_backfill CASCADE;
+DROP TABLE IF EXISTS upgrade_items;
+CREATE EXTENSION pg_backfill VERSION '0.1';
+RESET client_min_messages;
+SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
+SELECT to_regclass('backfill.outbox') IS NULL AS no_outbox_in_0_1;
+
+CREATE TABLE upgrade_items (id int PRIMARY KEY, c int);
+SELECT length(backfill_declare('upgrade_fill', 'upgrade_items', 'c IS NULL',
+       'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2')) AS checksum_length;
+SELECT checksum AS checksum_before FROM backfill.declaration WHERE name = 'upgrade_fill' \gset
+
+ALTER EXTENSION pg_backfill UPDATE TO '0.2';
+SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
+
+-- the declaration survived, unchanged
+SELECT name, checksum = :'checksum_before' AS same_checksum
+  FROM backfill.declaration WHERE name = 'upgrade_fill';
+
+-- what 0.2 adds: catalogs, functions, and their access
+SELECT c.relname, c.relrowsecurity,
+       has_table_privilege('public', c.oid, 'SELECT') AS public_can_read
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'backfill' AND c.relkind = 'r'
+ ORDER BY 1;
+SELECT p.oid::regprocedure AS function,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_can_execute
+  FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
+  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_backfill'
+ WHERE p.proname LIKE 'backfill_outbox%'
+ ORDER BY 1::text;
+
+-- the new functions work after the upgrade
+SELECT backfill_outbox_emit('', 'k', '{}');
+SELECT backfill_outbox_emit('upgrade.topic', 'k1', '{"n": 1}') > 0 AS emitted;
+SELECT topic, key, payload, state FROM backfill.outbox;
+DELETE FROM backfill.outbox;
+
+-- a fresh install gets the same objects as the upgraded one
+SET client_min_messages = warning;
+DROP EXTENSION pg_backfill CASCADE;
+CREATE EXTENSION pg_backfill;
+RESET client_min_messages;
+SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
+SELECT count(*) AS outbox_objects FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'backfill' AND c.relname LIKE 'outbox%';
+DROP TABLE upgrade_items;
