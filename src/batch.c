@@ -35,7 +35,6 @@
 #include "catalog.h"
 #include "errors.h"
 #include "lane.h"
-#include "tenancy.h"
 
 /*
  * Prepare the lane's plans, as the declaring role, in a transaction of its
@@ -203,13 +202,12 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	return paused ? BATCH_PAUSED : BATCH_DONE;
 }
 
-/* What every batch transaction sets first: tenancy, lock and statement timeouts. */
+/* What every batch transaction sets first: lock and statement timeouts. */
 static void
 begin_batch(Pass *pass, Claim *claim)
 {
 	lane_begin_xact(psprintf("pg_backfill lane: backfill \"%s\" partition %d",
 							 pass->name, claim->part_no));
-	tenancy_apply_settings(pass->settings, pass->input);
 	/* a lane never queues long behind the application's locks */
 	(void) set_config_option("lock_timeout", psprintf("%d", pass->lock_timeout_ms),
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);

@@ -5,9 +5,9 @@
  *
  * Lanes log in as the declaring role, or as a role the declarer names with
  * run_as and is a member of: never with more privilege than the declarer
- * has.  A declaration may name settings that each batch sets (SET LOCAL),
- * such as app.tenant_id, so that row-level security scopes the batch to a
- * tenant; a value ":key" takes the scoped run's input key.  Only custom
+ * has.  A declaration may name settings that the lane sets for its whole
+ * session (each batch, the plan and the convergence count), such as
+ * app.tenant_id, so that row-level security scopes the pass to a tenant; a value ":key" takes the scoped run's input key.  Only custom
  * (dotted) settings are allowed: no batch can change its role or
  * search_path this way.  Over a table with row-level security a backfill
  * must say which: a tenant setting, or tenant => 'none' to run across
@@ -178,6 +178,6 @@ tenancy_apply_settings(Jsonb *settings, Jsonb *input)
 				value = found->type == jbvBool ? (found->val.boolean ? "true" : "false") : "";
 		}
 		(void) set_config_option(key, value, PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_LOCAL, true, 0, false);
+								 GUC_ACTION_SET, true, 0, false);
 	}
 }
