@@ -90,6 +90,9 @@ Q -c "CREATE EXTENSION IF NOT EXISTS pg_backfill"
 Q -f "$HERE/sql/procs.sql"
 PGVER=$(Q -c "SHOW server_version")
 EXTCOMMIT=$(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo unknown)
+# the build the postmaster preloaded (lanes are forked from it): later installs do not reach this run
+SOFILE="$("$PGBIN/pg_config" --pkglibdir 2>/dev/null || echo /usr/lib/postgresql/15/lib)/pg_backfill.so"
+SOSTAMP=$(date -u -r "$SOFILE" +%FT%TZ 2>/dev/null || echo unknown)
 
 say "building items_src with N=$N rows"
 t=$(now); Q -v n="$N" -f "$HERE/sql/make_src.sql"
@@ -222,7 +225,7 @@ declare -A S_LOOP
 for b in $BATCHES; do S_LOOP[$b]=$(med "loop:-:$b" 6); done
 
 echo
-echo "## pg_backfill bench: N = $(fmt_int "$N") rows, REPS = $REPS$( [ "$REPS" -gt 1 ] && echo ' (medians)'), PostgreSQL $PGVER, commit $EXTCOMMIT, $(nproc) cores"
+echo "## pg_backfill bench: N = $(fmt_int "$N") rows, REPS = $REPS$( [ "$REPS" -gt 1 ] && echo ' (medians)'), PostgreSQL $PGVER, repo HEAD $EXTCOMMIT, pg_backfill.so installed $SOSTAMP, $(nproc) cores"
 echo
 echo "| case | lanes | batch | wall s | rows/s | x single | x plpgsql loop (same batch) | WAL B/row |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|"
@@ -280,18 +283,20 @@ else
     echo "- lane RSS (1 lane, batch $rb): no samples (the pass ended before the first sample) -> n/a"
 fi
 echo
+[ "$(date -u -r "$SOFILE" +%FT%TZ 2>/dev/null || echo unknown)" = "$SOSTAMP" ] ||
+    echo "NOTE: $SOFILE was reinstalled during this run; the server kept the build installed at $SOSTAMP."
 echo "Total measured time $(printf '%.0f' "$TOTAL") s (incl. table rebuilds). Server log: $LOG"
 
 # ------------------------------------------------------------------ csv
 mkdir -p "$(dirname "$CSV")"
-[ -s "$CSV" ] || echo "ts,n,pg,commit,case,lanes,batch,rep,secs,rows_per_s,x_single,x_loop,wal_bytes,wal_b_per_row,autovacuums,checkpoints,heap_after,partitions,plan_method,lane_starts,batches,ledger_secs,startup_secs,rss_first_kb,rss_last_kb,anon_first_kb,anon_last_kb,hwm_peak_kb,samples,lane_pids" >"$CSV"
+[ -s "$CSV" ] || echo "ts,n,pg,commit,case,lanes,batch,rep,secs,rows_per_s,x_single,x_loop,wal_bytes,wal_b_per_row,autovacuums,checkpoints,heap_after,partitions,plan_method,lane_starts,batches,ledger_secs,startup_secs,rss_first_kb,rss_last_kb,anon_first_kb,anon_last_kb,hwm_peak_kb,samples,lane_pids,so_installed" >"$CSV"
 TS=$(date -u +%FT%TZ)
 while IFS=$'\t' read -r key kind lanes b rep secs wal av ck heap parts plan lstarts batches server_s startup_s rf rl af al hwm ns np; do
     xs=$(ratio "$S_SINGLE" "$secs"); xl=-
     [ "$kind" = single ] || xl=$(ratio "${S_LOOP[$b]}" "$secs")
-    printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%.0f,%s,%s,%s,%.1f,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' \
+    printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%.0f,%s,%s,%s,%.1f,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' \
         "$TS" "$N" "$PGVER" "$EXTCOMMIT" "$kind" "$lanes" "$b" "$rep" "$secs" "$(echo "$N / $secs" | bc -l)" \
         "${xs%x}" "${xl%x}" "$wal" "$(echo "$wal / $N" | bc -l)" "$av" "$ck" "$heap" \
-        "$parts" "$plan" "$lstarts" "$batches" "$server_s" "$startup_s" "$rf" "$rl" "$af" "$al" "$hwm" "$ns" "$np" >>"$CSV"
+        "$parts" "$plan" "$lstarts" "$batches" "$server_s" "$startup_s" "$rf" "$rl" "$af" "$al" "$hwm" "$ns" "$np" "$SOSTAMP" >>"$CSV"
 done <"$RES"
 echo "Appended $(wc -l <"$RES") rows to $CSV"
