@@ -234,16 +234,16 @@ SELECT results_eq($$SELECT count(*)::int, min(who), max(who) FROM bf070_who$$,
 -- ==================================================================
 -- settings and row-level security
 --
--- BUG (reported, issue 5): the declaration's settings are applied only
+-- Regression guard (bug found by this file, fixed in 07da33a): the
+-- declaration's settings were once applied only
 -- inside batches (batch.c begin_batch), not while the lane plans the pass
 -- (backfill.estimate_rows' EXPLAIN folds current_setting() for its
 -- estimate) nor while it counts the rows left (pass.c pass_finish).  With
 -- the usual policy USING (tenant = current_setting('app.tenant_id')::int)
--- the pass fails at planning with 42704 'unrecognized configuration
+-- the pass failed at planning with 42704 'unrecognized configuration
 -- parameter "app.tenant_id"', so the tests "the tenant-1 pass completes"
--- and the ":tenant" ones below fail until it is fixed; with a lenient
--- policy the final count sees no row and a pass that left rows is
--- recorded as completed (see "BUG: convergence under row-level security").
+-- and the ":tenant" ones below failed; with a lenient policy the final
+-- count saw no row and a pass that left rows was recorded as completed (see "BUG: convergence under row-level security").
 -- ==================================================================
 SET ROLE bf070_tenant;
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf070_bad', relation => 'bf070_rls',
@@ -266,14 +266,14 @@ SELECT lives_ok($$SELECT backfill_declare(name => 'bf070_t1', relation => 'bf070
     settings => '{"app.tenant_id": "1"}', rate => 1000)$$,
     'bf070_tenant declares over the RLS table with settings => {"app.tenant_id": "1"}');
 SELECT backfill_run('bf070_t1') AS t1_run \gset
-SELECT is(backfill_wait(:t1_run, '60 s'), 'completed', 'BUG (settings not applied while planning/counting): the tenant-1 pass completes');
+SELECT is(backfill_wait(:t1_run, '60 s'), 'completed', '(was a bug: settings outside batches) the tenant-1 pass completes');
 RESET ROLE;
 SELECT results_eq($$SELECT tenant, count(*) FILTER (WHERE v = 1)::int, count(*) FILTER (WHERE v IS NULL)::int
                       FROM bf070_rls GROUP BY tenant ORDER BY tenant$$,
                   $$VALUES (0, 0, 10), (1, 10, 0), (2, 0, 10)$$,
-                  'BUG (settings not applied while planning/counting): only the 10 rows of tenant 1 were rewritten (seen as the superuser)');
+                  '(was a bug: settings outside batches) only the 10 rows of tenant 1 were rewritten (seen as the superuser)');
 SELECT is((SELECT rows FROM backfill.ledger WHERE run_id = :t1_run), 10::bigint,
-          'BUG (settings not applied while planning/counting): the ledger counts the 10 rows of tenant 1');
+          '(was a bug: settings outside batches) the ledger counts the 10 rows of tenant 1');
 
 -- a scoped backfill whose setting takes the input's key (":tenant")
 SET ROLE bf070_tenant;
@@ -283,16 +283,16 @@ SELECT lives_ok($$SELECT backfill_declare(name => 'bf070_tn', relation => 'bf070
     settings => '{"app.tenant_id": ":tenant"}', rate => 1000)$$,
     'a scoped declaration with settings => {"app.tenant_id": ":tenant"}');
 SELECT backfill_run('bf070_tn', input => '{"tenant": 2}') AS tn_run \gset
-SELECT is(backfill_wait(:tn_run, '60 s'), 'completed', 'BUG (settings not applied while planning/counting): the scope-2 pass completes');
+SELECT is(backfill_wait(:tn_run, '60 s'), 'completed', '(was a bug: settings outside batches) the scope-2 pass completes');
 RESET ROLE;
 SELECT results_eq($$SELECT tenant, count(*) FILTER (WHERE v = 2)::int, count(*) FILTER (WHERE v IS NULL)::int
                       FROM bf070_rls GROUP BY tenant ORDER BY tenant$$,
                   $$VALUES (0, 0, 10), (1, 0, 0), (2, 10, 0)$$,
-                  'BUG (settings not applied while planning/counting): the ":tenant" setting took the input: only tenant 2''s rows got v = 2');
+                  '(was a bug: settings outside batches) the ":tenant" setting took the input: only tenant 2''s rows got v = 2');
 SELECT is((SELECT ledger_name FROM backfill.ledger WHERE run_id = :tn_run), 'bf070_tn:2',
           'its ledger name is bf070_tn:2');
 
--- BUG: convergence under row-level security.  A lenient policy (no error
+-- Convergence under row-level security (was a bug, fixed in 07da33a).  A lenient policy (no error
 -- when the setting is missing) and an action that leaves 3 rows of tenant 1
 -- undone: the pass must fail as STALLED with 3 rows, never 'completed'.
 SET ROLE bf070_tenant;
@@ -303,11 +303,11 @@ SELECT lives_ok($$SELECT backfill_declare(name => 'bf070_t1_partial', relation =
     'a tenant-1 backfill whose action leaves ids 22, 25, 28 undone');
 SELECT backfill_run('bf070_t1_partial') AS partial_run \gset
 SELECT is(backfill_wait(:partial_run, '60 s'), 'failed',
-          'BUG: rows of the tenant still match after the pass: it must fail, not complete');
+          '(was a bug) rows of the tenant still match after the pass: it must fail, not complete');
 SELECT results_eq($$SELECT l.error_code, r.remaining FROM backfill.ledger l JOIN backfill.run r USING (run_id)
                      WHERE run_id = $$ || :partial_run,
                   $$VALUES ('BF006', 3::bigint)$$,
-                  'BUG: as STALLED (BF006) with the 3 rows the tenant setting lets the count see');
+                  '(was a bug) as STALLED (BF006) with the 3 rows the tenant setting lets the count see');
 RESET ROLE;
 SELECT is((SELECT count(*)::int FROM bf070_rls2 WHERE tenant = 1 AND v IS NULL), 3,
           '(fact) 3 rows of tenant 1 are indeed left undone');
