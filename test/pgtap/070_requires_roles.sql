@@ -243,7 +243,7 @@ SELECT results_eq($$SELECT count(*)::int, min(who), max(who) FROM bf070_who$$,
 -- the pass failed at planning with 42704 'unrecognized configuration
 -- parameter "app.tenant_id"', so the tests "the tenant-1 pass completes"
 -- and the ":tenant" ones below failed; with a lenient policy the final
--- count saw no row and a pass that left rows was recorded as completed (see "BUG: convergence under row-level security").
+-- count saw no row and a pass that left rows was recorded as completed (see "Convergence under row-level security").
 -- ==================================================================
 SET ROLE bf070_tenant;
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf070_bad', relation => 'bf070_rls',
