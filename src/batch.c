@@ -36,6 +36,10 @@
 #include "errors.h"
 #include "lane.h"
 
+/* the checkpoint statements' plans, prepared once per lane (catalog.c) */
+static SPIPlanPtr checkpoint_plan = NULL;
+static SPIPlanPtr done_plan = NULL;
+
 /*
  * Prepare the lane's plans, as the declaring role, in a transaction of its
  * own.  The plans are kept for the lane's life; the plan cache replans them
@@ -114,7 +118,8 @@ checkpoint_partition_done(Pass *pass, Claim *claim)
 	values[2] = Int32GetDatum(LANE_PID());
 	values[3] = TimestampTzGetDatum(LANE_START());
 	catalog_enter(&scope);
-	if (catalog_exec("UPDATE backfill.partition SET state = 'done', finished_at = now(),"
+	if (catalog_exec_cached(&done_plan,
+							"UPDATE backfill.partition SET state = 'done', finished_at = now(),"
 					 " renewed_at = now(), failures = 0, last_error = NULL"
 					 " WHERE run_id = $1 AND part_no = $2 AND state = 'running'"
 					 "   AND holder_pid = $3 AND holder_start = $4",
@@ -159,7 +164,8 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	 * the furthest standby's replay lag, the table's dead tuples.
 	 */
 	catalog_enter(&scope);
-	if (catalog_exec("WITH c AS ("
+	if (catalog_exec_cached(&checkpoint_plan,
+							"WITH c AS ("
 					 "  UPDATE backfill.partition p SET cursor = $3, rows = p.rows + $4,"
 					 "    batches = p.batches + 1, failures = 0, last_error = NULL,"
 					 "    renewed_at = now(), batch_size = $7, last_batch_ms = $8, throttle = NULL"

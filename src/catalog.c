@@ -20,6 +20,7 @@
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
+#include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -33,13 +34,20 @@
 Oid
 catalog_owner(void)
 {
-	Oid			extoid = get_extension_oid(BACKFILL_EXTENSION_NAME, true);
+	static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
+	static Oid	cached_owner = InvalidOid;
+	Oid			extoid;
 	Oid			owner = InvalidOid;
 	Relation	rel;
 	ScanKeyData key;
 	SysScanDesc scan;
 	HeapTuple	tuple;
 
+	/* asked once per batch: remember the answer for the transaction */
+	if (cached_lxid == MyProc->lxid && OidIsValid(cached_owner))
+		return cached_owner;
+
+	extoid = get_extension_oid(BACKFILL_EXTENSION_NAME, true);
 	if (!OidIsValid(extoid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -60,6 +68,8 @@ catalog_owner(void)
 	if (!OidIsValid(owner))
 		elog(ERROR, "could not find the owner of extension \"%s\"",
 			 BACKFILL_EXTENSION_NAME);
+	cached_lxid = MyProc->lxid;
+	cached_owner = owner;
 	return owner;
 }
 
@@ -91,6 +101,33 @@ catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
 	int			rc;
 
 	rc = SPI_execute_with_args(sql, nargs, types, values, nulls, false, 0);
+	if (rc != expected)
+		elog(ERROR, "pg_backfill catalog statement failed (SPI code %d): %s", rc, sql);
+	return (int) SPI_processed;
+}
+
+/*
+ * Like catalog_exec, for a statement run again and again (a lane's
+ * checkpoint): parsed and planned once, on first use inside a catalog
+ * scope, and kept for the life of the process.
+ */
+int
+catalog_exec_cached(SPIPlanPtr *cache, const char *sql, int nargs, Oid *types,
+					Datum *values, const char *nulls, int expected)
+{
+	int			rc;
+
+	if (*cache == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
+
+		if (plan == NULL)
+			elog(ERROR, "could not prepare a pg_backfill catalog statement (%s): %s",
+				 SPI_result_code_string(SPI_result), sql);
+		SPI_keepplan(plan);
+		*cache = plan;
+	}
+	rc = SPI_execute_plan(*cache, values, nulls, false, 0);
 	if (rc != expected)
 		elog(ERROR, "pg_backfill catalog statement failed (SPI code %d): %s", rc, sql);
 	return (int) SPI_processed;

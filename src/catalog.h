@@ -36,6 +36,8 @@ extern Oid	catalog_owner(void);
 /* SPI helpers; values always travel as parameters */
 extern int	catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
 						 const char *nulls, int expected);
+extern int	catalog_exec_cached(SPIPlanPtr *cache, const char *sql, int nargs, Oid *types,
+								Datum *values, const char *nulls, int expected);
 extern Datum catalog_getdatum(int row, int col, bool *isnull);
 extern char *catalog_gettext(int row, int col);
 
