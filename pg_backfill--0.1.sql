@@ -264,22 +264,52 @@ END
 $$;
 
 /*
- * What a declaration still waits for before a pass may start, or NULL:
- * its schema migration (in backfill.migrations_table, "table(column)"),
- * and the completion of the backfill it requires.  SECURITY DEFINER: it
- * reads the migrations table and the ledger on behalf of any caller, and
- * runs no user SQL.
+ * Is a schema migration applied?  NULL if so, else why not.  It reads the
+ * migrations table named by backfill.migrations_table ("table(column)";
+ * an unqualified table is looked up in schema public) on behalf of any
+ * caller, so it is SECURITY DEFINER; it says nothing about backfills.
  */
-CREATE FUNCTION backfill.unmet_requirement(p_name text) RETURNS text
-LANGUAGE plpgsql STABLE SECURITY DEFINER
+CREATE FUNCTION backfill.migration_unapplied(p_id text) RETURNS text
+LANGUAGE plpgsql STABLE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    d backfill.declaration;
     spec text := current_setting('backfill.migrations_table');
     m text[];
     tbl regclass;
     applied boolean;
+BEGIN
+    m := regexp_match(spec, '^\s*(.+?)\s*\(\s*([^()]+?)\s*\)\s*$');
+    IF m IS NULL THEN
+        RETURN format('migration %s: backfill.migrations_table %L is not "table(column)"',
+                      p_id, spec);
+    END IF;
+    tbl := to_regclass(CASE WHEN m[1] LIKE '%.%' THEN m[1] ELSE 'public.' || m[1] END);
+    IF tbl IS NULL THEN
+        RETURN format('migration %s is not applied: table %s does not exist', p_id, m[1]);
+    END IF;
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE %I::text = $1)', tbl, m[2])
+       INTO applied USING p_id;
+    IF NOT applied THEN
+        RETURN format('migration %s is not applied (no such %s in %s)', p_id, m[2], tbl);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+/*
+ * What a declaration still waits for before a pass may start, or NULL: its
+ * schema migration, and the completion of the backfill it requires.  It
+ * runs as the caller, so it answers only about backfills the caller may
+ * see (row-level security on the catalogs); lanes and the launcher see all.
+ */
+CREATE FUNCTION backfill.unmet_requirement(p_name text) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d backfill.declaration;
+    why text;
     last_status text;
 BEGIN
     SELECT * INTO d FROM backfill.declaration WHERE name = p_name;
@@ -287,20 +317,9 @@ BEGIN
         RETURN NULL;
     END IF;
     IF d.requires IS NOT NULL THEN
-        m := regexp_match(spec, '^\s*(.+?)\s*\(\s*([^()]+?)\s*\)\s*$');
-        IF m IS NULL THEN
-            RETURN format('migration %s: backfill.migrations_table %L is not "table(column)"',
-                          d.requires, spec);
-        END IF;
-        -- an unqualified table is looked up in schema public
-        tbl := to_regclass(CASE WHEN m[1] LIKE '%.%' THEN m[1] ELSE 'public.' || m[1] END);
-        IF tbl IS NULL THEN
-            RETURN format('migration %s is not applied: table %s does not exist', d.requires, m[1]);
-        END IF;
-        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s WHERE %I::text = $1)', tbl, m[2])
-           INTO applied USING d.requires;
-        IF NOT applied THEN
-            RETURN format('migration %s is not applied (no such %s in %s)', d.requires, m[2], tbl);
+        why := backfill.migration_unapplied(d.requires);
+        IF why IS NOT NULL THEN
+            RETURN why;
         END IF;
     END IF;
     IF d.requires_backfill IS NOT NULL THEN
@@ -379,7 +398,8 @@ AS 'MODULE_PATHNAME', 'backfill_wait';
 COMMENT ON FUNCTION backfill_wait(bigint, interval) IS
 'wait until a pass ends or the timeout passes; returns its ledger status';
 
-CREATE VIEW backfill_ledger AS
+-- security_invoker: the catalogs' row-level security applies to the reader
+CREATE VIEW backfill_ledger WITH (security_invoker = true) AS
     SELECT l.run_id, l.ledger_name, l.declaration, l.status, l.forced, l.previous_run_id,
            l.rows, l.batches, l.started_at, l.finished_at,
            l.finished_at - l.started_at AS duration,

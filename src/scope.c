@@ -31,6 +31,7 @@
 static Oid
 shape_type(const char *name, const char *key, JsonbValue *v)
 {
+	MemoryContext cxt = CurrentMemoryContext;
 	Oid			typid;
 	int32		typmod;
 	char	   *typname;
@@ -42,7 +43,19 @@ shape_type(const char *name, const char *key, JsonbValue *v)
 				 errhint("Map each input key to a SQL type name: '{\"tenant_id\": \"integer\"}'.")));
 	typname = pnstrdup(v->val.string.val, v->val.string.len);
 	typid = InvalidOid;
-	parseTypeString(typname, &typid, &typmod, true);
+	/* either way an unknown type ends in the error below, never goes on */
+	PG_TRY();
+	{
+		parseTypeString(typname, &typid, &typmod, true);
+	}
+	PG_CATCH();
+	{
+		/* a name that does not even parse as a type: as unknown as can be */
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+		typid = InvalidOid;
+	}
+	PG_END_TRY();
 	if (!OidIsValid(typid))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
