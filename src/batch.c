@@ -32,6 +32,7 @@
 #include "utils/memutils.h"
 #include "utils/timeout.h"
 
+#include "pg_backfill.h"
 #include "catalog.h"
 #include "errors.h"
 #include "lane.h"
@@ -39,6 +40,42 @@
 /* the checkpoint statements' plans, prepared once per lane (catalog.c) */
 static SPIPlanPtr checkpoint_plan = NULL;
 static SPIPlanPtr done_plan = NULL;
+static SPIPlanPtr health_plan = NULL;
+static TimestampTz health_due = 0;
+
+/*
+ * Inside a batch's transaction (and catalog scope), before it commits:
+ * who waits on this batch's locks, how far the furthest standby's replay
+ * is behind, and the table's dead tuples.  At most once per
+ * backfill.throttle_delay; in between the last readings stand, except that
+ * nobody is blocked by a batch that was not looked at.
+ */
+static void
+read_health_if_due(Pass *pass, Claim *claim)
+{
+	Oid			types[2] = {INT4OID, OIDOID};
+	Datum		values[2];
+	bool		isnull;
+	TimestampTz now = GetCurrentTimestamp();
+
+	claim->blocking = 0;
+	if (now < health_due)
+		return;
+	health_due = TimestampTzPlusMilliseconds(now, backfill_throttle_delay);
+	values[0] = Int32GetDatum(LANE_PID());
+	values[1] = ObjectIdGetDatum(pass->relid);
+	catalog_exec_cached(&health_plan,
+						"SELECT (SELECT count(*) FROM pg_stat_activity a"
+						"         WHERE a.wait_event_type = 'Lock'"
+						"           AND $1 = ANY (pg_blocking_pids(a.pid)))::integer,"
+						"  coalesce((SELECT max(pg_wal_lsn_diff(pg_current_wal_lsn(), s.replay_lsn))"
+						"              FROM pg_stat_replication s), 0)::bigint,"
+						"  coalesce(pg_stat_get_dead_tuples($2), 0)",
+						2, types, values, NULL, SPI_OK_SELECT);
+	claim->blocking = DatumGetInt32(catalog_getdatum(0, 1, &isnull));
+	claim->lag_bytes = DatumGetInt64(catalog_getdatum(0, 2, &isnull));
+	claim->dead_tuples = DatumGetInt64(catalog_getdatum(0, 3, &isnull));
+}
 
 /*
  * Prepare the lane's plans, as the declaring role, in a transaction of its
@@ -140,9 +177,9 @@ static BatchOutcome
 checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 {
 	CatalogScope scope;
-	Oid			types[9] = {INT8OID, INT4OID, TEXTOID, INT8OID, INT4OID, TIMESTAMPTZOID,
-	INT4OID, FLOAT8OID, OIDOID};
-	Datum		values[9];
+	Oid			types[8] = {INT8OID, INT4OID, TEXTOID, INT8OID, INT4OID, TIMESTAMPTZOID,
+	INT4OID, FLOAT8OID};
+	Datum		values[8];
 	char	   *status;
 	char	   *checksum;
 	bool		paused;
@@ -156,12 +193,11 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	values[5] = TimestampTzGetDatum(LANE_START());
 	values[6] = Int32GetDatum(claim->batch_size);
 	values[7] = Float8GetDatum(claim->last_batch_ms);
-	values[8] = ObjectIdGetDatum(pass->relid);
 
 	/*
-	 * One statement writes the checkpoint and reads back the pass's state
-	 * and the server's health (pacing.c): who waits on this batch's locks,
-	 * the furthest standby's replay lag, the table's dead tuples.
+	 * One statement writes the checkpoint and reads back the pass's state.
+	 * The server's health (pacing.c) is read separately, at most once per
+	 * backfill.throttle_delay: reading it costs more than a small batch.
 	 */
 	catalog_enter(&scope);
 	if (catalog_exec_cached(&checkpoint_plan,
@@ -172,16 +208,11 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 					 "  WHERE p.run_id = $1 AND p.part_no = $2 AND p.state = 'running'"
 					 "    AND p.holder_pid = $5 AND p.holder_start = $6"
 					 "  RETURNING p.run_id)"
-					 " SELECT l.status, d.checksum, d.rate, d.batch_size, r.paused,"
-					 "  (SELECT count(*) FROM pg_stat_activity a WHERE a.wait_event_type = 'Lock'"
-					 "      AND $5 = ANY (pg_blocking_pids(a.pid)))::integer,"
-					 "  coalesce((SELECT max(pg_wal_lsn_diff(pg_current_wal_lsn(), s.replay_lsn))"
-					 "              FROM pg_stat_replication s), 0)::bigint,"
-					 "  pg_stat_get_dead_tuples($9)"
+					 " SELECT l.status, d.checksum, d.rate, d.batch_size, r.paused"
 					 "   FROM c JOIN backfill.ledger l ON l.run_id = c.run_id"
 					 "   JOIN backfill.run r ON r.run_id = c.run_id"
 					 "   LEFT JOIN backfill.declaration d ON d.name = l.declaration",
-					 9, types, values, NULL, SPI_OK_SELECT) != 1)
+					 8, types, values, NULL, SPI_OK_SELECT) != 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_CONFLICT),
 				 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
@@ -199,9 +230,7 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	pass->rate = DatumGetFloat8(catalog_getdatum(0, 3, &isnull));
 	pass->batch_size = DatumGetInt32(catalog_getdatum(0, 4, &isnull));
 	paused = DatumGetBool(catalog_getdatum(0, 5, &isnull));
-	claim->blocking = DatumGetInt32(catalog_getdatum(0, 6, &isnull));
-	claim->lag_bytes = DatumGetInt64(catalog_getdatum(0, 7, &isnull));
-	claim->dead_tuples = DatumGetInt64(catalog_getdatum(0, 8, &isnull));
+	read_health_if_due(pass, claim);
 	catalog_leave(&scope);
 	if (strcmp(status, "running") != 0)
 		return BATCH_STOP;
