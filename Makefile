@@ -42,3 +42,17 @@ include $(PGXS)
 
 # after the include: pgxs sets its own default, and expands this late
 CONTRIB_TESTDB = backfill_regress
+
+# ---- pg_backfill CLI (cli/; appended by the CLI owner) ----
+# `make` also builds cli/pg_backfill, `make install` installs it into
+# `pg_config --bindir`, `make clean` cleans it.
+all: pg_backfill-cli
+install: install-cli
+clean: clean-cli
+pg_backfill-cli:
+	$(MAKE) -C cli PG_CONFIG='$(PG_CONFIG)'
+install-cli: pg_backfill-cli
+	$(MAKE) -C cli PG_CONFIG='$(PG_CONFIG)' install
+clean-cli:
+	$(MAKE) -C cli PG_CONFIG='$(PG_CONFIG)' clean
+.PHONY: pg_backfill-cli install-cli clean-cli
