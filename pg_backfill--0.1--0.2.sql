@@ -18,7 +18,13 @@ CREATE TABLE backfill.outbox (
     next_attempt_at  timestamptz NOT NULL DEFAULT now(),
     last_error       text,
     created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
-    delivered_at     timestamptz
+    delivered_at     timestamptz,
+    -- the transactions in flight when it was emitted (those in the
+    -- snapshot, and those from its xmax up to the next xid then): one of
+    -- them may hold an earlier message of the same key, still invisible;
+    -- the relay waits until none is in progress
+    emit_snapshot    pg_snapshot NOT NULL,
+    emit_next_xid    xid8 NOT NULL
 );
 -- the relay's question: the oldest pending message of each key
 CREATE INDEX outbox_pending_idx ON backfill.outbox (key, id) WHERE state = 'pending';

@@ -9,14 +9,23 @@
  * three.  The launcher is woken at commit and starts the relay
  * (relay.c), which delivers the message to its topic's sink.
  *
+ * The row also keeps which transactions were in flight when it was emitted
+ * (the snapshot, and the next xid then): the relay holds a message back
+ * while one of those is still in flight, since it may have emitted an
+ * earlier message on the same key that is not visible yet (relay.c).  No
+ * lock is taken, so emitters never wait for each other or deadlock.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/transam.h"
+#include "access/xact.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/xid8.h"
 
 #include "catalog.h"
 #include "errors.h"
@@ -28,8 +37,8 @@ Datum
 backfill_outbox_emit(PG_FUNCTION_ARGS)
 {
 	CatalogScope scope;
-	Oid			types[3] = {TEXTOID, TEXTOID, JSONBOID};
-	Datum		values[3];
+	Oid			types[4] = {TEXTOID, TEXTOID, JSONBOID, XID8OID};
+	Datum		values[4];
 	bool		isnull;
 	int64		id;
 
@@ -59,9 +68,12 @@ backfill_outbox_emit(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	catalog_enter(&scope);
-	catalog_exec("INSERT INTO backfill.outbox (topic, key, payload) VALUES ($1, $2, $3)"
-				 " RETURNING id",
-				 3, types, values, NULL, SPI_OK_INSERT_RETURNING);
+	/* our xid first, so that the next xid read after it is past it */
+	(void) GetTopTransactionId();
+	values[3] = FullTransactionIdGetDatum(ReadNextFullTransactionId());
+	catalog_exec("INSERT INTO backfill.outbox (topic, key, payload, emit_snapshot, emit_next_xid)"
+				 " VALUES ($1, $2, $3, pg_current_snapshot(), $4) RETURNING id",
+				 4, types, values, NULL, SPI_OK_INSERT_RETURNING);
 	id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
 	catalog_leave(&scope);
 	SPI_finish();

@@ -7,7 +7,9 @@
  * The launcher starts one relay per database while messages are pending;
  * the relay exits when none is left.  Each round it takes the oldest
  * pending message of each key (a key's later messages wait behind it:
- * delivery is in order per key) that is due, and delivers each in a
+ * delivery is in order per key; a message emitted while a transaction
+ * that may hold an earlier one is still in flight waits for it) that is
+ * due, and delivers each in a
  * transaction of its own that also marks it delivered.  A crash between
  * the sink's answer and that commit delivers the message again: at least
  * once.  A failed delivery is retried after a capped, doubling delay; a
@@ -49,6 +51,7 @@
 #include "relay.h"
 
 #define RELAY_ROUND		100		/* messages per round at most */
+#define RELAY_SETTLE_MS	100		/* how soon a head held back is looked at again */
 
 /* one message, as a round sees it */
 typedef struct Message
@@ -292,9 +295,25 @@ relay_round(MemoryContext cxt, long *wait_ms)
 	bool		isnull;
 
 	relay_begin_xact("pg_backfill relay: looking for messages");
-	if (catalog_exec("SELECT h.id, h.next_attempt_at <= now(),"
-					 "  ceil(extract(epoch FROM h.next_attempt_at - now()) * 1000)::bigint"
-					 " FROM (SELECT DISTINCT ON (o.key) o.id, o.next_attempt_at"
+	/*
+	 * The head of each key is due when its time has come and no
+	 * transaction that was in flight when it was emitted still is: such a
+	 * transaction may hold an earlier message of the key, not yet visible,
+	 * which must go first.  A head held back that way is looked at again
+	 * in RELAY_SETTLE_MS.
+	 */
+	if (catalog_exec("SELECT h.id, h.next_attempt_at <= now() AND h.settled,"
+					 "  CASE WHEN h.settled"
+					 "       THEN ceil(extract(epoch FROM h.next_attempt_at - now()) * 1000)"
+					 "       ELSE " CppAsString2(RELAY_SETTLE_MS) " END::bigint"
+					 " FROM (SELECT DISTINCT ON (o.key) o.id, o.next_attempt_at,"
+					 "         NOT EXISTS (SELECT 1 FROM pg_snapshot_xip(o.emit_snapshot) x"
+					 "                      WHERE pg_xact_status(x) = 'in progress')"
+					 "         AND NOT EXISTS (SELECT 1 FROM generate_series("
+					 "                           pg_snapshot_xmax(o.emit_snapshot)::text::bigint,"
+					 "                           o.emit_next_xid::text::bigint - 1) g"
+					 "                      WHERE pg_xact_status(g::text::xid8) = 'in progress')"
+					 "           AS settled"
 					 "         FROM backfill.outbox o WHERE o.state = 'pending'"
 					 "        ORDER BY o.key, o.id) h"
 					 " ORDER BY h.next_attempt_at, h.id",
@@ -302,16 +321,14 @@ relay_round(MemoryContext cxt, long *wait_ms)
 		*wait_ms = -1;
 	else
 	{
-		*wait_ms = 0;
+		*wait_ms = backfill_naptime * 1000L;
 		for (uint64 i = 0; i < SPI_processed && n < RELAY_ROUND; i++)
 		{
 			if (DatumGetBool(catalog_getdatum(i, 2, &isnull)))
 				ids[n++] = DatumGetInt64(catalog_getdatum(i, 1, &isnull));
-			else if (n == 0)
-			{
-				*wait_ms = (long) DatumGetInt64(catalog_getdatum(i, 3, &isnull));
-				break;
-			}
+			else
+				*wait_ms = Min(*wait_ms,
+							   Max(1L, (long) DatumGetInt64(catalog_getdatum(i, 3, &isnull))));
 		}
 	}
 
