@@ -16,7 +16,8 @@ OBJS = \
 	src/tenancy.o \
 	src/drift.o \
 	src/outbox.o \
-	src/relay.o
+	src/relay.o \
+	src/xact.o
 
 EXTENSION = pg_backfill
 DATA = pg_backfill--0.1.sql pg_backfill--0.1--0.2.sql

@@ -36,6 +36,7 @@
 #include "catalog.h"
 #include "errors.h"
 #include "lane.h"
+#include "xact.h"
 
 /* the checkpoint statements' plans, prepared once per lane (catalog.c) */
 static SPIPlanPtr checkpoint_plan = NULL;
@@ -89,7 +90,7 @@ batch_prepare(Pass *pass)
 	Oid			key_types[3] = {INT8OID, pass->keytype, pass->keytype};
 	Oid			action_types[2] = {pass->keytype, pass->keytype};
 
-	lane_begin_xact("pg_backfill lane: preparing");
+	worker_begin_xact("pg_backfill lane: preparing");
 	if (OidIsValid(pass->pages_fn))
 	{
 		Oid			page_types[2] = {TEXTOID, JSONBOID};
@@ -108,7 +109,7 @@ batch_prepare(Pass *pass)
 			elog(ERROR, "could not prepare the action of backfill \"%s\": %s",
 				 pass->name, SPI_result_code_string(SPI_result));
 		SPI_keepplan(pass->action_plan);
-		lane_commit_xact();
+		worker_commit_xact();
 		return;
 	}
 	key = quote_identifier(pass->key);
@@ -139,7 +140,7 @@ batch_prepare(Pass *pass)
 		elog(ERROR, "could not prepare the action of backfill \"%s\": %s",
 			 pass->name, SPI_result_code_string(SPI_result));
 	SPI_keepplan(pass->action_plan);
-	lane_commit_xact();
+	worker_commit_xact();
 }
 
 /* Mark the claimed partition done: nothing in it matches any more. */
@@ -241,7 +242,7 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 static void
 begin_batch(Pass *pass, Claim *claim)
 {
-	lane_begin_xact(psprintf("pg_backfill lane: backfill \"%s\" partition %d",
+	worker_begin_xact(psprintf("pg_backfill lane: backfill \"%s\" partition %d",
 							 pass->name, claim->part_no));
 	/* a lane never queues long behind the application's locks */
 	(void) set_config_option("lock_timeout", psprintf("%d", pass->lock_timeout_ms),
@@ -330,13 +331,13 @@ batch_run_page(Pass *pass, Claim *claim)
 		if (nrows > 0)
 			outcome = checkpoint_batch(pass, claim, cursor ? cursor : "", nrows);
 		checkpoint_partition_done(pass, claim);
-		lane_commit_xact();
+		worker_commit_xact();
 		claim->rows += nrows;
 		return outcome == BATCH_DONE ? BATCH_PARTITION_DONE : outcome;
 	}
 	outcome = checkpoint_batch(pass, claim, next_text, nrows);
-	next_text = MemoryContextStrdup(lane_outer_cxt, next_text);
-	lane_commit_xact();
+	next_text = MemoryContextStrdup(worker_outer_cxt, next_text);
+	worker_commit_xact();
 	{
 		MemoryContext old = MemoryContextSwitchTo(lane_cxt);
 
@@ -385,7 +386,7 @@ batch_run(Pass *pass, Claim *claim)
 	{
 		disable_timeout(STATEMENT_TIMEOUT, false);
 		checkpoint_partition_done(pass, claim);
-		lane_commit_xact();
+		worker_commit_xact();
 		return BATCH_PARTITION_DONE;
 	}
 	range[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -401,8 +402,8 @@ batch_run(Pass *pass, Claim *claim)
 	claim->last_batch_ms = (GetCurrentTimestamp() - batch_start) / 1000.0;
 
 	outcome = checkpoint_batch(pass, claim, cursor_text, (int64) nkeys);
-	cursor_text = MemoryContextStrdup(lane_outer_cxt, cursor_text);
-	lane_commit_xact();
+	cursor_text = MemoryContextStrdup(worker_outer_cxt, cursor_text);
+	worker_commit_xact();
 
 	/* the checkpoint is durable: move the cursor */
 	{

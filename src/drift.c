@@ -26,6 +26,7 @@
 #include "catalog.h"
 #include "drift.h"
 #include "run.h"
+#include "xact.h"
 
 /*
  * Returns true when the backfill that waiting_run_id requires was reopened,
@@ -37,12 +38,7 @@ drift_reopen_required(int64 waiting_run_id)
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile bool reopened = false;
 
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	pgstat_report_activity(STATE_RUNNING, "pg_backfill launcher: checking a required backfill");
+	worker_begin_xact("pg_backfill launcher: checking a required backfill");
 
 	PG_TRY();
 	{
@@ -127,10 +123,6 @@ drift_reopen_required(int64 waiting_run_id)
 	}
 	PG_END_TRY();
 
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_activity(STATE_IDLE, NULL);
-	MemoryContextSwitchTo(cxt);
+	worker_commit_xact();
 	return reopened;
 }

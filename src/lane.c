@@ -39,33 +39,9 @@
 #include "errors.h"
 #include "launcher.h"
 #include "lane.h"
+#include "xact.h"
 
 MemoryContext lane_cxt = NULL;
-MemoryContext lane_outer_cxt = NULL;
-
-void
-lane_begin_xact(const char *activity)
-{
-	lane_outer_cxt = CurrentMemoryContext;
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, activity);
-}
-
-void
-lane_commit_xact(void)
-{
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	/* let autovacuum see the rows this lane changed */
-	pgstat_report_stat(false);
-	pgstat_report_activity(STATE_IDLE, NULL);
-	MemoryContextSwitchTo(lane_outer_cxt);
-}
 
 /* Sleep until the given time, answering signals meanwhile. */
 void
@@ -161,13 +137,13 @@ batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
 	values[0] = Int64GetDatum(pass->run_id);
 	values[1] = Int32GetDatum(claim->part_no);
 	values[2] = CStringGetTextDatum(edata->message);
-	lane_begin_xact("pg_backfill lane: recording a failed batch");
+	worker_begin_xact("pg_backfill lane: recording a failed batch");
 	catalog_enter(&scope);
 	catalog_exec("UPDATE backfill.partition SET failures = failures + 1, last_error = $3"
 				 " WHERE run_id = $1 AND part_no = $2",
 				 3, types, values, NULL, SPI_OK_UPDATE);
 	catalog_leave(&scope);
-	lane_commit_xact();
+	worker_commit_xact();
 
 	/* capped doubling delay with jitter: half to all of it */
 	delay_ms = pass->backoff_base_ms;

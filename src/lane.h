@@ -87,11 +87,8 @@ typedef enum BatchOutcome
 	BATCH_STOP					/* the pass is no longer running: stop */
 } BatchOutcome;
 
-/* lane.c: the lane's long-lived memory, and one transaction of work */
+/* lane.c: the lane's long-lived memory, and its interruptible sleep */
 extern MemoryContext lane_cxt;
-extern MemoryContext lane_outer_cxt;	/* where lane_begin_xact was called */
-extern void lane_begin_xact(const char *activity);
-extern void lane_commit_xact(void);
 extern void lane_sleep_until(TimestampTz until);
 
 /* pass.c */

@@ -43,6 +43,7 @@
 #include "drift.h"
 #include "launcher.h"
 #include "shmem.h"
+#include "xact.h"
 
 /* a lane this launcher started */
 typedef struct LaneHandle
@@ -226,12 +227,7 @@ read_running_passes(MemoryContext result_cxt)
 	List	   *needs = NIL;
 	bool		isnull_outbox;
 
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, "pg_backfill launcher: reading running passes");
+	worker_begin_xact("pg_backfill launcher: reading running passes");
 
 	if (OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true)))
 	{
@@ -303,12 +299,7 @@ read_running_passes(MemoryContext result_cxt)
 		outbox_pending = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 													1, &isnull_outbox));
 
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_stat(false);
-	pgstat_report_activity(STATE_IDLE, NULL);
-	MemoryContextSwitchTo(result_cxt);
+	worker_commit_xact();
 	return needs;
 }
 

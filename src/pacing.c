@@ -30,6 +30,7 @@
 #include "pg_backfill.h"
 #include "catalog.h"
 #include "lane.h"
+#include "xact.h"
 
 void
 pacing_start(Pass *pass, Claim *claim)
@@ -83,13 +84,13 @@ set_throttle(Pass *pass, Claim *claim, const char *reason)
 	values[2] = Int32GetDatum(LANE_PID());
 	values[3] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
 	nulls[3] = reason ? ' ' : 'n';
-	lane_begin_xact("pg_backfill lane: throttled");
+	worker_begin_xact("pg_backfill lane: throttled");
 	catalog_enter(&scope);
 	catalog_exec("UPDATE backfill.partition SET throttle = $4"
 				 " WHERE run_id = $1 AND part_no = $2 AND holder_pid = $3",
 				 4, types, values, nulls, SPI_OK_UPDATE);
 	catalog_leave(&scope);
-	lane_commit_xact();
+	worker_commit_xact();
 }
 
 /* Why the server's health says to hold back, or NULL. */
@@ -124,7 +125,7 @@ read_health(Pass *pass, Claim *claim)
 
 	values[0] = Int64GetDatum(pass->run_id);
 	values[1] = ObjectIdGetDatum(pass->relid);
-	lane_begin_xact("pg_backfill lane: throttled, reading the server's health");
+	worker_begin_xact("pg_backfill lane: throttled, reading the server's health");
 	catalog_enter(&scope);
 	catalog_exec("SELECT l.status = 'running' AND NOT r.paused,"
 				 "  coalesce((SELECT max(pg_wal_lsn_diff(pg_current_wal_lsn(), s.replay_lsn))"
@@ -137,7 +138,7 @@ read_health(Pass *pass, Claim *claim)
 	claim->lag_bytes = DatumGetInt64(catalog_getdatum(0, 2, &isnull));
 	claim->dead_tuples = DatumGetInt64(catalog_getdatum(0, 3, &isnull));
 	catalog_leave(&scope);
-	lane_commit_xact();
+	worker_commit_xact();
 	return go_on;
 }
 

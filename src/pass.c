@@ -28,6 +28,7 @@
 #include "catalog.h"
 #include "errors.h"
 #include "lane.h"
+#include "xact.h"
 #include "tenancy.h"
 
 static char *
@@ -74,7 +75,7 @@ pass_load(Pass *pass, int64 run_id)
 	memset(pass, 0, sizeof(Pass));
 	pass->run_id = run_id;
 
-	lane_begin_xact("pg_backfill lane: loading the pass");
+	worker_begin_xact("pg_backfill lane: loading the pass");
 	catalog_enter(&scope);
 	if (catalog_exec("SELECT l.status, l.declaration, l.ledger_name, l.checksum, d.checksum,"
 					 "  d.relid, d.key_column, d.key_type, d.predicate, d.action,"
@@ -100,7 +101,7 @@ pass_load(Pass *pass, int64 run_id)
 		else if (current_checksum == NULL || strcmp(current_checksum, pass->checksum) != 0)
 		{
 			catalog_leave(&scope);
-			lane_commit_xact();
+			worker_commit_xact();
 			pass_fail(pass, -1, ERRCODE_BACKFILL_CHANGED,
 					  current_checksum == NULL ?
 					  "the declaration was dropped while the pass was running" :
@@ -169,7 +170,7 @@ pass_load(Pass *pass, int64 run_id)
 
 		if (relname == NULL)
 		{
-			lane_commit_xact();
+			worker_commit_xact();
 			pass_fail(pass, -1, ERRCODE_BACKFILL_SOURCE_INVALID,
 					  "the relation of the backfill was dropped");
 			return false;
@@ -185,7 +186,7 @@ pass_load(Pass *pass, int64 run_id)
 		}
 		get_typlenbyval(pass->keytype, &pass->key_len, &pass->key_byval);
 	}
-	lane_commit_xact();
+	worker_commit_xact();
 
 	/* the names in the predicate and action resolve as they did for the declarer */
 	if (ok && search_path != NULL && search_path[0] != '\0')
@@ -217,7 +218,7 @@ pass_plan(Pass *pass)
 	Datum		values[1] = {Int64GetDatum(pass->run_id)};
 	char	   *phase;
 
-	lane_begin_xact("pg_backfill lane: planning the pass");
+	worker_begin_xact("pg_backfill lane: planning the pass");
 	catalog_enter(&scope);
 	catalog_exec("SELECT phase FROM backfill.run WHERE run_id = $1 FOR UPDATE",
 				 1, types, values, NULL, SPI_OK_SELECT);
@@ -310,7 +311,7 @@ pass_plan(Pass *pass)
 						method,
 						inulls[3] == 'n' ? "?" : psprintf(INT64_FORMAT, DatumGetInt64(ivalues[3])))));
 	}
-	lane_commit_xact();
+	worker_commit_xact();
 }
 
 /*
@@ -330,7 +331,7 @@ pass_claim(Pass *pass, Claim *claim)
 	values[1] = Int32GetDatum(LANE_PID());
 	values[2] = TimestampTzGetDatum(LANE_START());
 
-	lane_begin_xact("pg_backfill lane: claiming a partition");
+	worker_begin_xact("pg_backfill lane: claiming a partition");
 	catalog_enter(&scope);
 	nclaimed = catalog_exec("SELECT * FROM backfill.claim_partition($1, $2, $3)",
 							3, types, values, NULL, SPI_OK_SELECT);
@@ -366,7 +367,7 @@ pass_claim(Pass *pass, Claim *claim)
 		}
 	}
 	catalog_leave(&scope);
-	lane_commit_xact();
+	worker_commit_xact();
 	return found;
 }
 
@@ -381,14 +382,14 @@ pass_release(Pass *pass, Claim *claim)
 	values[0] = Int64GetDatum(pass->run_id);
 	values[1] = Int32GetDatum(claim->part_no);
 	values[2] = Int32GetDatum(LANE_PID());
-	lane_begin_xact("pg_backfill lane: releasing a partition");
+	worker_begin_xact("pg_backfill lane: releasing a partition");
 	catalog_enter(&scope);
 	catalog_exec("UPDATE backfill.partition SET state = 'pending', holder_pid = NULL,"
 				 " holder_start = NULL, renewed_at = now()"
 				 " WHERE run_id = $1 AND part_no = $2 AND holder_pid = $3 AND state = 'running'",
 				 3, types, values, NULL, SPI_OK_UPDATE);
 	catalog_leave(&scope);
-	lane_commit_xact();
+	worker_commit_xact();
 }
 
 /*
@@ -406,7 +407,7 @@ pass_fail_partition(Pass *pass, Claim *claim, const char *message)
 	values[0] = Int64GetDatum(pass->run_id);
 	values[1] = Int32GetDatum(claim->part_no);
 	values[2] = CStringGetTextDatum(message);
-	lane_begin_xact("pg_backfill lane: failing a partition");
+	worker_begin_xact("pg_backfill lane: failing a partition");
 	catalog_enter(&scope);
 	catalog_exec("UPDATE backfill.partition SET state = 'failed', last_error = $3,"
 				 " failures = failures + 1, finished_at = now()"
@@ -415,7 +416,7 @@ pass_fail_partition(Pass *pass, Claim *claim, const char *message)
 	catalog_exec("UPDATE backfill.run SET last_error = $3, updated_at = now() WHERE run_id = $1",
 				 3, types, values, NULL, SPI_OK_UPDATE);
 	catalog_leave(&scope);
-	lane_commit_xact();
+	worker_commit_xact();
 	ereport(LOG,
 			(errmsg("backfill \"%s\" run " INT64_FORMAT ": partition %d failed: %s",
 					pass->name, pass->run_id, claim->part_no, message),
@@ -439,7 +440,7 @@ pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message)
 	values[2] = CStringGetTextDatum(unpack_sql_state(sqlerrcode));
 	values[3] = CStringGetTextDatum(message);
 
-	lane_begin_xact("pg_backfill lane: failing the pass");
+	worker_begin_xact("pg_backfill lane: failing the pass");
 	catalog_enter(&scope);
 	catalog_exec("UPDATE backfill.partition SET state = 'failed', last_error = $4,"
 				 " finished_at = now() WHERE run_id = $1 AND part_no = $2",
@@ -462,7 +463,7 @@ pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message)
 				 errdetail("SQLSTATE %s.", unpack_sql_state(sqlerrcode))));
 	}
 	catalog_leave(&scope);
-	lane_commit_xact();
+	worker_commit_xact();
 }
 
 /*
@@ -486,7 +487,7 @@ pass_finish(Pass *pass)
 
 	values[0] = Int64GetDatum(pass->run_id);
 
-	lane_begin_xact("pg_backfill lane: checking the partitions");
+	worker_begin_xact("pg_backfill lane: checking the partitions");
 	catalog_enter(&scope);
 	catalog_exec("SELECT count(*) FILTER (WHERE state NOT IN ('done', 'failed')),"
 				 "  count(*) FILTER (WHERE state = 'failed'),"
@@ -501,7 +502,7 @@ pass_finish(Pass *pass)
 									   (long long) failed_parts, catalog_gettext(0, 3));
 
 		catalog_leave(&scope);
-		lane_commit_xact();
+		worker_commit_xact();
 		pass_fail(pass, -1, ERRCODE_BACKFILL_BATCH_FAILED, message);
 		return;
 	}
@@ -510,11 +511,11 @@ pass_finish(Pass *pass)
 					 " WHERE run_id = $1 AND phase = 'running'",
 					 1, types, values, NULL, SPI_OK_UPDATE);
 	catalog_leave(&scope);
-	lane_commit_xact();
+	worker_commit_xact();
 	if (open_parts > 0)
 		return;					/* another lane still works on this pass */
 
-	lane_begin_xact("pg_backfill lane: counting the rows left");
+	worker_begin_xact("pg_backfill lane: counting the rows left");
 	catalog_enter(&scope);
 	catalog_exec("SELECT status FROM backfill.ledger WHERE run_id = $1 FOR UPDATE",
 				 1, types, values, NULL, SPI_OK_SELECT);
@@ -522,7 +523,7 @@ pass_finish(Pass *pass)
 	catalog_leave(&scope);
 	if (strcmp(status, "running") != 0)
 	{
-		lane_commit_xact();
+		worker_commit_xact();
 		return;
 	}
 
@@ -599,5 +600,5 @@ pass_finish(Pass *pass)
 							 pass->name, pass->run_id)));
 	}
 	catalog_leave(&scope);
-	lane_commit_xact();
+	worker_commit_xact();
 }

@@ -49,6 +49,7 @@
 #include "catalog.h"
 #include "launcher.h"
 #include "relay.h"
+#include "xact.h"
 
 #define RELAY_ROUND		100		/* messages per round at most */
 #define RELAY_SETTLE_MS	100		/* how soon a head held back is looked at again */
@@ -58,28 +59,6 @@ typedef struct Message
 {
 	int64		id;
 } Message;
-
-static void
-relay_begin_xact(const char *activity)
-{
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, activity);
-}
-
-static void
-relay_commit_xact(MemoryContext cxt)
-{
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_stat(false);
-	pgstat_report_activity(STATE_IDLE, NULL);
-	MemoryContextSwitchTo(cxt);
-}
 
 static size_t
 discard_body(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -166,7 +145,7 @@ deliver(int64 id, MemoryContext cxt)
 	char	   *search_path;
 	bool		isnull;
 
-	relay_begin_xact("pg_backfill relay: delivering");
+	worker_begin_xact("pg_backfill relay: delivering");
 	values[0] = Int64GetDatum(id);
 	if (catalog_exec("SELECT o.topic, o.key, o.payload,"
 					 "  jsonb_build_object('id', o.id, 'topic', o.topic, 'key', o.key,"
@@ -175,7 +154,7 @@ deliver(int64 id, MemoryContext cxt)
 					 " FOR UPDATE SKIP LOCKED",
 					 1, types, values, NULL, SPI_OK_SELECT) == 0)
 	{
-		relay_commit_xact(cxt);
+		worker_commit_xact();
 		return false;
 	}
 	topic = catalog_gettext(0, 1);
@@ -247,7 +226,7 @@ deliver(int64 id, MemoryContext cxt)
 	catalog_exec("UPDATE backfill.outbox SET state = 'delivered', delivered_at = now(),"
 				 " attempts = attempts + 1, last_error = NULL WHERE id = $1",
 				 1, types, values, NULL, SPI_OK_UPDATE);
-	relay_commit_xact(cxt);
+	worker_commit_xact();
 	return true;
 }
 
@@ -258,7 +237,7 @@ delivery_failed(int64 id, const char *message, MemoryContext cxt)
 	Oid			types[2] = {INT8OID, TEXTOID};
 	Datum		values[2] = {Int64GetDatum(id), CStringGetTextDatum(message)};
 
-	relay_begin_xact("pg_backfill relay: recording a failed delivery");
+	worker_begin_xact("pg_backfill relay: recording a failed delivery");
 	if (catalog_exec("UPDATE backfill.outbox o SET attempts = o.attempts + 1, last_error = $2,"
 					 "  state = CASE WHEN o.attempts + 1 >= coalesce(s.max_attempts, 10)"
 					 "               THEN 'dead' ELSE 'pending' END,"
@@ -280,7 +259,7 @@ delivery_failed(int64 id, const char *message, MemoryContext cxt)
 				 strcmp(state, "dead") == 0 ?
 				 errhint("SELECT backfill_outbox_requeue(" INT64_FORMAT "); retries it.", id) : 0));
 	}
-	relay_commit_xact(cxt);
+	worker_commit_xact();
 }
 
 /*
@@ -294,25 +273,30 @@ relay_round(MemoryContext cxt, long *wait_ms)
 	int			n = 0;
 	bool		isnull;
 
-	relay_begin_xact("pg_backfill relay: looking for messages");
+	worker_begin_xact("pg_backfill relay: looking for messages");
 	/*
-	 * The head of each key is due when its time has come and no
-	 * transaction that was in flight when it was emitted still is: such a
-	 * transaction may hold an earlier message of the key, not yet visible,
-	 * which must go first.  A head held back that way is looked at again
-	 * in RELAY_SETTLE_MS.
+	 * The head of each key is due when its time has come and every
+	 * transaction that was in flight when it was emitted has either
+	 * aborted or committed within this statement's snapshot: otherwise it
+	 * may hold an earlier message of the key that this snapshot cannot
+	 * see, which must go first.  (Asking whether it is still in progress
+	 * is not enough: it may commit after the snapshot was taken.)  A head
+	 * held back that way is looked at again in RELAY_SETTLE_MS.
 	 */
 	if (catalog_exec("SELECT h.id, h.next_attempt_at <= now() AND h.settled,"
 					 "  CASE WHEN h.settled"
 					 "       THEN ceil(extract(epoch FROM h.next_attempt_at - now()) * 1000)"
 					 "       ELSE " CppAsString2(RELAY_SETTLE_MS) " END::bigint"
 					 " FROM (SELECT DISTINCT ON (o.key) o.id, o.next_attempt_at,"
-					 "         NOT EXISTS (SELECT 1 FROM pg_snapshot_xip(o.emit_snapshot) x"
-					 "                      WHERE pg_xact_status(x) = 'in progress')"
-					 "         AND NOT EXISTS (SELECT 1 FROM generate_series("
-					 "                           pg_snapshot_xmax(o.emit_snapshot)::text::bigint,"
-					 "                           o.emit_next_xid::text::bigint - 1) g"
-					 "                      WHERE pg_xact_status(g::text::xid8) = 'in progress')"
+					 "         NOT EXISTS ("
+					 "           SELECT 1 FROM ("
+					 "               SELECT x FROM pg_snapshot_xip(o.emit_snapshot) x"
+					 "             UNION ALL"
+					 "               SELECT g::text::xid8 FROM generate_series("
+					 "                 pg_snapshot_xmax(o.emit_snapshot)::text::bigint,"
+					 "                 o.emit_next_xid::text::bigint - 1) g) f (x)"
+					 "            WHERE NOT pg_visible_in_snapshot(f.x, pg_current_snapshot())"
+					 "              AND pg_xact_status(f.x) IS DISTINCT FROM 'aborted')"
 					 "           AS settled"
 					 "         FROM backfill.outbox o WHERE o.state = 'pending'"
 					 "        ORDER BY o.key, o.id) h"
@@ -343,7 +327,7 @@ relay_round(MemoryContext cxt, long *wait_ms)
 					 "     AND delivered_at < now() - make_interval(secs => $1) LIMIT 10000)",
 					 1, types, values, NULL, SPI_OK_DELETE);
 	}
-	relay_commit_xact(cxt);
+	worker_commit_xact();
 
 	for (int i = 0; i < n; i++)
 	{
