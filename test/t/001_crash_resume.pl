@@ -15,47 +15,14 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
 
 my $ROWS = 200_000;
 
-my $node = PostgreSQL::Test::Cluster->new('crash_resume');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'pg_cron,pg_backfill'\n"
-	  . "cron.database_name = 'postgres'\n"
-	  . "cron.use_background_workers = on\n"
-	  . "max_worker_processes = 32\n"
-	  . "backfill.database_names = 'postgres'\n"
-	  . "backfill.naptime = 1\n"
-	  # Cluster.pm turns this off; a killed lane must make the postmaster
-	  # restart the backends, as it does in production
-	  . "restart_after_crash = on\n");
-$node->start;
-
-# Run $sql until its output equals $expected or $timeout seconds pass.
-# Connection failures (the server restarting) just mean "not yet".
-sub poll_until
-{
-	my ($node, $sql, $expected, $timeout) = @_;
-	my $deadline = time() + $timeout;
-	my $last = '';
-	while (time() < $deadline)
-	{
-		my ($rc, $out, $err) = $node->psql('postgres', $sql);
-		if ($rc == 0)
-		{
-			$last = $out;
-			return 1 if $out eq $expected;
-		}
-		else
-		{
-			$last = "(psql exit $rc) $err";
-		}
-		usleep(200_000);
-	}
-	diag("poll_until timed out after ${timeout}s: $sql\n  expected: $expected\n  last: $last");
-	return 0;
-}
+# a killed lane must make the postmaster restart the backends
+my $node = BackfillTest::node('crash_resume', cron => 1, crash_restart => 1);
 
 # Poll until the pass has a live lane and has done more than $min_rows rows;
 # returns (lane pid, cursor, rows) read in one snapshot.
@@ -80,16 +47,6 @@ sub wait_mid_pass
 		usleep(100_000);
 	}
 	return;
-}
-
-sub ledger_status_after
-{
-	my ($node, $run_id, $timeout) = @_;
-	poll_until($node,
-		"SELECT status <> 'running' FROM backfill.ledger WHERE run_id = $run_id",
-		't', $timeout);
-	return $node->safe_psql('postgres',
-		"SELECT status FROM backfill.ledger WHERE run_id = $run_id");
 }
 
 # The exactly-once invariants of a pass over table $tab after an interruption.
@@ -182,9 +139,9 @@ cmp_ok($rows_a, '<', $ROWS, 'A: the lane is killed before the pass ends');
 is(kill('KILL', $pid_a), 1, 'A: SIGKILL delivered to the lane');
 
 # the postmaster restarts every backend after a crashed worker: wait for it
-ok(poll_until($node, 'SELECT 1', '1', 60), 'A: server accepts connections again');
+ok(wait_for_server($node, 60), 'A: server accepts connections again');
 
-my $status_a = ledger_status_after($node, $run_a, 120);
+my $status_a = wait_pass_end($node, $run_a, 120);
 is($status_a, 'completed', 'A: pass completed after the lane was killed');
 check_exactly_once($node, 'A', 't', 'crash_a', $run_a, $cursor_a, $rows_a);
 
@@ -211,7 +168,7 @@ cmp_ok($rows_b, '<', $ROWS, 'B: the server stops before the pass ends');
 $node->stop('immediate');
 $node->start;
 
-my $status_b = ledger_status_after($node, $run_b, 120);
+my $status_b = wait_pass_end($node, $run_b, 120);
 is($status_b, 'completed', 'B: pass completed after an immediate shutdown');
 check_exactly_once($node, 'B', 't2', 'crash_b', $run_b, $cursor_b, $rows_b);
 

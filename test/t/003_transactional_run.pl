@@ -10,56 +10,11 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
 
-my $node = PostgreSQL::Test::Cluster->new('transactional_run');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'pg_cron,pg_backfill'\n"
-	  . "cron.database_name = 'postgres'\n"
-	  . "cron.use_background_workers = on\n"
-	  . "max_worker_processes = 32\n"
-	  . "backfill.database_names = 'postgres'\n"
-	  . "backfill.naptime = 1\n");
-$node->start;
-
-sub poll_until
-{
-	my ($node, $sql, $expected, $timeout) = @_;
-	my $deadline = time() + $timeout;
-	my $last = '';
-	while (time() < $deadline)
-	{
-		my ($rc, $out, $err) = $node->psql('postgres', $sql);
-		if ($rc == 0)
-		{
-			$last = $out;
-			return 1 if $out eq $expected;
-		}
-		else
-		{
-			$last = "(psql exit $rc) $err";
-		}
-		usleep(200_000);
-	}
-	diag("poll_until timed out after ${timeout}s: $sql\n  expected: $expected\n  last: $last");
-	return 0;
-}
-
-# The opposite: $sql must keep returning $expected for $seconds.  Returns
-# the first output that differs, or undef when it held the whole time.
-sub holds_for
-{
-	my ($node, $sql, $expected, $seconds) = @_;
-	my $end = time() + $seconds;
-	while (time() < $end)
-	{
-		my $out = $node->safe_psql('postgres', $sql);
-		return $out if $out ne $expected;
-		usleep(250_000);
-	}
-	return undef;
-}
+my $node = BackfillTest::node('transactional_run', cron => 1);
 
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION pg_backfill;

@@ -14,45 +14,14 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
 
 my $ROWS = 1_000_000;
 
-my $node = PostgreSQL::Test::Cluster->new('lanes_kill');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'pg_backfill'\n"
-	  . "backfill.database_names = 'postgres'\n"
-	  . "backfill.naptime = 1\n"
-	  . "max_worker_processes = 32\n"
-	  # Cluster.pm turns this off; a killed lane must make the postmaster
-	  # restart the backends, as it does in production
-	  . "restart_after_crash = on\n");
-$node->start;
-
-# Poll $sql until it returns $expected.  Connection failures (the server
-# restarting after the crash) just mean "not yet".
-sub poll_until
-{
-	my ($node, $sql, $expected, $timeout) = @_;
-	my $deadline = time() + $timeout;
-	my $last = '';
-	while (time() < $deadline)
-	{
-		my ($rc, $out, $err) = $node->psql('postgres', $sql);
-		if ($rc == 0)
-		{
-			$last = $out;
-			return 1 if $out eq $expected;
-		}
-		else
-		{
-			$last = "(psql exit $rc) $err";
-		}
-		usleep(200_000);
-	}
-	diag("poll_until timed out after ${timeout}s: $sql\n  expected: $expected\n  last: $last");
-	return 0;
-}
+# a killed lane must make the postmaster restart the backends
+my $node = BackfillTest::node('lanes_kill', crash_restart => 1);
 
 $node->safe_psql('postgres', qq{
 	CREATE EXTENSION pg_backfill;
@@ -135,11 +104,9 @@ is($node->safe_psql('postgres', q{SELECT plan_method, partitions FROM backfill_s
 is(kill('KILL', $victim), 1, 'SIGKILL delivered to one lane');
 
 # the postmaster restarts every backend after a crashed worker: wait for it
-ok(poll_until($node, 'SELECT 1', '1', 60), 'server accepts connections again after the crash');
+ok(wait_for_server($node, 60), 'server accepts connections again after the crash');
 
-ok( poll_until($node,
-		"SELECT status <> 'running' FROM backfill.ledger WHERE run_id = $run", 't', 180),
-	'the pass ended');
+ok(pass_ended($node, $run, 180), 'the pass ended');
 is($node->safe_psql('postgres', "SELECT status FROM backfill.ledger WHERE run_id = $run"),
 	'completed', 'the pass completed after its lane was killed');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE n <> 1'),

@@ -16,60 +16,11 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
 
-my $node = PostgreSQL::Test::Cluster->new('final_errors');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'pg_backfill'\n"
-	  . "backfill.database_names = 'postgres'\n"
-	  . "backfill.naptime = 1\n"
-	  . "max_worker_processes = 32\n");
-$node->start;
-
-sub poll_until
-{
-	my ($node, $sql, $expected, $timeout) = @_;
-	my $deadline = time() + $timeout;
-	my $last = '';
-	while (time() < $deadline)
-	{
-		my ($rc, $out, $err) = $node->psql('postgres', $sql);
-		if ($rc == 0)
-		{
-			$last = $out;
-			return 1 if $out eq $expected;
-		}
-		else
-		{
-			$last = "(psql exit $rc) $err";
-		}
-		usleep(200_000);
-	}
-	diag("poll_until timed out after ${timeout}s: $sql\n  expected: $expected\n  last: $last");
-	return 0;
-}
-
-# $sql must keep returning $expected for $seconds.  Returns the first output
-# that differs, or undef when it held the whole time.
-sub holds_for
-{
-	my ($node, $sql, $expected, $seconds) = @_;
-	my $end = time() + $seconds;
-	while (time() < $end)
-	{
-		my $out = $node->safe_psql('postgres', $sql);
-		return $out if $out ne $expected;
-		usleep(250_000);
-	}
-	return undef;
-}
-
-sub ledger
-{
-	my ($run, $cols) = @_;
-	return $node->safe_psql('postgres', "SELECT $cols FROM backfill.ledger WHERE run_id = $run");
-}
+my $node = BackfillTest::node('final_errors');
 
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_backfill');
 
@@ -97,7 +48,7 @@ $node->safe_psql('postgres', q{
 my $run_a = $node->safe_psql('postgres', q{SELECT backfill_run('priv')},
 	extra_params => [ '-U', 'lane_user' ]);
 like($run_a, qr/^\d+$/, '(a) lane_user started a pass');
-is(ledger($run_a, 'pg_get_userbyid(owner)'), 'lane_user', '(a) the pass belongs to lane_user');
+is(ledger($node, $run_a, 'pg_get_userbyid(owner)'), 'lane_user', '(a) the pass belongs to lane_user');
 
 ok( poll_until($node,
 		q{SELECT coalesce(sum(rows), 0) >= 300 FROM backfill_partitions('priv')}, 't', 60),
@@ -113,15 +64,13 @@ is( $node->safe_psql('postgres',
 	'lane_user', '(a) the lease holder is a lane_user backend');
 
 $node->safe_psql('postgres', 'REVOKE UPDATE ON pa FROM lane_user');
-ok( poll_until($node, "SELECT status <> 'running' FROM backfill.ledger WHERE run_id = $run_a",
-		't', 60),
-	'(a) the pass ended after UPDATE was revoked');
-is(ledger($run_a, 'status, error_code'), 'failed|42501',
+ok(pass_ended($node, $run_a, 60), '(a) the pass ended after UPDATE was revoked');
+is(ledger($node, $run_a, 'status, error_code'), 'failed|42501',
 	'(a) the pass failed with insufficient privilege (42501)');
-like(ledger($run_a, 'error_message'), qr/permission denied/,
+like(ledger($node, $run_a, 'error_message'), qr/permission denied/,
 	'(a) the ledger keeps the error message');
 my $done_a = $node->safe_psql('postgres', 'SELECT count(*) FROM pa WHERE c = 1');
-is(ledger($run_a, 'rows'), $done_a, '(a) ledger rows = the rows the pass committed');
+is(ledger($node, $run_a, 'rows'), $done_a, '(a) ledger rows = the rows the pass committed');
 cmp_ok($done_a, '<', 10000, '(a) the pass stopped before the end');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM pa WHERE c > 1'),
 	'0', '(a) no row was updated twice');
@@ -150,12 +99,10 @@ ok( poll_until($node,
 		q{SELECT coalesce(sum(rows), 0) >= 300 FROM backfill_partitions('dropped')}, 't', 60),
 	'(b) the pass is under way');
 $node->safe_psql('postgres', 'DROP TABLE db');
-ok( poll_until($node, "SELECT status <> 'running' FROM backfill.ledger WHERE run_id = $run_b",
-		't', 60),
-	'(b) the pass ended after the table was dropped');
-is(ledger($run_b, 'status, error_code'), 'failed|42P01',
+ok(pass_ended($node, $run_b, 60), '(b) the pass ended after the table was dropped');
+is(ledger($node, $run_b, 'status, error_code'), 'failed|42P01',
 	'(b) the pass failed with undefined table (42P01)');
-cmp_ok(ledger($run_b, 'rows'), '>=', 300, '(b) the ledger keeps the rows done before the drop');
+cmp_ok(ledger($node, $run_b, 'rows'), '>=', 300, '(b) the ledger keeps the rows done before the drop');
 ok( poll_until($node,
 		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'},
 		'0', 30),
@@ -182,12 +129,10 @@ $node->safe_psql('postgres', q{
 		backoff_base => '10 ms', backoff_cap => '20 ms');
 });
 my $run_c = $node->safe_psql('postgres', q{SELECT backfill_run('boom')});
-ok( poll_until($node, "SELECT status <> 'running' FROM backfill.ledger WHERE run_id = $run_c",
-		't', 60),
-	'(c) the pass ended');
-is(ledger($run_c, 'status, error_code'), 'failed|BF014',
+ok(pass_ended($node, $run_c, 60), '(c) the pass ended');
+is(ledger($node, $run_c, 'status, error_code'), 'failed|BF014',
 	'(c) the pass failed with BATCH_FAILED (BF014)');
-like(ledger($run_c, 'error_message'), qr/division by zero/,
+like(ledger($node, $run_c, 'error_message'), qr/division by zero/,
 	'(c) the ledger error names the division by zero');
 is( $node->safe_psql('postgres',
 		q{SELECT count(*), count(*) FILTER (WHERE state = 'failed' AND failures >= 2
@@ -200,7 +145,7 @@ is( $node->safe_psql('postgres',
 		q{SELECT count(*) FILTER (WHERE c = 1), count(*) FILTER (WHERE c = 0),
 		         count(*) FILTER (WHERE c > 1) FROM ct}),
 	'500|500|0', '(c) rows before the failing batch done once, the rest untouched');
-is(ledger($run_c, 'rows'), '500', '(c) the failed pass counts 500 rows');
+is(ledger($node, $run_c, 'rows'), '500', '(c) the failed pass counts 500 rows');
 is($node->safe_psql('postgres', q{SELECT cursor FROM backfill_partitions('boom')}),
 	'500', '(c) the checkpoint stopped at key 500');
 my $log = slurp_file($node->logfile);
@@ -229,17 +174,15 @@ is($node->safe_psql('postgres', q{SELECT backfill_retry('boom')}),
 my $run_c2 = $node->safe_psql('postgres',
 	q{SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'boom'});
 isnt($run_c2, $run_c, '(c) retry wrote a new ledger row');
-is(ledger($run_c2, 'previous_run_id'), $run_c, '(c) the new pass points at the failed run');
-is(ledger($run_c, 'status, error_code'), 'failed|BF014',
+is(ledger($node, $run_c2, 'previous_run_id'), $run_c, '(c) the new pass points at the failed run');
+is(ledger($node, $run_c, 'status, error_code'), 'failed|BF014',
 	'(c) the failed ledger row is unchanged');
-ok( poll_until($node, "SELECT status <> 'running' FROM backfill.ledger WHERE run_id = $run_c2",
-		't', 60),
-	'(c) the retried pass ended');
-is(ledger($run_c2, 'status'), 'completed', '(c) the retried pass completed');
+ok(pass_ended($node, $run_c2, 60), '(c) the retried pass ended');
+is(ledger($node, $run_c2, 'status'), 'completed', '(c) the retried pass completed');
 is( $node->safe_psql('postgres',
 		q{SELECT count(*) FILTER (WHERE c = 1), count(*) FILTER (WHERE c <> 1) FROM ct}),
 	'1000|0', '(c) every row done exactly once: the first 500 were not redone');
-is(ledger($run_c2, 'rows'), '500', '(c) the retried pass counts only the 500 rows it did');
+is(ledger($node, $run_c2, 'rows'), '500', '(c) the retried pass counts only the 500 rows it did');
 is($node->safe_psql('postgres', q{SELECT backfill_retry('boom')}),
 	'f', '(c) backfill_retry after completion changes nothing');
 
@@ -290,10 +233,8 @@ is( $node->safe_psql('postgres',
 is($node->safe_psql('postgres', q{SELECT backfill_resume('pz')}), 't', '(d) resume returns true');
 is($node->safe_psql('postgres', q{SELECT backfill_resume('pz')}), 'f',
 	'(d) resume again returns false');
-ok( poll_until($node, "SELECT status <> 'running' FROM backfill.ledger WHERE run_id = $run_d",
-		't', 60),
-	'(d) the resumed pass ended');
-is(ledger($run_d, 'status, rows'), 'completed|20000', '(d) completed with 20000 rows');
+ok(pass_ended($node, $run_d, 60), '(d) the resumed pass ended');
+is(ledger($node, $run_d, 'status, rows'), 'completed|20000', '(d) completed with 20000 rows');
 is( $node->safe_psql('postgres',
 		q{SELECT count(*) FILTER (WHERE c = 1), count(*) FILTER (WHERE c <> 1) FROM pz}),
 	'20000|0', '(d) every row exactly once');

@@ -23,70 +23,27 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep time);
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
 
-my $node = PostgreSQL::Test::Cluster->new('throttle_primary');
-$node->init(allows_streaming => 1);
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'pg_backfill'\n"
-	  . "backfill.database_names = 'postgres'\n"
-	  . "backfill.naptime = 1\n"
-	  . "max_worker_processes = 32\n"
-	  . "backfill.throttle_delay = 200\n");
-$node->start;
-
-# Poll $sql until it returns $expected.
-sub poll_until
-{
-	my ($node, $sql, $expected, $timeout) = @_;
-	my $deadline = time() + $timeout;
-	my $last = '';
-	while (time() < $deadline)
-	{
-		my ($rc, $out, $err) = $node->psql('postgres', $sql);
-		if ($rc == 0)
-		{
-			$last = $out;
-			return 1 if $out eq $expected;
-		}
-		else
-		{
-			$last = "(psql exit $rc) $err";
-		}
-		usleep(100_000);
-	}
-	diag("poll_until timed out after ${timeout}s: $sql\n  expected: $expected\n  last: $last");
-	return 0;
-}
-
-sub sq { return $node->safe_psql('postgres', $_[0]); }
-
-sub ledger_status
-{
-	my ($run) = @_;
-	return sq("SELECT status FROM backfill.ledger WHERE run_id = $run");
-}
-
-# The pass ends (any status) within $timeout seconds; returns its status.
-sub wait_end
-{
-	my ($run, $timeout) = @_;
-	poll_until($node, "SELECT status <> 'running' FROM backfill.ledger WHERE run_id = $run",
-		't', $timeout);
-	return ledger_status($run);
-}
+my $node = BackfillTest::node('throttle_primary',
+	init => { allows_streaming => 1 },
+	extra_conf => "backfill.throttle_delay = 200\n");
+$BackfillTest::poll_interval = 0.1;
 
 # Every row of $table rewritten exactly once, and the ledger agrees.
 sub exactly_once
 {
 	my ($table, $rows, $run, $what) = @_;
-	is(sq("SELECT count(*), count(*) FILTER (WHERE n = 1), sum(n) FROM $table"),
+	is(sq($node, "SELECT count(*), count(*) FILTER (WHERE n = 1), sum(n) FROM $table"),
 		"$rows|$rows|$rows", "$what: every row of $table rewritten exactly once (n = 1)");
-	is(sq("SELECT rows FROM backfill.ledger WHERE run_id = $run"),
+	is(sq($node, "SELECT rows FROM backfill.ledger WHERE run_id = $run"),
 		$rows, "$what: the ledger counts $rows rows");
 }
 
 my $t0 = time();
-sq('CREATE EXTENSION pg_backfill');
+sq($node, 'CREATE EXTENSION pg_backfill');
 
 # ------------------------------------------------------------------
 # (1) replication lag with a real streaming standby
@@ -97,7 +54,7 @@ $standby->init_from_backup($node, 'b1', has_streaming => 1);
 $standby->start;
 
 my $LAG_ROWS = 50_000;
-sq(qq{
+sq($node, qq{
 	CREATE TABLE tr (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
 	INSERT INTO tr (id) SELECT g FROM generate_series(1, $LAG_ROWS) g;
 	ANALYZE tr;
@@ -106,8 +63,8 @@ $node->wait_for_catchup($standby);
 is($standby->safe_psql('postgres', 'SELECT count(*) FROM tr'),
 	$LAG_ROWS, 'the standby has replayed the table');
 
-sq(q{ALTER SYSTEM SET backfill.max_replication_lag = '64kB'});
-sq('SELECT pg_reload_conf()');
+sq($node, q{ALTER SYSTEM SET backfill.max_replication_lag = '64kB'});
+sq($node, 'SELECT pg_reload_conf()');
 ok(poll_until($node, 'SHOW backfill.max_replication_lag', '64kB', 10),
 	'backfill.max_replication_lag is 64kB after the reload');
 
@@ -116,19 +73,19 @@ ok($standby->poll_query_until('postgres',
 		q{SELECT pg_get_wal_replay_pause_state() = 'paused'}),
 	'replay on the standby is paused');
 
-sq(q{
+sq($node, q{
 	SELECT backfill_declare(name => 'lag', relation => 'tr', predicate => 'n = 0',
 		action => 'UPDATE tr SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		batch_size => 1000, rate => 50);
 });
-my $run = sq(q{SELECT backfill_run('lag')});
+my $run = sq($node, q{SELECT backfill_run('lag')});
 like($run, qr/^\d+$/, 'lag: backfill_run returned a run id');
 
 ok( poll_until($node,
 		q{SELECT throttle LIKE 'replication:%' FROM backfill_status('lag')}, 't', 60),
 	'lag: backfill_status shows the replication throttle while replay is paused');
 my ($rows0, $bs0, $thr) = split /\|/,
-  sq(q{SELECT rows, batch_size, throttle FROM backfill_status('lag')});
+  sq($node, q{SELECT rows, batch_size, throttle FROM backfill_status('lag')});
 note("lag: throttled at $rows0 rows (batch size $bs0): $thr");
 like($thr, qr/^replication: a standby's replay is \d+ kB behind \(backfill\.max_replication_lag is 64 kB\)$/,
 	'lag: the throttle says how far behind the standby is');
@@ -141,7 +98,7 @@ cmp_ok($rows0, '<', $LAG_ROWS, 'lag: the pass was throttled before it was done')
 	while (time() < $end)
 	{
 		my ($rows, $status, $throttle) = split /\|/,
-		  sq(q{SELECT rows, status, coalesce(throttle, '') FROM backfill_status('lag')});
+		  sq($node, q{SELECT rows, status, coalesce(throttle, '') FROM backfill_status('lag')});
 		$samples++;
 		$max_rows = $rows if $rows > $max_rows;
 		$bad_status++ if $status ne 'running';
@@ -156,9 +113,9 @@ cmp_ok($rows0, '<', $LAG_ROWS, 'lag: the pass was throttled before it was done')
 }
 
 $standby->safe_psql('postgres', 'SELECT pg_wal_replay_resume()');
-is(wait_end($run, 120), 'completed', 'lag: the pass completed once replay resumed');
+is(wait_pass_end($node, $run, 120), 'completed', 'lag: the pass completed once replay resumed');
 exactly_once('tr', $LAG_ROWS, $run, 'lag');
-is(sq(q{SELECT count(*) FROM backfill_partitions('lag') WHERE throttle IS NOT NULL}),
+is(sq($node, q{SELECT count(*) FROM backfill_partitions('lag') WHERE throttle IS NOT NULL}),
 	'0', 'lag: no partition is left marked as throttled');
 like(slurp_file($node->logfile),
 	qr/backfill "lag" run $run holds back: replication: a standby's replay is \d+ kB behind/,
@@ -168,8 +125,8 @@ is($standby->safe_psql('postgres', 'SELECT count(*) FILTER (WHERE n = 1) FROM tr
 	$LAG_ROWS, 'lag: the standby replayed every rewritten row');
 
 $standby->stop;
-sq('ALTER SYSTEM SET backfill.max_replication_lag = -1');
-sq('SELECT pg_reload_conf()');
+sq($node, 'ALTER SYSTEM SET backfill.max_replication_lag = -1');
+sq($node, 'SELECT pg_reload_conf()');
 ok(poll_until($node, 'SHOW backfill.max_replication_lag', '-1', 10),
 	'replication lag check switched off for the next cases');
 
@@ -180,7 +137,7 @@ ok(poll_until($node, 'SHOW backfill.max_replication_lag', '-1', 10),
 # its UPDATE; the "application" procedure keeps updating a row just past the
 # checkpoint, i.e. in the batch in flight, and so waits on the lane.
 my $LOCK_ROWS = 2000;
-sq(qq{
+sq($node, qq{
 	CREATE TABLE tl (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0,
 	                 app int NOT NULL DEFAULT 0);
 	INSERT INTO tl (id) SELECT g FROM generate_series(1, $LOCK_ROWS) g;
@@ -218,12 +175,12 @@ sq(qq{
 	END \$\$;
 });
 
-sq(q{
+sq($node, q{
 	SELECT backfill_declare(name => 'locks', relation => 'tl', predicate => 'n = 0',
 		action => 'UPDATE tl SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		batch_size => 100, rate => 4);
 });
-$run = sq(q{SELECT backfill_run('locks')});
+$run = sq($node, q{SELECT backfill_run('locks')});
 ok(poll_until($node, q{SELECT partitions_running FROM backfill_status('locks')}, '1', 30),
 	'locks: a lane holds the partition');
 
@@ -236,7 +193,7 @@ $app->query_until(qr/poking/, "\\echo poking\nCALL app_poke(60);\n");
 	while (time() < $deadline)
 	{
 		my ($throttle, $status) = split /\|/,
-		  sq(q{SELECT coalesce((SELECT string_agg(throttle, '; ') FROM backfill_partitions('locks')), ''),
+		  sq($node, q{SELECT coalesce((SELECT string_agg(throttle, '; ') FROM backfill_partitions('locks')), ''),
 		             (SELECT status FROM backfill_status('locks'))});
 		$samples++;
 		if ($throttle =~ /^locks:/) { $seen = $throttle; last; }
@@ -246,24 +203,24 @@ $app->query_until(qr/poking/, "\\echo poking\nCALL app_poke(60);\n");
 	like($seen, qr/^locks: [1-9]\d* session\(s\) waited on the last batch$/,
 		"locks: backfill_partitions shows the lock throttle (after $samples samples)");
 }
-is(wait_end($run, 120), 'completed', 'locks: the pass completed');
+is(wait_pass_end($node, $run, 120), 'completed', 'locks: the pass completed');
 $app->quit;
 exactly_once('tl', $LOCK_ROWS, $run, 'locks');
-cmp_ok(sq(q{SELECT count(*) FROM app_log WHERE waited_ms > 50}), '>=', 1,
+cmp_ok(sq($node, q{SELECT count(*) FROM app_log WHERE waited_ms > 50}), '>=', 1,
 	'locks: the application session did wait on the lane at least once');
-cmp_ok(sq(q{SELECT count(*) FROM tl WHERE app > 0}), '>=', 1,
+cmp_ok(sq($node, q{SELECT count(*) FROM tl WHERE app > 0}), '>=', 1,
 	"locks: the application session's updates went through");
 
 # ------------------------------------------------------------------
 # (2b) a session holds a lock the lane needs: lock_timeout per batch
 # ------------------------------------------------------------------
-sq(qq{
+sq($node, qq{
 	CREATE TABLE tk (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0,
 	                 app int NOT NULL DEFAULT 0);
 	INSERT INTO tk (id) SELECT g FROM generate_series(1, $LOCK_ROWS) g;
 	ANALYZE tk;
 });
-sq(q{
+sq($node, q{
 	SELECT backfill_declare(name => 'lockto', relation => 'tk', predicate => 'n = 0',
 		action => 'UPDATE tk SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		batch_size => 100, rate => 20, lock_timeout => '100 ms',
@@ -271,7 +228,7 @@ sq(q{
 });
 my $holder = $node->background_psql('postgres');
 $holder->query_safe('BEGIN; UPDATE tk SET app = app + 1 WHERE id = 1000;');
-$run = sq(q{SELECT backfill_run('lockto')});
+$run = sq($node, q{SELECT backfill_run('lockto')});
 my $t_run = time();
 ok( poll_until($node,
 		q{SELECT failures >= 5 FROM backfill_partitions('lockto')}, 't', 30),
@@ -280,36 +237,36 @@ my $took = time() - $t_run;
 # 5 failures at lock_timeout 100 ms + backoff 50..200 ms: a few seconds; the
 # default lock_timeout (2 s) would need more than 10 s
 cmp_ok($took, '<', 10, sprintf('lockto: 5 failed attempts within %.1f s: the lane waited about lock_timeout, not 2 s', $took));
-is(sq(q{SELECT rows, state, cursor, last_error FROM backfill_partitions('lockto')}),
+is(sq($node, q{SELECT rows, state, cursor, last_error FROM backfill_partitions('lockto')}),
 	'900|running|900|canceling statement due to lock timeout',
 	'lockto: the checkpoint stops before the held row; the last error is the lock timeout');
-is(sq(q{SELECT status FROM backfill_status('lockto')}), 'running', 'lockto: the pass is still running');
+is(sq($node, q{SELECT status FROM backfill_status('lockto')}), 'running', 'lockto: the pass is still running');
 $holder->query_safe('COMMIT');
 $holder->quit;
-is(wait_end($run, 60), 'completed', 'lockto: the pass completed once the session committed');
+is(wait_pass_end($node, $run, 60), 'completed', 'lockto: the pass completed once the session committed');
 exactly_once('tk', $LOCK_ROWS, $run, 'lockto');
 like(slurp_file($node->logfile),
 	qr/backfill "lockto" run $run: batch failed \(attempt \d+ of 100\), retrying in \d+ ms\n.*DETAIL:  SQLSTATE 55P03: canceling statement due to lock timeout/,
 	'lockto: the server log shows the batch retried after a 55P03 lock timeout');
-is(sq(q{SELECT failures, last_error IS NULL FROM backfill_partitions('lockto')}),
+is(sq($node, q{SELECT failures, last_error IS NULL FROM backfill_partitions('lockto')}),
 	'0|t', 'lockto: the failures were cleared by the next committed batch');
 
 # ------------------------------------------------------------------
 # (3) adaptive batch size
 # ------------------------------------------------------------------
 my $AD_ROWS = 200_000;
-sq(qq{
+sq($node, qq{
 	CREATE TABLE ta (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
 	INSERT INTO ta (id) SELECT g FROM generate_series(1, $AD_ROWS) g;
 	ANALYZE ta;
 });
-sq(q{
+sq($node, q{
 	SELECT backfill_declare(name => 'grow', relation => 'ta', predicate => 'n = 0',
 		action => 'UPDATE ta SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		batch_size => 100, rate => 1000, target_batch_time => '50 ms',
 		min_batch_size => 50, max_batch_size => 20000);
 });
-$run = sq(q{SELECT backfill_run('grow')});
+$run = sq($node, q{SELECT backfill_run('grow')});
 {
 	my $deadline = time() + 60;
 	my ($grown, $max_bs, $min_bs, $samples, $status) = (0, 0, 1e9, 0, 'running');
@@ -317,7 +274,7 @@ $run = sq(q{SELECT backfill_run('grow')});
 	{
 		my ($bs, $pbs);
 		($status, $bs, $pbs) = split /\|/,
-		  sq(q{SELECT status, coalesce(batch_size, 0),
+		  sq($node, q{SELECT status, coalesce(batch_size, 0),
 		             coalesce((SELECT max(batch_size) FROM backfill_partitions('grow')), 0)
 		        FROM backfill_status('grow')});
 		$samples++;
@@ -336,28 +293,28 @@ $run = sq(q{SELECT backfill_run('grow')});
 	cmp_ok($max_bs, '<=', 20000, 'grow: the batch size never exceeded max_batch_size 20000');
 	cmp_ok($min_bs, '>=', 50, 'grow: the batch size never went below min_batch_size 50');
 }
-is(wait_end($run, 120), 'completed', 'grow: the pass completed');
+is(wait_pass_end($node, $run, 120), 'completed', 'grow: the pass completed');
 exactly_once('ta', $AD_ROWS, $run, 'grow');
 my ($final_bs, $batches) = split /\|/,
-  sq(q{SELECT max(batch_size), sum(batches) FROM backfill_partitions('grow')});
+  sq($node, q{SELECT max(batch_size), sum(batches) FROM backfill_partitions('grow')});
 cmp_ok($final_bs, '<=', 20000, "grow: last recorded batch size $final_bs is within max_batch_size");
 cmp_ok($batches, '<', $AD_ROWS / 100,
 	"grow: $batches batches, fewer than the $AD_ROWS/100 a fixed batch size would take");
 
 # a cap the batch size does reach: fast batches of at most 400 rows stay at 400
 my $CAP_ROWS = 20_000;
-sq(qq{
+sq($node, qq{
 	CREATE TABLE tc (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
 	INSERT INTO tc (id) SELECT g FROM generate_series(1, $CAP_ROWS) g;
 	ANALYZE tc;
 });
-sq(q{
+sq($node, q{
 	SELECT backfill_declare(name => 'cap', relation => 'tc', predicate => 'n = 0',
 		action => 'UPDATE tc SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		batch_size => 100, rate => 50, target_batch_time => '50 ms',
 		min_batch_size => 50, max_batch_size => 400);
 });
-$run = sq(q{SELECT backfill_run('cap')});
+$run = sq($node, q{SELECT backfill_run('cap')});
 {
 	my $deadline = time() + 60;
 	my ($max_bs, $at_cap, $samples, $status) = (0, 0, 0, 'running');
@@ -365,7 +322,7 @@ $run = sq(q{SELECT backfill_run('cap')});
 	{
 		my $bs;
 		($status, $bs) = split /\|/,
-		  sq(q{SELECT status, coalesce(batch_size, 0) FROM backfill_status('cap')});
+		  sq($node, q{SELECT status, coalesce(batch_size, 0) FROM backfill_status('cap')});
 		$samples++;
 		$max_bs = $bs if $bs > $max_bs;
 		$at_cap++ if $bs == 400;
@@ -375,10 +332,10 @@ $run = sq(q{SELECT backfill_run('cap')});
 	is($max_bs, 400, "cap: the batch size grew to max_batch_size 400 and never past it ($samples samples)");
 	cmp_ok($at_cap, '>=', 2, "cap: seen at the cap $at_cap times");
 }
-is(wait_end($run, 60), 'completed', 'cap: the pass completed');
+is(wait_pass_end($node, $run, 60), 'completed', 'cap: the pass completed');
 exactly_once('tc', $CAP_ROWS, $run, 'cap');
 my ($cap_bs, $cap_batches) = split /\|/,
-  sq(q{SELECT max(batch_size), sum(batches) FROM backfill_partitions('cap')});
+  sq($node, q{SELECT max(batch_size), sum(batches) FROM backfill_partitions('cap')});
 is($cap_bs, 400, 'cap: the last recorded batch size is 400');
 # 100, 150, 225, 338, then 400s: 20000 rows in 50..60 batches
 ok($cap_batches >= 50 && $cap_batches <= 60,
@@ -386,7 +343,7 @@ ok($cap_batches >= 50 && $cap_batches <= 60,
 
 # slow batches shrink it; once fast again the pass finishes
 my $SL_ROWS = 20_000;
-sq(qq{
+sq($node, qq{
 	CREATE TABLE ts (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
 	INSERT INTO ts (id) SELECT g FROM generate_series(1, $SL_ROWS) g;
 	ANALYZE ts;
@@ -403,13 +360,13 @@ sq(qq{
 	    RETURN k;
 	END \$\$;
 });
-sq(q{
+sq($node, q{
 	SELECT backfill_declare(name => 'shrink', relation => 'ts', predicate => 'n = 0',
 		action => 'SELECT slow_batch($1, $2)',
 		batch_size => 2000, rate => 100, target_batch_time => '50 ms',
 		min_batch_size => 10);
 });
-$run = sq(q{SELECT backfill_run('shrink')});
+$run = sq($node, q{SELECT backfill_run('shrink')});
 {
 	my $deadline = time() + 60;
 	my ($shrunk, $min_bs, $samples, $rows) = (0, 1e9, 0, 0);
@@ -417,7 +374,7 @@ $run = sq(q{SELECT backfill_run('shrink')});
 	{
 		my ($status, $bs);
 		($status, $bs, $rows) = split /\|/,
-		  sq(q{SELECT status, coalesce(batch_size, 0), rows FROM backfill_status('shrink')});
+		  sq($node, q{SELECT status, coalesce(batch_size, 0), rows FROM backfill_status('shrink')});
 		$samples++;
 		$min_bs = $bs if $bs > 0 && $bs < $min_bs;
 		if ($bs > 0 && $bs < 2000) { $shrunk = $bs; last; }
@@ -430,38 +387,38 @@ $run = sq(q{SELECT backfill_run('shrink')});
 	# keep slow a little longer: it keeps shrinking, never below 10
 	ok(poll_until($node, q{SELECT batch_size <= 500 FROM backfill_status('shrink')}, 't', 30),
 		'shrink: slow batches keep shrinking it (<= 500)');
-	cmp_ok(sq(q{SELECT min(batch_size) FROM backfill_partitions('shrink')}), '>=', 10,
+	cmp_ok(sq($node, q{SELECT min(batch_size) FROM backfill_partitions('shrink')}), '>=', 10,
 		'shrink: never below min_batch_size 10');
 }
-sq('UPDATE slow_flag SET on_ = false');
-is(wait_end($run, 120), 'completed', 'shrink: the pass completed once batches were fast again');
+sq($node, 'UPDATE slow_flag SET on_ = false');
+is(wait_pass_end($node, $run, 120), 'completed', 'shrink: the pass completed once batches were fast again');
 exactly_once('ts', $SL_ROWS, $run, 'shrink');
 
 # ------------------------------------------------------------------
 # (4) dead tuples
 # ------------------------------------------------------------------
-sq('ALTER SYSTEM SET backfill.max_dead_tuples = 1000');
-sq('SELECT pg_reload_conf()');
+sq($node, 'ALTER SYSTEM SET backfill.max_dead_tuples = 1000');
+sq($node, 'SELECT pg_reload_conf()');
 ok(poll_until($node, 'SHOW backfill.max_dead_tuples', '1000', 10),
 	'backfill.max_dead_tuples is 1000 after the reload');
 my $DT_ROWS = 50_000;
-sq(qq{
+sq($node, qq{
 	CREATE TABLE td (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0)
 	  WITH (autovacuum_enabled = false);
 	INSERT INTO td (id) SELECT g FROM generate_series(1, $DT_ROWS) g;
 	VACUUM ANALYZE td;
 });
-is(sq(q{SELECT pg_stat_get_dead_tuples('td'::regclass)}), '0', 'vacuum: td starts with no dead tuples');
-sq(q{
+is(sq($node, q{SELECT pg_stat_get_dead_tuples('td'::regclass)}), '0', 'vacuum: td starts with no dead tuples');
+sq($node, q{
 	SELECT backfill_declare(name => 'dead', relation => 'td', predicate => 'n = 0',
 		action => 'UPDATE td SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		batch_size => 1000, rate => 5);
 });
-$run = sq(q{SELECT backfill_run('dead')});
+$run = sq($node, q{SELECT backfill_run('dead')});
 ok( poll_until($node,
 		q{SELECT throttle LIKE 'vacuum:%' FROM backfill_status('dead')}, 't', 60),
 	'vacuum: backfill_status shows the dead-tuple throttle');
-($rows0, $thr) = split /\|/, sq(q{SELECT rows, throttle FROM backfill_status('dead')});
+($rows0, $thr) = split /\|/, sq($node, q{SELECT rows, throttle FROM backfill_status('dead')});
 note("vacuum: throttled at $rows0 rows: $thr");
 like($thr, qr/^vacuum: (public\.)?td has \d+ dead tuples \(backfill\.max_dead_tuples is 1000\)$/,
 	'vacuum: the throttle names the table and its dead tuples');
@@ -472,7 +429,7 @@ cmp_ok($rows0, '<', $DT_ROWS, 'vacuum: throttled before the pass was done');
 	while (time() < $end)
 	{
 		my ($rows, $throttle) = split /\|/,
-		  sq(q{SELECT rows, coalesce(throttle, '') FROM backfill_status('dead')});
+		  sq($node, q{SELECT rows, coalesce(throttle, '') FROM backfill_status('dead')});
 		$max_rows = $rows if $rows > $max_rows;
 		$unthrottled++ if $throttle !~ /^vacuum:/;
 		usleep(250_000);
@@ -480,7 +437,7 @@ cmp_ok($rows0, '<', $DT_ROWS, 'vacuum: throttled before the pass was done');
 	cmp_ok($max_rows, '<=', $rows0 + 1000, 'vacuum: rows stopped growing while held back');
 	is($unthrottled, 0, 'vacuum: the throttle stayed on until VACUUM');
 }
-sq('VACUUM td');
+sq($node, 'VACUUM td');
 ok( poll_until($node, q{SELECT pg_stat_get_dead_tuples('td'::regclass) < 1000}, 't', 30),
 	'vacuum: VACUUM brought the dead tuples under the limit');
 ok( poll_until($node, "SELECT rows > $rows0 FROM backfill_status('dead')", 't', 30),
@@ -490,9 +447,9 @@ ok( poll_until($node, "SELECT rows > $rows0 FROM backfill_status('dead')", 't', 
 	my $deadline = time() + 120;
 	while (time() < $deadline)
 	{
-		$status = ledger_status($run);
+		$status = ledger($node, $run, 'status');
 		last if $status ne 'running';
-		sq('VACUUM td');
+		sq($node, 'VACUUM td');
 		$vacuums++;
 		usleep(300_000);
 	}

@@ -21,11 +21,12 @@ use strict;
 use warnings;
 
 use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
 
 my $cli = $ENV{PG_BACKFILL_CLI};
 if (!defined $cli || $cli eq '')
@@ -37,14 +38,7 @@ die "pg_backfill CLI not found at $cli (build it with make -C cli, or set PG_BAC
   unless -x $cli;
 note "CLI: $cli";
 
-my $node = PostgreSQL::Test::Cluster->new('cli');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'pg_backfill'\n"
-	  . "backfill.database_names = 'postgres'\n"
-	  . "backfill.naptime = 1\n"
-	  . "max_worker_processes = 32\n");
-$node->start;
+my $node = BackfillTest::node('cli');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_backfill');
 
 my $connstr = $node->connstr('postgres');
@@ -84,21 +78,6 @@ sub cli_tty
 		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
 	note 'tty via script(1)';
 	return ($? >> 8, $out);
-}
-
-sub poll_until
-{
-	my ($sql, $expected, $timeout) = @_;
-	my $deadline = time() + $timeout;
-	my $last = '';
-	while (time() < $deadline)
-	{
-		$last = $node->safe_psql('postgres', $sql);
-		return 1 if $last eq $expected;
-		usleep(200_000);
-	}
-	diag("poll_until timed out: $sql\n  expected: $expected\n  last: $last");
-	return 0;
 }
 
 my ($rc, $out, $err);
@@ -186,7 +165,7 @@ like($err, qr/NOTICE:.*skipped/, 'run without --force: the NOTICE on stderr');
 is($rc, 0, 'run --force exits 0');
 like($out, qr/\A(\d+)\n\z/, 'run --force prints a run id');
 cmp_ok($out + 0, '>', $small_run, 'run --force: a new pass');
-ok(poll_until("SELECT status FROM backfill_status('small')", 'completed', 60),
+ok(poll_until($node, "SELECT status FROM backfill_status('small')", 'completed', 60),
 	'the forced pass completes');
 
 # ------------------------------------------------------------------
@@ -265,7 +244,7 @@ like($out, qr/^stall\s+stalled\s/m, 'pending: stalled');
 ($rc, $out, $err) = cli('retry', 'stall');
 is($rc, 0, 'retry of a stalled pass exits 0');
 is($out, "changed\n", 'retry of a failed pass: changed');
-ok(poll_until(q{SELECT state FROM backfill_pending() WHERE name = 'stall'}, 'stalled', 60),
+ok(poll_until($node, q{SELECT state FROM backfill_pending() WHERE name = 'stall'}, 'stalled', 60),
 	'the retried pass stalls again');
 
 # ------------------------------------------------------------------
@@ -281,7 +260,7 @@ $node->safe_psql('postgres', q{
 ($rc, $out, $err) = cli('run', 'steer');
 is($rc, 0, 'run steer exits 0');
 like($out, qr/\A\d+\n\z/, 'run steer prints only the run id');
-ok(poll_until(q{SELECT rows > 0 FROM backfill_status('steer')}, 't', 60),
+ok(poll_until($node, q{SELECT rows > 0 FROM backfill_status('steer')}, 't', 60),
 	'steer makes progress');
 
 ($rc, $out, $err) = cli('pause', 'steer');

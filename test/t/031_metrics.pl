@@ -20,10 +20,11 @@ use strict;
 use warnings;
 
 use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
 
 my $yaml = $ENV{PG_BACKFILL_METRICS};
 if (!defined $yaml || $yaml eq '')
@@ -126,30 +127,8 @@ for my $f (@order)
 # ------------------------------------------------------------------
 # a cluster with a completed pass, a paused pass and a failing pass
 # ------------------------------------------------------------------
-my $node = PostgreSQL::Test::Cluster->new('metrics');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'pg_backfill'\n"
-	  . "backfill.database_names = 'postgres'\n"
-	  . "backfill.naptime = 1\n"
-	  . "max_worker_processes = 32\n");
-$node->start;
+my $node = BackfillTest::node('metrics');
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_backfill');
-
-sub poll_until
-{
-	my ($sql, $expected, $timeout) = @_;
-	my $deadline = time() + $timeout;
-	my $last = '';
-	while (time() < $deadline)
-	{
-		$last = $node->safe_psql('postgres', $sql);
-		return 1 if $last eq $expected;
-		usleep(200_000);
-	}
-	diag("poll_until timed out: $sql\n  expected: $expected\n  last: $last");
-	return 0;
-}
 
 $node->safe_psql('postgres', q{
 	CREATE TABLE done_t (id int PRIMARY KEY, c int);
@@ -176,10 +155,10 @@ my $done_run = $node->safe_psql('postgres', q{SELECT backfill_run('done')});
 is($node->safe_psql('postgres', "SELECT backfill_wait($done_run, '60 s')"),
 	'completed', 'pass done completed');
 $node->safe_psql('postgres', q{SELECT backfill_run('slow')});
-ok(poll_until(q{SELECT rows > 0 FROM backfill_status('slow')}, 't', 60), 'slow makes progress');
+ok(poll_until($node, q{SELECT rows > 0 FROM backfill_status('slow')}, 't', 60), 'slow makes progress');
 $node->safe_psql('postgres', q{SELECT backfill_pause('slow')});
 $node->safe_psql('postgres', q{SELECT backfill_run('bad')});
-ok(poll_until(q{SELECT sum(failures) > 0 FROM backfill.partition p
+ok(poll_until($node, q{SELECT sum(failures) > 0 FROM backfill.partition p
 	JOIN backfill.ledger l USING (run_id) WHERE l.declaration = 'bad'}, 't', 60),
 	'bad has failed batch attempts');
 

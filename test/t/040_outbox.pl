@@ -25,55 +25,23 @@ use Test::More;
 use Time::HiRes qw(usleep time);
 use IPC::Run;
 use JSON::PP;
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
 
-my $node = PostgreSQL::Test::Cluster->new('outbox');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'pg_backfill'\n"
-	  . "backfill.database_names = 'postgres'\n"
-	  . "backfill.naptime = 1\n"
-	  . "max_worker_processes = 32\n"
-	  # Cluster.pm turns this off; the killed relay must make the postmaster
-	  # restart the backends, as it does in production
-	  . "restart_after_crash = on\n");
-$node->start;
-
-# Poll $sql until it returns $expected.  Connection failures (the server
-# restarting after the crash) just mean "not yet".
-sub poll_until
-{
-	my ($sql, $expected, $timeout) = @_;
-	my $deadline = time() + $timeout;
-	my $last = '';
-	while (time() < $deadline)
-	{
-		my ($rc, $out, $err) = $node->psql('postgres', $sql);
-		if ($rc == 0)
-		{
-			$last = $out;
-			return 1 if $out eq $expected;
-		}
-		else
-		{
-			$last = "(psql exit $rc) $err";
-		}
-		usleep(100_000);
-	}
-	diag("poll_until timed out after ${timeout}s: $sql\n  expected: $expected\n  last: $last");
-	return 0;
-}
-
-sub sq { return $node->safe_psql('postgres', $_[0]); }
+# the killed relay must make the postmaster restart the backends
+my $node = BackfillTest::node('outbox', crash_restart => 1);
+$BackfillTest::poll_interval = 0.1;
 
 sub outbox_row
 {
 	my ($id) = @_;
-	return sq("SELECT state, attempts, last_error IS NULL FROM backfill.outbox WHERE id = $id");
+	return sq($node, "SELECT state, attempts, last_error IS NULL FROM backfill.outbox WHERE id = $id");
 }
 
 my $tmp = PostgreSQL::Test::Utils::tempdir;
 
-sq(q{
+sq($node, q{
 	CREATE EXTENSION pg_backfill;
 	-- a sink that records what it is given; its body resolves sink_log through
 	-- the search_path of the role that configured the sink
@@ -82,65 +50,65 @@ sq(q{
 	CREATE FUNCTION record_sink(topic text, key text, payload jsonb) RETURNS void
 	LANGUAGE sql AS $$ INSERT INTO sink_log (topic, key, payload) VALUES ($1, $2, $3) $$;
 });
-is(sq(q{SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill'}), '0.2',
+is(sq($node, q{SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill'}), '0.2',
 	'pg_backfill is at version 0.2');
 
 # ==================================================================
 # 1. Transactional emit
 # ==================================================================
-sq(q{SELECT backfill_outbox_sink('t1', 'function', 'record_sink')});
-is(sq(q{SELECT kind, target FROM backfill.outbox_sink WHERE topic = 't1'}),
+sq($node, q{SELECT backfill_outbox_sink('t1', 'function', 'record_sink')});
+is(sq($node, q{SELECT kind, target FROM backfill.outbox_sink WHERE topic = 't1'}),
 	'function|public.record_sink', 'the function sink is stored schema-qualified');
 
-sq(q{
+sq($node, q{
 	BEGIN;
 	SELECT backfill_outbox_emit('t1', 'rb', '{"v": "rolled back"}');
 	ROLLBACK;
 });
-is(sq(q{SELECT count(*) FROM backfill.outbox WHERE topic = 't1'}), '0',
+is(sq($node, q{SELECT count(*) FROM backfill.outbox WHERE topic = 't1'}), '0',
 	'an emit in a rolled-back transaction leaves no message');
 
-my $c_id = sq(q{SELECT backfill_outbox_emit('t1', 'c', '{"v": "committed"}')});
+my $c_id = sq($node, q{SELECT backfill_outbox_emit('t1', 'c', '{"v": "committed"}')});
 like($c_id, qr/^\d+$/, 'backfill_outbox_emit returned an id');
-ok(poll_until("SELECT state FROM backfill.outbox WHERE id = $c_id", 'delivered', 30),
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $c_id", 'delivered', 30),
 	'the committed message was delivered');
 is(outbox_row($c_id), 'delivered|1|t', 'delivered on the first attempt, no last_error');
-is(sq(q{SELECT string_agg(key || ' ' || payload::text, ',' ORDER BY n) FROM sink_log
+is(sq($node, q{SELECT string_agg(key || ' ' || payload::text, ',' ORDER BY n) FROM sink_log
         WHERE topic = 't1'}),
 	'c {"v": "committed"}',
 	'the sink got the committed message once and never the rolled-back one');
 
 # a backfill whose action emits one message per row it changes
 my $NT = 500;
-sq(qq{
+sq($node, qq{
 	CREATE TABLE t (id bigint PRIMARY KEY, c int);
 	INSERT INTO t (id) SELECT g FROM generate_series(1, $NT) g;
 	ANALYZE t;
 	SELECT backfill_outbox_sink('t.changed', 'function', 'record_sink');
 });
-sq(q{
+sq($node, q{
 	SELECT backfill_declare(name => 'emit_fill', relation => 't', predicate => 'c IS NULL',
 		action => $act$WITH u AS (UPDATE t SET c = 1 WHERE id BETWEEN $1 AND $2 AND c IS NULL RETURNING id) SELECT backfill_outbox_emit('t.changed', id::text, jsonb_build_object('id', id)) FROM u$act$,
 		batch_size => 50, rate => 50);
 });
-my $run = sq(q{SELECT backfill_run('emit_fill')});
+my $run = sq($node, q{SELECT backfill_run('emit_fill')});
 like($run, qr/^\d+$/, 'backfill_run returned a run id');
-ok(poll_until("SELECT status <> 'running' FROM backfill.ledger WHERE run_id = $run", 't', 120),
+ok(pass_ended($node, $run, 120),
 	'the emitting pass ended');
-is(sq("SELECT status FROM backfill.ledger WHERE run_id = $run"), 'completed',
+is(ledger($node, $run, 'status'), 'completed',
 	'the emitting pass completed');
-is(sq('SELECT count(*) FROM t WHERE c IS NULL'), '0', 'every row was changed');
-is( sq(q{SELECT count(*), count(DISTINCT key),
+is(sq($node, 'SELECT count(*) FROM t WHERE c IS NULL'), '0', 'every row was changed');
+is( sq($node, q{SELECT count(*), count(DISTINCT key),
                count(*) FILTER (WHERE (payload->>'id') = key)
           FROM backfill.outbox WHERE topic = 't.changed'}),
 	"$NT|$NT|$NT", "the pass emitted exactly one message per changed row ($NT)");
-ok( poll_until(
+ok( poll_until($node, 
 		q{SELECT count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state <> 'delivered')
 		    FROM backfill.outbox WHERE topic = 't.changed'}, "$NT|0", 60),
 	'all the pass\'s messages were delivered');
-is( sq(q{SELECT count(*), count(DISTINCT key) FROM sink_log WHERE topic = 't.changed'}),
+is( sq($node, q{SELECT count(*), count(DISTINCT key) FROM sink_log WHERE topic = 't.changed'}),
 	"$NT|$NT", 'the function sink recorded each changed row exactly once');
-is( sq(q{SELECT count(*) FROM t FULL JOIN (SELECT * FROM sink_log WHERE topic = 't.changed') s
+is( sq($node, q{SELECT count(*) FROM t FULL JOIN (SELECT * FROM sink_log WHERE topic = 't.changed') s
           ON s.key = t.id::text AND (s.payload->>'id')::bigint = t.id
          WHERE s.n IS NULL OR t.id IS NULL}),
 	'0', 'the recorded keys and payloads are exactly the changed rows');
@@ -148,7 +116,7 @@ is( sq(q{SELECT count(*) FROM t FULL JOIN (SELECT * FROM sink_log WHERE topic = 
 # ==================================================================
 # 2. Per-key order under concurrent emitters
 # ==================================================================
-sq(q{
+sq($node, q{
 	CREATE SEQUENCE gseq;
 	CREATE TABLE order_log (n bigserial PRIMARY KEY, key text, payload jsonb,
 	                        at timestamptz NOT NULL DEFAULT clock_timestamp());
@@ -198,36 +166,36 @@ for my $e (@emitters)
 	  or diag(${ $e->{err} });
 }
 my $NORD = $SESSIONS * $TXNS * $PER_TXN;
-is(sq(q{SELECT count(*) FROM backfill.outbox WHERE topic = 'ord'}), $NORD,
+is(sq($node, q{SELECT count(*) FROM backfill.outbox WHERE topic = 'ord'}), $NORD,
 	"$NORD messages emitted by $SESSIONS concurrent sessions");
 # the sessions really interleaved: in id order, the emitting session changes often
 cmp_ok(
-	sq(q{SELECT count(*) FROM (SELECT payload->>'s' AS s,
+	sq($node, q{SELECT count(*) FROM (SELECT payload->>'s' AS s,
 	                                 lag(payload->>'s') OVER (ORDER BY id) AS prev
 	                            FROM backfill.outbox WHERE topic = 'ord') x
 	     WHERE s <> prev}),
 	'>=', 10, 'the emitters ran concurrently (their messages interleave in id order)');
-ok( poll_until(
+ok( poll_until($node, 
 		q{SELECT count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state <> 'delivered')
 		    FROM backfill.outbox WHERE topic = 'ord'}, "$NORD|0", 90),
 	'all the concurrent messages were delivered');
-is( sq(q{SELECT count(*), count(DISTINCT payload->>'g') FROM order_log}),
+is( sq($node, q{SELECT count(*), count(DISTINCT payload->>'g') FROM order_log}),
 	"$NORD|$NORD", 'each message was delivered exactly once');
-my $per_key = sq(q{
+my $per_key = sq($node, q{
 	SELECT l.key, array_agg(o.id ORDER BY l.at, l.n) = array_agg(o.id ORDER BY o.id)
 	  FROM order_log l
 	  JOIN backfill.outbox o ON o.topic = 'ord' AND o.payload->>'g' = l.payload->>'g'
 	 GROUP BY l.key ORDER BY l.key});
 is($per_key, "k0|t\nk1|t\nk2|t\nk3|t\nk4|t",
 	'for every key, delivery order equals outbox id order')
-  or diag(sq(q{
+  or diag(sq($node, q{
 	SELECT l.key, array_agg(o.id ORDER BY l.at, l.n)::text AS delivered,
 	       array_agg(o.id ORDER BY o.id)::text AS by_id
 	  FROM order_log l
 	  JOIN backfill.outbox o ON o.topic = 'ord' AND o.payload->>'g' = l.payload->>'g'
 	 GROUP BY l.key HAVING array_agg(o.id ORDER BY l.at, l.n) <> array_agg(o.id ORDER BY o.id)
 	 ORDER BY l.key}));
-is( sq(q{SELECT count(*) FROM (
+is( sq($node, q{SELECT count(*) FROM (
 	      SELECT (payload->>'seq')::int AS seq,
 	             lag((payload->>'seq')::int) OVER (PARTITION BY payload->>'s', key ORDER BY at, n) AS prev
 	        FROM order_log) x
@@ -237,11 +205,11 @@ is( sq(q{SELECT count(*) FROM (
 # The same, deterministically: A emits first (smaller id) but commits after
 # B emitted and committed on the same key.  "Messages of one key are
 # delivered in the order they were emitted": B must wait behind A.
-sq(q{SELECT backfill_outbox_sink('race', 'function', 'order_sink')});
+sq($node, q{SELECT backfill_outbox_sink('race', 'function', 'order_sink')});
 my $txa = $node->background_psql('postgres');
 $txa->query_safe(q{BEGIN});
 my $ra_id = $txa->query_safe(q{SELECT backfill_outbox_emit('race', 'rk', '{"who": "A"}')});
-my $rb_id = sq(q{SELECT backfill_outbox_emit('race', 'rk', '{"who": "B"}')});
+my $rb_id = sq($node, q{SELECT backfill_outbox_emit('race', 'rk', '{"who": "B"}')});
 cmp_ok($ra_id, '<', $rb_id, 'A (emitted first, not yet committed) has the smaller id');
 # the relay keeps looking (a held-back head is looked at again every
 # 100 ms) and B, committed, stays held back all the while A is in flight:
@@ -249,25 +217,25 @@ cmp_ok($ra_id, '<', $rb_id, 'A (emitted first, not yet committed) has the smalle
 my $held = 1;
 for my $i (1 .. 20)
 {
-	$held = 0 if sq("SELECT state FROM backfill.outbox WHERE id = $rb_id") ne 'pending';
+	$held = 0 if sq($node, "SELECT state FROM backfill.outbox WHERE id = $rb_id") ne 'pending';
 	usleep(100_000);
 }
 ok($held, 'B stays pending for 2 s (about 20 relay looks) while A, emitted before it on the same key, is uncommitted');
-is(sq(q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill relay'}), '1',
+is(sq($node, q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill relay'}), '1',
 	'the relay was running meanwhile');
 $txa->query_safe(q{COMMIT});
 $txa->quit;
-ok( poll_until(
+ok( poll_until($node, 
 		"SELECT count(*) FROM backfill.outbox WHERE id IN ($ra_id, $rb_id) AND state = 'delivered'",
 		'2', 30),
 	'A and B were delivered');
-is( sq(q{SELECT string_agg(payload->>'who', ',' ORDER BY at, n) FROM order_log WHERE key = 'rk'}),
+is( sq($node, q{SELECT string_agg(payload->>'who', ',' ORDER BY at, n) FROM order_log WHERE key = 'rk'}),
 	'A,B', 'key rk: A was delivered before B (the order they were emitted, = id order)');
 
 # ==================================================================
 # 3. A sink that fails 3 times then succeeds; a sink that always fails
 # ==================================================================
-sq(q{
+sq($node, q{
 	-- counts calls outside the delivery transaction, which a failure rolls back
 	CREATE SEQUENCE flaky_calls;
 	CREATE TABLE flaky_log (key text, payload jsonb);
@@ -282,33 +250,33 @@ sq(q{
 	SELECT backfill_outbox_sink('flaky', 'function', 'flaky_sink', max_attempts => 10,
 		backoff_base => '50 ms', backoff_cap => '100 ms');
 });
-is( sq(q{SELECT max_attempts, backoff_base_ms, backoff_cap_ms FROM backfill.outbox_sink
+is( sq($node, q{SELECT max_attempts, backoff_base_ms, backoff_cap_ms FROM backfill.outbox_sink
          WHERE topic = 'flaky'}),
 	'10|50|100', 'the flaky sink is stored with its retry settings');
-my $f_id = sq(q{SELECT backfill_outbox_emit('flaky', 'f', '{"try": 1}')});
+my $f_id = sq($node, q{SELECT backfill_outbox_emit('flaky', 'f', '{"try": 1}')});
 # the same key's next message waits behind the failing one (per-key order)
-my $f2_id = sq(q{SELECT backfill_outbox_emit('flaky', 'f', '{"try": 2}')});
-ok(poll_until("SELECT state FROM backfill.outbox WHERE id = $f_id", 'delivered', 30),
+my $f2_id = sq($node, q{SELECT backfill_outbox_emit('flaky', 'f', '{"try": 2}')});
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $f_id", 'delivered', 30),
 	'the message to the flaky sink was delivered in the end');
 is(outbox_row($f_id), 'delivered|4|t',
 	'delivered on attempt 4 after 3 failures, last_error cleared');
-ok(poll_until("SELECT state FROM backfill.outbox WHERE id = $f2_id", 'delivered', 30),
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $f2_id", 'delivered', 30),
 	'the next message of the same key was delivered too');
 is(outbox_row($f2_id), 'delivered|1|t',
 	'the next message was not tried while the first one was backing off');
-is(sq('SELECT last_value FROM flaky_calls'), '5', 'the sink was called exactly 4 + 1 times');
-is(sq(q{SELECT string_agg(key || ' ' || payload::text, ',' ORDER BY ctid) FROM flaky_log}),
+is(sq($node, 'SELECT last_value FROM flaky_calls'), '5', 'the sink was called exactly 4 + 1 times');
+is(sq($node, q{SELECT string_agg(key || ' ' || payload::text, ',' ORDER BY ctid) FROM flaky_log}),
 	'f {"try": 1},f {"try": 2}',
 	'the flaky sink recorded each message exactly once, in emit order');
 # three waits of 25..50, 50..100 and 50..100 ms
-my $flaky_ms = sq("SELECT (extract(epoch FROM delivered_at - created_at) * 1000)::int
+my $flaky_ms = sq($node, "SELECT (extract(epoch FROM delivered_at - created_at) * 1000)::int
                     FROM backfill.outbox WHERE id = $f_id");
 cmp_ok($flaky_ms, '>=', 125, 'the retries waited out their backoff (at least 125 ms in all)');
 cmp_ok($flaky_ms, '<', 10_000, 'the backoff was capped (delivered within 10 s)');
 ok($node->log_contains("outbox message $f_id will be retried after attempt 3: flaky sink failure"),
 	'the failures were logged');
 
-sq(q{
+sq($node, q{
 	CREATE TABLE doomed_log (key text, payload jsonb);
 	CREATE FUNCTION doomed_sink(topic text, key text, payload jsonb) RETURNS void
 	LANGUAGE plpgsql AS $$
@@ -318,36 +286,36 @@ sq(q{
 	SELECT backfill_outbox_sink('doomed', 'function', 'doomed_sink', max_attempts => 2,
 		backoff_base => '50 ms', backoff_cap => '100 ms');
 });
-my $d_id = sq(q{SELECT backfill_outbox_emit('doomed', 'd1', '{"d": 1}')});
-ok(poll_until("SELECT state FROM backfill.outbox WHERE id = $d_id", 'dead', 30),
+my $d_id = sq($node, q{SELECT backfill_outbox_emit('doomed', 'd1', '{"d": 1}')});
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $d_id", 'dead', 30),
 	'a message whose sink always fails ends dead');
-is(sq("SELECT attempts, last_error FROM backfill.outbox WHERE id = $d_id"),
+is(sq($node, "SELECT attempts, last_error FROM backfill.outbox WHERE id = $d_id"),
 	'2|doomed sink is broken', 'dead after max_attempts = 2, with the last error');
 ok($node->log_contains("outbox message $d_id is dead after attempt 2"),
 	'the death was logged as a warning');
-is(sq("SELECT backfill_outbox_requeue($f_id)"), 'f', 'requeue of a delivered message: false');
-is(sq(q{SELECT backfill_outbox_requeue(999999999)}), 'f', 'requeue of no message: false');
+is(sq($node, "SELECT backfill_outbox_requeue($f_id)"), 'f', 'requeue of a delivered message: false');
+is(sq($node, q{SELECT backfill_outbox_requeue(999999999)}), 'f', 'requeue of no message: false');
 # fix the sink, then requeue
-sq(q{
+sq($node, q{
 	CREATE OR REPLACE FUNCTION doomed_sink(topic text, key text, payload jsonb) RETURNS void
 	LANGUAGE plpgsql AS $$
 	BEGIN
 		INSERT INTO doomed_log VALUES (key, payload);
 	END $$;
 });
-is(sq("SELECT backfill_outbox_requeue($d_id)"), 't', 'requeue of the dead message: true');
-is(sq("SELECT backfill_outbox_requeue($d_id)"), 'f',
+is(sq($node, "SELECT backfill_outbox_requeue($d_id)"), 't', 'requeue of the dead message: true');
+is(sq($node, "SELECT backfill_outbox_requeue($d_id)"), 'f',
 	'requeue of the same message again (no longer dead): false');
-ok(poll_until("SELECT state FROM backfill.outbox WHERE id = $d_id", 'delivered', 30),
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $d_id", 'delivered', 30),
 	'the requeued message was delivered by the fixed sink');
 is(outbox_row($d_id), 'delivered|1|t', 'requeue reset attempts; last_error cleared');
-is(sq(q{SELECT key || ' ' || payload::text FROM doomed_log}), 'd1 {"d": 1}',
+is(sq($node, q{SELECT key || ' ' || payload::text FROM doomed_log}), 'd1 {"d": 1}',
 	'the fixed sink recorded the message exactly once');
 
 # ==================================================================
 # 4. The relay killed mid-delivery
 # ==================================================================
-sq(q{
+sq($node, q{
 	CREATE TABLE slow_log (key text, payload jsonb, at timestamptz DEFAULT clock_timestamp());
 	CREATE FUNCTION slow_sink(topic text, key text, payload jsonb) RETURNS void
 	LANGUAGE plpgsql AS $$
@@ -359,12 +327,12 @@ sq(q{
 	END $$;
 	SELECT backfill_outbox_sink('slow', 'function', 'slow_sink');
 });
-my $s_id = sq(q{SELECT backfill_outbox_emit('slow', 's1', '{"slow": true}')});
+my $s_id = sq($node, q{SELECT backfill_outbox_emit('slow', 's1', '{"slow": true}')});
 my $victim;
 my $deadline = time() + 30;
 while (time() < $deadline)
 {
-	$victim = sq(q{
+	$victim = sq($node, q{
 		SELECT pid FROM pg_stat_activity
 		 WHERE backend_type = 'pg_backfill relay'
 		   AND query = 'pg_backfill relay: delivering' AND wait_event = 'PgSleep'});
@@ -374,18 +342,18 @@ while (time() < $deadline)
 like($victim, qr/^\d+$/, 'the relay is in the middle of delivering the slow message')
   or BAIL_OUT("the relay never got to the slow delivery; server log:\n"
 	  . slurp_file($node->logfile));
-is(sq("SELECT state, attempts FROM backfill.outbox WHERE id = $s_id"), 'pending|0',
+is(sq($node, "SELECT state, attempts FROM backfill.outbox WHERE id = $s_id"), 'pending|0',
 	'the message is still pending while the sink runs');
 my $log_pos = -s $node->logfile;
 is(kill('KILL', $victim), 1, 'SIGKILL delivered to the relay');
-ok(poll_until('SELECT 1', '1', 60), 'server accepts connections again after the crash');
+ok(wait_for_server($node, 60), 'server accepts connections again after the crash');
 ok( $node->wait_for_log(qr/pg_backfill relay.*\(PID $victim\) was terminated by signal 9/, $log_pos),
 	'the postmaster saw the relay die of SIGKILL');
-ok(poll_until("SELECT state FROM backfill.outbox WHERE id = $s_id", 'delivered', 60),
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $s_id", 'delivered', 60),
 	'the message was not lost: it was delivered after the crash');
-is(sq(q{SELECT count(*) FROM slow_log WHERE key = 's1'}), '1',
+is(sq($node, q{SELECT count(*) FROM slow_log WHERE key = 's1'}), '1',
 	'the sink recorded it exactly once (the killed attempt rolled back)');
-isnt(sq(q{SELECT coalesce(string_agg(pid::text, ','), '') FROM pg_stat_activity
+isnt(sq($node, q{SELECT coalesce(string_agg(pid::text, ','), '') FROM pg_stat_activity
           WHERE backend_type = 'pg_backfill relay'}), $victim,
 	'the killed relay is gone');
 
@@ -443,12 +411,12 @@ sub hook_records
 	  map { decode_json($_) } grep { /\S/ } split /\n/, slurp_file($hooklog);
 }
 
-sq(qq{SELECT backfill_outbox_sink('hook', 'webhook', 'http://127.0.0.1:$port/hook', 's3cret',
+sq($node, qq{SELECT backfill_outbox_sink('hook', 'webhook', 'http://127.0.0.1:$port/hook', 's3cret',
 	timeout => '5 seconds')});
-my @h_ids = map { sq(qq{SELECT backfill_outbox_emit('hook', 'h$_', jsonb_build_object('n', $_))}) }
+my @h_ids = map { sq($node, qq{SELECT backfill_outbox_emit('hook', 'h$_', jsonb_build_object('n', $_))}) }
   (1 .. 3);
 my $h_list = join(',', @h_ids);
-ok( poll_until(
+ok( poll_until($node, 
 		"SELECT count(*) FROM backfill.outbox WHERE id IN ($h_list) AND state = 'delivered'",
 		'3', 30),
 	'the 3 webhook messages were delivered');
@@ -467,13 +435,13 @@ for my $n (1 .. 3)
 	is($rec->{content_type}, 'application/json', 'sent as application/json');
 }
 
-sq(qq{SELECT backfill_outbox_sink('hook.bad', 'webhook', 'http://127.0.0.1:$port/bad', 'wrong',
+sq($node, qq{SELECT backfill_outbox_sink('hook.bad', 'webhook', 'http://127.0.0.1:$port/bad', 'wrong',
 	max_attempts => 2, backoff_base => '50 ms', backoff_cap => '100 ms')});
-my $b_id = sq(q{SELECT backfill_outbox_emit('hook.bad', 'b1', '{"b": 1}')});
-ok(poll_until("SELECT state FROM backfill.outbox WHERE id = $b_id", 'dead', 30),
+my $b_id = sq($node, q{SELECT backfill_outbox_emit('hook.bad', 'b1', '{"b": 1}')});
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $b_id", 'dead', 30),
 	'a message signed with the wrong secret ends dead');
 my ($b_attempts, $b_error) = split /\|/,
-  sq("SELECT attempts, last_error FROM backfill.outbox WHERE id = $b_id");
+  sq($node, "SELECT attempts, last_error FROM backfill.outbox WHERE id = $b_id");
 is($b_attempts, 2, 'after 2 attempts');
 like($b_error, qr/HTTP 401/, 'last_error mentions HTTP 401');
 my @bad = hook_records('/bad');
@@ -484,10 +452,10 @@ $rh->kill_kill;
 # ==================================================================
 # 6. NOTIFY sink
 # ==================================================================
-sq(q{SELECT backfill_outbox_sink('note', 'notify', 'bf_chan')});
+sq($node, q{SELECT backfill_outbox_sink('note', 'notify', 'bf_chan')});
 my $listener = $node->background_psql('postgres');
 $listener->query_safe('LISTEN bf_chan');
-my $n_id = sq(q{SELECT backfill_outbox_emit('note', 'n1', '{"hello": "world"}')});
+my $n_id = sq($node, q{SELECT backfill_outbox_emit('note', 'n1', '{"hello": "world"}')});
 my ($notified, $seen) = (undef, '');
 $deadline = time() + 30;
 while (time() < $deadline)
@@ -504,30 +472,30 @@ ok(defined $notified, 'the listener got a notification on bf_chan') or diag($see
 is_deeply(eval { decode_json($notified // '{}') },
 	{ id => $n_id + 0, topic => 'note', key => 'n1', payload => { hello => 'world' } },
 	'its payload is the message as JSON');
-is(sq("SELECT state FROM backfill.outbox WHERE id = $n_id"), 'delivered',
+is(sq($node, "SELECT state FROM backfill.outbox WHERE id = $n_id"), 'delivered',
 	'the NOTIFY message is marked delivered');
 $listener->quit;
 
 # ==================================================================
 # 7. Pruning delivered messages after backfill.outbox_retention
 # ==================================================================
-sq(q{ALTER SYSTEM SET backfill.outbox_retention = 1; SELECT pg_reload_conf();});
-ok(poll_until('SHOW backfill.outbox_retention', '1s', 10), 'retention set to 1 s');
-my $old_max = sq(q{SELECT max(id) FROM backfill.outbox WHERE state = 'delivered'});
-my $old_count = sq(q{SELECT count(*) FROM backfill.outbox WHERE state = 'delivered'});
+sq($node, q{ALTER SYSTEM SET backfill.outbox_retention = 1; SELECT pg_reload_conf();});
+ok(poll_until($node, 'SHOW backfill.outbox_retention', '1s', 10), 'retention set to 1 s');
+my $old_max = sq($node, q{SELECT max(id) FROM backfill.outbox WHERE state = 'delivered'});
+my $old_count = sq($node, q{SELECT count(*) FROM backfill.outbox WHERE state = 'delivered'});
 cmp_ok($old_count, '>', 500, "$old_count delivered messages before pruning");
-ok( poll_until(
+ok( poll_until($node, 
 		"SELECT count(*) FROM backfill.outbox WHERE id <= $old_max AND state = 'delivered'
 		    AND delivered_at > now() - interval '1.5 seconds'", '0', 10),
 	'the delivered messages are all older than the retention');
-my $w_id = sq(q{SELECT backfill_outbox_emit('t1', 'wake', '{"wake": true}')});
-ok( poll_until(
+my $w_id = sq($node, q{SELECT backfill_outbox_emit('t1', 'wake', '{"wake": true}')});
+ok( poll_until($node, 
 		"SELECT count(*) FROM backfill.outbox WHERE id <= $old_max AND state = 'delivered'",
 		'0', 30),
 	'the relay pruned the delivered messages older than the retention');
-ok(poll_until(q{SELECT count(*) FROM sink_log WHERE key = 'wake'}, '1', 30),
+ok(poll_until($node, q{SELECT count(*) FROM sink_log WHERE key = 'wake'}, '1', 30),
 	'the wake-up message was delivered');
-is(sq("SELECT state FROM backfill.outbox WHERE id = $b_id"), 'dead',
+is(sq($node, "SELECT state FROM backfill.outbox WHERE id = $b_id"), 'dead',
 	'a dead message is not pruned');
 
 $node->stop;

@@ -1,0 +1,148 @@
+# BackfillTest.pm -- helpers shared by the pg_backfill TAP tests (test/t/*.pl).
+#
+# Load it from a test with
+#     use FindBin;
+#     use lib "$FindBin::RealBin/lib";
+#     use BackfillTest;
+#
+# It offers:
+#   BackfillTest::node($name, %opts)  a started PostgreSQL::Test::Cluster node
+#       with pg_backfill preloaded (backfill.database_names = 'postgres',
+#       backfill.naptime = 1, max_worker_processes = 32).  Options:
+#         cron => 1           also preload pg_cron (cron.database_name =
+#                             'postgres', background workers)
+#         crash_restart => 1  restart_after_crash = on (Cluster.pm turns it
+#                             off; a killed worker must make the postmaster
+#                             restart the backends, as it does in production)
+#         extra_conf => '...' more postgresql.conf lines
+#         init => { ... }     options for $node->init (allows_streaming => 1)
+#   Exported by default:
+#   poll_until($node, $sql, $expected, $timeout)  run $sql until its output
+#       equals $expected; true on success, false (with a diag) after $timeout
+#       seconds.  A failing psql (the server restarting after a crash) just
+#       means "not yet".  Polls every $BackfillTest::poll_interval seconds.
+#   holds_for($node, $sql, $expected, $seconds)  the opposite: $sql must keep
+#       returning $expected for $seconds; returns the first output that
+#       differs, or undef when it held the whole time.
+#   wait_for_server($node, $timeout)  true once the server accepts
+#       connections again (after a crash restart).
+#   sq($node, $sql)  $node->safe_psql('postgres', $sql).
+#   pass_ended($node, $run_id, $timeout)  true once the ledger row of
+#       $run_id is no longer 'running'.
+#   wait_pass_end($node, $run_id, $timeout)  waits as pass_ended does, then
+#       returns the ledger status of $run_id.
+#   ledger($node, $run_id, $cols)  "SELECT $cols FROM backfill.ledger" for
+#       $run_id.
+package BackfillTest;
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep time);
+
+our @EXPORT = qw(poll_until holds_for wait_for_server sq pass_ended wait_pass_end ledger);
+our @EXPORT_OK = qw(node);
+
+# seconds between two polls of poll_until; a test may set it
+our $poll_interval = 0.2;
+
+sub node
+{
+	my ($name, %opts) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(%{ $opts{init} // {} });
+	my $conf =
+	    "shared_preload_libraries = '"
+	  . ($opts{cron} ? 'pg_cron,pg_backfill' : 'pg_backfill') . "'\n"
+	  . "backfill.database_names = 'postgres'\n"
+	  . "backfill.naptime = 1\n"
+	  . "max_worker_processes = 32\n";
+	$conf .= "cron.database_name = 'postgres'\n"
+	  . "cron.use_background_workers = on\n"
+	  if $opts{cron};
+	$conf .= "restart_after_crash = on\n" if $opts{crash_restart};
+	if (defined $opts{extra_conf})
+	{
+		$conf .= $opts{extra_conf};
+		$conf .= "\n" unless $conf =~ /\n\z/;
+	}
+	$node->append_conf('postgresql.conf', $conf);
+	$node->start;
+	return $node;
+}
+
+sub poll_until
+{
+	my ($node, $sql, $expected, $timeout) = @_;
+	my $deadline = time() + $timeout;
+	my $last = '';
+	while (time() < $deadline)
+	{
+		my ($rc, $out, $err) = $node->psql('postgres', $sql);
+		if ($rc == 0)
+		{
+			$last = $out;
+			return 1 if $out eq $expected;
+		}
+		else
+		{
+			$last = "(psql exit $rc) $err";
+		}
+		usleep(int($poll_interval * 1_000_000));
+	}
+	diag("poll_until timed out after ${timeout}s: $sql\n  expected: $expected\n  last: $last");
+	return 0;
+}
+
+sub holds_for
+{
+	my ($node, $sql, $expected, $seconds) = @_;
+	my $end = time() + $seconds;
+	while (time() < $end)
+	{
+		my $out = $node->safe_psql('postgres', $sql);
+		return $out if $out ne $expected;
+		usleep(250_000);
+	}
+	return undef;
+}
+
+sub wait_for_server
+{
+	my ($node, $timeout) = @_;
+	return poll_until($node, 'SELECT 1', '1', $timeout);
+}
+
+sub sq
+{
+	my ($node, $sql) = @_;
+	return $node->safe_psql('postgres', $sql);
+}
+
+sub pass_ended
+{
+	my ($node, $run_id, $timeout) = @_;
+	return poll_until($node,
+		"SELECT status <> 'running' FROM backfill.ledger WHERE run_id = $run_id",
+		't', $timeout);
+}
+
+sub wait_pass_end
+{
+	my ($node, $run_id, $timeout) = @_;
+	pass_ended($node, $run_id, $timeout);
+	return ledger($node, $run_id, 'status');
+}
+
+sub ledger
+{
+	my ($node, $run_id, $cols) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT $cols FROM backfill.ledger WHERE run_id = $run_id");
+}
+
+1;
