@@ -6,9 +6,11 @@
  *
  * The batch's keys are found with an index-ordered keyset scan,
  *
- *	  SELECT key FROM rel WHERE key > cursor AND key <= hi AND (predicate)
- *	   ORDER BY key LIMIT batch_size
+ *	  SELECT min(key), max(key), count(*) FROM (
+ *	    SELECT key FROM rel WHERE key > cursor AND key <= hi AND (predicate)
+ *	     ORDER BY key LIMIT batch_size) keys
  *
+ * (or the keys themselves, for a key type without min and max)
  * and the action then runs once with $1 = the first and $2 = the last of
  * those keys (both inclusive).  The action never sees an
  * "IN (SELECT ... LIMIT n)" that the planner could turn into a full scan
@@ -113,12 +115,35 @@ batch_prepare(Pass *pass)
 		return;
 	}
 	key = quote_identifier(pass->key);
+
+	/*
+	 * When the key type has min and max aggregates (integers, text, times,
+	 * ...), the key scan answers just the batch's first key, last key and
+	 * count; otherwise (uuid, say) it returns the keys and the lane reads
+	 * the first and the last.
+	 */
+	{
+		Oid			t[1] = {REGTYPEOID};
+		Datum		v[1] = {ObjectIdGetDatum(pass->keytype)};
+		bool		isnull;
+
+		if (SPI_execute_with_args("SELECT to_regprocedure(format('pg_catalog.min(%s)', $1))"
+								  " IS NOT NULL AND"
+								  " to_regprocedure(format('pg_catalog.max(%s)', $1)) IS NOT NULL",
+								  1, t, v, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not look up the min and max of a key type");
+		pass->keys_aggregated = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+														   SPI_tuptable->tupdesc, 1, &isnull));
+	}
+
 	for (int variant = 0; variant < 4; variant++)
 	{
 		StringInfoData sql;
 		SPIPlanPtr	plan;
 
 		initStringInfo(&sql);
+		if (pass->keys_aggregated)
+			appendStringInfo(&sql, "SELECT min(%s), max(%s), count(*) FROM (", key, key);
 		appendStringInfo(&sql, "SELECT %s FROM %s WHERE ", key, pass->relation);
 		if (variant & 1)
 			appendStringInfo(&sql, "%s > $2 AND ", key);
@@ -126,6 +151,8 @@ batch_prepare(Pass *pass)
 			appendStringInfo(&sql, "%s <= $3 AND ", key);
 		/* between newlines: a trailing "--" comment in it cannot reach further */
 		appendStringInfo(&sql, "(\n%s\n) ORDER BY %s LIMIT $1", pass->predicate, key);
+		if (pass->keys_aggregated)
+			appendStringInfo(&sql, ") keys");
 		plan = SPI_prepare(sql.data, 3, key_types);
 		if (plan == NULL)
 			elog(ERROR, "could not prepare the key scan of backfill \"%s\": %s",
@@ -381,7 +408,11 @@ batch_run(Pass *pass, Claim *claim)
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "key scan of backfill \"%s\" failed: %s", pass->name,
 			 SPI_result_code_string(rc));
-	nkeys = SPI_processed;
+	if (pass->keys_aggregated)
+		nkeys = (uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
+													 SPI_tuptable->tupdesc, 3, &isnull));
+	else
+		nkeys = SPI_processed;
 	if (nkeys == 0)
 	{
 		disable_timeout(STATEMENT_TIMEOUT, false);
@@ -389,8 +420,16 @@ batch_run(Pass *pass, Claim *claim)
 		worker_commit_xact();
 		return BATCH_PARTITION_DONE;
 	}
-	range[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	range[1] = SPI_getbinval(SPI_tuptable->vals[nkeys - 1], SPI_tuptable->tupdesc, 1, &isnull);
+	if (pass->keys_aggregated)
+	{
+		range[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		range[1] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	}
+	else
+	{
+		range[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+		range[1] = SPI_getbinval(SPI_tuptable->vals[nkeys - 1], SPI_tuptable->tupdesc, 1, &isnull);
+	}
 	cursor_text = OidOutputFunctionCall(pass->key_output, range[1]);
 
 	rc = SPI_execute_plan(pass->action_plan, range, NULL, false, 0);

@@ -56,6 +56,7 @@ typedef struct Pass
 
 	/* plans, prepared once per lane as the declaring role */
 	SPIPlanPtr	keys_plan[4];	/* indexed by (has cursor) | (has upper bound) << 1 */
+	bool		keys_aggregated;	/* keys_plan answers min, max, count */
 	SPIPlanPtr	action_plan;
 } Pass;
 
