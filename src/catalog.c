@@ -25,6 +25,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/rel.h"
 
 #include "pg_backfill.h"
@@ -184,4 +185,12 @@ check_backfill_member(const char *name, Oid owner)
 						   GetUserNameFromId(owner, true) ?
 						   GetUserNameFromId(owner, true) : "(dropped)"),
 				 errhint("Ask a member of that role, or have it GRANT the role to you.")));
+}
+
+/* a function's schema-qualified, quoted name, to call it in SQL */
+char *
+function_name(Oid fn)
+{
+	return quote_qualified_identifier(get_namespace_name(get_func_namespace(fn)),
+									  get_func_name(fn));
 }

@@ -41,6 +41,9 @@ extern int	catalog_exec_cached(SPIPlanPtr *cache, const char *sql, int nargs, Oi
 extern Datum catalog_getdatum(int row, int col, bool *isnull);
 extern char *catalog_gettext(int row, int col);
 
+/* a function's schema-qualified, quoted name, to call it in SQL */
+extern char *function_name(Oid fn);
+
 /* the backfill name checks every entry point shares */
 extern void check_backfill_name(const char *name);
 

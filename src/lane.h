@@ -101,7 +101,6 @@ extern void pass_fail_partition(Pass *pass, Claim *claim, const char *message);
 extern void pass_finish(Pass *pass);
 extern void pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message);
 extern Datum pass_key_from_text(Pass *pass, const char *text);
-extern char *function_name(Oid fn);
 
 /* pacing.c */
 extern void pacing_start(Pass *pass, Claim *claim);

@@ -37,14 +37,6 @@ lane_strdup(const char *s)
 	return s ? MemoryContextStrdup(lane_cxt, s) : NULL;
 }
 
-/* a function's schema-qualified, quoted name, to call it in SQL */
-char *
-function_name(Oid fn)
-{
-	return quote_qualified_identifier(get_namespace_name(get_func_namespace(fn)),
-									  get_func_name(fn));
-}
-
 Datum
 pass_key_from_text(Pass *pass, const char *text)
 {

@@ -12,7 +12,4 @@
 
 PGDLLEXPORT void backfill_relay_main(Datum main_arg);
 
-/* in lane.h too: a function's quoted, qualified name */
-extern char *function_name(Oid fn);
-
 #endif							/* BACKFILL_RELAY_H */
