@@ -303,56 +303,77 @@ read_running_passes(MemoryContext result_cxt)
 	return needs;
 }
 
-static bool
-start_lane(RunNeed *need)
+/*
+ * Start a child worker (lane or relay) that tells this launcher when it
+ * stops.  The handle lives in the launcher's context.  No free slot is a
+ * WARNING with a hint, at most once a minute, and NULL: the launcher tries
+ * again later and never dies of it.
+ */
+static BackgroundWorkerHandle *
+start_child(const char *function, const char *name, const char *type, LaneArgs *args)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
-	LaneArgs	args;
-	LaneHandle *lane;
 	MemoryContext old;
+	bool		started;
 
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = BGW_NEVER_RESTART;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "pg_backfill");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "backfill_lane_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "pg_backfill lane for run " INT64_FORMAT,
-			 need->run_id);
-	snprintf(worker.bgw_type, BGW_MAXLEN, "pg_backfill lane");
-	args.dboid = MyDatabaseId;
-	args.roleoid = need->owner;
-	args.run_id = need->run_id;
-	memcpy(worker.bgw_extra, &args, sizeof(args));
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "%s", name);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "%s", type);
+	memcpy(worker.bgw_extra, args, sizeof(LaneArgs));
 	worker.bgw_notify_pid = MyProcPid;
 
 	old = MemoryContextSwitchTo(launcher_cxt);
-	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
-	{
-		TimestampTz now = GetCurrentTimestamp();
+	started = RegisterDynamicBackgroundWorker(&worker, &handle);
+	MemoryContextSwitchTo(old);
+	if (started)
+		return handle;
 
-		MemoryContextSwitchTo(old);
-		/* at most one warning a minute: a full slot table is not news every tick */
-		if (TimestampDifferenceExceeds(last_slot_warning, now, 60000))
-		{
-			ereport(WARNING,
-					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-					 errmsg("pg_backfill could not start a lane for run " INT64_FORMAT,
-							need->run_id),
-					 errdetail("Every background worker slot is in use."),
-					 errhint("Raise max_worker_processes (a restart is needed) or lower "
-							 "backfill.max_workers; the launcher keeps retrying.")));
-			last_slot_warning = now;
-		}
-		return false;
+	/* at most one warning a minute: a full slot table is not news every tick */
+	if (TimestampDifferenceExceeds(last_slot_warning, GetCurrentTimestamp(), 60000))
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("could not start a %s worker", type),
+				 errdetail("Every background worker slot is in use."),
+				 errhint("Raise max_worker_processes (a restart is needed) or lower "
+						 "backfill.max_workers; the launcher keeps retrying.")));
+		last_slot_warning = GetCurrentTimestamp();
 	}
-	lane = palloc(sizeof(LaneHandle));
+	return NULL;
+}
+
+static bool
+start_lane(RunNeed *need)
+{
+	BackgroundWorkerHandle *handle;
+	LaneArgs	args;
+	LaneHandle *lane;
+
+	memset(&args, 0, sizeof(args));
+	args.dboid = MyDatabaseId;
+	args.roleoid = need->owner;
+	args.run_id = need->run_id;
+	handle = start_child("backfill_lane_main",
+						 psprintf("pg_backfill lane for run " INT64_FORMAT, need->run_id),
+						 "pg_backfill lane", &args);
+	if (handle == NULL)
+		return false;
+	lane = MemoryContextAlloc(launcher_cxt, sizeof(LaneHandle));
 	lane->run_id = need->run_id;
 	lane->started_at = GetCurrentTimestamp();
 	lane->handle = handle;
-	lanes = lappend(lanes, lane);
-	MemoryContextSwitchTo(old);
+	{
+		MemoryContext old = MemoryContextSwitchTo(launcher_cxt);
+
+		lanes = lappend(lanes, lane);
+		MemoryContextSwitchTo(old);
+	}
 	return true;
 }
 
@@ -360,10 +381,8 @@ start_lane(RunNeed *need)
 static void
 start_relay_if_needed(void)
 {
-	BackgroundWorker worker;
 	LaneArgs	args;
 	pid_t		pid;
-	MemoryContext old;
 
 	if (relay != NULL && GetBackgroundWorkerPid(relay, &pid) == BGWH_STOPPED)
 	{
@@ -372,35 +391,10 @@ start_relay_if_needed(void)
 	}
 	if (relay != NULL || !outbox_pending)
 		return;
-
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "pg_backfill");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "backfill_relay_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "pg_backfill outbox relay");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "pg_backfill relay");
 	memset(&args, 0, sizeof(args));
 	args.dboid = MyDatabaseId;
-	memcpy(worker.bgw_extra, &args, sizeof(args));
-	worker.bgw_notify_pid = MyProcPid;
-	old = MemoryContextSwitchTo(launcher_cxt);
-	if (!RegisterDynamicBackgroundWorker(&worker, &relay))
-	{
-		relay = NULL;
-		if (TimestampDifferenceExceeds(last_slot_warning, GetCurrentTimestamp(), 60000))
-		{
-			ereport(WARNING,
-					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-					 errmsg("pg_backfill could not start the outbox relay"),
-					 errdetail("Every background worker slot is in use."),
-					 errhint("Raise max_worker_processes (a restart is needed); the launcher "
-							 "keeps retrying.")));
-			last_slot_warning = GetCurrentTimestamp();
-		}
-	}
-	MemoryContextSwitchTo(old);
+	relay = start_child("backfill_relay_main", "pg_backfill outbox relay",
+						"pg_backfill relay", &args);
 }
 
 /*
