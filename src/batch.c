@@ -160,9 +160,8 @@ batch_prepare(Pass *pass)
 		SPI_keepplan(plan);
 		pass->keys_plan[variant] = plan;
 	}
-	/* custom plans: each batch's range is planned with its real bounds */
-	pass->action_plan = SPI_prepare_cursor(pass->action, 2, action_types,
-										   CURSOR_OPT_CUSTOM_PLAN);
+	/* the plan cache chooses, as for PL/pgSQL: a generic plan once it is no worse */
+	pass->action_plan = SPI_prepare(pass->action, 2, action_types);
 	if (pass->action_plan == NULL)
 		elog(ERROR, "could not prepare the action of backfill \"%s\": %s",
 			 pass->name, SPI_result_code_string(SPI_result));
