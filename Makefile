@@ -7,6 +7,7 @@ OBJS = \
 	src/declare.o \
 	src/run.o \
 	src/launcher.o \
+	src/scheduler.o \
 	src/lane.o \
 	src/pass.o \
 	src/batch.o \

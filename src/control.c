@@ -170,7 +170,7 @@ backfill_resume(PG_FUNCTION_ARGS)
 		changed = on_running_pass(&t, "UPDATE backfill.run SET paused = false, updated_at = now()"
 								  " WHERE run_id = $1 AND paused ") > 0;
 	if (changed)
-		backfill_wake_launcher_at_commit();
+		backfill_wake_scheduler_at_commit();
 	SPI_finish();
 	PG_RETURN_BOOL(changed);
 }
@@ -272,7 +272,7 @@ backfill_retry(PG_FUNCTION_ARGS)
 		changed = true;
 	}
 	if (changed)
-		backfill_wake_launcher_at_commit();
+		backfill_wake_scheduler_at_commit();
 	SPI_finish();
 	PG_RETURN_BOOL(changed);
 }

@@ -6,7 +6,7 @@
  * A pass of A that requires backfill B starts only after B's newest pass
  * completed.  Rows written since (by an application still on the old
  * code, say) can make B's predicate match again: B has drifted.  Just
- * before A's pass would start, the launcher asks B's predicate, as B's
+ * before A's pass would start, the scheduler asks B's predicate, as B's
  * role and with B's search_path, whether any row still needs B.  If so it
  * enqueues a new pass of B (forced: its last one completed) and A waits
  * for it.
@@ -38,7 +38,7 @@ drift_reopen_required(int64 waiting_run_id)
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile bool reopened = false;
 
-	worker_begin_xact("pg_backfill launcher: checking a required backfill");
+	worker_begin_xact("pg_backfill scheduler: checking a required backfill");
 
 	PG_TRY();
 	{
@@ -108,7 +108,7 @@ drift_reopen_required(int64 waiting_run_id)
 	{
 		ErrorData  *edata;
 
-		/* a broken required backfill must not stop the launcher */
+		/* a broken required backfill must not stop the scheduler */
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
 		FlushErrorState();

@@ -13,7 +13,7 @@
  * proves convergence and writes the ledger's final word (pass.c).
  *
  * A lane never restarts by itself: if it dies, its lease points at a dead
- * backend and the launcher starts a lane that reclaims it.
+ * backend and the scheduler starts a lane that reclaims it.
  *
  *-------------------------------------------------------------------------
  */
@@ -37,7 +37,7 @@
 
 #include "catalog.h"
 #include "errors.h"
-#include "launcher.h"
+#include "scheduler.h"
 #include "lane.h"
 #include "xact.h"
 
@@ -243,7 +243,7 @@ lane_prepare_and_plan(Pass *pass)
 /*
  * Run a step of the pass outside any batch; an error in it fails the pass
  * with its SQLSTATE (returns false) instead of killing the lane, which the
- * launcher would only start again.
+ * scheduler would only start again.
  */
 static bool
 run_or_fail(Pass *pass, void (*step) (Pass *))

@@ -1,88 +1,59 @@
 /*-------------------------------------------------------------------------
  *
  * launcher.c
- *	  The launchers: one static background worker per database named in
- *	  backfill.database_names, which starts and supervises the lanes.
+ *	  The cluster's launcher: one static background worker that keeps a
+ *	  scheduler (scheduler.c) running for each database named in
+ *	  backfill.database_names.
  *
- * A launcher sleeps on its latch.  It wakes when a backfill_run commits
- * (run.c sets the latch), when one of its lanes starts or stops (the
- * postmaster signals the notify pid), and every backfill.naptime.  Each
- * time it reads the passes still running and starts lanes for those that
- * need them: a queued pass, a pass with a partition whose lease holder is
- * dead (a crashed lane: the new lane resumes from the checkpoint), or a
- * pass whose partitions are all done but which nobody has finished.
- *
- * The postmaster restarts a launcher that exits; lanes never restart by
- * themselves.  A lane that dies quickly is started again only after a
- * doubling delay, so a pass that cannot start never floods the log.  See
- * src/README.md for the state machine.
+ * The launcher connects to no database; it reads the shared catalog
+ * pg_database to see which of the named databases exist.  For each that
+ * does it starts a scheduler (a dynamic worker that tells the launcher when
+ * it stops) and starts it again when it stops: at once if it had run a
+ * while, after a doubling delay (up to a minute) if it stopped soon after
+ * starting.  A named database that does not exist is reported once, as a
+ * WARNING with a hint, and looked for again every naptime; it is never a
+ * FATAL error repeated every few seconds.  The postmaster restarts the
+ * launcher itself if it exits.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "commands/extension.h"
-#include "executor/spi.h"
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
-#include "storage/proc.h"
 #include "tcop/tcopprot.h"
-#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
 
 #include "pg_backfill.h"
-#include "drift.h"
 #include "launcher.h"
-#include "shmem.h"
-#include "xact.h"
 
-/* a lane this launcher started */
-typedef struct LaneHandle
+/* a stop sooner than this after the start counts as a quick one */
+#define SCHEDULER_QUICK_STOP_MS		10000
+#define SCHEDULER_RETRY_MIN_MS		1000
+#define SCHEDULER_RETRY_MAX_MS		60000
+
+/* what the launcher keeps for each named database */
+typedef struct SchedulerSlot
 {
-	int64		run_id;
+	char		dbname[NAMEDATALEN];
+	BackgroundWorkerHandle *handle; /* NULL: not running */
 	TimestampTz started_at;
-	BackgroundWorkerHandle *handle;
-} LaneHandle;
+	TimestampTz next_start;		/* not before then */
+	int			quick_stops;	/* in a row */
+	bool		missing_reported;	/* the database is missing and we said so */
+} SchedulerSlot;
 
-/* what the launcher remembers of a running pass between ticks */
-typedef struct RunMemo
-{
-	int64		run_id;
-	int			quick_exits;	/* lanes that died soon after starting, in a row */
-	TimestampTz next_start;		/* no lane for this pass before then */
-	bool		seen;			/* still running at the last tick */
-} RunMemo;
-
-/* a running pass as one tick sees it */
-typedef struct RunNeed
-{
-	int64		run_id;
-	Oid			owner;
-	int			lanes_wanted;
-	int			lanes_live;
-	bool		check_drift;	/* queued, and requires another backfill */
-} RunNeed;
-
-/* a lane that stops sooner than this after its start counts as a quick exit */
-#define QUICK_EXIT_MS	5000
-#define LANE_RETRY_MIN_MS	1000
-#define LANE_RETRY_MAX_MS	60000
-
-static List *lanes = NIL;
-static List *memos = NIL;
-static MemoryContext launcher_cxt = NULL;
-static TimestampTz last_slot_warning = 0;
-static BackgroundWorkerHandle *relay = NULL;
-static bool outbox_pending = false;
+static SchedulerSlot slots[BACKFILL_MAX_DATABASES];
+static int	nslots = 0;
 
 static List *
 database_name_list(void)
@@ -112,11 +83,11 @@ backfill_database_is_listed(const char *dbname)
 }
 
 void
-backfill_register_launchers(void)
+backfill_register_launcher(void)
 {
 	List	   *names = database_name_list();
 	ListCell   *lc;
-	int			slot = 0;
+	BackgroundWorker worker;
 
 	if (list_length(names) > BACKFILL_MAX_DATABASES)
 		ereport(ERROR,
@@ -124,196 +95,43 @@ backfill_register_launchers(void)
 				 errmsg("backfill.database_names lists %d databases; at most %d are allowed",
 						list_length(names), BACKFILL_MAX_DATABASES),
 				 errhint("Serve fewer databases from one cluster.")));
-
 	foreach(lc, names)
-	{
-		const char *dbname = lfirst(lc);
-		BackgroundWorker worker;
-
-		if (strlen(dbname) >= NAMEDATALEN)
+		if (strlen((char *) lfirst(lc)) >= NAMEDATALEN)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("database name \"%s\" in backfill.database_names is too long", dbname),
+					 errmsg("database name \"%s\" in backfill.database_names is too long",
+							(char *) lfirst(lc)),
 					 errhint("Database names have at most %d bytes.", NAMEDATALEN - 1)));
 
-		memset(&worker, 0, sizeof(worker));
-		worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-		worker.bgw_restart_time = 10;
-		snprintf(worker.bgw_library_name, BGW_MAXLEN, "pg_backfill");
-		snprintf(worker.bgw_function_name, BGW_MAXLEN, "backfill_launcher_main");
-		snprintf(worker.bgw_name, BGW_MAXLEN, "pg_backfill launcher for %s", dbname);
-		snprintf(worker.bgw_type, BGW_MAXLEN, "pg_backfill launcher");
-		worker.bgw_main_arg = Int32GetDatum(slot);
-		strlcpy(worker.bgw_extra, dbname, BGW_EXTRALEN);
-		RegisterBackgroundWorker(&worker);
-		slot++;
-	}
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 10;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "pg_backfill");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "backfill_launcher_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "pg_backfill launcher");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "pg_backfill launcher");
+	RegisterBackgroundWorker(&worker);
 }
 
-static RunMemo *
-memo_for(int64 run_id)
+/* Does the database exist?  (pg_database is shared: readable unconnected.) */
+static bool
+database_exists(const char *dbname)
 {
-	ListCell   *lc;
-	RunMemo    *memo;
-	MemoryContext old;
+	bool		exists;
 
-	foreach(lc, memos)
-	{
-		memo = lfirst(lc);
-		if (memo->run_id == run_id)
-			return memo;
-	}
-	old = MemoryContextSwitchTo(launcher_cxt);
-	memo = palloc0(sizeof(RunMemo));
-	memo->run_id = run_id;
-	memos = lappend(memos, memo);
-	MemoryContextSwitchTo(old);
-	return memo;
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	exists = OidIsValid(get_database_oid(dbname, true));
+	CommitTransactionCommand();
+	return exists;
 }
 
-/* Forget lanes that have stopped; note those that stopped too soon. */
 static void
-reap_lanes(void)
+start_scheduler(int i, MemoryContext cxt)
 {
-	ListCell   *lc;
-	TimestampTz now = GetCurrentTimestamp();
-
-	foreach(lc, lanes)
-	{
-		LaneHandle *lane = lfirst(lc);
-		pid_t		pid;
-
-		if (GetBackgroundWorkerPid(lane->handle, &pid) != BGWH_STOPPED)
-			continue;
-		if (TimestampDifferenceExceeds(lane->started_at, now, QUICK_EXIT_MS))
-			memo_for(lane->run_id)->quick_exits = 0;
-		else
-		{
-			RunMemo    *memo = memo_for(lane->run_id);
-			int64		delay = LANE_RETRY_MIN_MS;
-
-			for (int i = 0; i < memo->quick_exits && delay < LANE_RETRY_MAX_MS; i++)
-				delay *= 2;
-			memo->quick_exits++;
-			memo->next_start = TimestampTzPlusMilliseconds(now, Min(delay, LANE_RETRY_MAX_MS));
-		}
-		pfree(lane->handle);
-		pfree(lane);
-		lanes = foreach_delete_current(lanes, lc);
-	}
-	backfill_shmem_set_lanes(DatumGetInt32(MyBgworkerEntry->bgw_main_arg), list_length(lanes));
-}
-
-static int
-lanes_of_run(int64 run_id)
-{
-	ListCell   *lc;
-	int			n = 0;
-
-	foreach(lc, lanes)
-		if (((LaneHandle *) lfirst(lc))->run_id == run_id)
-			n++;
-	return n;
-}
-
-/*
- * Read the running passes and how many lanes each wants.  Runs in its own
- * transaction; the result is allocated in the caller's memory context.
- */
-static List *
-read_running_passes(MemoryContext result_cxt)
-{
-	List	   *needs = NIL;
-	bool		isnull_outbox;
-
-	worker_begin_xact("pg_backfill launcher: reading running passes");
-
-	if (OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true)))
-	{
-		int			rc;
-
-		rc = SPI_execute("SELECT l.run_id, coalesce(d.run_as, l.owner), coalesce(d.max_parallel, 1),"
-						 "  r.phase,"
-						 "  count(*) FILTER (WHERE p.state = 'running' AND p.alive),"
-						 "  count(*) FILTER (WHERE p.state = 'pending'"
-						 "                     OR (p.state = 'running' AND NOT p.alive)),"
-						 "  r.phase = 'queued' AND d.requires_backfill IS NOT NULL"
-						 " FROM backfill.ledger l"
-						 " JOIN backfill.run r ON r.run_id = l.run_id"
-						 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
-						 " LEFT JOIN LATERAL ("
-						 "   SELECT q.state, EXISTS (SELECT 1 FROM pg_stat_activity a"
-						 "                            WHERE a.pid = q.holder_pid"
-						 "                              AND a.backend_start = q.holder_start) AS alive"
-						 "     FROM backfill.partition q WHERE q.run_id = l.run_id) p ON true"
-						 " WHERE l.status = 'running' AND NOT r.paused"
-						 "   AND (r.phase <> 'queued'"
-						 "        OR backfill.unmet_requirement(l.declaration) IS NULL)"
-						 " GROUP BY l.run_id, l.owner, d.run_as, d.max_parallel, r.phase,"
-						 "   d.requires_backfill"
-						 " ORDER BY l.run_id",
-						 true, 0);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "could not read the running passes: SPI code %d", rc);
-
-		for (uint64 i = 0; i < SPI_processed; i++)
-		{
-			HeapTuple	tup = SPI_tuptable->vals[i];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-			bool		isnull;
-			int			max_parallel = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
-			char	   *phase = SPI_getvalue(tup, desc, 4);
-			int			live = (int) DatumGetInt64(SPI_getbinval(tup, desc, 5, &isnull));
-			int			claimable = (int) DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
-			RunNeed    *need = MemoryContextAllocZero(result_cxt, sizeof(RunNeed));
-
-			need->run_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-			need->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
-			need->lanes_live = live;
-			need->check_drift = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
-			if (strcmp(phase, "queued") == 0)
-				need->lanes_wanted = max_parallel;
-			else if (claimable > 0)
-				need->lanes_wanted = Min(max_parallel, live + claimable);
-			else if (live == 0)
-				need->lanes_wanted = 1; /* all done, nobody finished the pass */
-			else
-				need->lanes_wanted = 0;
-			{
-				MemoryContext old = MemoryContextSwitchTo(result_cxt);
-
-				needs = lappend(needs, need);
-				MemoryContextSwitchTo(old);
-			}
-		}
-	}
-
-	/* is there outbox work for the relay? (0.2 and later) */
-	outbox_pending = false;
-	if (OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true)) &&
-		SPI_execute("SELECT to_regclass('backfill.outbox') IS NOT NULL", true, 1) == SPI_OK_SELECT &&
-		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull_outbox)) &&
-		SPI_execute("SELECT EXISTS (SELECT 1 FROM backfill.outbox WHERE state = 'pending'"
-					"               AND next_attempt_at <= now())", true, 1) == SPI_OK_SELECT)
-		outbox_pending = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-													1, &isnull_outbox));
-
-	worker_commit_xact();
-	return needs;
-}
-
-/*
- * Start a child worker (lane or relay) that tells this launcher when it
- * stops.  The handle lives in the launcher's context.  No free slot is a
- * WARNING with a hint, at most once a minute, and NULL: the launcher tries
- * again later and never dies of it.
- */
-static BackgroundWorkerHandle *
-start_child(const char *function, const char *name, const char *type, LaneArgs *args)
-{
+	SchedulerSlot *slot = &slots[i];
 	BackgroundWorker worker;
-	BackgroundWorkerHandle *handle;
 	MemoryContext old;
 	bool		started;
 
@@ -322,144 +140,90 @@ start_child(const char *function, const char *name, const char *type, LaneArgs *
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = BGW_NEVER_RESTART;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "pg_backfill");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", function);
-	snprintf(worker.bgw_name, BGW_MAXLEN, "%s", name);
-	snprintf(worker.bgw_type, BGW_MAXLEN, "%s", type);
-	memcpy(worker.bgw_extra, args, sizeof(LaneArgs));
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "backfill_scheduler_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "pg_backfill scheduler for %s", slot->dbname);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "pg_backfill scheduler");
+	worker.bgw_main_arg = Int32GetDatum(i);
+	strlcpy(worker.bgw_extra, slot->dbname, BGW_EXTRALEN);
 	worker.bgw_notify_pid = MyProcPid;
 
-	old = MemoryContextSwitchTo(launcher_cxt);
-	started = RegisterDynamicBackgroundWorker(&worker, &handle);
+	old = MemoryContextSwitchTo(cxt);
+	started = RegisterDynamicBackgroundWorker(&worker, &slot->handle);
 	MemoryContextSwitchTo(old);
-	if (started)
-		return handle;
-
-	/* at most one warning a minute: a full slot table is not news every tick */
-	if (TimestampDifferenceExceeds(last_slot_warning, GetCurrentTimestamp(), 60000))
+	slot->started_at = GetCurrentTimestamp();
+	if (!started)
 	{
+		slot->handle = NULL;
+		slot->next_start = TimestampTzPlusMilliseconds(slot->started_at, SCHEDULER_RETRY_MAX_MS);
 		ereport(WARNING,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("could not start a %s worker", type),
+				 errmsg("pg_backfill could not start the scheduler of database \"%s\"",
+						slot->dbname),
 				 errdetail("Every background worker slot is in use."),
-				 errhint("Raise max_worker_processes (a restart is needed) or lower "
-						 "backfill.max_workers; the launcher keeps retrying.")));
-		last_slot_warning = GetCurrentTimestamp();
+				 errhint("Raise max_worker_processes (a restart is needed); the launcher tries "
+						 "again in a minute.")));
 	}
-	return NULL;
-}
-
-static bool
-start_lane(RunNeed *need)
-{
-	BackgroundWorkerHandle *handle;
-	LaneArgs	args;
-	LaneHandle *lane;
-
-	memset(&args, 0, sizeof(args));
-	args.dboid = MyDatabaseId;
-	args.roleoid = need->owner;
-	args.run_id = need->run_id;
-	handle = start_child("backfill_lane_main",
-						 psprintf("pg_backfill lane for run " INT64_FORMAT, need->run_id),
-						 "pg_backfill lane", &args);
-	if (handle == NULL)
-		return false;
-	lane = MemoryContextAlloc(launcher_cxt, sizeof(LaneHandle));
-	lane->run_id = need->run_id;
-	lane->started_at = GetCurrentTimestamp();
-	lane->handle = handle;
-	{
-		MemoryContext old = MemoryContextSwitchTo(launcher_cxt);
-
-		lanes = lappend(lanes, lane);
-		MemoryContextSwitchTo(old);
-	}
-	return true;
-}
-
-/* Start the outbox relay if messages wait and it is not running. */
-static void
-start_relay_if_needed(void)
-{
-	LaneArgs	args;
-	pid_t		pid;
-
-	if (relay != NULL && GetBackgroundWorkerPid(relay, &pid) == BGWH_STOPPED)
-	{
-		pfree(relay);
-		relay = NULL;
-	}
-	if (relay != NULL || !outbox_pending)
-		return;
-	memset(&args, 0, sizeof(args));
-	args.dboid = MyDatabaseId;
-	relay = start_child("backfill_relay_main", "pg_backfill outbox relay",
-						"pg_backfill relay", &args);
 }
 
 /*
- * One look at the database: start the lanes that running passes want.
- * Returns how long to sleep before looking again.
+ * One look: note stopped schedulers, start the missing ones that may start.
+ * Returns how long to sleep.
  */
 static long
-launcher_tick(MemoryContext scratch)
+launcher_tick(MemoryContext cxt)
 {
-	List	   *needs = read_running_passes(scratch);
-	ListCell   *lc;
 	TimestampTz now = GetCurrentTimestamp();
 	long		sleep_ms = backfill_naptime * 1000L;
-	int			slot = DatumGetInt32(MyBgworkerEntry->bgw_main_arg);
 
-	foreach(lc, memos)
-		((RunMemo *) lfirst(lc))->seen = false;
-
-	foreach(lc, needs)
+	for (int i = 0; i < nslots; i++)
 	{
-		RunNeed    *need = lfirst(lc);
-		RunMemo    *memo = memo_for(need->run_id);
-		int			have = Max(lanes_of_run(need->run_id), need->lanes_live);
+		SchedulerSlot *slot = &slots[i];
+		pid_t		pid;
 
-		memo->seen = true;
-		if (have >= need->lanes_wanted)
+		if (slot->handle != NULL &&
+			GetBackgroundWorkerPid(slot->handle, &pid) == BGWH_STOPPED)
+		{
+			int64		delay = 0;
+
+			pfree(slot->handle);
+			slot->handle = NULL;
+			if (TimestampDifferenceExceeds(slot->started_at, now, SCHEDULER_QUICK_STOP_MS))
+				slot->quick_stops = 0;
+			else
+			{
+				delay = SCHEDULER_RETRY_MIN_MS;
+				for (int n = 0; n < slot->quick_stops && delay < SCHEDULER_RETRY_MAX_MS; n++)
+					delay *= 2;
+				slot->quick_stops++;
+			}
+			slot->next_start = TimestampTzPlusMilliseconds(now, Min(delay, SCHEDULER_RETRY_MAX_MS));
+		}
+		if (slot->handle != NULL)
 			continue;
-		/* a required backfill that drifted is reopened first; this pass waits */
-		if (need->check_drift && drift_reopen_required(need->run_id))
-			continue;
-		if (memo->next_start > now)
+		if (slot->next_start > now)
 		{
 			long		secs;
 			int			usecs;
 
-			TimestampDifference(now, memo->next_start, &secs, &usecs);
+			TimestampDifference(now, slot->next_start, &secs, &usecs);
 			sleep_ms = Min(sleep_ms, secs * 1000L + usecs / 1000 + 1);
 			continue;
 		}
-		while (have < need->lanes_wanted &&
-			   backfill_shmem_total_lanes() < backfill_max_workers)
+		if (!database_exists(slot->dbname))
 		{
-			if (!start_lane(need))
-				break;
-			have++;
-			backfill_shmem_set_lanes(slot, list_length(lanes));
+			if (!slot->missing_reported)
+				ereport(WARNING,
+						(errcode(ERRCODE_UNDEFINED_DATABASE),
+						 errmsg("database \"%s\" in backfill.database_names does not exist",
+								slot->dbname),
+						 errdetail("Its backfills run once it is created."),
+						 errhint("Create the database, or remove it from backfill.database_names "
+								 "and restart the server.")));
+			slot->missing_reported = true;
+			continue;
 		}
-		if (have < need->lanes_wanted)
-			sleep_ms = Min(sleep_ms, 1000L);
-	}
-
-	start_relay_if_needed();
-	if (outbox_pending && relay == NULL)
-		sleep_ms = Min(sleep_ms, 1000L);
-
-	/* forget passes that have ended */
-	foreach(lc, memos)
-	{
-		RunMemo    *memo = lfirst(lc);
-
-		if (!memo->seen && lanes_of_run(memo->run_id) == 0)
-		{
-			pfree(memo);
-			memos = foreach_delete_current(memos, lc);
-		}
+		slot->missing_reported = false;
+		start_scheduler(i, cxt);
 	}
 	return sleep_ms;
 }
@@ -467,32 +231,30 @@ launcher_tick(MemoryContext scratch)
 void
 backfill_launcher_main(Datum main_arg)
 {
-	int			slot = DatumGetInt32(main_arg);
-	char		dbname[NAMEDATALEN];
-	MemoryContext scratch;
-
-	strlcpy(dbname, MyBgworkerEntry->bgw_extra, NAMEDATALEN);
+	MemoryContext cxt;
+	ListCell   *lc;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
+	/* no database: the launcher reads only the shared catalog pg_database */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	pgstat_report_appname("pg_backfill launcher");
-	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("application_name", "pg_backfill launcher", PGC_USERSET, PGC_S_OVERRIDE);
 
-	backfill_shmem_attach_launcher(slot);
-	ereport(LOG, (errmsg("pg_backfill launcher started for database \"%s\"", dbname)));
-
-	launcher_cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill launcher",
-										 ALLOCSET_DEFAULT_SIZES);
-	scratch = AllocSetContextCreate(launcher_cxt, "pg_backfill launcher tick",
-									ALLOCSET_DEFAULT_SIZES);
+	cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill launcher",
+								ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(cxt);
+	memset(slots, 0, sizeof(slots));
+	nslots = 0;
+	foreach(lc, database_name_list())
+		strlcpy(slots[nslots++].dbname, (char *) lfirst(lc), NAMEDATALEN);
+	ereport(LOG, (errmsg("pg_backfill launcher started for %d database(s): %s", nslots,
+						 backfill_database_names)));
 
 	for (;;)
 	{
-		volatile long sleep_ms;
+		long		sleep_ms;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -500,32 +262,7 @@ backfill_launcher_main(Datum main_arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-
-		MemoryContextReset(scratch);
-		MemoryContextSwitchTo(scratch);
-		reap_lanes();
-
-		/*
-		 * A failed look (the extension being dropped or upgraded under us,
-		 * say) is logged and tried again after the naptime; the launcher
-		 * itself stays up.
-		 */
-		PG_TRY();
-		{
-			sleep_ms = launcher_tick(scratch);
-		}
-		PG_CATCH();
-		{
-			MemoryContextSwitchTo(launcher_cxt);
-			EmitErrorReport();
-			FlushErrorState();
-			AbortCurrentTransaction();
-			pgstat_report_activity(STATE_IDLE, NULL);
-			sleep_ms = backfill_naptime * 1000L;
-		}
-		PG_END_TRY();
-		MemoryContextSwitchTo(launcher_cxt);
-
+		sleep_ms = launcher_tick(cxt);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * launcher.h
- *	  The launchers: one static background worker per served database.
+ *	  The cluster's launcher: one static background worker that keeps a
+ *	  scheduler running for each database in backfill.database_names.
  *
  *-------------------------------------------------------------------------
  */
@@ -10,15 +11,7 @@
 
 #include "postgres.h"
 
-/* what a launcher hands a lane it starts (in bgw_extra) */
-typedef struct LaneArgs
-{
-	Oid			dboid;
-	Oid			roleoid;
-	int64		run_id;
-} LaneArgs;
-
-extern void backfill_register_launchers(void);
+extern void backfill_register_launcher(void);
 extern bool backfill_database_is_listed(const char *dbname);
 
 PGDLLEXPORT void backfill_launcher_main(Datum main_arg);

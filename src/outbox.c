@@ -6,7 +6,7 @@
  * The message is a row of backfill.outbox, written as the extension's
  * owner in the caller's transaction: a batch action that emits the rows it
  * changed commits them with the batch and its checkpoint, or loses all
- * three.  The launcher is woken at commit and starts the relay
+ * three.  The scheduler is woken at commit and starts the relay
  * (relay.c), which delivers the message to its topic's sink.
  *
  * The row also keeps which transactions were in flight when it was emitted
@@ -78,6 +78,6 @@ backfill_outbox_emit(PG_FUNCTION_ARGS)
 	catalog_leave(&scope);
 	SPI_finish();
 
-	backfill_wake_launcher_at_commit();
+	backfill_wake_scheduler_at_commit();
 	PG_RETURN_INT64(id);
 }

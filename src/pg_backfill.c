@@ -1,10 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * pg_backfill.c
- *	  Module load: settings, shared memory and the launchers.
+ *	  Module load: settings, shared memory and the launcher.
  *
- * pg_backfill must be in shared_preload_libraries: its launchers are
- * static background workers and its wake-up latches live in shared memory.
+ * pg_backfill must be in shared_preload_libraries: its launcher is a static
+ * background worker and its wake-up latches live in shared memory.
  * Loading it any other way is an error with a hint.
  *
  *-------------------------------------------------------------------------
@@ -120,14 +120,14 @@ _PG_init(void)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("pg_backfill must be loaded via shared_preload_libraries"),
-				 errdetail("Its launchers are background workers started with the server."),
+				 errdetail("Its launcher is a background worker started with the server."),
 				 errhint("Add pg_backfill to shared_preload_libraries in postgresql.conf "
 						 "and restart the server.")));
 
 	/* settings that need a restart, or a reload */
 	DefineCustomStringVariable("backfill.database_names",
 							   "Databases whose backfills pg_backfill runs (comma-separated).",
-							   "Each gets its own launcher.",
+							   "The launcher keeps a scheduler running for each that exists.",
 							   &backfill_database_names,
 							   "postgres",
 							   PGC_POSTMASTER, GUC_LIST_INPUT,
@@ -142,8 +142,8 @@ _PG_init(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("backfill.naptime",
-							"Seconds a launcher sleeps when nothing wakes it.",
-							"A committed backfill_run wakes the launcher at once; the "
+							"Seconds the launcher and the schedulers sleep when nothing wakes them.",
+							"A committed backfill_run wakes its scheduler at once; the "
 							"naptime bounds how late a crashed lane is noticed.",
 							&backfill_naptime,
 							10, 1, 3600,
@@ -153,5 +153,5 @@ _PG_init(void)
 	MarkGUCPrefixReserved("backfill");
 
 	backfill_shmem_init();
-	backfill_register_launchers();
+	backfill_register_launcher();
 }

@@ -16,7 +16,7 @@
 /* the longest backfill name; ':' is kept for scoped ledger names */
 #define BACKFILL_NAME_MAXLEN	200
 
-/* the most databases one cluster's launchers serve */
+/* the most databases one cluster's launcher serves */
 #define BACKFILL_MAX_DATABASES	16
 
 /* GUCs (pg_backfill.c) */

@@ -4,7 +4,7 @@
  *	  The outbox relay: a background worker that delivers backfill.outbox
  *	  messages to their topic's sink.
  *
- * The launcher starts one relay per database while messages are pending;
+ * A database's scheduler starts its relay while messages are pending;
  * the relay exits when none is left.  Each round it takes the oldest
  * pending message of each key (a key's later messages wait behind it:
  * delivery is in order per key; a message emitted while a transaction
@@ -47,7 +47,7 @@
 
 #include "pg_backfill.h"
 #include "catalog.h"
-#include "launcher.h"
+#include "scheduler.h"
 #include "relay.h"
 #include "xact.h"
 
@@ -390,7 +390,7 @@ backfill_relay_main(Datum main_arg)
 		if (relay_round(cxt, &wait_ms) > 0)
 			continue;
 		if (wait_ms < 0)
-			break;				/* nothing pending: the launcher starts us again */
+			break;				/* nothing pending: the scheduler starts us again */
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Max(1L, Min(wait_ms, backfill_naptime * 1000L)), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

@@ -6,7 +6,7 @@
  *
  * backfill_run writes the pass's ledger row (status running) and its run
  * row (phase queued) in the caller's transaction, and asks for the
- * database's launcher to be woken when that transaction commits.  A
+ * database's scheduler to be woken when that transaction commits.  A
  * transaction that rolls back takes the rows with it, so the pass never
  * starts.
  *
@@ -101,7 +101,7 @@ enqueue_pass(const char *ledger_name, const char *name, const char *checksum, bo
 				 7, types, values, nulls, SPI_OK_INSERT_RETURNING);
 	run_id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
 	catalog_leave(&scope);
-	backfill_wake_launcher_at_commit();
+	backfill_wake_scheduler_at_commit();
 	return run_id;
 }
 
@@ -138,7 +138,7 @@ backfill_run(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_BACKFILL_NOT_SERVED),
 				 errmsg("backfill \"%s\" cannot run in database \"%s\"", name,
 						get_database_name(MyDatabaseId)),
-				 errdetail("backfill.database_names is \"%s\"; no launcher serves this database.",
+				 errdetail("backfill.database_names is \"%s\"; no scheduler serves this database.",
 						   backfill_database_names),
 				 errhint("Add the database to backfill.database_names and restart the server.")));
 

@@ -1,10 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * shmem.c
- *	  Shared memory of pg_backfill: where each database's launcher can be
+ *	  Shared memory of pg_backfill: where each database's scheduler can be
  *	  found, so that a committed backfill_run wakes it at once.
  *
- * A launcher fills its slot when it has connected (database OID, pid and
+ * A scheduler fills its slot when it has connected (database OID, pid and
  * latch) and clears it on exit.  Backends only read the slots and set a
  * latch; a stale latch pointer at worst wakes another process once.
  *
@@ -23,18 +23,18 @@
 #include "pg_backfill.h"
 #include "shmem.h"
 
-typedef struct BackfillLauncherSlot
+typedef struct BackfillSchedulerSlot
 {
-	Oid			dboid;			/* InvalidOid while no launcher is connected */
+	Oid			dboid;			/* InvalidOid while no scheduler is connected */
 	pid_t		pid;
 	Latch	   *latch;
-	int			nlanes;			/* lanes this launcher has running */
-} BackfillLauncherSlot;
+	int			nlanes;			/* lanes this scheduler has running */
+} BackfillSchedulerSlot;
 
 typedef struct BackfillShared
 {
 	slock_t		mutex;
-	BackfillLauncherSlot slots[BACKFILL_MAX_DATABASES];
+	BackfillSchedulerSlot slots[BACKFILL_MAX_DATABASES];
 } BackfillShared;
 
 static BackfillShared *shared = NULL;
@@ -79,7 +79,7 @@ backfill_shmem_init(void)
 }
 
 static void
-detach_launcher(int code, Datum arg)
+detach_scheduler(int code, Datum arg)
 {
 	if (shared == NULL || my_slot < 0)
 		return;
@@ -93,7 +93,7 @@ detach_launcher(int code, Datum arg)
 }
 
 void
-backfill_shmem_attach_launcher(int slot)
+backfill_shmem_attach_scheduler(int slot)
 {
 	Assert(slot >= 0 && slot < BACKFILL_MAX_DATABASES);
 	SpinLockAcquire(&shared->mutex);
@@ -103,7 +103,7 @@ backfill_shmem_attach_launcher(int slot)
 	shared->slots[slot].nlanes = 0;
 	SpinLockRelease(&shared->mutex);
 	my_slot = slot;
-	before_shmem_exit(detach_launcher, (Datum) 0);
+	before_shmem_exit(detach_scheduler, (Datum) 0);
 }
 
 void
@@ -127,7 +127,7 @@ backfill_shmem_total_lanes(void)
 }
 
 void
-backfill_wake_launcher(Oid dboid)
+backfill_wake_scheduler(Oid dboid)
 {
 	Latch	   *latch = NULL;
 
@@ -143,7 +143,7 @@ backfill_wake_launcher(Oid dboid)
 }
 
 /*
- * Wake this database's launcher when the current transaction commits; a
+ * Wake this database's scheduler when the current transaction commits; a
  * transaction that rolls back wakes nobody.
  */
 static bool wake_at_commit = false;
@@ -157,7 +157,7 @@ backfill_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if (wake_at_commit)
-				backfill_wake_launcher(MyDatabaseId);
+				backfill_wake_scheduler(MyDatabaseId);
 			wake_at_commit = false;
 			break;
 		case XACT_EVENT_ABORT:
@@ -170,7 +170,7 @@ backfill_xact_callback(XactEvent event, void *arg)
 }
 
 void
-backfill_wake_launcher_at_commit(void)
+backfill_wake_scheduler_at_commit(void)
 {
 	if (!xact_callback_registered)
 	{

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * shmem.h
- *	  Shared memory of pg_backfill: one slot per database launcher.
+ *	  Shared memory of pg_backfill: one slot per database scheduler.
  *
  *-------------------------------------------------------------------------
  */
@@ -12,13 +12,13 @@
 
 extern void backfill_shmem_init(void);
 
-/* a launcher announces itself in (and leaves) its slot */
-extern void backfill_shmem_attach_launcher(int slot);
+/* a scheduler announces itself in (and leaves) its slot */
+extern void backfill_shmem_attach_scheduler(int slot);
 extern void backfill_shmem_set_lanes(int slot, int nlanes);
 extern int	backfill_shmem_total_lanes(void);
 
 /* wake the launcher of a database (at commit of backfill_run) */
-extern void backfill_wake_launcher(Oid dboid);
-extern void backfill_wake_launcher_at_commit(void);
+extern void backfill_wake_scheduler(Oid dboid);
+extern void backfill_wake_scheduler_at_commit(void);
 
 #endif							/* BACKFILL_SHMEM_H */

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * xact.c
- *	  One transaction of work in a background worker (launcher, lane,
+ *	  One transaction of work in a background worker (scheduler, lane,
  *	  relay): start it with a snapshot and an SPI connection, commit it,
  *	  report the statistics and go idle.
  *

@@ -1,0 +1,468 @@
+/*-------------------------------------------------------------------------
+ *
+ * scheduler.c
+ *	  A database's scheduler: the background worker that starts and
+ *	  supervises the lanes (and the outbox relay) of one served database.
+ *
+ * The cluster's launcher (launcher.c) starts one scheduler per database in
+ * backfill.database_names and starts it again if it stops.  A scheduler
+ * sleeps on its latch.  It wakes when a backfill_run commits (run.c sets
+ * the latch through shared memory), when one of its lanes starts or stops
+ * (the postmaster signals the notify pid), and every backfill.naptime.
+ * Each time it reads the passes still running and starts lanes for those
+ * that need them: a queued pass, a pass with a partition whose lease
+ * holder is dead (a crashed lane: the new lane resumes from the
+ * checkpoint), or a pass whose partitions are all done but which nobody
+ * has finished.
+ *
+ * Lanes never restart by themselves.  A lane that dies quickly is started
+ * again only after a doubling delay, so a pass that cannot start never
+ * floods the log.  See src/README.md for the state machine.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/varlena.h"
+
+#include "pg_backfill.h"
+#include "drift.h"
+#include "scheduler.h"
+#include "shmem.h"
+#include "xact.h"
+
+/* a lane this scheduler started */
+typedef struct LaneHandle
+{
+	int64		run_id;
+	TimestampTz started_at;
+	BackgroundWorkerHandle *handle;
+} LaneHandle;
+
+/* what the scheduler remembers of a running pass between ticks */
+typedef struct RunMemo
+{
+	int64		run_id;
+	int			quick_exits;	/* lanes that died soon after starting, in a row */
+	TimestampTz next_start;		/* no lane for this pass before then */
+	bool		seen;			/* still running at the last tick */
+} RunMemo;
+
+/* a running pass as one tick sees it */
+typedef struct RunNeed
+{
+	int64		run_id;
+	Oid			owner;
+	int			lanes_wanted;
+	int			lanes_live;
+	bool		check_drift;	/* queued, and requires another backfill */
+} RunNeed;
+
+/* a lane that stops sooner than this after its start counts as a quick exit */
+#define QUICK_EXIT_MS	5000
+#define LANE_RETRY_MIN_MS	1000
+#define LANE_RETRY_MAX_MS	60000
+
+static List *lanes = NIL;
+static List *memos = NIL;
+static MemoryContext scheduler_cxt = NULL;
+static TimestampTz last_slot_warning = 0;
+static BackgroundWorkerHandle *relay = NULL;
+static bool outbox_pending = false;
+
+static RunMemo *
+memo_for(int64 run_id)
+{
+	ListCell   *lc;
+	RunMemo    *memo;
+	MemoryContext old;
+
+	foreach(lc, memos)
+	{
+		memo = lfirst(lc);
+		if (memo->run_id == run_id)
+			return memo;
+	}
+	old = MemoryContextSwitchTo(scheduler_cxt);
+	memo = palloc0(sizeof(RunMemo));
+	memo->run_id = run_id;
+	memos = lappend(memos, memo);
+	MemoryContextSwitchTo(old);
+	return memo;
+}
+
+/* Forget lanes that have stopped; note those that stopped too soon. */
+static void
+reap_lanes(void)
+{
+	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
+
+	foreach(lc, lanes)
+	{
+		LaneHandle *lane = lfirst(lc);
+		pid_t		pid;
+
+		if (GetBackgroundWorkerPid(lane->handle, &pid) != BGWH_STOPPED)
+			continue;
+		if (TimestampDifferenceExceeds(lane->started_at, now, QUICK_EXIT_MS))
+			memo_for(lane->run_id)->quick_exits = 0;
+		else
+		{
+			RunMemo    *memo = memo_for(lane->run_id);
+			int64		delay = LANE_RETRY_MIN_MS;
+
+			for (int i = 0; i < memo->quick_exits && delay < LANE_RETRY_MAX_MS; i++)
+				delay *= 2;
+			memo->quick_exits++;
+			memo->next_start = TimestampTzPlusMilliseconds(now, Min(delay, LANE_RETRY_MAX_MS));
+		}
+		pfree(lane->handle);
+		pfree(lane);
+		lanes = foreach_delete_current(lanes, lc);
+	}
+	backfill_shmem_set_lanes(DatumGetInt32(MyBgworkerEntry->bgw_main_arg), list_length(lanes));
+}
+
+static int
+lanes_of_run(int64 run_id)
+{
+	ListCell   *lc;
+	int			n = 0;
+
+	foreach(lc, lanes)
+		if (((LaneHandle *) lfirst(lc))->run_id == run_id)
+			n++;
+	return n;
+}
+
+/*
+ * Read the running passes and how many lanes each wants.  Runs in its own
+ * transaction; the result is allocated in the caller's memory context.
+ */
+static List *
+read_running_passes(MemoryContext result_cxt)
+{
+	List	   *needs = NIL;
+	bool		isnull_outbox;
+
+	worker_begin_xact("pg_backfill scheduler: reading running passes");
+
+	if (OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true)))
+	{
+		int			rc;
+
+		rc = SPI_execute("SELECT l.run_id, coalesce(d.run_as, l.owner), coalesce(d.max_parallel, 1),"
+						 "  r.phase,"
+						 "  count(*) FILTER (WHERE p.state = 'running' AND p.alive),"
+						 "  count(*) FILTER (WHERE p.state = 'pending'"
+						 "                     OR (p.state = 'running' AND NOT p.alive)),"
+						 "  r.phase = 'queued' AND d.requires_backfill IS NOT NULL"
+						 " FROM backfill.ledger l"
+						 " JOIN backfill.run r ON r.run_id = l.run_id"
+						 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
+						 " LEFT JOIN LATERAL ("
+						 "   SELECT q.state, EXISTS (SELECT 1 FROM pg_stat_activity a"
+						 "                            WHERE a.pid = q.holder_pid"
+						 "                              AND a.backend_start = q.holder_start) AS alive"
+						 "     FROM backfill.partition q WHERE q.run_id = l.run_id) p ON true"
+						 " WHERE l.status = 'running' AND NOT r.paused"
+						 "   AND (r.phase <> 'queued'"
+						 "        OR backfill.unmet_requirement(l.declaration) IS NULL)"
+						 " GROUP BY l.run_id, l.owner, d.run_as, d.max_parallel, r.phase,"
+						 "   d.requires_backfill"
+						 " ORDER BY l.run_id",
+						 true, 0);
+		if (rc != SPI_OK_SELECT)
+			elog(ERROR, "could not read the running passes: SPI code %d", rc);
+
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			HeapTuple	tup = SPI_tuptable->vals[i];
+			TupleDesc	desc = SPI_tuptable->tupdesc;
+			bool		isnull;
+			int			max_parallel = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+			char	   *phase = SPI_getvalue(tup, desc, 4);
+			int			live = (int) DatumGetInt64(SPI_getbinval(tup, desc, 5, &isnull));
+			int			claimable = (int) DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
+			RunNeed    *need = MemoryContextAllocZero(result_cxt, sizeof(RunNeed));
+
+			need->run_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+			need->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
+			need->lanes_live = live;
+			need->check_drift = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
+			if (strcmp(phase, "queued") == 0)
+				need->lanes_wanted = max_parallel;
+			else if (claimable > 0)
+				need->lanes_wanted = Min(max_parallel, live + claimable);
+			else if (live == 0)
+				need->lanes_wanted = 1; /* all done, nobody finished the pass */
+			else
+				need->lanes_wanted = 0;
+			{
+				MemoryContext old = MemoryContextSwitchTo(result_cxt);
+
+				needs = lappend(needs, need);
+				MemoryContextSwitchTo(old);
+			}
+		}
+	}
+
+	/* is there outbox work for the relay? (0.2 and later) */
+	outbox_pending = false;
+	if (OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true)) &&
+		SPI_execute("SELECT to_regclass('backfill.outbox') IS NOT NULL", true, 1) == SPI_OK_SELECT &&
+		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull_outbox)) &&
+		SPI_execute("SELECT EXISTS (SELECT 1 FROM backfill.outbox WHERE state = 'pending'"
+					"               AND next_attempt_at <= now())", true, 1) == SPI_OK_SELECT)
+		outbox_pending = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+													1, &isnull_outbox));
+
+	worker_commit_xact();
+	return needs;
+}
+
+/*
+ * Start a child worker (lane or relay) that tells this scheduler when it
+ * stops.  The handle lives in the scheduler's context.  No free slot is a
+ * WARNING with a hint, at most once a minute, and NULL: the scheduler tries
+ * again later and never dies of it.
+ */
+static BackgroundWorkerHandle *
+start_child(const char *function, const char *name, const char *type, LaneArgs *args)
+{
+	BackgroundWorker worker;
+	BackgroundWorkerHandle *handle;
+	MemoryContext old;
+	bool		started;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "pg_backfill");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "%s", name);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "%s", type);
+	memcpy(worker.bgw_extra, args, sizeof(LaneArgs));
+	worker.bgw_notify_pid = MyProcPid;
+
+	old = MemoryContextSwitchTo(scheduler_cxt);
+	started = RegisterDynamicBackgroundWorker(&worker, &handle);
+	MemoryContextSwitchTo(old);
+	if (started)
+		return handle;
+
+	/* at most one warning a minute: a full slot table is not news every tick */
+	if (TimestampDifferenceExceeds(last_slot_warning, GetCurrentTimestamp(), 60000))
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("could not start a %s worker", type),
+				 errdetail("Every background worker slot is in use."),
+				 errhint("Raise max_worker_processes (a restart is needed) or lower "
+						 "backfill.max_workers; pg_backfill keeps retrying.")));
+		last_slot_warning = GetCurrentTimestamp();
+	}
+	return NULL;
+}
+
+static bool
+start_lane(RunNeed *need)
+{
+	BackgroundWorkerHandle *handle;
+	LaneArgs	args;
+	LaneHandle *lane;
+
+	memset(&args, 0, sizeof(args));
+	args.dboid = MyDatabaseId;
+	args.roleoid = need->owner;
+	args.run_id = need->run_id;
+	handle = start_child("backfill_lane_main",
+						 psprintf("pg_backfill lane for run " INT64_FORMAT, need->run_id),
+						 "pg_backfill lane", &args);
+	if (handle == NULL)
+		return false;
+	lane = MemoryContextAlloc(scheduler_cxt, sizeof(LaneHandle));
+	lane->run_id = need->run_id;
+	lane->started_at = GetCurrentTimestamp();
+	lane->handle = handle;
+	{
+		MemoryContext old = MemoryContextSwitchTo(scheduler_cxt);
+
+		lanes = lappend(lanes, lane);
+		MemoryContextSwitchTo(old);
+	}
+	return true;
+}
+
+/* Start the outbox relay if messages wait and it is not running. */
+static void
+start_relay_if_needed(void)
+{
+	LaneArgs	args;
+	pid_t		pid;
+
+	if (relay != NULL && GetBackgroundWorkerPid(relay, &pid) == BGWH_STOPPED)
+	{
+		pfree(relay);
+		relay = NULL;
+	}
+	if (relay != NULL || !outbox_pending)
+		return;
+	memset(&args, 0, sizeof(args));
+	args.dboid = MyDatabaseId;
+	relay = start_child("backfill_relay_main", "pg_backfill outbox relay",
+						"pg_backfill relay", &args);
+}
+
+/*
+ * One look at the database: start the lanes that running passes want.
+ * Returns how long to sleep before looking again.
+ */
+static long
+scheduler_tick(MemoryContext scratch)
+{
+	List	   *needs = read_running_passes(scratch);
+	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
+	long		sleep_ms = backfill_naptime * 1000L;
+	int			slot = DatumGetInt32(MyBgworkerEntry->bgw_main_arg);
+
+	foreach(lc, memos)
+		((RunMemo *) lfirst(lc))->seen = false;
+
+	foreach(lc, needs)
+	{
+		RunNeed    *need = lfirst(lc);
+		RunMemo    *memo = memo_for(need->run_id);
+		int			have = Max(lanes_of_run(need->run_id), need->lanes_live);
+
+		memo->seen = true;
+		if (have >= need->lanes_wanted)
+			continue;
+		/* a required backfill that drifted is reopened first; this pass waits */
+		if (need->check_drift && drift_reopen_required(need->run_id))
+			continue;
+		if (memo->next_start > now)
+		{
+			long		secs;
+			int			usecs;
+
+			TimestampDifference(now, memo->next_start, &secs, &usecs);
+			sleep_ms = Min(sleep_ms, secs * 1000L + usecs / 1000 + 1);
+			continue;
+		}
+		while (have < need->lanes_wanted &&
+			   backfill_shmem_total_lanes() < backfill_max_workers)
+		{
+			if (!start_lane(need))
+				break;
+			have++;
+			backfill_shmem_set_lanes(slot, list_length(lanes));
+		}
+		if (have < need->lanes_wanted)
+			sleep_ms = Min(sleep_ms, 1000L);
+	}
+
+	start_relay_if_needed();
+	if (outbox_pending && relay == NULL)
+		sleep_ms = Min(sleep_ms, 1000L);
+
+	/* forget passes that have ended */
+	foreach(lc, memos)
+	{
+		RunMemo    *memo = lfirst(lc);
+
+		if (!memo->seen && lanes_of_run(memo->run_id) == 0)
+		{
+			pfree(memo);
+			memos = foreach_delete_current(memos, lc);
+		}
+	}
+	return sleep_ms;
+}
+
+void
+backfill_scheduler_main(Datum main_arg)
+{
+	int			slot = DatumGetInt32(main_arg);
+	char		dbname[NAMEDATALEN];
+	MemoryContext scratch;
+
+	strlcpy(dbname, MyBgworkerEntry->bgw_extra, NAMEDATALEN);
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
+	pgstat_report_appname("pg_backfill scheduler");
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("application_name", "pg_backfill scheduler", PGC_USERSET, PGC_S_OVERRIDE);
+
+	backfill_shmem_attach_scheduler(slot);
+	ereport(LOG, (errmsg("pg_backfill scheduler started for database \"%s\"", dbname)));
+
+	scheduler_cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill scheduler",
+										  ALLOCSET_DEFAULT_SIZES);
+	scratch = AllocSetContextCreate(scheduler_cxt, "pg_backfill scheduler tick",
+									ALLOCSET_DEFAULT_SIZES);
+
+	for (;;)
+	{
+		volatile long sleep_ms;
+
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		MemoryContextReset(scratch);
+		MemoryContextSwitchTo(scratch);
+		reap_lanes();
+
+		/*
+		 * A failed look (the extension being dropped or upgraded under us,
+		 * say) is logged and tried again after the naptime; the scheduler
+		 * itself stays up.
+		 */
+		PG_TRY();
+		{
+			sleep_ms = scheduler_tick(scratch);
+		}
+		PG_CATCH();
+		{
+			MemoryContextSwitchTo(scheduler_cxt);
+			EmitErrorReport();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			pgstat_report_activity(STATE_IDLE, NULL);
+			sleep_ms = backfill_naptime * 1000L;
+		}
+		PG_END_TRY();
+		MemoryContextSwitchTo(scheduler_cxt);
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 sleep_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
