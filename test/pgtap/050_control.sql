@@ -8,7 +8,7 @@ CREATE EXTENSION pg_backfill;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 
 DROP TABLE IF EXISTS bf050_done, bf050_slow CASCADE;
-DROP FUNCTION IF EXISTS bf050_poll(text, float8);
+DROP FUNCTION IF EXISTS bf_test_poll(text, float8);
 DROP ROLE IF EXISTS bf050_other;
 CREATE ROLE bf050_other LOGIN;
 
@@ -19,28 +19,7 @@ INSERT INTO bf050_slow (id) SELECT g FROM generate_series(1, 2000) g;
 ANALYZE bf050_done, bf050_slow;
 RESET backfill.environment;
 
--- Poll a boolean query until it is true or the timeout (seconds) passes.
--- pg_stat_activity is cached per transaction: clear it on every round.
-CREATE FUNCTION bf050_poll(q text, timeout float8) RETURNS boolean
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    deadline timestamptz := clock_timestamp() + make_interval(secs => timeout);
-    ok boolean;
-BEGIN
-    LOOP
-        PERFORM pg_stat_clear_snapshot();
-        EXECUTE q INTO ok;
-        IF ok THEN
-            RETURN true;
-        END IF;
-        IF clock_timestamp() > deadline THEN
-            RAISE WARNING 'bf050_poll: timed out after % s: %', timeout, q;
-            RETURN false;
-        END IF;
-        PERFORM pg_sleep(0.2);
-    END LOOP;
-END
-$$;
+\ir include/poll.psql
 
 SELECT * FROM no_plan();
 
@@ -103,14 +82,14 @@ SELECT backfill_declare('bf050_slow', 'bf050_slow', 'c = 0',
     'UPDATE bf050_slow SET c = c + 1 WHERE id BETWEEN $1 AND $2',
     batch_size => 10, rate => 0.5, max_parallel => 2);
 SELECT backfill_run('bf050_slow') AS slow_run \gset
-SELECT ok(bf050_poll($$SELECT count(*) = 8 FROM backfill.partition p
+SELECT ok(bf_test_poll($$SELECT count(*) = 8 FROM backfill.partition p
                         JOIN backfill.ledger l USING (run_id)
                        WHERE l.declaration = 'bf050_slow'$$, 60),
           'the slow pass was planned');
 
 -- a lease is one partition per lane: wait until both lanes claimed, then
 -- no holder may hold more than one partition
-SELECT ok(bf050_poll($$SELECT coalesce(sum(claims), 0) >= 2 FROM backfill_partitions('bf050_slow')$$, 30),
+SELECT ok(bf_test_poll($$SELECT coalesce(sum(claims), 0) >= 2 FROM backfill_partitions('bf050_slow')$$, 30),
           'both lanes claimed a partition');
 SELECT results_eq(
     $$SELECT count(*)::int, count(DISTINCT holder_pid)::int
@@ -165,7 +144,7 @@ SELECT is(backfill_pause('bf050_slow'), true, 'pause: true');
 SELECT is(backfill_pause('bf050_slow'), false, 'pause again: false');
 SELECT results_eq($$SELECT status, paused FROM backfill_status('bf050_slow')$$,
                   $$VALUES ('running', true)$$, 'backfill_status: paused = true, still running');
-SELECT ok(bf050_poll($$SELECT partitions_running = 0 AND live_leases = 0
+SELECT ok(bf_test_poll($$SELECT partitions_running = 0 AND live_leases = 0
                         FROM backfill_status('bf050_slow')$$, 30),
           'paused: the lanes released their leases');
 
@@ -173,7 +152,7 @@ SELECT is(backfill_resume('bf050_slow'), true, 'resume: true');
 SELECT is(backfill_resume('bf050_slow'), false, 'resume again: false');
 SELECT is((SELECT paused FROM backfill_status('bf050_slow')), false,
           'backfill_status: paused = false after resume');
-SELECT ok(bf050_poll($$SELECT live_leases > 0 FROM backfill_status('bf050_slow')$$, 30),
+SELECT ok(bf_test_poll($$SELECT live_leases > 0 FROM backfill_status('bf050_slow')$$, 30),
           'resumed: a lane holds a lease again');
 
 SELECT is(backfill_cancel('bf050_slow'), true, 'cancel: true');
@@ -185,7 +164,7 @@ SELECT results_eq(
     'ledger: cancelled with CANCELLED (BF010)');
 SELECT is((SELECT status FROM backfill_status('bf050_slow')), 'cancelled',
           'backfill_status says cancelled');
-SELECT ok(bf050_poll($$SELECT count(*) = 0 FROM pg_stat_activity
+SELECT ok(bf_test_poll($$SELECT count(*) = 0 FROM pg_stat_activity
                        WHERE backend_type = 'pg_backfill lane'$$, 30),
           'the lanes left after the cancel');
 SELECT is((SELECT rows FROM backfill.ledger WHERE run_id = :slow_run),
@@ -201,5 +180,4 @@ SELECT is(backfill_retry('bf050_slow'), false, 'retry of a cancelled pass: false
 
 SELECT * FROM finish();
 
-DROP FUNCTION bf050_poll(text, float8);
 DROP ROLE bf050_other;

@@ -10,7 +10,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 
 DROP TABLE IF EXISTS bf070_a, bf070_first, bf070_second, bf070_who, bf070_rls, bf070_rls2 CASCADE;
 DROP TABLE IF EXISTS public.schema_migrations;
-DROP FUNCTION IF EXISTS bf070_poll(text, float8), bf070_stays(text, float8);
+DROP FUNCTION IF EXISTS bf070_stays(text, float8);
 DROP ROLE IF EXISTS bf070_decl;
 DROP ROLE IF EXISTS bf070_worker;
 DROP ROLE IF EXISTS bf070_nologin;
@@ -51,27 +51,6 @@ CREATE POLICY bf070_rls2_tenant ON bf070_rls2
 GRANT SELECT, UPDATE ON bf070_rls2 TO bf070_tenant;
 ANALYZE bf070_a, bf070_first, bf070_second, bf070_who, bf070_rls, bf070_rls2;
 
--- Poll a boolean query until it is true (true) or the timeout passes (false).
-CREATE FUNCTION bf070_poll(q text, timeout float8) RETURNS boolean
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    deadline timestamptz := clock_timestamp() + make_interval(secs => timeout);
-    ok boolean;
-BEGIN
-    LOOP
-        PERFORM pg_stat_clear_snapshot();
-        EXECUTE q INTO ok;
-        IF ok THEN
-            RETURN true;
-        END IF;
-        IF clock_timestamp() > deadline THEN
-            RAISE WARNING 'bf070_poll: timed out after % s: %', timeout, q;
-            RETURN false;
-        END IF;
-        PERFORM pg_sleep(0.2);
-    END LOOP;
-END
-$$;
 -- Is a boolean query true all along, checked every 0.2 s for secs seconds?
 -- (a bounded observation of something that must NOT happen: several
 -- launcher naptimes of 1 s pass without it)
@@ -326,7 +305,7 @@ DROP EXTENSION pg_backfill CASCADE;
 CREATE EXTENSION pg_backfill;
 DROP TABLE bf070_a, bf070_first, bf070_second, bf070_who, bf070_rls, bf070_rls2 CASCADE;
 DROP TABLE public.schema_migrations;
-DROP FUNCTION bf070_poll(text, float8), bf070_stays(text, float8);
+DROP FUNCTION bf070_stays(text, float8);
 DROP ROLE bf070_decl;
 DROP ROLE bf070_worker;
 DROP ROLE bf070_nologin;

@@ -11,7 +11,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 
 DROP TABLE IF EXISTS bf080_t, bf080_m, bf080_none, bf080_a, bf080_slow CASCADE;
 DROP FUNCTION IF EXISTS bf080_as(text, text), bf080_refused(text, text, text, text),
-    bf080_denied(text, text, text), bf080_poll(text, float8), bf080_secret_page(text, jsonb);
+    bf080_denied(text, text, text), bf_test_poll(text, float8), bf080_secret_page(text, jsonb);
 DROP ROLE IF EXISTS bf_mallory;
 DROP ROLE IF EXISTS bf080_alice;
 CREATE ROLE bf_mallory LOGIN;
@@ -76,26 +76,7 @@ BEGIN
                           descr || ': 42501');
 END
 $$;
-CREATE FUNCTION bf080_poll(q text, timeout float8) RETURNS boolean
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    deadline timestamptz := clock_timestamp() + make_interval(secs => timeout);
-    ok boolean;
-BEGIN
-    LOOP
-        PERFORM pg_stat_clear_snapshot();
-        EXECUTE q INTO ok;
-        IF ok THEN
-            RETURN true;
-        END IF;
-        IF clock_timestamp() > deadline THEN
-            RAISE WARNING 'bf080_poll: timed out after % s: %', timeout, q;
-            RETURN false;
-        END IF;
-        PERFORM pg_sleep(0.2);
-    END LOOP;
-END
-$$;
+\ir include/poll.psql
 
 SELECT * FROM no_plan();
 
@@ -375,11 +356,11 @@ SELECT backfill_declare(name => 'bf080_slow', relation => 'bf080_slow', predicat
     batch_size => 1, rate => 2, max_parallel => 2);
 SELECT backfill_run('bf080_slow') AS slow_run \gset
 RESET ROLE;
-SELECT ok(bf080_poll($$SELECT count(*) >= 1 FROM pg_stat_activity
+SELECT ok(bf_test_poll($$SELECT count(*) >= 1 FROM pg_stat_activity
                        WHERE backend_type = 'pg_backfill lane' AND datname = current_database()
                          AND query LIKE '%bf080_slow%'$$, 30),
           'the slow pass has a lane at work');
-SELECT ok(bf080_poll(format($$SELECT coalesce(sum(rows), 0) >= 1 FROM backfill.partition WHERE run_id = %s$$,
+SELECT ok(bf_test_poll(format($$SELECT coalesce(sum(rows), 0) >= 1 FROM backfill.partition WHERE run_id = %s$$,
                             :slow_run), 30),
           'it has committed a batch');
 SELECT is((SELECT string_agg(DISTINCT usename::text, ',') FROM pg_stat_activity
@@ -403,6 +384,6 @@ DROP EXTENSION pg_backfill CASCADE;
 CREATE EXTENSION pg_backfill;
 DROP TABLE bf080_t, bf080_m, bf080_none, bf080_a, bf080_slow CASCADE;
 DROP FUNCTION bf080_as(text, text), bf080_refused(text, text, text, text),
-    bf080_denied(text, text, text), bf080_poll(text, float8), bf080_secret_page(text, jsonb);
+    bf080_denied(text, text, text), bf_test_poll(text, float8), bf080_secret_page(text, jsonb);
 DROP ROLE bf_mallory;
 DROP ROLE bf080_alice;
