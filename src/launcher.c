@@ -19,8 +19,12 @@
  */
 #include "postgres.h"
 
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
-#include "commands/dbcommands.h"
+#include "catalog/pg_database.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -114,15 +118,34 @@ backfill_register_launcher(void)
 	RegisterBackgroundWorker(&worker);
 }
 
-/* Does the database exist?  (pg_database is shared: readable unconnected.) */
+/*
+ * Does the database exist?  pg_database is a shared catalog, readable
+ * without a database.  Its heap is scanned rather than its name index: an
+ * unconnected process cannot open an index before the shared relcache
+ * init file exists, which it does not on a freshly created cluster.
+ */
 static bool
 database_exists(const char *dbname)
 {
-	bool		exists;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tuple;
+	bool		exists = false;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
-	exists = OidIsValid(get_database_oid(dbname, true));
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		if (strcmp(NameStr(((Form_pg_database) GETSTRUCT(tuple))->datname), dbname) == 0)
+		{
+			exists = true;
+			break;
+		}
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
 	CommitTransactionCommand();
 	return exists;
 }

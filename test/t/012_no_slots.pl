@@ -59,6 +59,8 @@ my @missing = (slurp_file($node->logfile)
 is(scalar(@missing), 1, 'the missing database is reported once, in all this time');
 unlike(slurp_file($node->logfile), qr/FATAL:  database "no_such_db" does not exist/,
 	'and never by a worker failing to connect to it');
+unlike(slurp_file($node->logfile), qr/background worker "pg_backfill (launcher|scheduler)" \(PID \d+\) exited/,
+	'on this freshly created cluster neither the launcher nor the scheduler ever exited');
 is(sq($node, q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_backfill scheduler'}),
 	$launcher, 'the same scheduler is still alive');
 is(sq($node, "SELECT count(*) FROM backfill.partition p JOIN backfill.ledger l USING (run_id)"
