@@ -38,10 +38,8 @@ case $PGBASE in /|/tmp|/tmp/|"") echo "run.sh: refusing PGBASE=$PGBASE" >&2; exi
 TMP=$(mktemp -d /tmp/pg_backfill_bench_run.XXXXXX)
 SAMPLER_PID=
 
-as_owner() {
-    if [ "$(id -u)" -eq 0 ]; then runuser -u "$PGRUNAS" -- "$@"; else "$@"; fi
-}
-pg_running() { [ -f "$DATA/postmaster.pid" ] && as_owner "$PGBIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; }
+ME=run.sh
+. "$HERE/lib.sh"
 
 cleanup() {
     local rc=$?
@@ -55,44 +53,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 Q() { PGHOST=$PGBASE PGPORT=$PGPORT PGOPTIONS="-c client_min_messages=warning" "$PGBIN/psql" -X -q -At -v ON_ERROR_STOP=1 -U postgres -d postgres "$@"; }
-now() { date +%s.%N; }
-say() { echo "[$(date +%T)] $*"; }
-die() { echo "run.sh: $*" >&2; [ -f "$LOG" ] && { echo "--- tail of $LOG" >&2; tail -n 40 "$LOG" >&2; }; exit 1; }
 
 # ------------------------------------------------------------------ cluster
-say "cluster: fresh initdb in $DATA (port $PGPORT)"
-if pg_running; then as_owner "$PGBIN/pg_ctl" -D "$DATA" -m fast -w -t 120 stop >/dev/null; fi
-rm -rf "$PGBASE"
-mkdir -p "$PGBASE"
-if [ "$(id -u)" -eq 0 ]; then chown "$PGRUNAS": "$PGBASE"; fi
-chmod 0755 "$PGBASE"
-as_owner "$PGBIN/initdb" -D "$DATA" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 \
-    >"$PGBASE/initdb.log" 2>&1 || { cat "$PGBASE/initdb.log" >&2; exit 1; }
-as_owner tee -a "$DATA/postgresql.conf" >/dev/null <<CONF
-
-# ---- written by bench/run.sh ----
-listen_addresses = ''
-port = $PGPORT
-unix_socket_directories = '$PGBASE'
-log_line_prefix = '%m [%p] %q%a '
-log_checkpoints = on
-shared_buffers = 1GB
-max_wal_size = 4GB
-checkpoint_timeout = 15min
-shared_preload_libraries = 'pg_backfill'
-backfill.database_names = 'postgres'
-backfill.naptime = 1
-max_worker_processes = 16
-backfill.max_workers = 4
-CONF
-as_owner "$PGBIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null || die "server did not start"
-Q -c "CREATE EXTENSION IF NOT EXISTS pg_backfill"
-Q -f "$HERE/sql/procs.sql"
-PGVER=$(Q -c "SHOW server_version")
-EXTCOMMIT=$(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo unknown)
-# the build the postmaster preloaded (lanes are forked from it): later installs do not reach this run
-SOFILE="$("$PGBIN/pg_config" --pkglibdir 2>/dev/null || echo /usr/lib/postgresql/15/lib)/pg_backfill.so"
-SOSTAMP=$(date -u -r "$SOFILE" +%FT%TZ 2>/dev/null || echo unknown)
+fresh_cluster
 
 say "building items_src with N=$N rows"
 t=$(now); Q -v n="$N" -f "$HERE/sql/make_src.sql"
