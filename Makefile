@@ -18,7 +18,8 @@ OBJS = \
 	src/drift.o \
 	src/outbox.o \
 	src/relay.o \
-	src/xact.o
+	src/xact.o \
+	src/backoff.o
 
 EXTENSION = pg_backfill
 DATA = pg_backfill--0.1.sql pg_backfill--0.1--0.2.sql

@@ -35,6 +35,7 @@
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
+#include "backoff.h"
 #include "catalog.h"
 #include "errors.h"
 #include "scheduler.h"
@@ -146,10 +147,7 @@ batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
 	worker_commit_xact();
 
 	/* capped doubling delay with jitter: half to all of it */
-	delay_ms = pass->backoff_base_ms;
-	for (int i = 1; i < failures && delay_ms < pass->backoff_cap_ms; i++)
-		delay_ms *= 2;
-	delay_ms = Min(delay_ms, (int64) pass->backoff_cap_ms);
+	delay_ms = backoff_doubling_ms(failures - 1, pass->backoff_base_ms, pass->backoff_cap_ms);
 	delay_ms = (int64) (delay_ms * (0.5 + 0.5 * pg_prng_double(&pg_global_prng_state)));
 
 	ereport(LOG,

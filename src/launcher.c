@@ -38,6 +38,7 @@
 #include "utils/varlena.h"
 
 #include "pg_backfill.h"
+#include "backoff.h"
 #include "launcher.h"
 
 /* a stop sooner than this after the start counts as a quick one */
@@ -213,23 +214,15 @@ launcher_tick(MemoryContext cxt)
 			if (TimestampDifferenceExceeds(slot->started_at, now, SCHEDULER_QUICK_STOP_MS))
 				slot->quick_stops = 0;
 			else
-			{
-				delay = SCHEDULER_RETRY_MIN_MS;
-				for (int n = 0; n < slot->quick_stops && delay < SCHEDULER_RETRY_MAX_MS; n++)
-					delay *= 2;
-				slot->quick_stops++;
-			}
-			slot->next_start = TimestampTzPlusMilliseconds(now, Min(delay, SCHEDULER_RETRY_MAX_MS));
+				delay = backoff_doubling_ms(slot->quick_stops++, SCHEDULER_RETRY_MIN_MS,
+											SCHEDULER_RETRY_MAX_MS);
+			slot->next_start = TimestampTzPlusMilliseconds(now, delay);
 		}
 		if (slot->handle != NULL)
 			continue;
 		if (slot->next_start > now)
 		{
-			long		secs;
-			int			usecs;
-
-			TimestampDifference(now, slot->next_start, &secs, &usecs);
-			sleep_ms = Min(sleep_ms, secs * 1000L + usecs / 1000 + 1);
+			sleep_ms = Min(sleep_ms, backoff_ms_until(now, slot->next_start));
 			continue;
 		}
 		if (!database_exists(slot->dbname))

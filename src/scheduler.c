@@ -42,6 +42,7 @@
 #include "utils/varlena.h"
 
 #include "pg_backfill.h"
+#include "backoff.h"
 #include "drift.h"
 #include "scheduler.h"
 #include "shmem.h"
@@ -126,12 +127,12 @@ reap_lanes(void)
 		else
 		{
 			RunMemo    *memo = memo_for(lane->run_id);
-			int64		delay = LANE_RETRY_MIN_MS;
 
-			for (int i = 0; i < memo->quick_exits && delay < LANE_RETRY_MAX_MS; i++)
-				delay *= 2;
+			memo->next_start = TimestampTzPlusMilliseconds(now,
+														   backoff_doubling_ms(memo->quick_exits,
+																			   LANE_RETRY_MIN_MS,
+																			   LANE_RETRY_MAX_MS));
 			memo->quick_exits++;
-			memo->next_start = TimestampTzPlusMilliseconds(now, Min(delay, LANE_RETRY_MAX_MS));
 		}
 		pfree(lane->handle);
 		pfree(lane);
@@ -362,11 +363,7 @@ scheduler_tick(MemoryContext scratch)
 			continue;
 		if (memo->next_start > now)
 		{
-			long		secs;
-			int			usecs;
-
-			TimestampDifference(now, memo->next_start, &secs, &usecs);
-			sleep_ms = Min(sleep_ms, secs * 1000L + usecs / 1000 + 1);
+			sleep_ms = Min(sleep_ms, backoff_ms_until(now, memo->next_start));
 			continue;
 		}
 		while (have < need->lanes_wanted &&
