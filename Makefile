@@ -22,7 +22,7 @@ OBJS = \
 	src/backoff.o
 
 EXTENSION = pg_backfill
-DATA = pg_backfill--0.1.sql pg_backfill--0.1--0.2.sql
+DATA = pg_backfill--0.1.sql pg_backfill--0.1--0.2.sql pg_backfill--0.2--0.3.sql
 PGFILEDESC = "pg_backfill - paced, checkpointed data backfills"
 
 # pg_regress runs in an existing database that backfill.database_names serves

@@ -16,13 +16,15 @@
 #
 # Env: TEST_PGBASE (default /tmp/pg_backfill_test), TEST_PGPORT (55482),
 #      SKIP_SETUP=1 to skip scripts/setup.sh,
-#      TEST_LAYERS to run only some layers (default "regress pgtap tap isolation").
+#      TEST_LAYERS to run only some layers (default "regress pgtap tap isolation"),
+#      PG_CONFIG (default /usr/lib/postgresql/15/bin/pg_config) for the server,
+#      PG_TEST_PORT_DIR: port reservations shared by TAP runs going on at once.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-PGBIN=/usr/lib/postgresql/15/bin
-PG_CONFIG=$PGBIN/pg_config
+export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+export PGBIN=$("$PG_CONFIG" --bindir)
 
 if [ "${SKIP_SETUP:-0}" != 1 ]; then
     scripts/setup.sh || { echo "test.sh: setup failed"; echo "0 passed, 1 failed"; exit 1; }

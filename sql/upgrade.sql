@@ -41,6 +41,12 @@ SELECT backfill_outbox_emit('upgrade.topic', 'k1', '{"n": 1}') > 0 AS emitted;
 SELECT topic, key, payload, state FROM backfill.outbox;
 DELETE FROM backfill.outbox;
 
+-- and on to 0.3: the declaration still there, unchanged
+ALTER EXTENSION pg_backfill UPDATE TO '0.3';
+SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
+SELECT name, checksum = :'checksum_before' AS same_checksum
+  FROM backfill.declaration WHERE name = 'upgrade_fill';
+
 -- a fresh install gets the same objects as the upgraded one
 SET client_min_messages = warning;
 DROP EXTENSION pg_backfill CASCADE;
