@@ -18,7 +18,9 @@
 #      SKIP_SETUP=1 to skip scripts/setup.sh,
 #      TEST_LAYERS to run only some layers (default "regress pgtap tap isolation"),
 #      PG_CONFIG (default /usr/lib/postgresql/15/bin/pg_config) for the server,
-#      PG_TEST_PORT_DIR: port reservations shared by TAP runs going on at once.
+#      PG_TEST_PORT_DIR: port reservations shared by TAP runs going on at once,
+#      TEST_MATCH: an extended regex; only test files whose path matches run
+#      (e.g. TEST_MATCH='050_|upgrade').
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -92,8 +94,16 @@ export PGHOST=$PGBASE PGUSER=postgres
 
 shopt -s nullglob
 
+# keep the paths that match $TEST_MATCH (all of them when it is unset)
+only() {
+    local f
+    for f in "$@"; do
+        if [ -z "${TEST_MATCH:-}" ] || [[ "$f" =~ $TEST_MATCH ]]; then echo "$f"; fi
+    done
+}
+
 # (a) pg_regress
-regress_sql=(sql/*.sql)
+mapfile -t regress_sql < <(only sql/*.sql)
 if ! want regress; then
     echo "== regress: not in TEST_LAYERS, skipped"
 elif [ ${#regress_sql[@]} -gt 0 ]; then
@@ -102,7 +112,10 @@ elif [ ${#regress_sql[@]} -gt 0 ]; then
     # CONTRIB_TESTDB: pg_regress keeps the last --dbname, and pgxs appends
     # --dbname=$(CONTRIB_TESTDB); pin it to the served database.  ISOLATION=:
     # the isolation layer below runs every spec, so make must not run them too.
-    make PG_CONFIG="$PG_CONFIG" CONTRIB_TESTDB=backfill_regress ISOLATION= installcheck 2>&1 | tee "$WORK/regress.out"
+    regress_names=()
+    for f in "${regress_sql[@]}"; do regress_names+=("$(basename "$f" .sql)"); done
+    make PG_CONFIG="$PG_CONFIG" CONTRIB_TESTDB=backfill_regress ISOLATION= \
+        REGRESS="${regress_names[*]}" installcheck 2>&1 | tee "$WORK/regress.out"
     rc=${PIPESTATUS[0]}
     count_regress "$WORK/regress.out" "$rc"
     if [ "$rc" -ne 0 ]; then
@@ -117,7 +130,7 @@ else
 fi
 
 # (b) pgTAP
-pgtap=(test/pgtap/*.sql)
+mapfile -t pgtap < <(only test/pgtap/*.sql)
 if ! want pgtap; then
     echo "== pgtap: not in TEST_LAYERS, skipped"
 elif [ ${#pgtap[@]} -gt 0 ]; then
@@ -132,11 +145,11 @@ fi
 
 # (c) TAP tests with PostgreSQL::Test::Cluster: initdb refuses root, so run
 # prove as postgres, with tmp_check/ in a directory postgres owns
-tap=(test/t/*.pl)
+mapfile -t tap < <(only test/t/*.pl)
 if ! want tap; then
     echo "== tap: not in TEST_LAYERS, skipped"
 elif [ ${#tap[@]} -gt 0 ]; then
-    echo "== tap: prove -v ${tap[*]}"
+    echo "== tap: prove -v ${tap[*]#test/}"
     mkdir -p "$WORK/tap"
     chown -R postgres: "$WORK/tap"
     (cd test && runuser -u postgres -- env -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE \
@@ -144,7 +157,7 @@ elif [ ${#tap[@]} -gt 0 ]; then
         PG_REGRESS="$PG_REGRESS_BIN" \
         PERL5LIB="$PERL_LIB${PERL5LIB:+:$PERL5LIB}" \
         TESTDIR="$WORK/tap" \
-        prove -v t/*.pl) 2>&1 | tee "$WORK/tap.out"
+        prove -v "${tap[@]#test/}") 2>&1 | tee "$WORK/tap.out"
     rc=${PIPESTATUS[0]}
     count_tap "$WORK/tap.out" "$rc"
     if [ "$rc" -ne 0 ]; then
@@ -159,7 +172,7 @@ else
 fi
 
 # (d) isolation specs
-specs=(test/specs/*.spec)
+mapfile -t specs < <(only test/specs/*.spec)
 if ! want isolation; then
     echo "== isolation: not in TEST_LAYERS, skipped"
 elif [ ${#specs[@]} -gt 0 ]; then
