@@ -59,3 +59,15 @@ install-cli: pg_backfill-cli
 clean-cli:
 	$(MAKE) -C cli PG_CONFIG='$(PG_CONFIG)' clean
 .PHONY: pg_backfill-cli install-cli clean-cli
+
+# ---- release: the PGXN distribution ----
+# `make dist` writes pg_backfill-X.Y.Z.zip, X.Y.Z being META.json's version,
+# from the committed tree (git archive): the archive PGXN takes.
+# test/t/099_release.pl checks that META.json, the control file, the newest
+# upgrade script and debian/changelog agree on the version.
+DISTDIR ?= .
+DIST_VERSION = $(shell python3 -c 'import json; print(json.load(open("META.json"))["version"])')
+dist:
+	git archive --format=zip --prefix=pg_backfill-$(DIST_VERSION)/ -o $(DISTDIR)/pg_backfill-$(DIST_VERSION).zip HEAD
+	@echo "make dist: $(DISTDIR)/pg_backfill-$(DIST_VERSION).zip"
+.PHONY: dist
