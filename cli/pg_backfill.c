@@ -31,6 +31,9 @@
 
 #include "libpq-fe.h"
 
+/* the release version: META.json's (test/t/099_release.pl checks they agree) */
+#define BACKFILL_CLI_VERSION "0.3.0"
+
 #define EXIT_OK			0
 #define EXIT_FAILED		1
 #define EXIT_USAGE		2
@@ -873,7 +876,7 @@ main(int argc, char **argv)
 			}
 			else if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0)
 			{
-				printf("pg_backfill (pg_backfill CLI) 0.1\n");
+				printf("pg_backfill (pg_backfill CLI) %s\n", BACKFILL_CLI_VERSION);
 				return EXIT_OK;
 			}
 			else if (strcmp(a, "-d") == 0 || strcmp(a, "--dbname") == 0)

@@ -13,7 +13,7 @@ PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 
 PACKAGES=(postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap postgresql-15-cron
           libtap-parser-sourcehandler-pgtap-perl libipc-run-perl build-essential
-          libcurl4-openssl-dev python3)
+          libcurl4-openssl-dev python3 debhelper postgresql-server-dev-all)
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "setup.sh: run as root (sudo $0): it installs packages and the extension" >&2

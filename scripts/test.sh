@@ -11,12 +11,14 @@
 #   isolation  pg_isolation_regress test/specs/*.spec (expected output in
 #              test/expected/) in database isolation_regression, which
 #              pg_isolation_regress creates and no launcher serves
+#   package    (root) dpkg-buildpackage of debian/, dpkg -i, then the
+#              pg_regress suite against the installed package
 # The last line is "N passed, M failed" (individual tests); the exit status
 # is non-zero when anything failed.
 #
 # Env: TEST_PGBASE (default /tmp/pg_backfill_test), TEST_PGPORT (55482),
 #      SKIP_SETUP=1 to skip scripts/setup.sh,
-#      TEST_LAYERS to run only some layers (default "regress pgtap tap isolation"),
+#      TEST_LAYERS to run only some layers (default "regress pgtap tap isolation package"),
 #      PG_CONFIG (default /usr/lib/postgresql/15/bin/pg_config) for the server,
 #      PG_TEST_PORT_DIR: port reservations shared by TAP runs going on at once,
 #      TEST_MATCH: an extended regex; only test files whose path matches run
@@ -42,7 +44,7 @@ export PGPORT=${TEST_PGPORT:-55482}
 WORK=$(mktemp -d /tmp/pg_backfill_testrun.XXXXXX)
 chmod 0755 "$WORK"
 
-LAYERS=" ${TEST_LAYERS:-regress pgtap tap isolation} "
+LAYERS=" ${TEST_LAYERS:-regress pgtap tap isolation package} "
 want() { [[ "$LAYERS" == *" $1 "* ]]; }
 
 passed=0
@@ -192,6 +194,36 @@ elif [ ${#specs[@]} -gt 0 ]; then
     fi
 else
     echo "== isolation: no test/specs/*.spec, skipped"
+fi
+
+# (e) the Debian package: build it from a copy of the tree, install it, and
+# run the pg_regress suite against what it installed (debian/tests/installcheck)
+mapfile -t pkgtest < <(only debian/tests/installcheck)
+if ! want package; then
+    echo "== package: not in TEST_LAYERS, skipped"
+elif [ ${#pkgtest[@]} -eq 0 ]; then
+    echo "== package: debian/tests/installcheck does not match TEST_MATCH, skipped"
+elif [ "$(id -u)" -ne 0 ] || ! command -v dpkg-buildpackage >/dev/null || ! command -v pg_buildext >/dev/null; then
+    echo "== package: SKIP (needs root, dpkg-buildpackage and pg_buildext: run scripts/setup.sh as root)"
+else
+    echo "== package: dpkg-buildpackage -us -uc -b, dpkg -i, debian/tests/installcheck"
+    pkg="$WORK/pkg"
+    mkdir -p "$pkg/src"
+    git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -C "$pkg/src" -xf -
+    if (cd "$pkg/src" && dpkg-buildpackage -us -uc -b) >"$WORK/package-build.out" 2>&1 &&
+        debs=$(ls "$pkg"/postgresql-*-backfill_*.deb) &&
+        dpkg -i $debs >>"$WORK/package-build.out" 2>&1; then
+        echo "package: installed $(basename -a $debs | tr '\n' ' ')"
+        PKG_TEST_OUT="$WORK/pkgtest" debian/tests/installcheck 2>&1 | tee "$WORK/package.out"
+        rc=${PIPESTATUS[0]}
+    else
+        echo "package: the package did not build or install; tail of its log:"
+        tail -n 40 "$WORK/package-build.out"
+        : >"$WORK/package.out"
+        rc=1
+    fi
+    count_regress "$WORK/package.out" "$rc"
+    [ "$rc" -eq 0 ] || layer_failed+=(package)
 fi
 
 if [ ${#layer_failed[@]} -gt 0 ]; then
