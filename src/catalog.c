@@ -14,6 +14,7 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/xlog.h"
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "catalog/indexing.h"
@@ -172,6 +173,26 @@ check_backfill_name(const char *name)
 							   "from its scope in the ledger) are not allowed."),
 					 errhint("Use letters, digits, '_', '-' or '.'.")));
 	}
+}
+
+/*
+ * On a hot standby the catalogs are read-only copies of the primary's:
+ * the reports work, and whatever would write is refused here, with a code
+ * of its own and the way out, before any statement fails on its own with
+ * a bare "read-only transaction" error.  "what" is the act and its object,
+ * e.g. "run backfill".
+ */
+void
+check_not_standby(const char *what, const char *name)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_STANDBY),
+				 errmsg("cannot %s \"%s\" on a standby", what, name),
+				 errdetail("This server is in recovery: pg_backfill's catalogs are read-only "
+						   "copies of the primary's, and no lane runs here."),
+				 errhint("Run it on the primary. backfill_status, backfill_pending, "
+						 "backfill_partitions and the ledger can be read here.")));
 }
 
 void

@@ -47,6 +47,9 @@ extern char *function_name(Oid fn);
 /* the backfill name checks every entry point shares */
 extern void check_backfill_name(const char *name);
 
+/* refuse what would write the catalogs on a hot standby (BF026) */
+extern void check_not_standby(const char *what, const char *name);
+
 /* is the caller allowed to act for the role that owns a backfill? */
 extern void check_backfill_member(const char *name, Oid owner);
 

@@ -62,6 +62,7 @@ target_load(const char *name, Target *t, bool missing_ok)
 	bool		found;
 
 	check_backfill_name(name);
+	check_not_standby("control backfill", name);
 	memset(t, 0, sizeof(Target));
 	t->name = pstrdup(name);
 	values[0] = CStringGetTextDatum(name);

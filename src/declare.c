@@ -536,6 +536,7 @@ backfill_declare(PG_FUNCTION_ARGS)
 	char	   *declared_search_path;
 
 	check_backfill_name(name);
+	check_not_standby("declare backfill", name);
 
 	/* the options */
 	if (PG_ARGISNULL(5))

@@ -48,4 +48,7 @@
 /* the ledger is append-only (raised by the ledger trigger, in SQL) */
 #define ERRCODE_BACKFILL_LEDGER_READONLY MAKE_SQLSTATE('B','F','0','1','7')
 
+/* the server is a standby: what would write belongs on the primary */
+#define ERRCODE_BACKFILL_STANDBY		MAKE_SQLSTATE('B','F','0','2','6')
+
 #endif							/* BACKFILL_ERRORS_H */

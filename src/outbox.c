@@ -61,6 +61,7 @@ backfill_outbox_emit(PG_FUNCTION_ARGS)
 						text_to_cstring(PG_GETARG_TEXT_PP(0))),
 				 errhint("Pass a jsonb payload, e.g. to_jsonb(the_row).")));
 
+	check_not_standby("emit to outbox topic", text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = PG_GETARG_DATUM(1);
 	values[2] = PG_GETARG_DATUM(2);

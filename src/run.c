@@ -132,6 +132,7 @@ backfill_run(PG_FUNCTION_ARGS)
 		check_backfill_name(NULL);
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	check_backfill_name(name);
+	check_not_standby("run backfill", name);
 
 	if (!backfill_database_is_listed(get_database_name(MyDatabaseId)))
 		ereport(ERROR,
