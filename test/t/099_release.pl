@@ -84,7 +84,7 @@ my ($data) = slurp('Makefile') =~ /^DATA\s*=\s*(.*)$/m;
 my %data = map { $_ => 1 } split ' ', $data;
 is_deeply([ sort keys %data ], \@scripts, 'the Makefile installs every script, and only those');
 
-my ($cliver) = slurp('cli/pg_backfill.c') =~ /^#define BACKFILL_CLI_VERSION "([^"]+)"/m;
+my ($cliver) = slurp('cli/cli.h') =~ /^#define BACKFILL_CLI_VERSION "([^"]+)"/m;
 is($cliver, $meta->{version}, 'the CLI reports the release version');
 
 # ---- Debian

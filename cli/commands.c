@@ -1,0 +1,160 @@
+/*
+ * commands.c: the client's commands (list, pending, status, pause,
+ * resume, cancel, retry, run), each one call of the extension's SQL API.
+ * Each returns the process exit status.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+int
+cmd_list(void)
+{
+	char	   *sql = api_sql(
+		"SELECT p.name, p.state, p.last_run_id AS last_run, l.status AS result,"
+		"       to_char(coalesce(l.finished_at, l.started_at), 'YYYY-MM-DD HH24:MI:SS') AS at,"
+		"       p.rows"
+		"  FROM %s.backfill_pending() p"
+		"  LEFT JOIN %s.backfill_ledger l ON l.run_id = p.last_run_id"
+		" ORDER BY p.name");
+	PGresult   *res = must_query(sql, 0, NULL);
+
+	if (PQntuples(res) == 0)
+		printf("no backfills declared\n");
+	else
+		print_table(res);
+	PQclear(res);
+	free(sql);
+	return EXIT_OK;
+}
+
+int
+cmd_pending(void)
+{
+	char	   *sql = api_sql(
+		"SELECT name, state, changed, last_run_id AS last_run,"
+		"       last_completed_run_id AS last_completed, rows,"
+		"       array_to_string(environments, ',') AS environments,"
+		"       left(checksum, 12) AS checksum, blocked_by"
+		"  FROM %s.backfill_pending() ORDER BY name");
+	static const char *const gate[] = {"pending", "blocked", "failed", "stalled", "changed", NULL};
+	PGresult   *res = must_query(sql, 0, NULL);
+	int			not_done = 0;
+
+	if (PQntuples(res) == 0)
+		printf("no backfills declared\n");
+	else
+		print_table(res);
+	for (int r = 0; r < PQntuples(res); r++)
+	{
+		const char *state = PQgetvalue(res, r, 1);
+
+		for (int g = 0; gate[g]; g++)
+			if (strcmp(state, gate[g]) == 0)
+			{
+				if (not_done++ == 0)
+					fprintf(stderr, "%s: not done:", progname);
+				fprintf(stderr, " %s (%s)", PQgetvalue(res, r, 0), state);
+			}
+	}
+	if (not_done > 0)
+		fputc('\n', stderr);
+	PQclear(res);
+	free(sql);
+	return not_done > 0 ? EXIT_PENDING : EXIT_OK;
+}
+
+int
+cmd_status(const char *name)
+{
+	char	   *sql = api_sql("SELECT * FROM %s.backfill_status($1)");
+	const char *params[] = {name};
+	PGresult   *res = must_query(sql, 1, params);
+	int			keyw = 0;
+
+	free(sql);
+	if (PQntuples(res) == 0)
+	{
+		fprintf(stderr, "%s: backfill \"%s\" is not declared and has no passes\n",
+				progname, name);
+		PQclear(res);
+		return EXIT_FAILED;
+	}
+	for (int c = 0; c < PQnfields(res); c++)
+		if ((int) strlen(PQfname(res, c)) > keyw)
+			keyw = strlen(PQfname(res, c));
+	for (int c = 0; c < PQnfields(res); c++)
+	{
+		const char *key = PQfname(res, c);
+		Oid			t = PQftype(res, c);
+		char		buf[64];
+		const char *v;
+
+		if (PQgetisnull(res, 0, c))
+			v = "";
+		else if (t == BOOLOID)
+			v = strcmp(PQgetvalue(res, 0, c), "t") == 0 ? "true" : "false";
+		else if (strcmp(key, "progress") == 0 && t == FLOAT8OID)
+		{
+			snprintf(buf, sizeof(buf), "%.1f%%", 100.0 * strtod(PQgetvalue(res, 0, c), NULL));
+			v = buf;
+		}
+		else if (t == FLOAT8OID || t == FLOAT4OID)
+		{
+			snprintf(buf, sizeof(buf), "%.1f", strtod(PQgetvalue(res, 0, c), NULL));
+			v = buf;
+		}
+		else
+			v = PQgetvalue(res, 0, c);
+		if (*v)
+			printf("%s:%*s%s\n", key, keyw - (int) strlen(key) + 1, "", v);
+		else
+			printf("%s:\n", key);
+	}
+	PQclear(res);
+	return EXIT_OK;
+}
+
+int
+cmd_control(const char *verb, const char *name)
+{
+	char		fmt[96];
+	char	   *sql;
+	const char *params[] = {name};
+	PGresult   *res;
+	bool		changed;
+
+	snprintf(fmt, sizeof(fmt), "SELECT %%s.backfill_%s($1)", verb);
+	sql = api_sql(fmt);
+	res = must_query(sql, 1, params);
+	free(sql);
+	changed = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	printf("%s\n", changed ? "changed" : "unchanged");
+	PQclear(res);
+	return EXIT_OK;
+}
+
+int
+cmd_run(const char *name, bool force, bool wait, const char *input, bool plain)
+{
+	char	   *sql = api_sql("SELECT %s.backfill_run($1, $2::boolean, $3::jsonb)");
+	const char *params[] = {name, force ? "true" : "false", input};
+	PGresult   *res = must_query(sql, 3, params);
+	char	   *run_id;
+
+	free(sql);
+	if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0))
+	{
+		fprintf(stderr, "%s: backfill_run returned no run id\n", progname);
+		PQclear(res);
+		return EXIT_FAILED;
+	}
+	run_id = strdup(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	printf("%s\n", run_id);
+	fflush(stdout);
+	if (!wait)
+		return EXIT_OK;
+	return wait_for_run(name, run_id, plain);
+}
