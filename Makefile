@@ -4,6 +4,7 @@ OBJS = \
 	src/pg_backfill.o \
 	src/shmem.o \
 	src/catalog.o \
+	src/identity.o \
 	src/declare.o \
 	src/run.o \
 	src/launcher.o \

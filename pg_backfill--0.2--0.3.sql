@@ -12,6 +12,202 @@
 -- Trust: declarations, requirements, scoped runs, run_as
 -- ===================================================================
 
+-- -------------------------------------------------------------------
+-- Dump and restore: tables and roles by name (issue 9, finding 8)
+--
+-- pg_dump writes the catalogs marked with pg_extension_config_dump as
+-- COPY data.  Oid columns went out as raw numbers, which in another
+-- cluster name other tables and other roles.  The columns that name a
+-- table or a role are regclass and regrole: pg_dump writes their names
+-- (schema-qualified: it dumps with an empty search_path) and the restore
+-- looks the names up again.  A name cannot stand for an object that is
+-- gone, so a declaration also keeps the names it was declared with, and
+-- backfill.identity_problem() refuses one whose oids no longer carry
+-- them (a dropped role's oid, dumped as a number, may belong to another
+-- role after a restore).  No lane ever logs in as such a role.
+-- -------------------------------------------------------------------
+
+-- policies and the ledger view read owner: set aside while its type changes
+DROP POLICY declaration_member ON backfill.declaration;
+DROP POLICY ledger_member ON backfill.ledger;
+DROP VIEW backfill_ledger;
+
+ALTER TABLE backfill.declaration
+    ALTER COLUMN relid TYPE pg_catalog.regclass,
+    ALTER COLUMN owner TYPE pg_catalog.regrole,
+    ALTER COLUMN run_as TYPE pg_catalog.regrole,
+    ADD COLUMN owner_name name,
+    ADD COLUMN run_as_name name;
+UPDATE backfill.declaration
+   SET owner_name = pg_catalog.pg_get_userbyid(owner),
+       run_as_name = pg_catalog.pg_get_userbyid(run_as);
+
+/*
+ * backfill_declare writes the oids; the names follow them here, on every
+ * write but the COPY of a restore, which brings the names it was dumped
+ * with.  Declaring again (a member of the owner) writes them anew.
+ */
+CREATE FUNCTION backfill.declaration_names() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' OR NEW.owner_name IS NULL THEN
+        NEW.owner_name := pg_catalog.pg_get_userbyid(NEW.owner);
+    END IF;
+    IF TG_OP = 'UPDATE' OR NEW.run_as_name IS NULL THEN
+        NEW.run_as_name := pg_catalog.pg_get_userbyid(NEW.run_as);
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER declaration_names BEFORE INSERT OR UPDATE ON backfill.declaration
+    FOR EACH ROW EXECUTE FUNCTION backfill.declaration_names();
+ALTER TABLE backfill.declaration
+    ALTER COLUMN owner_name SET NOT NULL,
+    ALTER COLUMN run_as_name SET NOT NULL;
+COMMENT ON COLUMN backfill.declaration.owner_name IS
+'the owner''s name when it was declared; an owner oid that no longer carries it is refused';
+COMMENT ON COLUMN backfill.declaration.run_as_name IS
+'the run_as role''s name when it was declared; checked like owner_name';
+
+ALTER TABLE backfill.ledger ALTER COLUMN owner TYPE pg_catalog.regrole;
+
+ALTER TABLE backfill.outbox_sink
+    ALTER COLUMN run_as TYPE pg_catalog.regrole,
+    ADD COLUMN run_as_name name;
+UPDATE backfill.outbox_sink SET run_as_name = pg_catalog.pg_get_userbyid(run_as);
+
+/* the same for a sink: backfill_outbox_sink writes run_as alone */
+CREATE FUNCTION backfill.outbox_sink_names() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'UPDATE' OR NEW.run_as_name IS NULL THEN
+        NEW.run_as_name := pg_catalog.pg_get_userbyid(NEW.run_as);
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER outbox_sink_names BEFORE INSERT OR UPDATE ON backfill.outbox_sink
+    FOR EACH ROW EXECUTE FUNCTION backfill.outbox_sink_names();
+
+CREATE POLICY declaration_member ON backfill.declaration FOR SELECT
+    USING (pg_catalog.pg_has_role(owner, 'USAGE'));
+CREATE POLICY ledger_member ON backfill.ledger FOR SELECT
+    USING (pg_catalog.pg_has_role(owner, 'USAGE'));
+
+CREATE VIEW backfill_ledger WITH (security_invoker = true) AS
+    SELECT l.run_id, l.ledger_name, l.declaration, l.status, l.forced, l.previous_run_id,
+           l.rows, l.batches, l.started_at, l.finished_at,
+           l.finished_at - l.started_at AS duration,
+           l.error_code, l.error_message, l.checksum,
+           pg_catalog.pg_get_userbyid(l.owner) AS owner
+      FROM backfill.ledger l;
+GRANT SELECT ON backfill_ledger TO PUBLIC;
+
+-- the run ids go on after a restore: pg_dump keeps the sequence's value
+SELECT pg_catalog.pg_extension_config_dump('backfill.ledger_run_id_seq', '');
+
+/*
+ * Why a declaration cannot run as it is stored, or NULL: a role oid does
+ * not carry the name it was declared with, or its table is not the one it
+ * names.  Only catalog lookups: safe in any session, the scheduler's too.
+ */
+CREATE FUNCTION backfill.identity_problem(p_name text, p_relid pg_catalog.regclass,
+                                          p_relation text, p_owner pg_catalog.regrole,
+                                          p_owner_name name, p_run_as pg_catalog.regrole,
+                                          p_run_as_name name,
+                                          OUT code text, OUT message text, OUT detail text,
+                                          OUT hint text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    found_relid oid;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                    WHERE r.oid = p_owner AND r.rolname = p_owner_name) THEN
+        code := 'BF016';
+        message := format('the owner of backfill "%s" is no longer role "%s"',
+                          p_name, p_owner_name);
+        detail := format('The declaration was made by role "%s"; its role oid %s is %s now.',
+                         p_owner_name, p_owner::oid,
+                         pg_catalog.pg_get_userbyid(p_owner));
+        hint := format('Create role %s before restoring a dump, or declare the backfill again '
+                       'as its owner.', quote_ident(p_owner_name));
+    ELSIF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.oid = p_run_as AND r.rolname = p_run_as_name) THEN
+        code := 'BF016';
+        message := format('the run_as role of backfill "%s" is no longer role "%s"',
+                          p_name, p_run_as_name);
+        detail := format('The declaration runs as role "%s"; its role oid %s is %s now.',
+                         p_run_as_name, p_run_as::oid,
+                         pg_catalog.pg_get_userbyid(p_run_as));
+        hint := format('Create role %s before restoring a dump, or declare the backfill again.',
+                       quote_ident(p_run_as_name));
+    ELSIF p_relation IS NOT NULL THEN
+        found_relid := pg_catalog.to_regclass(p_relation);
+        IF found_relid IS DISTINCT FROM p_relid::oid
+           OR (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = found_relid)
+              NOT IN ('r', 'p') THEN
+            code := 'BF001';
+            message := format('the table of backfill "%s" is no longer %s', p_name, p_relation);
+            detail := format('The declaration holds relation oid %s; the name %s is %s now.',
+                             p_relid::oid, p_relation,
+                             coalesce(found_relid::pg_catalog.regclass::text || ' (oid '
+                                      || found_relid || ')', 'no relation'));
+            hint := format('Declare the backfill again over the table it should rewrite '
+                           '(%s was dropped, renamed or restored under another name).',
+                           p_relation);
+        END IF;
+    END IF;
+END
+$$;
+REVOKE ALL ON FUNCTION backfill.identity_problem(text, pg_catalog.regclass, text,
+    pg_catalog.regrole, name, pg_catalog.regrole, name) FROM PUBLIC;
+
+/*
+ * Run by the scheduler before it starts lanes: a running pass whose
+ * declaration is gone, or cannot run as stored, fails here, so that no
+ * lane logs in as a role the declaration does not name.
+ */
+CREATE FUNCTION backfill.fail_unbound_passes() RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n integer;
+BEGIN
+    WITH bad AS (
+        SELECT l.run_id,
+               coalesce(p.code, 'BF007') AS code,
+               coalesce(p.message || ': ' || p.detail,
+                        'the declaration was dropped while the pass was running') AS message
+          FROM backfill.ledger l
+          JOIN backfill.run r ON r.run_id = l.run_id
+          LEFT JOIN backfill.declaration d ON d.name = l.declaration
+          LEFT JOIN LATERAL backfill.identity_problem(d.name, d.relid, d.relation, d.owner,
+                                                      d.owner_name, d.run_as, d.run_as_name) p
+                 ON d.name IS NOT NULL
+         WHERE l.status = 'running' AND (d.name IS NULL OR p.code IS NOT NULL)
+           FOR UPDATE OF l SKIP LOCKED),
+    ended AS (
+        UPDATE backfill.ledger l
+           SET status = 'failed', finished_at = now(), error_code = bad.code,
+               error_message = bad.message,
+               rows = (SELECT coalesce(sum(q.rows), 0) FROM backfill.partition q
+                        WHERE q.run_id = l.run_id),
+               batches = (SELECT coalesce(sum(q.batches), 0) FROM backfill.partition q
+                           WHERE q.run_id = l.run_id)
+          FROM bad
+         WHERE l.run_id = bad.run_id
+        RETURNING l.run_id, bad.message)
+    UPDATE backfill.run r SET phase = 'done', last_error = ended.message, updated_at = now()
+      FROM ended WHERE r.run_id = ended.run_id;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END
+$$;
+REVOKE ALL ON FUNCTION backfill.fail_unbound_passes() FROM PUBLIC;
+
 -- (end of trust: declarations)
 
 

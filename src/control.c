@@ -22,6 +22,7 @@
 #include "catalog.h"
 #include "declare.h"
 #include "errors.h"
+#include "identity.h"
 #include "run.h"
 #include "shmem.h"
 
@@ -250,6 +251,7 @@ backfill_retry(PG_FUNCTION_ARGS)
 					 errdetail("Its checkpoints belong to the old definition."),
 					 errhint("Start a new pass with backfill_run('%s', force => true).", t.name)));
 		check_environment(t.name, t.environments, t.envlist);
+		identity_check(t.name);
 		check_role_can_login(t.name, t.run_as);
 
 		run_id = enqueue_pass(t.last_ledger_name, t.name, t.checksum, false, t.last_id, t.owner,

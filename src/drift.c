@@ -54,7 +54,11 @@ drift_reopen_required(int64 waiting_run_id)
 						 " FROM backfill.ledger la"
 						 " JOIN backfill.declaration a ON a.name = la.declaration"
 						 " JOIN backfill.declaration b ON b.name = a.requires_backfill"
-						 " WHERE la.run_id = $1 AND b.relid IS NOT NULL AND b.scope IS NULL",
+						 " WHERE la.run_id = $1 AND b.relid IS NOT NULL AND b.scope IS NULL"
+						 /* never as a role the required backfill does not name */
+						 "   AND (SELECT i.code FROM backfill.identity_problem(b.name, b.relid,"
+						 "          b.relation, b.owner, b.owner_name, b.run_as, b.run_as_name) i)"
+						 "       IS NULL",
 						 1, types, values, NULL, SPI_OK_SELECT) == 1)
 		{
 			char	   *b_name = catalog_gettext(0, 1);

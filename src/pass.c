@@ -27,6 +27,7 @@
 
 #include "catalog.h"
 #include "errors.h"
+#include "identity.h"
 #include "lane.h"
 #include "xact.h"
 #include "tenancy.h"
@@ -49,6 +50,33 @@ pass_key_from_text(Pass *pass, const char *text)
 }
 
 /*
+ * Is this lane the declaration's run_as role, and does the declaration
+ * still name its table and roles (identity.c)?  If not, the pass fails
+ * (ending the transaction) and the lane runs none of its SQL.
+ */
+static bool
+lane_identity_ok(Pass *pass, Oid run_as)
+{
+	int			sqlerrcode;
+	char	   *message;
+
+	if (GetUserId() != run_as || GetSessionUserId() != run_as)
+	{
+		sqlerrcode = ERRCODE_BACKFILL_PRIVILEGE;
+		message = psprintf("the lane logged in as role \"%s\", but backfill \"%s\" runs as "
+						   "role \"%s\"", GetUserNameFromId(GetSessionUserId(), true),
+						   pass->name, GetUserNameFromId(run_as, true) ?
+						   GetUserNameFromId(run_as, true) : "(dropped)");
+	}
+	else if (!identity_problem(pass->name, &sqlerrcode, &message))
+		return true;
+	message = lane_strdup(message);	/* the transaction's memory goes with it */
+	worker_commit_xact();
+	pass_fail(pass, -1, sqlerrcode, message);
+	return false;
+}
+
+/*
  * Load the pass.  Returns false when there is nothing to do: the pass has
  * ended.  A pass whose declaration is gone or changed fails here, at once.
  */
@@ -63,6 +91,7 @@ pass_load(Pass *pass, int64 run_id)
 	char	   *current_checksum;
 	bool		ok = true;
 	char	   *search_path = NULL;
+	Oid			run_as = InvalidOid;
 
 	memset(pass, 0, sizeof(Pass));
 	pass->run_id = run_id;
@@ -74,7 +103,7 @@ pass_load(Pass *pass, int64 run_id)
 					 "  d.batch_size, d.rate, d.max_attempts, d.backoff_base_ms,"
 					 "  d.backoff_cap_ms, d.batch_timeout_ms, d.max_parallel, d.lock_timeout_ms,"
 					 "  coalesce(d.target_batch_ms, 0), d.min_batch_size, d.max_batch_size,"
-					 "  r.input, d.settings, d.pages_fn, d.count_fn, d.search_path"
+					 "  r.input, d.settings, d.pages_fn, d.count_fn, d.search_path, d.run_as"
 					 " FROM backfill.ledger l"
 					 " JOIN backfill.run r ON r.run_id = l.run_id"
 					 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
@@ -135,12 +164,17 @@ pass_load(Pass *pass, int64 run_id)
 			if (isnull)
 				pass->count_fn = InvalidOid;
 			search_path = lane_strdup(catalog_gettext(0, 26));
+			run_as = DatumGetObjectId(catalog_getdatum(0, 27, &isnull));
 			catalog_exec("UPDATE backfill.run SET lane_starts = lane_starts + 1,"
 						 " updated_at = now() WHERE run_id = $1",
 						 1, types, values, NULL, SPI_OK_UPDATE);
 		}
 	}
 	catalog_leave(&scope);
+
+	/* the lane logged in as the role the declaration names, and it is still that role */
+	if (ok && !lane_identity_ok(pass, run_as))
+		return false;
 
 	if (ok && OidIsValid(pass->pages_fn))
 	{

@@ -47,6 +47,7 @@
 
 #include "pg_backfill.h"
 #include "catalog.h"
+#include "errors.h"
 #include "scheduler.h"
 #include "relay.h"
 #include "xact.h"
@@ -164,7 +165,9 @@ deliver(int64 id, MemoryContext cxt)
 	body = catalog_gettext(0, 4);
 
 	values[1] = CStringGetTextDatum(topic);
-	if (catalog_exec("SELECT kind, target, secret, timeout_ms, run_as, search_path"
+	if (catalog_exec("SELECT kind, target, secret, timeout_ms, run_as, search_path,"
+					 "  EXISTS (SELECT 1 FROM pg_catalog.pg_roles r"
+					 "           WHERE r.oid = run_as AND r.rolname = run_as_name), run_as_name"
 					 " FROM backfill.outbox_sink WHERE topic = $2",
 					 2, types, values, NULL, SPI_OK_SELECT) == 0)
 		ereport(ERROR,
@@ -176,6 +179,16 @@ deliver(int64 id, MemoryContext cxt)
 	timeout_ms = DatumGetInt32(catalog_getdatum(0, 4, &isnull));
 	run_as = DatumGetObjectId(catalog_getdatum(0, 5, &isnull));
 	search_path = catalog_gettext(0, 6);
+	/* a function sink runs as the role that set it, not an oid left by a restore */
+	if (strcmp(kind, "function") == 0 && !DatumGetBool(catalog_getdatum(0, 7, &isnull)))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+				 errmsg("outbox sink of topic \"%s\" was set by role \"%s\", which it no longer "
+						"names", topic, catalog_gettext(0, 8)),
+				 errdetail("Its role oid %u is %s now.", run_as,
+						   GetUserNameFromId(run_as, true) ? GetUserNameFromId(run_as, true) :
+						   "no role"),
+				 errhint("Set the sink again: SELECT backfill_outbox_sink('%s', ...);", topic)));
 
 	if (strcmp(kind, "notify") == 0)
 	{

@@ -31,6 +31,7 @@
 #include "catalog.h"
 #include "declare.h"
 #include "errors.h"
+#include "identity.h"
 #include "launcher.h"
 #include "run.h"
 #include "scope.h"
@@ -243,6 +244,8 @@ backfill_run(PG_FUNCTION_ARGS)
 				 errdetail("The pass is enqueued and starts once that is done.")));
 	}
 
+	/* its table and roles are the ones it names (not oids left by a restore) */
+	identity_check(name);
 	check_role_can_login(name, run_as);
 
 	run_id = enqueue_pass(ledger_name, name, checksum, force, previous_id, owner, input);

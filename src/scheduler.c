@@ -154,6 +154,31 @@ lanes_of_run(int64 run_id)
 }
 
 /*
+ * A pass whose declaration is gone, or no longer names its table and
+ * roles (identity.c), gets no lane: it fails here, so no lane ever logs in
+ * as a role the declaration does not name.  Versions before 0.3 lack the
+ * function; their lanes find out after they log in.
+ */
+static void
+fail_unbound_passes(void)
+{
+	bool		isnull;
+
+	if (SPI_execute("SELECT pg_catalog.to_regprocedure('backfill.fail_unbound_passes()')"
+					" IS NOT NULL", true, 1) != SPI_OK_SELECT ||
+		!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		return;
+	if (SPI_execute("SELECT backfill.fail_unbound_passes()", false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not fail the passes that cannot start");
+	if (DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
+									&isnull)) > 0)
+		ereport(LOG,
+				(errmsg("pg_backfill: failed passes whose declaration is gone or no longer "
+						"names its table and roles"),
+				 errhint("backfill_ledger shows why (BF007, BF016 or BF001).")));
+}
+
+/*
  * Read the running passes and how many lanes each wants.  Runs in its own
  * transaction; the result is allocated in the caller's memory context.
  */
@@ -169,6 +194,7 @@ read_running_passes(MemoryContext result_cxt)
 	{
 		int			rc;
 
+		fail_unbound_passes();
 		rc = SPI_execute("SELECT l.run_id, coalesce(d.run_as, l.owner), coalesce(d.max_parallel, 1),"
 						 "  r.phase,"
 						 "  count(*) FILTER (WHERE p.state = 'running' AND p.alive),"
@@ -189,7 +215,7 @@ read_running_passes(MemoryContext result_cxt)
 						 " GROUP BY l.run_id, l.owner, d.run_as, d.max_parallel, r.phase,"
 						 "   d.requires_backfill"
 						 " ORDER BY l.run_id",
-						 true, 0);
+						 false, 0);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "could not read the running passes: SPI code %d", rc);
 
