@@ -101,7 +101,7 @@ SELECT results_eq(
     $$SELECT batch_size, max_parallel, max_attempts, batch_timeout_ms, backoff_base_ms,
              backoff_cap_ms, environments, owner
         FROM backfill.declaration WHERE name = 'bf020_rate'$$,
-    $$VALUES (1000, 1, 5, 60000, 1000, 60000, NULL::text[], 'postgres'::regrole::oid)$$,
+    $$VALUES (1000, 1, 5, 60000, 1000, 60000, NULL::text[], 'postgres'::regrole)$$,
     'the other options take their documented defaults and the owner is the caller');
 
 -- privileges
@@ -136,7 +136,7 @@ SELECT matches(backfill_declare('bf020_w', 'bf020_t', 'c IS NULL',
                '^[0-9a-f]{64}$', 'a LOGIN role with SELECT and UPDATE may declare');
 RESET ROLE;
 SELECT is((SELECT owner FROM backfill.declaration WHERE name = 'bf020_w'),
-          'bf020_writer'::regrole::oid, 'its declaration is owned by that role');
+          'bf020_writer'::regrole, 'its declaration is owned by that role');
 
 SELECT * FROM finish();
 

@@ -199,7 +199,7 @@ SELECT lives_ok($$SELECT backfill_declare(name => 'bf060_copy', relation => NULL
     'a pages source with a count function is declared');
 SELECT results_eq($$SELECT relid, pages_fn::text, count_fn::text FROM backfill.declaration
                      WHERE name = 'bf060_copy'$$,
-                  $$VALUES (NULL::oid, 'bf060_page(text,jsonb)', 'bf060_count(jsonb)')$$,
+                  $$VALUES (NULL::regclass, 'bf060_page(text,jsonb)', 'bf060_count(jsonb)')$$,
                   'it stores the pages and count functions and no relation');
 SELECT backfill_run('bf060_copy') AS copy_run \gset
 SELECT is(backfill_wait(:copy_run, '60 s'), 'completed', 'the pages pass completes');
