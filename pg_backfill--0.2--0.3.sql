@@ -222,6 +222,56 @@ REVOKE ALL ON FUNCTION backfill.fail_unbound_passes() FROM PUBLIC;
 -- True states: runs, retries, controls, counting
 -- ===================================================================
 
+/*
+ * One running pass per backfill (per ledger name), in the catalog itself:
+ * two transactions that both enqueue a pass cannot both commit.  A 0.2
+ * installation may already hold two running passes of one name (two
+ * REPEATABLE READ callers could both enqueue); all but the oldest are
+ * ended as cancelled first, with the reason, so that the index can be
+ * built.  Their lanes find the pass ended at their next checkpoint.
+ */
+CREATE FUNCTION backfill.second_running_passes()
+RETURNS TABLE (run_id bigint, kept bigint)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT l.run_id,
+           (SELECT min(o.run_id) FROM backfill.ledger o
+             WHERE o.ledger_name = l.ledger_name AND o.status = 'running')
+      FROM backfill.ledger l
+     WHERE l.status = 'running'
+       AND EXISTS (SELECT 1 FROM backfill.ledger o
+                    WHERE o.ledger_name = l.ledger_name AND o.status = 'running'
+                      AND o.run_id < l.run_id)
+$$;
+
+UPDATE backfill.partition p SET state = 'cancelled', finished_at = now()
+  FROM backfill.second_running_passes() s
+ WHERE p.run_id = s.run_id AND p.state IN ('pending', 'running');
+
+UPDATE backfill.run r
+   SET phase = 'done', paused = false, updated_at = now(),
+       last_error = pg_catalog.format('cancelled by the upgrade to 0.3: run %s of the same '
+                                      'backfill was already running', s.kept)
+  FROM backfill.second_running_passes() s
+ WHERE r.run_id = s.run_id;
+
+UPDATE backfill.ledger l
+   SET status = 'cancelled', finished_at = now(), error_code = 'BF010',
+       error_message = pg_catalog.format('cancelled by the upgrade to 0.3: run %s of the same '
+                                         'backfill was already running', s.kept),
+       rows = (SELECT coalesce(sum(p.rows), 0) FROM backfill.partition p
+                WHERE p.run_id = l.run_id),
+       batches = (SELECT coalesce(sum(p.batches), 0) FROM backfill.partition p
+                   WHERE p.run_id = l.run_id)
+  FROM backfill.second_running_passes() s
+ WHERE l.run_id = s.run_id;
+
+DROP FUNCTION backfill.second_running_passes();
+
+CREATE UNIQUE INDEX ledger_one_running_idx ON backfill.ledger (ledger_name)
+    WHERE status = 'running';
+
 -- (end of true states: runs)
 
 

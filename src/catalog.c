@@ -28,6 +28,7 @@
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 
 #include "pg_backfill.h"
 #include "catalog.h"
@@ -132,6 +133,31 @@ catalog_exec_cached(SPIPlanPtr *cache, const char *sql, int nargs, Oid *types,
 	rc = SPI_execute_plan(*cache, values, nulls, false, 0);
 	if (rc != expected)
 		elog(ERROR, "pg_backfill catalog statement failed (SPI code %d): %s", rc, sql);
+	return (int) SPI_processed;
+}
+
+/*
+ * A SELECT that sees every transaction committed so far, also in a
+ * REPEATABLE READ or SERIALIZABLE transaction, whose own snapshot may be
+ * older than the row lock it has just waited for.  Callers take a lock
+ * first (the declaration's row), so that what they read cannot move before
+ * they act on it.
+ */
+int
+catalog_exec_latest(const char *sql, int nargs, Oid *types, Datum *values,
+					const char *nulls)
+{
+	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
+	int			rc;
+
+	if (plan == NULL)
+		elog(ERROR, "could not prepare a pg_backfill catalog statement (%s): %s",
+			 SPI_result_code_string(SPI_result), sql);
+	rc = SPI_execute_snapshot(plan, values, nulls, GetLatestSnapshot(), InvalidSnapshot,
+							  true, false, 0);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "pg_backfill catalog statement failed (SPI code %d): %s", rc, sql);
+	SPI_freeplan(plan);
 	return (int) SPI_processed;
 }
 

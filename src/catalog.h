@@ -38,6 +38,9 @@ extern int	catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
 						 const char *nulls, int expected);
 extern int	catalog_exec_cached(SPIPlanPtr *cache, const char *sql, int nargs, Oid *types,
 								Datum *values, const char *nulls, int expected);
+/* a read with the newest committed data, whatever the transaction's snapshot */
+extern int	catalog_exec_latest(const char *sql, int nargs, Oid *types, Datum *values,
+								const char *nulls);
 extern Datum catalog_getdatum(int row, int col, bool *isnull);
 extern char *catalog_gettext(int row, int col);
 

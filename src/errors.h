@@ -47,6 +47,8 @@
 #define ERRCODE_BACKFILL_PRIVILEGE		MAKE_SQLSTATE('B','F','0','1','6')
 /* the ledger is append-only (raised by the ledger trigger, in SQL) */
 #define ERRCODE_BACKFILL_LEDGER_READONLY MAKE_SQLSTATE('B','F','0','1','7')
+/* another transaction started or ended a pass after this one's snapshot */
+#define ERRCODE_BACKFILL_CONCURRENT	MAKE_SQLSTATE('B','F','0','2','0')
 
 /* the server is a standby: what would write belongs on the primary */
 #define ERRCODE_BACKFILL_STANDBY		MAKE_SQLSTATE('B','F','0','2','6')

@@ -69,6 +69,36 @@ check_environment(const char *name, Datum environments, const char *envlist)
 }
 
 /*
+ * The catalog holds at most one running pass per ledger name (the unique
+ * index ledger_one_running_idx).  Callers check under the declaration's
+ * lock first; an enqueue that still collides (a writer that took no such
+ * lock) gets this error instead of the index's.  Returns when the error
+ * being handled is another one.
+ */
+static void
+refuse_second_running_pass(MemoryContext cxt, const char *name, const char *ledger_name)
+{
+	MemoryContext errcxt = MemoryContextSwitchTo(cxt);
+	ErrorData  *edata = CopyErrorData();
+
+	if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION || edata->constraint_name == NULL ||
+		strcmp(edata->constraint_name, "ledger_one_running_idx") != 0)
+	{
+		FreeErrorData(edata);
+		MemoryContextSwitchTo(errcxt);
+		return;
+	}
+	FlushErrorState();
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_CONCURRENT),
+			 errmsg("backfill \"%s\" is already running", ledger_name),
+			 errdetail("A pass of it was enqueued by a concurrent transaction; a backfill has "
+					   "at most one running pass."),
+			 errhint("SELECT backfill_status('%s'); shows the running pass; "
+					 "backfill_wait() waits for it.", name)));
+}
+
+/*
  * Write the ledger row (status running) and the run row of a new pass, in
  * the caller's transaction and SPI connection.  Returns the run id.
  */
@@ -82,6 +112,7 @@ enqueue_pass(const char *ledger_name, const char *name, const char *checksum, bo
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	bool		isnull;
 	int64		run_id;
+	MemoryContext cxt = CurrentMemoryContext;
 
 	values[0] = CStringGetTextDatum(ledger_name);
 	values[1] = CStringGetTextDatum(checksum);
@@ -93,13 +124,22 @@ enqueue_pass(const char *ledger_name, const char *name, const char *checksum, bo
 	values[6] = input ? JsonbPGetDatum(input) : (Datum) 0;
 	nulls[6] = input ? ' ' : 'n';
 	catalog_enter(&scope);
-	catalog_exec("WITH l AS ("
-				 "  INSERT INTO backfill.ledger"
-				 "   (ledger_name, declaration, checksum, forced, previous_run_id, owner)"
-				 "  VALUES ($1, $6, $2, $3, $4, $5) RETURNING run_id)"
-				 " INSERT INTO backfill.run (run_id, input) SELECT run_id, $7 FROM l"
-				 " RETURNING run_id",
-				 7, types, values, nulls, SPI_OK_INSERT_RETURNING);
+	PG_TRY();
+	{
+		catalog_exec("WITH l AS ("
+					 "  INSERT INTO backfill.ledger"
+					 "   (ledger_name, declaration, checksum, forced, previous_run_id, owner)"
+					 "  VALUES ($1, $6, $2, $3, $4, $5) RETURNING run_id)"
+					 " INSERT INTO backfill.run (run_id, input) SELECT run_id, $7 FROM l"
+					 " RETURNING run_id",
+					 7, types, values, nulls, SPI_OK_INSERT_RETURNING);
+	}
+	PG_CATCH();
+	{
+		refuse_second_running_pass(cxt, name, ledger_name);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	run_id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
 	catalog_leave(&scope);
 	backfill_wake_scheduler_at_commit();
@@ -191,13 +231,18 @@ backfill_run(PG_FUNCTION_ARGS)
 		Oid			types[1] = {TEXTOID};
 		Datum		values[1] = {CStringGetTextDatum(ledger_name)};
 
-		catalog_exec("SELECT"
-					 "  (SELECT max(l.run_id) FROM backfill.ledger l"
-					 "    WHERE l.ledger_name = $1 AND l.status = 'running'),"
-					 "  (SELECT max(l.run_id) FROM backfill.ledger l"
-					 "    WHERE l.ledger_name = $1 AND l.status = 'completed'),"
-					 "  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.ledger_name = $1)",
-					 1, types, values, NULL, SPI_OK_SELECT);
+		/*
+		 * With the declaration locked, read the ledger as it is now: a
+		 * REPEATABLE READ or SERIALIZABLE caller's snapshot may predate the
+		 * pass that the transaction we waited for has just enqueued.
+		 */
+		catalog_exec_latest("SELECT"
+							"  (SELECT max(l.run_id) FROM backfill.ledger l"
+							"    WHERE l.ledger_name = $1 AND l.status = 'running'),"
+							"  (SELECT max(l.run_id) FROM backfill.ledger l"
+							"    WHERE l.ledger_name = $1 AND l.status = 'completed'),"
+							"  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.ledger_name = $1)",
+							1, types, values, NULL);
 		running_id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
 		if (isnull)
 			running_id = 0;
