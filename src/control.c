@@ -13,6 +13,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -49,12 +50,76 @@ typedef struct Target
 	Oid			run_as;
 } Target;
 
+/* the state of a backfill's passes that the controls act on */
+#define TARGET_STATE_SQL \
+	"SELECT d.owner, d.checksum, d.environments," \
+	"  array_to_string(d.environments, ', ')," \
+	"  (SELECT max(l.run_id) FROM backfill.ledger l" \
+	"    WHERE l.declaration = d.name AND l.status = 'running')," \
+	"  last.run_id, last.status, last.checksum, last.ledger_name," \
+	"  (SELECT r.input FROM backfill.run r WHERE r.run_id = last.run_id)," \
+	"  d.run_as" \
+	" FROM backfill.declaration d" \
+	" LEFT JOIN LATERAL (SELECT l.run_id, l.status, l.checksum, l.ledger_name" \
+	"    FROM backfill.ledger l WHERE l.declaration = d.name" \
+	"   ORDER BY l.run_id DESC LIMIT 1) last ON true" \
+	" WHERE d.name = $1"
+
+static int64
+int64_or_zero(int col)
+{
+	bool		isnull;
+	Datum		d = catalog_getdatum(0, col, &isnull);
+
+	return isnull ? 0 : DatumGetInt64(d);
+}
+
+/*
+ * A REPEATABLE READ or SERIALIZABLE caller acts on its snapshot: if a pass
+ * of the backfill started or ended after it was taken, the control would
+ * act on a state that is gone (start a second pass, steer an ended one).
+ * Refuse instead.  Inside the catalog scope, with the declaration locked.
+ */
+static void
+check_snapshot_current(Target *t, const char *control)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(t->name)};
+	int64		snap_running;
+	int64		snap_last;
+
+	if (!IsolationUsesXactSnapshot())
+		return;
+	catalog_exec("SELECT"
+				 "  (SELECT max(l.run_id) FROM backfill.ledger l"
+				 "    WHERE l.declaration = $1 AND l.status = 'running'),"
+				 "  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.declaration = $1)",
+				 1, types, values, NULL, SPI_OK_SELECT);
+	snap_running = int64_or_zero(1);
+	snap_last = int64_or_zero(2);
+	if (snap_running == t->running_id && snap_last == t->last_id)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_CONCURRENT),
+			 errmsg("backfill \"%s\" changed after this transaction's snapshot was taken",
+					t->name),
+			 errdetail("Run " INT64_FORMAT " was started or ended by a transaction that committed "
+					   "after this %s transaction began; %s would act on a state that is gone.",
+					   snap_last != t->last_id ? t->last_id : Max(snap_running, t->running_id),
+					   IsolationIsSerializable() ? "SERIALIZABLE" : "REPEATABLE READ",
+					   control),
+			 errhint("Roll back and call %s again, or call it from a READ COMMITTED transaction.",
+					 control)));
+}
+
 /*
  * Lock and read the declaration.  Returns false when it is not declared
- * (and missing_ok), else raises UNKNOWN.  Must be called inside SPI.
+ * (and missing_ok), else raises UNKNOWN.  The state of its passes is read
+ * as it is once the lock is held, whatever the caller's snapshot.  Must be
+ * called inside SPI.
  */
 static bool
-target_load(const char *name, Target *t, bool missing_ok)
+target_load(const char *name, Target *t, bool missing_ok, const char *control)
 {
 	CatalogScope scope;
 	Oid			types[1] = {TEXTOID};
@@ -69,33 +134,20 @@ target_load(const char *name, Target *t, bool missing_ok)
 	values[0] = CStringGetTextDatum(name);
 
 	catalog_enter(&scope);
-	found = catalog_exec("SELECT d.owner, d.checksum, d.environments,"
-						 "  array_to_string(d.environments, ', '),"
-						 "  (SELECT max(l.run_id) FROM backfill.ledger l"
-						 "    WHERE l.declaration = d.name AND l.status = 'running'),"
-						 "  last.run_id, last.status, last.checksum, last.ledger_name,"
-						 "  (SELECT r.input FROM backfill.run r WHERE r.run_id = last.run_id),"
-						 "  d.run_as"
-						 " FROM backfill.declaration d"
-						 " LEFT JOIN LATERAL (SELECT l.run_id, l.status, l.checksum, l.ledger_name"
-						 "    FROM backfill.ledger l WHERE l.declaration = d.name"
-						 "   ORDER BY l.run_id DESC LIMIT 1) last ON true"
-						 " WHERE d.name = $1 FOR UPDATE OF d",
+	/* the row lock serializes the controls and runs of one backfill */
+	found = catalog_exec("SELECT 1 FROM backfill.declaration d WHERE d.name = $1 FOR UPDATE",
 						 1, types, values, NULL, SPI_OK_SELECT) > 0;
 	if (found)
 	{
+		catalog_exec_latest(TARGET_STATE_SQL, 1, types, values, NULL);
 		t->owner = DatumGetObjectId(catalog_getdatum(0, 1, &isnull));
 		t->checksum = catalog_gettext(0, 2);
 		t->environments = catalog_getdatum(0, 3, &isnull);
 		if (!isnull)
 			t->environments = PointerGetDatum(PG_DETOAST_DATUM_COPY(t->environments));
 		t->envlist = catalog_gettext(0, 4);
-		t->running_id = DatumGetInt64(catalog_getdatum(0, 5, &isnull));
-		if (isnull)
-			t->running_id = 0;
-		t->last_id = DatumGetInt64(catalog_getdatum(0, 6, &isnull));
-		if (isnull)
-			t->last_id = 0;
+		t->running_id = int64_or_zero(5);
+		t->last_id = int64_or_zero(6);
 		t->last_status = catalog_gettext(0, 7);
 		t->last_checksum = catalog_gettext(0, 8);
 		t->last_ledger_name = catalog_gettext(0, 9);
@@ -114,8 +166,44 @@ target_load(const char *name, Target *t, bool missing_ok)
 				 errmsg("backfill \"%s\" is not declared", name),
 				 errhint("backfill_pending() lists the declared backfills.")));
 	if (found)
+	{
 		check_backfill_member(name, t->owner);
+		catalog_enter(&scope);
+		check_snapshot_current(t, control);
+		catalog_leave(&scope);
+	}
 	return found;
+}
+
+/*
+ * Lock the running pass: its ledger row, then its run row, in the order
+ * every writer of a pass's state takes them (ledger, run, partitions; see
+ * src/README.md).  Waiting for the ledger row waits out a lane that is
+ * counting or ending the pass, waiting for the run row a lane that is
+ * planning it, so a control acts on the pass as it is after them.  Returns
+ * false, and clears running_id, when the pass ended meanwhile.
+ */
+static bool
+lock_running_pass(Target *t)
+{
+	CatalogScope scope;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(t->running_id)};
+	bool		running;
+
+	if (t->running_id == 0)
+		return false;
+	catalog_enter(&scope);
+	running = catalog_exec("SELECT 1 FROM backfill.ledger l"
+						   " WHERE l.run_id = $1 AND l.status = 'running' FOR UPDATE",
+						   1, types, values, NULL, SPI_OK_SELECT) > 0;
+	if (running)
+		catalog_exec("SELECT 1 FROM backfill.run r WHERE r.run_id = $1 FOR UPDATE",
+					 1, types, values, NULL, SPI_OK_SELECT);
+	catalog_leave(&scope);
+	if (!running)
+		t->running_id = 0;
+	return running;
 }
 
 /* Run one catalog statement on the target's running pass; rows changed. */
@@ -149,8 +237,8 @@ backfill_pause(PG_FUNCTION_ARGS)
 	bool		changed = false;
 
 	connect_spi();
-	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false);
-	if (t.running_id != 0)
+	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false, "backfill_pause");
+	if (lock_running_pass(&t))
 		changed = on_running_pass(&t, "UPDATE backfill.run SET paused = true, updated_at = now()"
 								  " WHERE run_id = $1 AND NOT paused ") > 0;
 	else
@@ -167,8 +255,8 @@ backfill_resume(PG_FUNCTION_ARGS)
 	bool		changed = false;
 
 	connect_spi();
-	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false);
-	if (t.running_id != 0)
+	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false, "backfill_resume");
+	if (lock_running_pass(&t))
 		changed = on_running_pass(&t, "UPDATE backfill.run SET paused = false, updated_at = now()"
 								  " WHERE run_id = $1 AND paused ") > 0;
 	if (changed)
@@ -178,10 +266,12 @@ backfill_resume(PG_FUNCTION_ARGS)
 }
 
 /*
- * Cancelling first marks the pass's open partitions cancelled.  That waits
- * for batches that are committing their checkpoint, and makes any later
+ * Cancelling locks the pass (a lane counting or planning it finishes
+ * first), then marks its open partitions cancelled.  That waits for
+ * batches that are committing their checkpoint, and makes any later
  * checkpoint of the pass find no lease, so its batch rolls back: the
- * ledger's counts are exactly what committed.
+ * ledger's counts are exactly what committed.  A pass that ended while
+ * the cancel waited is left as it ended.
  */
 Datum
 backfill_cancel(PG_FUNCTION_ARGS)
@@ -190,8 +280,8 @@ backfill_cancel(PG_FUNCTION_ARGS)
 	bool		changed = false;
 
 	connect_spi();
-	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false);
-	if (t.running_id != 0)
+	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false, "backfill_cancel");
+	if (lock_running_pass(&t))
 	{
 		on_running_pass(&t, "UPDATE backfill.partition SET state = 'cancelled',"
 						" finished_at = now()"
@@ -205,9 +295,10 @@ backfill_cancel(PG_FUNCTION_ARGS)
 								  "  batches = (SELECT coalesce(sum(p.batches), 0)"
 								  "               FROM backfill.partition p WHERE p.run_id = l.run_id)"
 								  " WHERE l.run_id = $1 AND l.status = 'running'") > 0;
-		on_running_pass(&t, "UPDATE backfill.run SET phase = 'done', paused = false,"
-						" last_error = 'cancelled by ' || $2, updated_at = now()"
-						" WHERE run_id = $1");
+		if (changed)
+			on_running_pass(&t, "UPDATE backfill.run SET phase = 'done', paused = false,"
+							" last_error = 'cancelled by ' || $2, updated_at = now()"
+							" WHERE run_id = $1");
 	}
 	else
 		ereport(NOTICE,
@@ -217,18 +308,72 @@ backfill_cancel(PG_FUNCTION_ARGS)
 }
 
 /*
+ * A new pass resuming the failed pass t->last_id from its checkpoints.  A
+ * pass that failed before it was planned has no partitions: the new one
+ * stays queued, and its first lane plans it.
+ */
+static void
+retry_failed_pass(Target *t)
+{
+	CatalogScope scope;
+	Oid			types[2] = {INT8OID, INT8OID};
+	Datum		values[2];
+	int64		run_id;
+	int			copied;
+
+	if (strcmp(t->last_checksum, t->checksum) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_CHANGED),
+				 errmsg("backfill \"%s\" changed since run " INT64_FORMAT " failed",
+						t->name, t->last_id),
+				 errdetail("Its checkpoints belong to the old definition."),
+				 errhint("Start a new pass with backfill_run('%s', force => true).", t->name)));
+	check_environment(t->name, t->environments, t->envlist);
+	identity_check(t->name);
+	check_role_can_login(t->name, t->run_as);
+
+	run_id = enqueue_pass(t->last_ledger_name, t->name, t->checksum, false, t->last_id, t->owner,
+						  t->last_input);
+	values[0] = Int64GetDatum(run_id);
+	values[1] = Int64GetDatum(t->last_id);
+	catalog_enter(&scope);
+	copied = catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, state)"
+						  " SELECT $1, part_no, lo, hi, cursor,"
+						  "        CASE WHEN state = 'done' THEN 'done' ELSE 'pending' END"
+						  "   FROM backfill.partition WHERE run_id = $2",
+						  2, types, values, NULL, SPI_OK_INSERT);
+	if (copied > 0)
+		catalog_exec("UPDATE backfill.run r SET phase = 'running', plan_method = o.plan_method,"
+					 " estimate = o.estimate FROM backfill.run o"
+					 " WHERE r.run_id = $1 AND o.run_id = $2",
+					 2, types, values, NULL, SPI_OK_UPDATE);
+	catalog_leave(&scope);
+	ereport(NOTICE,
+			(errmsg("backfill \"%s\" resumes failed run " INT64_FORMAT " as run " INT64_FORMAT,
+					t->name, t->last_id, run_id),
+			 copied == 0 ?
+			 errdetail("Run " INT64_FORMAT " failed before it was planned; run " INT64_FORMAT
+					   " plans it again.", t->last_id, run_id) : 0));
+}
+
+/*
  * Retry: failed partitions of the running pass go back to pending.  When
  * the newest pass has ended failed, a new pass (a new ledger row: history
- * is never rewritten) resumes it from its checkpoints.
+ * is never rewritten) resumes it from its checkpoints.  The running pass
+ * is locked first, so a lane that is ending it (its partitions failed)
+ * ends it before, or finds the partitions pending after.
  */
 Datum
 backfill_retry(PG_FUNCTION_ARGS)
 {
+	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	Target		t;
 	bool		changed = false;
 
 	connect_spi();
-	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false);
+	target_load(name, &t, false, "backfill_retry");
+	if (t.running_id != 0 && !lock_running_pass(&t))
+		target_load(name, &t, false, "backfill_retry");	/* it ended meanwhile */
 	if (t.running_id != 0)
 	{
 		changed = on_running_pass(&t, "UPDATE backfill.partition SET state = 'pending',"
@@ -238,40 +383,7 @@ backfill_retry(PG_FUNCTION_ARGS)
 	}
 	else if (t.last_id != 0 && strcmp(t.last_status, "failed") == 0)
 	{
-		CatalogScope scope;
-		Oid			types[2] = {INT8OID, INT8OID};
-		Datum		values[2];
-		int64		run_id;
-
-		if (strcmp(t.last_checksum, t.checksum) != 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_CHANGED),
-					 errmsg("backfill \"%s\" changed since run " INT64_FORMAT " failed",
-							t.name, t.last_id),
-					 errdetail("Its checkpoints belong to the old definition."),
-					 errhint("Start a new pass with backfill_run('%s', force => true).", t.name)));
-		check_environment(t.name, t.environments, t.envlist);
-		identity_check(t.name);
-		check_role_can_login(t.name, t.run_as);
-
-		run_id = enqueue_pass(t.last_ledger_name, t.name, t.checksum, false, t.last_id, t.owner,
-							  t.last_input);
-		values[0] = Int64GetDatum(run_id);
-		values[1] = Int64GetDatum(t.last_id);
-		catalog_enter(&scope);
-		catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, state)"
-					 " SELECT $1, part_no, lo, hi, cursor,"
-					 "        CASE WHEN state = 'done' THEN 'done' ELSE 'pending' END"
-					 "   FROM backfill.partition WHERE run_id = $2",
-					 2, types, values, NULL, SPI_OK_INSERT);
-		catalog_exec("UPDATE backfill.run r SET phase = 'running', plan_method = o.plan_method,"
-					 " estimate = o.estimate FROM backfill.run o"
-					 " WHERE r.run_id = $1 AND o.run_id = $2",
-					 2, types, values, NULL, SPI_OK_UPDATE);
-		catalog_leave(&scope);
-		ereport(NOTICE,
-				(errmsg("backfill \"%s\" resumes failed run " INT64_FORMAT " as run " INT64_FORMAT,
-						t.name, t.last_id, run_id)));
+		retry_failed_pass(&t);
 		changed = true;
 	}
 	if (changed)
@@ -296,7 +408,7 @@ backfill_drop(PG_FUNCTION_ARGS)
 	int64		rows;
 
 	connect_spi();
-	if (!target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, true))
+	if (!target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, true, "backfill_drop"))
 	{
 		ereport(NOTICE, (errmsg("backfill \"%s\" is not declared; nothing to drop", t.name)));
 		SPI_finish();

@@ -435,11 +435,12 @@ pass_fail_partition(Pass *pass, Claim *claim, const char *message)
 	values[2] = CStringGetTextDatum(message);
 	worker_begin_xact("pg_backfill lane: failing a partition");
 	catalog_enter(&scope);
+	/* the run row before the partition: the order cancel takes them in */
+	catalog_exec("UPDATE backfill.run SET last_error = $3, updated_at = now() WHERE run_id = $1",
+				 3, types, values, NULL, SPI_OK_UPDATE);
 	catalog_exec("UPDATE backfill.partition SET state = 'failed', last_error = $3,"
 				 " failures = failures + 1, finished_at = now()"
 				 " WHERE run_id = $1 AND part_no = $2",
-				 3, types, values, NULL, SPI_OK_UPDATE);
-	catalog_exec("UPDATE backfill.run SET last_error = $3, updated_at = now() WHERE run_id = $1",
 				 3, types, values, NULL, SPI_OK_UPDATE);
 	catalog_leave(&scope);
 	worker_commit_xact();
@@ -450,12 +451,14 @@ pass_fail_partition(Pass *pass, Claim *claim, const char *message)
 }
 
 /*
- * Fail the pass: the ledger row ends as failed with the error's SQLSTATE.
- * part_no >= 0 also marks that partition failed.  Runs its own
- * transaction; the caller must not be in one.
+ * Fail the pass inside the caller's transaction: the ledger row ends as
+ * failed with the error's SQLSTATE, then the run row, then (part_no >= 0)
+ * that partition: ledger, run, partitions is the order in which every
+ * writer of a pass's state locks it (src/README.md).  A pass that has
+ * already ended is left alone.
  */
-void
-pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message)
+static void
+pass_fail_in_xact(Pass *pass, int part_no, int sqlerrcode, const char *message)
 {
 	CatalogScope scope;
 	Oid			types[4] = {INT8OID, INT4OID, TEXTOID, TEXTOID};
@@ -466,11 +469,7 @@ pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message)
 	values[2] = CStringGetTextDatum(unpack_sql_state(sqlerrcode));
 	values[3] = CStringGetTextDatum(message);
 
-	worker_begin_xact("pg_backfill lane: failing the pass");
 	catalog_enter(&scope);
-	catalog_exec("UPDATE backfill.partition SET state = 'failed', last_error = $4,"
-				 " finished_at = now() WHERE run_id = $1 AND part_no = $2",
-				 4, types, values, NULL, SPI_OK_UPDATE);
 	if (catalog_exec("UPDATE backfill.ledger l SET status = 'failed', finished_at = now(),"
 					 "  error_code = $3, error_message = $4,"
 					 "  rows = (SELECT coalesce(sum(p.rows), 0) FROM backfill.partition p"
@@ -480,8 +479,11 @@ pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message)
 					 " WHERE l.run_id = $1 AND l.status = 'running'",
 					 4, types, values, NULL, SPI_OK_UPDATE) > 0)
 	{
-		catalog_exec("UPDATE backfill.run SET phase = 'done', last_error = $4, updated_at = now()"
-					 " WHERE run_id = $1",
+		catalog_exec("UPDATE backfill.run SET phase = 'done', paused = false, last_error = $4,"
+					 " updated_at = now() WHERE run_id = $1",
+					 4, types, values, NULL, SPI_OK_UPDATE);
+		catalog_exec("UPDATE backfill.partition SET state = 'failed', last_error = $4,"
+					 " finished_at = now() WHERE run_id = $1 AND part_no = $2",
 					 4, types, values, NULL, SPI_OK_UPDATE);
 		ereport(LOG,
 				(errmsg("backfill \"%s\" run " INT64_FORMAT " failed: %s",
@@ -489,6 +491,17 @@ pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message)
 				 errdetail("SQLSTATE %s.", unpack_sql_state(sqlerrcode))));
 	}
 	catalog_leave(&scope);
+}
+
+/*
+ * Fail the pass (see pass_fail_in_xact) in a transaction of its own; the
+ * caller must not be in one.
+ */
+void
+pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message)
+{
+	worker_begin_xact("pg_backfill lane: failing the pass");
+	pass_fail_in_xact(pass, part_no, sqlerrcode, message);
 	worker_commit_xact();
 }
 
@@ -509,12 +522,27 @@ pass_finish(Pass *pass)
 	int64		failed_parts;
 	int64		remaining;
 	char	   *status;
+	bool		paused;
 	StringInfoData sql;
 
 	values[0] = Int64GetDatum(pass->run_id);
 
+	/*
+	 * With the ledger row locked, as backfill_retry and backfill_cancel lock
+	 * it: a retry that puts failed partitions back to pending comes wholly
+	 * before this look (the pass goes on) or wholly after it (it resumes
+	 * the failed pass in a new one).
+	 */
 	worker_begin_xact("pg_backfill lane: checking the partitions");
 	catalog_enter(&scope);
+	if (catalog_exec("SELECT 1 FROM backfill.ledger WHERE run_id = $1 AND status = 'running'"
+					 " FOR UPDATE",
+					 1, types, values, NULL, SPI_OK_SELECT) == 0)
+	{
+		catalog_leave(&scope);
+		worker_commit_xact();
+		return;					/* it has ended */
+	}
 	catalog_exec("SELECT count(*) FILTER (WHERE state NOT IN ('done', 'failed')),"
 				 "  count(*) FILTER (WHERE state = 'failed'),"
 				 "  (array_agg(last_error ORDER BY part_no) FILTER (WHERE state = 'failed'))[1]"
@@ -528,8 +556,8 @@ pass_finish(Pass *pass)
 									   (long long) failed_parts, catalog_gettext(0, 3));
 
 		catalog_leave(&scope);
+		pass_fail_in_xact(pass, -1, ERRCODE_BACKFILL_BATCH_FAILED, message);
 		worker_commit_xact();
-		pass_fail(pass, -1, ERRCODE_BACKFILL_BATCH_FAILED, message);
 		return;
 	}
 	if (open_parts == 0)
@@ -541,13 +569,22 @@ pass_finish(Pass *pass)
 	if (open_parts > 0)
 		return;					/* another lane still works on this pass */
 
+	/*
+	 * The ledger row stays locked while counting: a cancel or pause waits
+	 * for the count and then finds the pass ended.  A pass paused before
+	 * the count began is not counted now: resuming it starts a lane that
+	 * counts.
+	 */
 	worker_begin_xact("pg_backfill lane: counting the rows left");
 	catalog_enter(&scope);
-	catalog_exec("SELECT status FROM backfill.ledger WHERE run_id = $1 FOR UPDATE",
+	catalog_exec("SELECT l.status, r.paused FROM backfill.ledger l"
+				 " JOIN backfill.run r ON r.run_id = l.run_id"
+				 " WHERE l.run_id = $1 FOR UPDATE OF l",
 				 1, types, values, NULL, SPI_OK_SELECT);
 	status = catalog_gettext(0, 1);
+	paused = DatumGetBool(catalog_getdatum(0, 2, &isnull));
 	catalog_leave(&scope);
-	if (strcmp(status, "running") != 0)
+	if (strcmp(status, "running") != 0 || paused)
 	{
 		worker_commit_xact();
 		return;
@@ -605,7 +642,7 @@ pass_finish(Pass *pass)
 					 " WHERE l.run_id = $1",
 					 3, types, values, nulls, SPI_OK_UPDATE);
 		catalog_exec("UPDATE backfill.run SET phase = 'done', remaining = $2, last_error = $3,"
-					 " updated_at = now() WHERE run_id = $1",
+					 " paused = false, updated_at = now() WHERE run_id = $1",
 					 3, types, values, nulls, SPI_OK_UPDATE);
 		ereport(LOG, (errmsg("%s", message),
 					  errhint("Rows may be written faster than the backfill fixes them, or the "
@@ -619,8 +656,8 @@ pass_finish(Pass *pass)
 					 "  batches = (SELECT sum(p.batches) FROM backfill.partition p WHERE p.run_id = l.run_id)"
 					 " WHERE l.run_id = $1",
 					 1, types, values, NULL, SPI_OK_UPDATE);
-		catalog_exec("UPDATE backfill.run SET phase = 'done', remaining = 0, updated_at = now()"
-					 " WHERE run_id = $1",
+		catalog_exec("UPDATE backfill.run SET phase = 'done', remaining = 0, paused = false,"
+					 " updated_at = now() WHERE run_id = $1",
 					 1, types, values, NULL, SPI_OK_UPDATE);
 		ereport(LOG, (errmsg("backfill \"%s\" run " INT64_FORMAT " completed",
 							 pass->name, pass->run_id)));
