@@ -80,10 +80,28 @@ read_health_if_due(Pass *pass, Claim *claim)
 	claim->dead_tuples = DatumGetInt64(catalog_getdatum(0, 3, &isnull));
 }
 
+/* Free the plans an earlier, failed attempt at batch_prepare kept. */
+static void
+batch_free_plans(Pass *pass)
+{
+	for (int variant = 0; variant < 4; variant++)
+	{
+		if (pass->keys_plan[variant] != NULL)
+			SPI_freeplan(pass->keys_plan[variant]);
+		pass->keys_plan[variant] = NULL;
+	}
+	if (pass->action_plan != NULL)
+		SPI_freeplan(pass->action_plan);
+	pass->action_plan = NULL;
+	if (pass->page_plan != NULL)
+		SPI_freeplan(pass->page_plan);
+	pass->page_plan = NULL;
+}
+
 /*
  * Prepare the lane's plans, as the declaring role, in a transaction of its
  * own.  The plans are kept for the lane's life; the plan cache replans them
- * when the table changes.
+ * when the table changes.  A failed attempt may be made again (lane.c).
  */
 void
 batch_prepare(Pass *pass)
@@ -93,6 +111,7 @@ batch_prepare(Pass *pass)
 	Oid			action_types[2] = {pass->keytype, pass->keytype};
 
 	worker_begin_xact("pg_backfill lane: preparing");
+	batch_free_plans(pass);
 	if (OidIsValid(pass->pages_fn))
 	{
 		Oid			page_types[2] = {TEXTOID, JSONBOID};

@@ -7,7 +7,8 @@
  * predicate and the action run with that role's privileges and no more.
  * It loads the pass, plans it if it is the first lane, and then claims
  * partitions one after another, running paced batches in each until the
- * partition is exhausted.  A failed batch is retried after a capped,
+ * partition is exhausted.  A failed batch, or a failed step outside any
+ * batch (preparing, planning, counting), is retried after a capped,
  * jittered, doubling delay; an error no retry can fix, or a batch that
  * fails max_attempts times in a row, fails the pass.  The last lane out
  * proves convergence and writes the ledger's final word (pass.c).
@@ -239,15 +240,14 @@ lane_prepare_and_plan(Pass *pass)
 }
 
 /*
- * Run a step of the pass outside any batch; an error in it fails the pass
- * with its SQLSTATE (returns false) instead of killing the lane, which the
- * scheduler would only start again.
+ * One attempt at a step of the pass outside any batch.  Returns NULL when
+ * it succeeded, else the error (in lane_cxt), its transaction rolled back.
  */
-static bool
-run_or_fail(Pass *pass, void (*step) (Pass *))
+static ErrorData *
+try_step(Pass *pass, void (*step) (Pass *))
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	volatile bool ok = true;
+	ErrorData  *volatile edata = NULL;
 
 	PG_TRY();
 	{
@@ -255,18 +255,59 @@ run_or_fail(Pass *pass, void (*step) (Pass *))
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
 		MemoryContextSwitchTo(lane_cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
 		AbortCurrentTransaction();
-		MemoryContextSwitchTo(cxt);
-		pass_fail(pass, -1, edata->sqlerrcode, edata->message);
-		ok = false;
+		pgstat_report_activity(STATE_IDLE, NULL);
 	}
 	PG_END_TRY();
-	return ok;
+	MemoryContextSwitchTo(cxt);
+	return edata;
+}
+
+/*
+ * Run a step of the pass outside any batch (preparing and planning it,
+ * counting the rows left).  An error there that a retry may fix (a lock
+ * timeout, a cancelled statement, a serialization failure or deadlock...)
+ * is retried after the same capped, jittered, doubling delay as a batch,
+ * up to max_attempts times in a row; an error no retry fixes, or the last
+ * attempt's, fails the pass with its SQLSTATE (returns false) instead of
+ * killing the lane, which the scheduler would only start again.
+ */
+static bool
+run_or_fail(Pass *pass, void (*step) (Pass *), const char *what)
+{
+	for (int failures = 1;; failures++)
+	{
+		ErrorData  *edata = try_step(pass, step);
+		int64		delay_ms;
+
+		if (edata == NULL)
+			return true;
+		if (error_is_final(edata->sqlerrcode))
+		{
+			pass_fail(pass, -1, edata->sqlerrcode, edata->message);
+			return false;
+		}
+		if (failures >= pass->max_attempts)
+		{
+			pass_fail(pass, -1, edata->sqlerrcode,
+					  psprintf("%s failed %d times in a row: %s", what, failures,
+							   edata->message));
+			return false;
+		}
+		delay_ms = backoff_doubling_ms(failures - 1, pass->backoff_base_ms, pass->backoff_cap_ms);
+		delay_ms = (int64) (delay_ms * (0.5 + 0.5 * pg_prng_double(&pg_global_prng_state)));
+		ereport(LOG,
+				(errmsg("backfill \"%s\" run " INT64_FORMAT ": %s failed (attempt %d of %d), "
+						"retrying in " INT64_FORMAT " ms",
+						pass->name, pass->run_id, what, failures, pass->max_attempts, delay_ms),
+				 errdetail("SQLSTATE %s: %s", unpack_sql_state(edata->sqlerrcode),
+						   edata->message)));
+		FreeErrorData(edata);
+		lane_sleep_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms));
+	}
 }
 
 void
@@ -297,8 +338,8 @@ backfill_lane_main(Datum main_arg)
 	if (!pass_load(&pass, args.run_id))
 		proc_exit(0);
 
-	/* errors outside a batch (preparing, planning, counting) fail the pass */
-	if (!run_or_fail(&pass, lane_prepare_and_plan))
+	/* errors outside a batch (preparing, planning, counting): retried, or fail the pass */
+	if (!run_or_fail(&pass, lane_prepare_and_plan, "preparing the pass"))
 		proc_exit(0);
 
 	while (pass_claim(&pass, &claim))
@@ -307,6 +348,6 @@ backfill_lane_main(Datum main_arg)
 		if (!work_partition(&pass, &claim, scratch))
 			proc_exit(0);
 	}
-	(void) run_or_fail(&pass, pass_finish);
+	(void) run_or_fail(&pass, pass_finish, "ending the pass");
 	proc_exit(0);
 }
