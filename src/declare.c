@@ -127,27 +127,33 @@ declaration_checksum(const char *relation, const char *key,
 	return hex;
 }
 
+/*
+ * Refuse a backfill whose lanes could not log in (tenancy_login_problem):
+ * at declaration, and whenever a pass is enqueued.
+ */
 void
 check_role_can_login(const char *name, Oid roleid)
 {
-	HeapTuple	tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(roleid));
-	bool		canlogin;
+	char	   *problem = tenancy_login_problem(roleid);
+	char	   *rolname = GetUserNameFromId(roleid, true);
 
-	if (!HeapTupleIsValid(tuple))
+	if (problem == NULL)
+		return;
+	if (rolname == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
-				 errmsg("the role that declared backfill \"%s\" no longer exists", name),
+				 errmsg("the role that runs backfill \"%s\" no longer exists", name),
+				 errdetail("Lanes connect as the role that declared the backfill (or its "
+						   "run_as); %s.", problem),
 				 errhint("Declare the backfill again as an existing role.")));
-	canlogin = ((Form_pg_authid) GETSTRUCT(tuple))->rolcanlogin;
-	ReleaseSysCache(tuple);
-	if (!canlogin)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
-				 errmsg("role \"%s\" cannot run backfill \"%s\" because it cannot log in",
-						GetUserNameFromId(roleid, false), name),
-				 errdetail("Lanes connect as the role that declared the backfill, never as a superuser."),
-				 errhint("ALTER ROLE %s LOGIN, or declare the backfill as a role that can log in.",
-						 quote_identifier(GetUserNameFromId(roleid, false)))));
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+			 errmsg("role \"%s\" cannot run backfill \"%s\" because it cannot log in",
+					rolname, name),
+			 errdetail("Lanes connect as the role that declared the backfill (or its run_as), "
+					   "never as a superuser; %s.", problem),
+			 errhint("ALTER ROLE %s LOGIN and GRANT CONNECT on the database to it, or declare "
+					 "the backfill as a role that can log in.", quote_identifier(rolname))));
 }
 
 /* Raise a SOURCE_INVALID error that carries an error caught from below. */

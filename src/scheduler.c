@@ -43,9 +43,11 @@
 
 #include "pg_backfill.h"
 #include "backoff.h"
+#include "catalog.h"
 #include "drift.h"
 #include "scheduler.h"
 #include "shmem.h"
+#include "tenancy.h"
 #include "xact.h"
 
 /* a lane this scheduler started */
@@ -73,6 +75,8 @@ typedef struct RunNeed
 	int			lanes_wanted;
 	int			lanes_live;
 	bool		check_drift;	/* queued, and requires another backfill */
+	char	   *name;			/* the declaration's name */
+	char	   *login_problem;	/* why its lanes could not log in, or NULL */
 } RunNeed;
 
 /* a lane that stops sooner than this after its start counts as a quick exit */
@@ -200,7 +204,7 @@ read_running_passes(MemoryContext result_cxt)
 						 "  count(*) FILTER (WHERE p.state = 'running' AND p.alive),"
 						 "  count(*) FILTER (WHERE p.state = 'pending'"
 						 "                     OR (p.state = 'running' AND NOT p.alive)),"
-						 "  r.phase = 'queued' AND d.requires_backfill IS NOT NULL"
+						 "  r.phase = 'queued' AND d.requires_backfill IS NOT NULL, l.declaration"
 						 " FROM backfill.ledger l"
 						 " JOIN backfill.run r ON r.run_id = l.run_id"
 						 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
@@ -213,7 +217,7 @@ read_running_passes(MemoryContext result_cxt)
 						 "   AND (r.phase <> 'queued'"
 						 "        OR backfill.unmet_requirement(l.declaration) IS NULL)"
 						 " GROUP BY l.run_id, l.owner, d.run_as, d.max_parallel, r.phase,"
-						 "   d.requires_backfill"
+						 "   d.requires_backfill, l.declaration"
 						 " ORDER BY l.run_id",
 						 false, 0);
 		if (rc != SPI_OK_SELECT)
@@ -234,6 +238,12 @@ read_running_passes(MemoryContext result_cxt)
 			need->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
 			need->lanes_live = live;
 			need->check_drift = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
+			need->name = MemoryContextStrdup(result_cxt, SPI_getvalue(tup, desc, 8));
+			{
+				char	   *problem = tenancy_login_problem(need->owner);
+
+				need->login_problem = problem ? MemoryContextStrdup(result_cxt, problem) : NULL;
+			}
 			if (strcmp(phase, "queued") == 0)
 				need->lanes_wanted = max_parallel;
 			else if (claimable > 0)
@@ -360,6 +370,47 @@ start_relay_if_needed(void)
 }
 
 /*
+ * End a pass whose lanes cannot log in (tenancy_login_problem): failed,
+ * with BF016 and the reason, which backfill_status shows.  Its own
+ * transaction; the ledger row first, then the run row, as every writer of
+ * a pass's state.
+ */
+static void
+fail_pass_cannot_login(RunNeed *need)
+{
+	CatalogScope scope;
+	Oid			types[2] = {INT8OID, TEXTOID};
+	Datum		values[2];
+	char	   *message = psprintf("lanes cannot connect: %s", need->login_problem);
+
+	values[0] = Int64GetDatum(need->run_id);
+	values[1] = CStringGetTextDatum(message);
+	worker_begin_xact("pg_backfill scheduler: failing a pass whose lanes cannot log in");
+	catalog_enter(&scope);
+	if (catalog_exec("UPDATE backfill.ledger l SET status = 'failed', finished_at = now(),"
+					 "  error_code = 'BF016', error_message = $2,"
+					 "  rows = (SELECT coalesce(sum(p.rows), 0) FROM backfill.partition p"
+					 "           WHERE p.run_id = l.run_id),"
+					 "  batches = (SELECT coalesce(sum(p.batches), 0) FROM backfill.partition p"
+					 "              WHERE p.run_id = l.run_id)"
+					 " WHERE l.run_id = $1 AND l.status = 'running'",
+					 2, types, values, NULL, SPI_OK_UPDATE) > 0)
+	{
+		catalog_exec("UPDATE backfill.run SET phase = 'done', paused = false, last_error = $2,"
+					 " updated_at = now() WHERE run_id = $1",
+					 2, types, values, NULL, SPI_OK_UPDATE);
+		ereport(LOG,
+				(errmsg("backfill \"%s\" run " INT64_FORMAT " failed: %s", need->name,
+						need->run_id, message),
+				 errdetail("SQLSTATE BF016."),
+				 errhint("Let the role log in again (ALTER ROLE ... LOGIN, GRANT CONNECT), "
+						 "then backfill_retry('%s') resumes the pass.", need->name)));
+	}
+	catalog_leave(&scope);
+	worker_commit_xact();
+}
+
+/*
  * One look at the database: start the lanes that running passes want.
  * Returns how long to sleep before looking again.
  */
@@ -384,6 +435,17 @@ scheduler_tick(MemoryContext scratch)
 		memo->seen = true;
 		if (have >= need->lanes_wanted)
 			continue;
+
+		/*
+		 * A lane that cannot log in would die at start-up, again and again:
+		 * start none.  Once no lane of the pass is left, the pass fails.
+		 */
+		if (need->login_problem != NULL)
+		{
+			if (have == 0)
+				fail_pass_cannot_login(need);
+			continue;
+		}
 		/* a required backfill that drifted is reopened first; this pass waits */
 		if (need->check_drift && drift_reopen_required(need->run_id))
 			continue;

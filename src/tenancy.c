@@ -19,7 +19,9 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -53,6 +55,36 @@ tenancy_run_as(const char *name, const char *run_as)
 				 errhint("GRANT %s TO %s; or leave run_as out.", quote_identifier(run_as),
 						 quote_identifier(GetUserNameFromId(GetUserId(), false)))));
 	return roleid;
+}
+
+/*
+ * Why a lane could not log in to this database as roleid, or NULL when it
+ * can: the role was dropped, may not log in, or lacks CONNECT on the
+ * database.  The one check of a lane's login: made when a pass is
+ * enqueued (check_role_can_login) and by the scheduler before it starts a
+ * lane, so that a pass whose lanes cannot connect ends failed (BF016)
+ * instead of running forever with lanes dying at start-up.
+ */
+char *
+tenancy_login_problem(Oid roleid)
+{
+	HeapTuple	tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(roleid));
+	char	   *rolname;
+	bool		canlogin;
+
+	if (!HeapTupleIsValid(tuple))
+		return psprintf("the role with OID %u that its lanes log in as no longer exists",
+						roleid);
+	rolname = pstrdup(NameStr(((Form_pg_authid) GETSTRUCT(tuple))->rolname));
+	canlogin = ((Form_pg_authid) GETSTRUCT(tuple))->rolcanlogin;
+	ReleaseSysCache(tuple);
+	if (!canlogin)
+		return psprintf("role \"%s\" that its lanes log in as cannot log in (NOLOGIN)",
+						rolname);
+	if (pg_database_aclcheck(MyDatabaseId, roleid, ACL_CONNECT) != ACLCHECK_OK)
+		return psprintf("role \"%s\" that its lanes log in as has no CONNECT privilege on "
+						"database \"%s\"", rolname, get_database_name(MyDatabaseId));
+	return NULL;
 }
 
 void

@@ -15,6 +15,9 @@
 /* the role lanes log in as: the declarer, or a role it is a member of */
 extern Oid	tenancy_run_as(const char *name, const char *run_as);
 
+/* why a lane could not log in as roleid to this database, or NULL */
+extern char *tenancy_login_problem(Oid roleid);
+
 /* settings must be custom (dotted) names; tenant NULL or 'none' */
 extern void tenancy_check_settings(const char *name, Jsonb *settings, const char *tenant);
 
