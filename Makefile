@@ -32,8 +32,10 @@ REGRESS = declare run upgrade
 REGRESS_OPTS = --use-existing
 
 # isolation specs run in their own database, which no launcher serves, so
-# the sessions race for leases exactly as lanes would, and nothing else does
-ISOLATION = lease_claim
+# the sessions race for leases exactly as lanes would, and nothing else does;
+# states_*.spec call backfill_run and need a served database: scripts/test.sh
+# runs them in backfill_iso (scripts/cluster.sh serves it)
+ISOLATION = lease_claim states_run
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso
 
 PG_CPPFLAGS = -Isrc

@@ -3,7 +3,8 @@
 # pg_backfill preloaded.  It never touches the Debian-managed clusters.
 #
 #   scripts/cluster.sh init      # wipe $PGBASE, initdb, configure, start, create
-#                                # backfill_regress and backfill_test, restart
+#                                # backfill_regress, backfill_test and backfill_iso
+#                                # (served isolation specs), restart
 #   scripts/cluster.sh start     # start (no-op when running)
 #   scripts/cluster.sh stop      # fast shutdown (no-op when stopped)
 #   scripts/cluster.sh restart
@@ -88,12 +89,13 @@ shared_preload_libraries = 'pg_cron,pg_backfill'
 cron.database_name = 'postgres'
 cron.use_background_workers = on
 max_worker_processes = 32
-backfill.database_names = 'postgres,backfill_regress,backfill_test'
+backfill.database_names = 'postgres,backfill_regress,backfill_test,backfill_iso'
 backfill.naptime = 2
 ${PGEXTRA_CONF:-}
 CONF
     cmd_start
-    psql_cmd -q -c 'CREATE DATABASE backfill_regress' -c 'CREATE DATABASE backfill_test'
+    psql_cmd -q -c 'CREATE DATABASE backfill_regress' -c 'CREATE DATABASE backfill_test' \
+        -c 'CREATE DATABASE backfill_iso'
     # a launcher whose database was missing retries every 10 s: restart so
     # that every database's launcher connects at once
     cmd_restart

@@ -10,7 +10,10 @@
 #   tap        prove test/t/*.pl (PostgreSQL::Test::Cluster; own clusters, as postgres)
 #   isolation  pg_isolation_regress test/specs/*.spec (expected output in
 #              test/expected/) in database isolation_regression, which
-#              pg_isolation_regress creates and no launcher serves
+#              pg_isolation_regress creates and no launcher serves; the
+#              specs named states_*.spec call backfill_run and friends, which
+#              need a served database: they run in backfill_iso (created by
+#              scripts/cluster.sh, in backfill.database_names)
 #   package    (root) dpkg-buildpackage of debian/, dpkg -i, then the
 #              pg_regress suite against the installed package
 # The last line is "N passed, M failed" (individual tests); the exit status
@@ -179,18 +182,34 @@ if ! want isolation; then
     echo "== isolation: not in TEST_LAYERS, skipped"
 elif [ ${#specs[@]} -gt 0 ]; then
     names=()
-    for s in "${specs[@]}"; do names+=("$(basename "$s" .spec)"); done
-    echo "== isolation: ${names[*]}"
-    "$PG_ISOLATION_REGRESS" --inputdir=test --outputdir="$WORK/iso" --bindir="$PGBIN" \
-        --dbname=isolation_regression "${names[@]}" 2>&1 | tee "$WORK/iso.out"
-    rc=${PIPESTATUS[0]}
-    count_regress "$WORK/iso.out" "$rc"
-    if [ "$rc" -ne 0 ]; then
-        layer_failed+=(isolation)
-        if [ -f "$WORK/iso/regression.diffs" ]; then
-            echo "== isolation regression.diffs"
-            cat "$WORK/iso/regression.diffs"
+    served=()
+    for s in "${specs[@]}"; do
+        n=$(basename "$s" .spec)
+        if [[ "$n" == states_* ]]; then served+=("$n"); else names+=("$n"); fi
+    done
+    # $1: output name, $2...: pg_isolation_regress options and spec names
+    run_isolation() {
+        local out=$1
+        shift
+        "$PG_ISOLATION_REGRESS" --inputdir=test --outputdir="$WORK/$out" --bindir="$PGBIN" \
+            "$@" 2>&1 | tee "$WORK/$out.out"
+        rc=${PIPESTATUS[0]}
+        count_regress "$WORK/$out.out" "$rc"
+        if [ "$rc" -ne 0 ]; then
+            layer_failed+=(isolation)
+            if [ -f "$WORK/$out/regression.diffs" ]; then
+                echo "== isolation regression.diffs"
+                cat "$WORK/$out/regression.diffs"
+            fi
         fi
+    }
+    if [ ${#names[@]} -gt 0 ]; then
+        echo "== isolation: ${names[*]}"
+        run_isolation iso --dbname=isolation_regression "${names[@]}"
+    fi
+    if [ ${#served[@]} -gt 0 ]; then
+        echo "== isolation (served database backfill_iso): ${served[*]}"
+        run_isolation iso_served --dbname=backfill_iso --use-existing "${served[@]}"
     fi
 else
     echo "== isolation: no test/specs/*.spec, skipped"
