@@ -28,7 +28,7 @@ SELECT * FROM no_plan();
 -- one running pass per ledger name
 -- ------------------------------------------------------------------
 SELECT is((SELECT indisunique AND pg_get_expr(indpred, indrelid) = '(status = ''running''::text)'
-             FROM pg_index WHERE indexrelid = 'backfill.ledger_one_running_idx'::regclass),
+             FROM pg_index WHERE indexrelid = to_regclass('backfill.ledger_one_running_idx')),
           true, 'the ledger has a unique index on the running ledger name');
 
 -- ------------------------------------------------------------------

@@ -68,20 +68,31 @@ sub session
 {
 	my ($app) = @_;
 	my $s = $node->background_psql('postgres', on_error_stop => 0);
+	$s->set_query_timer_restart();
 	$s->query_safe("SET application_name = '$app'");
 	return $s;
 }
 
 # start $sql (one boolean result) in session $s named $app; return once it
-# has finished or waits for a lock
+# has finished or waits for a lock: (true, what it printed so far)
 sub start_waiting
 {
 	my ($s, $app, $sql, $fn) = @_;
-	$s->query_until(qr/started/, "\\echo started\n$sql;\n");
-	return poll_until($node,
+	my $early = $s->query_until(qr/started\n/, "\\echo started\n$sql;\n");
+	$early =~ s/^.*?started\n//s;
+	my $ok = poll_until($node,
 		qq{SELECT count(*) FROM pg_stat_activity WHERE application_name = '$app'
 		     AND query LIKE '%$fn(%' AND (wait_event_type = 'Lock' OR state = 'idle')},
 		'1', 60);
+	return ($ok, $early);
+}
+
+# the boolean result of what start_waiting started
+sub result_of
+{
+	my ($s, $early) = @_;
+	return $early if $early =~ /^[tf]$/m;
+	return $s->query_until(qr/^[tf]$/m, '');
 }
 
 sub waits_for_lock
@@ -163,7 +174,7 @@ $holder->query_safe('BEGIN; LOCK TABLE lt IN ACCESS EXCLUSIVE MODE');
 my $run_a = sq($node, q{SET ROLE st_locky; SELECT backfill_run('lt')});
 ok( log_shows(
 		qr/backfill "lt" run $run_a: preparing the pass failed \(attempt 2 of 100\), retrying in \d+ ms\n.*DETAIL:  SQLSTATE 55P03/,
-		60),
+		30),
 	'(a) a lock timeout while preparing is retried, with the backoff');
 $holder->query_safe('COMMIT');
 is(wait_pass_end($node, $run_a, 60), 'completed', '(a) the pass completed once the lock was gone');
@@ -180,30 +191,36 @@ ok(lane_waits_on(1001), '(b) the lane plans the pass (waits in the count functio
 is(sq($node, "SELECT phase FROM backfill.run WHERE run_id = $run_b"), 'queued',
 	'(b) the pass is still being planned');
 sq($node, q{SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'});
-ok( log_shows(
-		qr/backfill "pb" run $run_b: preparing the pass failed \(attempt 1 of 10\), retrying in \d+ ms\n.*DETAIL:  SQLSTATE 57014/,
-		60),
-	'(b) the cancelled plan is retried');
-ok(lane_waits_on(1001), '(b) the lane plans again');
-$holder->query_safe('SELECT pg_advisory_unlock(1001)');
-ok(lane_waits_on(1002), '(b) planned; the lane waits before the last page');
-$holder->query_safe('SELECT pg_advisory_lock(1001)');
-$holder->query_safe('SELECT pg_advisory_unlock(1002)');
-ok(lane_waits_on(1001), '(b) the lane counts the rows left');
-is(sq($node, "SELECT phase FROM backfill.run WHERE run_id = $run_b"), 'counting',
-	'(b) the pass is counting');
-sq($node, q{SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'});
-ok( log_shows(
-		qr/backfill "pb" run $run_b: ending the pass failed \(attempt 1 of 10\), retrying in \d+ ms\n.*DETAIL:  SQLSTATE 57014/,
-		60),
-	'(b) the cancelled count is retried');
-ok(lane_waits_on(1001), '(b) the lane counts again');
-$holder->query_safe('SELECT pg_advisory_unlock(1001)');
-is(wait_pass_end($node, $run_b, 60), 'completed', '(b) the pass completed');
-is(ledger($node, $run_b, "coalesce(error_code, 'none') || '|' || rows"), 'none|3',
-	'(b) no error recorded, 3 rows');
-is(sq($node, q{SELECT string_agg(id || ':' || n, ',' ORDER BY id) FROM pb_dst}), '1:1,2:1,3:1',
-	'(b) every row copied exactly once');
+my $b_retried = log_shows(
+	qr/backfill "pb" run $run_b: preparing the pass failed \(attempt 1 of 10\), retrying in \d+ ms\n.*DETAIL:  SQLSTATE 57014/,
+	30);
+ok($b_retried, '(b) the cancelled plan is retried');
+is(ledger($node, $run_b, 'status'), 'running', '(b) the pass did not fail of the cancel');
+SKIP:
+{
+	skip '(b) the pass ended at the first cancel', 10 unless $b_retried;
+	ok(lane_waits_on(1001), '(b) the lane plans again');
+	$holder->query_safe('SELECT pg_advisory_unlock(1001)');
+	ok(lane_waits_on(1002), '(b) planned; the lane waits before the last page');
+	$holder->query_safe('SELECT pg_advisory_lock(1001)');
+	$holder->query_safe('SELECT pg_advisory_unlock(1002)');
+	ok(lane_waits_on(1001), '(b) the lane counts the rows left');
+	is(sq($node, "SELECT phase FROM backfill.run WHERE run_id = $run_b"), 'counting',
+		'(b) the pass is counting');
+	sq($node, q{SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'});
+	ok( log_shows(
+			qr/backfill "pb" run $run_b: ending the pass failed \(attempt 1 of 10\), retrying in \d+ ms\n.*DETAIL:  SQLSTATE 57014/,
+			60),
+		'(b) the cancelled count is retried');
+	ok(lane_waits_on(1001), '(b) the lane counts again');
+	$holder->query_safe('SELECT pg_advisory_unlock(1001)');
+	is(wait_pass_end($node, $run_b, 60), 'completed', '(b) the pass completed');
+	is(ledger($node, $run_b, "coalesce(error_code, 'none') || '|' || rows"), 'none|3',
+		'(b) no error recorded, 3 rows');
+	is(sq($node, q{SELECT string_agg(id || ':' || n, ',' ORDER BY id) FROM pb_dst}), '1:1,2:1,3:1',
+		'(b) every row copied exactly once');
+}
+$holder->query_safe('SELECT pg_advisory_unlock_all()');
 
 # ------------------------------------------------------------------
 # (c) cancel behind the count; (d) pause behind the count
@@ -225,11 +242,11 @@ for my $s ('pc', 'pd')
 		"$tag the pass is counting");
 
 	my $ctl = session("ctl_$s");
-	ok(start_waiting($ctl, "ctl_$s", "SELECT $fn('$s')", $fn), "$tag $fn was called");
+	my ($called, $early) = start_waiting($ctl, "ctl_$s", "SELECT $fn('$s')", $fn);
+	ok($called, "$tag $fn was called");
 	is(waits_for_lock("ctl_$s"), 't', "$tag $fn waits for the count");
 	$holder->query_safe("SELECT pg_advisory_unlock(" . ($key + 1) . ")");
-	my $out = $ctl->query_until(qr/^[tf]$/m, '');
-	like($out, qr/^f$/m, "$tag $fn returns false: the pass completed meanwhile");
+	like(result_of($ctl, $early), qr/^f$/m, "$tag $fn returns false: the pass completed meanwhile");
 	$ctl->quit;
 
 	is(wait_pass_end($node, $run, 60), 'completed', "$tag the pass completed");
@@ -252,11 +269,12 @@ $holder->query_safe('SELECT pg_advisory_lock(4001)');
 my $run_e = run_as_user('pe');
 ok(lane_waits_on(4001), '(e) the lane plans the pass (waits in the count function)');
 my $canceller = session('ctl_pe');
-ok(start_waiting($canceller, 'ctl_pe', "SELECT backfill_cancel('pe')", 'backfill_cancel'),
-	'(e) backfill_cancel was called');
+my ($e_called, $e_early) =
+  start_waiting($canceller, 'ctl_pe', "SELECT backfill_cancel('pe')", 'backfill_cancel');
+ok($e_called, '(e) backfill_cancel was called');
 is(waits_for_lock('ctl_pe'), 't', '(e) the cancel waits for the plan');
 $holder->query_safe('SELECT pg_advisory_unlock(4001)');
-like($canceller->query_until(qr/^[tf]$/m, ''), qr/^t$/m, '(e) the cancel returns true');
+like(result_of($canceller, $e_early), qr/^t$/m, '(e) the cancel returns true');
 $canceller->quit;
 is(ledger($node, $run_e, 'status || \'|\' || error_code'), 'cancelled|BF010', '(e) the pass is cancelled');
 is( sq($node,
@@ -309,10 +327,11 @@ is( sq($node,
 	'failed', '(f) its only partition failed');
 sq($node, 'INSERT INTO rf_fixed VALUES (true)');
 my $retrier = session('ctl_rf');
-ok(start_waiting($retrier, 'ctl_rf', "SELECT backfill_retry('rf')", 'backfill_retry'),
-	'(f) backfill_retry was called');
+my ($f_called, $f_early) =
+  start_waiting($retrier, 'ctl_rf', "SELECT backfill_retry('rf')", 'backfill_retry');
+ok($f_called, '(f) backfill_retry was called');
 $holder->query_safe('COMMIT');
-like($retrier->query_until(qr/^[tf]$/m, ''), qr/^t$/m, '(f) the retry returns true');
+like(result_of($retrier, $f_early), qr/^t$/m, '(f) the retry returns true');
 $retrier->quit;
 ok(poll_until($node, q{SELECT status FROM backfill_status('rf')}, 'completed', 60),
 	'(f) the backfill completed');
