@@ -7,7 +7,13 @@
  * Each is safe to call twice and answers whether it changed anything.
  * Each locks the declaration's row first, so two controls of one backfill
  * (or a control and a backfill_run) happen one after the other, and checks
- * that the caller may act for the role that owns the backfill.
+ * that the caller may act for the role that owns the backfill.  Then it
+ * locks the running pass (its ledger row, then its run row), so that a
+ * lane counting, ending or planning the pass finishes first, and the
+ * control acts on the pass as it is afterwards.  The state of the passes
+ * is read as it is once the lock is held, whatever the caller's snapshot;
+ * a REPEATABLE READ or SERIALIZABLE caller whose snapshot is behind it is
+ * refused (BF020).
  *
  *-------------------------------------------------------------------------
  */
