@@ -41,11 +41,28 @@ SELECT backfill_outbox_emit('upgrade.topic', 'k1', '{"n": 1}') > 0 AS emitted;
 SELECT topic, key, payload, state FROM backfill.outbox;
 DELETE FROM backfill.outbox;
 
+-- two running passes of one name, as 0.2 let two REPEATABLE READ callers
+-- enqueue them (paused: no lane takes them)
+WITH l AS (
+  INSERT INTO backfill.ledger (ledger_name, declaration, checksum, owner)
+  VALUES ('upgrade_dup', 'upgrade_dup', 'x', 10), ('upgrade_dup', 'upgrade_dup', 'x', 10)
+  RETURNING run_id)
+INSERT INTO backfill.run (run_id, paused) SELECT run_id, true FROM l;
+
 -- and on to 0.3: the declaration still there, unchanged
 ALTER EXTENSION pg_backfill UPDATE TO '0.3';
 SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
 SELECT name, checksum = :'checksum_before' AS same_checksum
   FROM backfill.declaration WHERE name = 'upgrade_fill';
+-- the oldest running pass of a name stays; the other is cancelled, with the reason
+SELECT l.status, l.error_code,
+       l.error_message LIKE 'cancelled by the upgrade to 0.3: run % of the same backfill was already running' AS why,
+       r.phase, r.paused
+  FROM backfill.ledger l JOIN backfill.run r USING (run_id)
+ WHERE l.ledger_name = 'upgrade_dup' ORDER BY l.run_id;
+-- and from now on the catalog refuses a second running pass
+INSERT INTO backfill.ledger (ledger_name, declaration, checksum, owner)
+VALUES ('upgrade_dup', 'upgrade_dup', 'x', 10);
 
 -- a fresh install gets the same objects as the upgraded one
 SET client_min_messages = warning;
