@@ -46,11 +46,9 @@ sub ended_bf016
 	ok(pass_ended($node, $run, 30), "$tag the pass ended");
 	is(ledger($node, $run, 'status || \'|\' || error_code'), 'failed|BF016',
 		"$tag it failed with BF016");
-	like(ledger($node, $run, 'error_message'), qr/^lanes cannot connect: .*$reason/,
-		"$tag the ledger says why");
+	like(ledger($node, $run, 'error_message'), qr/^$reason/, "$tag the ledger says why");
 	like(sq($node, "SELECT status || '|' || last_error FROM backfill_status('$name')"),
-		qr/^failed\|BF016: lanes cannot connect: .*$reason/,
-		"$tag backfill_status shows it");
+		qr/^failed\|BF016: $reason/, "$tag backfill_status shows it");
 	is(sq($node, "SELECT phase || '|' || paused FROM backfill.run WHERE run_id = $run"),
 		'done|false', "$tag the run is done, not paused");
 }
@@ -66,7 +64,8 @@ ok( poll_until($node, q{SELECT rows >= 20 AND live_leases = 1 FROM backfill_stat
 sq($node, 'ALTER ROLE lg_nologin NOLOGIN');
 sq($node, q{SELECT pg_terminate_backend(pid) FROM pg_stat_activity
              WHERE backend_type = 'pg_backfill lane'});
-ended_bf016('(a)', 'lg_nologin', $run_a, qr/role "lg_nologin" that its lanes log in as cannot log in \(NOLOGIN\)/);
+ended_bf016('(a)', 'lg_nologin', $run_a,
+	qr/lanes cannot connect: role "lg_nologin" that its lanes log in as cannot log in \(NOLOGIN\)/);
 unlike(slurp_file($node->logfile), qr/role "lg_nologin" is not permitted to log in/,
 	'(a) no lane was started to die at connect');
 cmp_ok(ledger($node, $run_a, 'rows'), '<', 3000, '(a) the pass stopped before the end');
@@ -93,11 +92,13 @@ sq($node, 'UPDATE lg SET n = 0');
 my %change = (
 	lg_noconnect => [
 		'REVOKE CONNECT ON DATABASE postgres FROM PUBLIC',
-		qr/role "lg_noconnect" that its lanes log in as has no CONNECT privilege on database "postgres"/
+		qr/lanes cannot connect: role "lg_noconnect" that its lanes log in as has no CONNECT privilege on database "postgres"/
 	],
 	lg_dropped => [
 		'REVOKE ALL ON lg FROM lg_dropped; DROP ROLE lg_dropped',
-		qr/the role with OID \d+ that its lanes log in as no longer exists/
+		# the check that the declaration still names its roles (identity.c) may
+		# find it first
+		qr/(lanes cannot connect: the role with OID \d+ that its lanes log in as no longer exists|the owner of backfill "lg_dropped" is no longer role "lg_dropped")/
 	]);
 for my $role ('lg_noconnect', 'lg_dropped')
 {
