@@ -215,6 +215,195 @@ REVOKE ALL ON FUNCTION backfill.fail_unbound_passes() FROM PUBLIC;
 -- Trust: outbox topics, fair share, bounds
 -- ===================================================================
 
+/*
+ * A topic's owner is the role that set its sink (outbox_sink.run_as).
+ * Members of the owner, and roles the owner granted the topic to, may emit
+ * into it; a message records the role that emitted it, and the relay
+ * checks that role again before it delivers.  Anyone may emit into a
+ * topic with no sink: its messages wait, undelivered, and are pruned after
+ * backfill.outbox_dead_retention like dead ones.
+ */
+CREATE TABLE backfill.outbox_grant (
+    topic       text NOT NULL CHECK (topic <> ''),
+    grantee     regrole NOT NULL,       -- dumped by name, so a restore keeps the role
+    granted_by  regrole NOT NULL,
+    granted_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (topic, grantee)
+);
+SELECT pg_catalog.pg_extension_config_dump('backfill.outbox_grant', '');
+REVOKE ALL ON backfill.outbox_grant FROM PUBLIC;
+
+-- who emitted a message (NULL: emitted before 0.3), when it died
+ALTER TABLE backfill.outbox ADD COLUMN emitted_by regrole;
+ALTER TABLE backfill.outbox ADD COLUMN dead_at timestamptz;
+UPDATE backfill.outbox SET dead_at = next_attempt_at WHERE state = 'dead';
+
+-- order is per topic and key: one topic's messages never wait behind another's
+DROP INDEX backfill.outbox_pending_idx;
+CREATE INDEX outbox_pending_idx ON backfill.outbox (topic, key, id) WHERE state = 'pending';
+-- pruning messages of topics with no sink, and dead ones
+CREATE INDEX outbox_pending_created_idx ON backfill.outbox (created_at) WHERE state = 'pending';
+CREATE INDEX outbox_dead_idx ON backfill.outbox (dead_at) WHERE state = 'dead';
+
+-- a function sink is the function the sink was set to, by oid: one dropped
+-- and created again (by anyone) under that name is not it
+ALTER TABLE backfill.outbox_sink ADD COLUMN target_fn oid;
+UPDATE backfill.outbox_sink
+   SET target_fn = pg_catalog.to_regprocedure(target || '(text, text, jsonb)')
+ WHERE kind = 'function';
+
+CREATE OR REPLACE FUNCTION backfill_outbox_sink(topic text, kind text, target text,
+                                     secret text DEFAULT NULL,
+                                     timeout interval DEFAULT '5 seconds',
+                                     max_attempts integer DEFAULT 10,
+                                     backoff_base interval DEFAULT '1 second',
+                                     backoff_cap interval DEFAULT '5 minutes')
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    fn regprocedure;
+    owner oid;
+BEGIN
+    IF topic IS NULL OR topic = '' THEN
+        RAISE EXCEPTION 'outbox sink needs a topic'
+              USING ERRCODE = 'BF011', HINT = 'Name the topic whose messages go to this sink.';
+    END IF;
+    IF kind IS NULL OR kind NOT IN ('notify', 'function', 'webhook') THEN
+        RAISE EXCEPTION 'outbox sink of topic "%" has unknown kind "%"', topic, kind
+              USING ERRCODE = 'BF011', HINT = 'Use notify, function or webhook.';
+    END IF;
+    IF target IS NULL OR target = '' THEN
+        RAISE EXCEPTION 'outbox sink of topic "%" has no target', topic
+              USING ERRCODE = 'BF011',
+                    HINT = 'A channel for notify, a function name for function, a URL for webhook.';
+    END IF;
+    IF kind = 'webhook' AND target !~ '^https?://' THEN
+        RAISE EXCEPTION 'outbox sink of topic "%" is not an http(s) URL', topic
+              USING ERRCODE = 'BF011', HINT = 'Write the webhook as http://host:port/path.';
+    END IF;
+    -- the topic belongs to the role that set its sink: only its members set it again
+    SELECT s.run_as INTO owner FROM backfill.outbox_sink s
+     WHERE s.topic = backfill_outbox_sink.topic FOR UPDATE;
+    IF FOUND AND NOT pg_catalog.pg_has_role(current_user, owner, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for outbox topic "%"', topic
+              USING ERRCODE = 'BF016',
+                    DETAIL = pg_catalog.format('The topic belongs to role %s, which set its sink.',
+                                               owner::regrole),
+                    HINT = 'Ask a member of that role, or have it GRANT the role to you.';
+    END IF;
+    IF kind = 'function' THEN
+        -- resolved here, in the caller's search_path, and stored qualified
+        -- and by oid; a sink of four arguments also gets the emitting role
+        fn := pg_catalog.to_regprocedure(target || '(text, text, jsonb, regrole)');
+        IF fn IS NULL THEN
+            fn := pg_catalog.to_regprocedure(target || '(text, text, jsonb)');
+        END IF;
+        IF fn IS NULL THEN
+            RAISE EXCEPTION 'outbox sink function %(text, text, jsonb) of topic "%" does not exist',
+                  target, topic
+                  USING ERRCODE = 'BF011',
+                        HINT = 'Create a function (topic text, key text, payload jsonb'
+                               ' [, emitted_by regrole]) first.';
+        END IF;
+        SELECT pg_catalog.format('%I.%I', n.nspname, p.proname) INTO target
+          FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+         WHERE p.oid = fn;
+    END IF;
+    INSERT INTO backfill.outbox_sink AS s
+           (topic, kind, target, target_fn, secret, timeout_ms, max_attempts, backoff_base_ms,
+            backoff_cap_ms, run_as, search_path)
+    VALUES (topic, kind, target, fn, secret,
+            (extract(epoch FROM timeout) * 1000)::integer, max_attempts,
+            (extract(epoch FROM backoff_base) * 1000)::integer,
+            (extract(epoch FROM backoff_cap) * 1000)::integer,
+            (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user),
+            pg_catalog.current_setting('search_path'))
+    ON CONFLICT ON CONSTRAINT outbox_sink_pkey DO UPDATE
+       SET kind = EXCLUDED.kind, target = EXCLUDED.target, target_fn = EXCLUDED.target_fn,
+           secret = EXCLUDED.secret,
+           timeout_ms = EXCLUDED.timeout_ms, max_attempts = EXCLUDED.max_attempts,
+           backoff_base_ms = EXCLUDED.backoff_base_ms, backoff_cap_ms = EXCLUDED.backoff_cap_ms,
+           run_as = EXCLUDED.run_as, search_path = EXCLUDED.search_path;
+END
+$$;
+
+-- the owner of a topic that has a sink, for grant and revoke (or an error)
+CREATE FUNCTION backfill._outbox_topic_owner(topic text)
+RETURNS oid
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    owner oid;
+BEGIN
+    SELECT s.run_as INTO owner FROM backfill.outbox_sink s WHERE s.topic = _outbox_topic_owner.topic;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'outbox topic "%" has no sink', topic
+              USING ERRCODE = 'BF002',
+                    DETAIL = 'A topic is owned by the role that sets its sink; until then anyone may emit into it.',
+                    HINT = 'Set its sink first: SELECT backfill_outbox_sink(topic, kind, target);';
+    END IF;
+    IF NOT pg_has_role(current_user, owner, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for outbox topic "%"', topic
+              USING ERRCODE = 'BF016',
+                    DETAIL = format('The topic belongs to role %s, which set its sink.', owner::regrole),
+                    HINT = 'Ask a member of that role, or have it GRANT the role to you.';
+    END IF;
+    RETURN owner;
+END
+$$;
+
+CREATE FUNCTION backfill_outbox_grant(topic text, role regrole)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF role IS NULL THEN
+        RAISE EXCEPTION 'outbox grant of topic "%" needs a role', topic
+              USING ERRCODE = 'BF011', HINT = 'Name the role that may emit into the topic.';
+    END IF;
+    PERFORM backfill._outbox_topic_owner(topic);
+    INSERT INTO backfill.outbox_grant (topic, grantee, granted_by)
+    VALUES (topic, role, (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user))
+    ON CONFLICT DO NOTHING;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION backfill_outbox_grant(text, regrole) IS
+'let a role (and its members) emit into a topic; the caller must be a member of the topic''s owner';
+REVOKE ALL ON FUNCTION backfill_outbox_grant(text, regrole) FROM PUBLIC;
+
+CREATE FUNCTION backfill_outbox_revoke(topic text, role regrole)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM backfill._outbox_topic_owner(topic);
+    DELETE FROM backfill.outbox_grant g
+     WHERE g.topic = backfill_outbox_revoke.topic AND g.grantee = backfill_outbox_revoke.role;
+    RETURN FOUND;
+END
+$$;
+COMMENT ON FUNCTION backfill_outbox_revoke(text, regrole) IS
+'take back a grant of backfill_outbox_grant; messages the role emitted and not yet delivered die';
+REVOKE ALL ON FUNCTION backfill_outbox_revoke(text, regrole) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION backfill_outbox_requeue(id bigint)
+RETURNS boolean
+LANGUAGE sql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH r AS (
+        UPDATE backfill.outbox o
+           SET state = 'pending', attempts = 0, next_attempt_at = now(), dead_at = NULL
+         WHERE o.id = $1 AND o.state = 'dead'
+        RETURNING o.id)
+    SELECT EXISTS (SELECT 1 FROM r);
+$$;
+
 -- (end of trust: outbox)
 
 

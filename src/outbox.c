@@ -15,30 +15,114 @@
  * earlier message on the same key that is not visible yet (relay.c).  No
  * lock is taken, so emitters never wait for each other or deadlock.
  *
+ * A topic whose sink is set belongs to the role that set it: only members
+ * of that role, and roles it granted the topic to (backfill_outbox_grant),
+ * may emit into it, since its messages reach that role's function sink or
+ * leave signed with its secret.  The row records the emitting role; the
+ * relay checks it again before delivering.  Anyone may emit into a topic
+ * with no sink: its messages wait for one, and are pruned after
+ * backfill.outbox_dead_retention.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/transam.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
 #include "utils/xid8.h"
 
 #include "catalog.h"
 #include "errors.h"
+#include "outbox.h"
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(backfill_outbox_emit);
+
+bool
+outbox_has_owners(void)
+{
+	Oid			nsp = get_namespace_oid("backfill", true);
+
+	return OidIsValid(nsp) && OidIsValid(get_relname_relid("outbox_grant", nsp));
+}
+
+bool
+outbox_role_allowed(Oid role, Oid owner, Datum grantees, bool grantees_null)
+{
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (has_privs_of_role(role, owner))
+		return true;
+	if (grantees_null)
+		return false;
+	deconstruct_array(DatumGetArrayTypeP(grantees), OIDOID, sizeof(Oid), true,
+					  TYPALIGN_INT, &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+	{
+		if (!nulls[i] && has_privs_of_role(role, DatumGetObjectId(elems[i])))
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Refuse to emit into a topic whose sink belongs to a role the caller may
+ * not act for, unless it was granted the topic.  Runs in a catalog scope.
+ */
+static void
+check_topic_emitter(Datum topic, Oid emitter)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {topic};
+	Oid			owner;
+	Datum		grantees;
+	bool		isnull;
+	bool		grantees_null;
+
+	if (catalog_exec("SELECT s.run_as, pg_catalog.array_agg(g.grantee::oid)"
+					 "  FILTER (WHERE g.grantee IS NOT NULL)"
+					 " FROM backfill.outbox_sink s"
+					 " LEFT JOIN backfill.outbox_grant g ON g.topic = s.topic"
+					 " WHERE s.topic = $1 GROUP BY s.run_as",
+					 1, types, values, NULL, SPI_OK_SELECT) == 0)
+		return;					/* no sink: the message waits for one */
+	owner = DatumGetObjectId(catalog_getdatum(0, 1, &isnull));
+	grantees = catalog_getdatum(0, 2, &grantees_null);
+	if (outbox_role_allowed(emitter, owner, grantees, grantees_null))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+			 errmsg("permission denied for outbox topic \"%s\"", TextDatumGetCString(topic)),
+			 errdetail("The topic's sink was set by role \"%s\"; role \"%s\" is not a member "
+					   "of it and was not granted the topic.",
+					   GetUserNameFromId(owner, true) ? GetUserNameFromId(owner, true) : "(dropped)",
+					   GetUserNameFromId(emitter, false)),
+			 errhint("Ask a member of role \"%s\" to run SELECT backfill_outbox_grant('%s', '%s');",
+					 GetUserNameFromId(owner, true) ? GetUserNameFromId(owner, true) : "(dropped)",
+					 TextDatumGetCString(topic), GetUserNameFromId(emitter, false))));
+}
+
 
 Datum
 backfill_outbox_emit(PG_FUNCTION_ARGS)
 {
 	CatalogScope scope;
-	Oid			types[4] = {TEXTOID, TEXTOID, JSONBOID, XID8OID};
-	Datum		values[4];
+	Oid			types[5] = {TEXTOID, TEXTOID, JSONBOID, XID8OID, OIDOID};
+	Datum		values[5];
+	Oid			emitter = GetUserId();
+	bool		has_owners;
 	bool		isnull;
 	int64		id;
 
@@ -69,12 +153,22 @@ backfill_outbox_emit(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	catalog_enter(&scope);
+	has_owners = outbox_has_owners();
+	if (has_owners)
+		check_topic_emitter(values[0], emitter);
 	/* our xid first, so that the next xid read after it is past it */
 	(void) GetTopTransactionId();
 	values[3] = FullTransactionIdGetDatum(ReadNextFullTransactionId());
-	catalog_exec("INSERT INTO backfill.outbox (topic, key, payload, emit_snapshot, emit_next_xid)"
-				 " VALUES ($1, $2, $3, pg_current_snapshot(), $4) RETURNING id",
-				 4, types, values, NULL, SPI_OK_INSERT_RETURNING);
+	values[4] = ObjectIdGetDatum(emitter);
+	if (has_owners)
+		catalog_exec("INSERT INTO backfill.outbox"
+					 " (topic, key, payload, emit_snapshot, emit_next_xid, emitted_by)"
+					 " VALUES ($1, $2, $3, pg_catalog.pg_current_snapshot(), $4, $5) RETURNING id",
+					 5, types, values, NULL, SPI_OK_INSERT_RETURNING);
+	else						/* schema not updated to 0.3 yet */
+		catalog_exec("INSERT INTO backfill.outbox (topic, key, payload, emit_snapshot, emit_next_xid)"
+					 " VALUES ($1, $2, $3, pg_catalog.pg_current_snapshot(), $4) RETURNING id",
+					 4, types, values, NULL, SPI_OK_INSERT_RETURNING);
 	id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
 	catalog_leave(&scope);
 	SPI_finish();

@@ -34,6 +34,7 @@ int			backfill_throttle_delay = 1000;	/* ms */
 char	   *backfill_migrations_table = NULL;
 char	   *backfill_input = NULL;
 int			backfill_outbox_retention = 7 * 24 * 3600;	/* s */
+int			backfill_outbox_dead_retention = 3 * 24 * 3600;	/* s */
 
 void		_PG_init(void);
 
@@ -104,6 +105,15 @@ _PG_init(void)
 							NULL,
 							&backfill_outbox_retention,
 							7 * 24 * 3600, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.outbox_dead_retention",
+							"How long dead outbox messages, and those of topics with no sink, are kept.",
+							"The relay prunes them after this long, so no role can grow "
+							"backfill.outbox without bound.",
+							&backfill_outbox_dead_retention,
+							3 * 24 * 3600, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
 

@@ -31,5 +31,6 @@ extern int	backfill_throttle_delay;
 extern char *backfill_migrations_table;
 extern char *backfill_input;
 extern int	backfill_outbox_retention;
+extern int	backfill_outbox_dead_retention;
 
 #endif							/* PG_BACKFILL_H */

@@ -12,4 +12,7 @@
 
 PGDLLEXPORT void backfill_relay_main(Datum main_arg);
 
+/* is there outbox work (delivery or pruning)?  In a transaction, SPI connected */
+extern bool relay_has_work(void);
+
 #endif							/* BACKFILL_RELAY_H */

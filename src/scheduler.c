@@ -45,6 +45,7 @@
 #include "backoff.h"
 #include "catalog.h"
 #include "drift.h"
+#include "relay.h"
 #include "scheduler.h"
 #include "shmem.h"
 #include "tenancy.h"
@@ -190,7 +191,6 @@ static List *
 read_running_passes(MemoryContext result_cxt)
 {
 	List	   *needs = NIL;
-	bool		isnull_outbox;
 
 	worker_begin_xact("pg_backfill scheduler: reading running passes");
 
@@ -261,15 +261,9 @@ read_running_passes(MemoryContext result_cxt)
 		}
 	}
 
-	/* is there outbox work for the relay? (0.2 and later) */
-	outbox_pending = false;
-	if (OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true)) &&
-		SPI_execute("SELECT to_regclass('backfill.outbox') IS NOT NULL", true, 1) == SPI_OK_SELECT &&
-		DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull_outbox)) &&
-		SPI_execute("SELECT EXISTS (SELECT 1 FROM backfill.outbox WHERE state = 'pending'"
-					"               AND next_attempt_at <= now())", true, 1) == SPI_OK_SELECT)
-		outbox_pending = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
-													1, &isnull_outbox));
+	/* is there outbox work (delivery or pruning) for the relay? (0.3 and later) */
+	outbox_pending = OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true)) &&
+		relay_has_work();
 
 	worker_commit_xact();
 	return needs;
