@@ -680,7 +680,7 @@ relay_round(MemoryContext msgcxt, long *wait_ms, bool *more_to_prune)
 	 */
 	if (catalog_exec("SELECT h.id, h.next_attempt_at <= pg_catalog.now() AND h.settled,"
 					 "  CASE WHEN h.settled"
-					 "       THEN ceil(extract(epoch FROM h.next_attempt_at - pg_catalog.now()) * 1000)"
+					 "       THEN pg_catalog.ceil(extract(epoch FROM h.next_attempt_at - pg_catalog.now()) * 1000)"
 					 "       ELSE " CppAsString2(RELAY_SETTLE_MS) " END::bigint"
 					 " FROM (SELECT DISTINCT ON (o.topic, o.key) o.id, o.next_attempt_at,"
 					 "         NOT EXISTS ("
