@@ -20,7 +20,9 @@ OBJS = \
 	src/outbox.o \
 	src/relay.o \
 	src/xact.o \
-	src/backoff.o
+	src/backoff.o \
+	src/asrole.o \
+	src/requires.o
 
 EXTENSION = pg_backfill
 DATA = pg_backfill--0.1.sql pg_backfill--0.1--0.2.sql pg_backfill--0.2--0.3.sql

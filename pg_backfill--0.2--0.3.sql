@@ -208,6 +208,101 @@ END
 $$;
 REVOKE ALL ON FUNCTION backfill.fail_unbound_passes() FROM PUBLIC;
 
+-- -------------------------------------------------------------------
+-- Requirements, drift and scoped runs as the declaring role (issue 9,
+-- findings 1, 2, 5)
+-- -------------------------------------------------------------------
+
+/*
+ * Is a schema migration applied?  NULL if so, else why not.  The
+ * migrations table is the application's (a view, a cast, a policy of its
+ * may call its functions), so it is read as a role, never as the
+ * extension's owner: with p_role, as that role (the caller must have its
+ * privileges); without, as the caller.  Restricted, search_path
+ * pg_catalog, pg_temp, every setting it changes rolled back (asrole.c).
+ * No longer SECURITY DEFINER.
+ */
+CREATE OR REPLACE FUNCTION backfill.migration_unapplied(p_id text) RETURNS text
+LANGUAGE C STABLE STRICT
+AS 'MODULE_PATHNAME', 'backfill_migration_unapplied';
+
+CREATE FUNCTION backfill.migration_unapplied(p_id text, p_role oid) RETURNS text
+LANGUAGE C STABLE STRICT
+AS 'MODULE_PATHNAME', 'backfill_migration_unapplied';
+
+/*
+ * What a declaration still waits for before a pass may start, or NULL.
+ * The migration is read as the declaring role.  A required backfill counts
+ * only if its owner is a role the declaring role is a member of: another
+ * role's backfill stays "not completed" whatever its ledger says, so its
+ * progress does not leak and the scheduler never starts (or reopens on
+ * drift) anything on its account.
+ */
+CREATE OR REPLACE FUNCTION backfill.unmet_requirement(p_name text) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d backfill.declaration;
+    why text;
+    required_owner oid;
+    last_status text;
+BEGIN
+    SELECT * INTO d FROM backfill.declaration WHERE name = p_name;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF d.requires IS NOT NULL THEN
+        why := backfill.migration_unapplied(d.requires, d.owner::oid);
+        IF why IS NOT NULL THEN
+            RETURN why;
+        END IF;
+    END IF;
+    IF d.requires_backfill IS NOT NULL THEN
+        SELECT b.owner INTO required_owner FROM backfill.declaration b
+         WHERE b.name = d.requires_backfill;
+        IF FOUND AND NOT pg_has_role(d.owner::oid, required_owner, 'USAGE') THEN
+            RETURN format('backfill %s belongs to role %s, which role %s is not a member of',
+                          d.requires_backfill, pg_get_userbyid(required_owner),
+                          pg_get_userbyid(d.owner));
+        END IF;
+        SELECT l.status INTO last_status FROM backfill.ledger l
+         WHERE l.ledger_name = d.requires_backfill
+           AND pg_has_role(d.owner::oid, l.owner::oid, 'USAGE')
+         ORDER BY l.run_id DESC LIMIT 1;
+        IF last_status IS DISTINCT FROM 'completed' THEN
+            RETURN format('backfill %s has not completed (its last pass: %s)',
+                          d.requires_backfill, coalesce(last_status, 'none'));
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+/*
+ * Run by the lanes as the declaring role: names of the extension's own
+ * are schema-qualified, so that nothing on the role's search_path stands
+ * in for them.  The predicate keeps the role's search_path.
+ */
+CREATE OR REPLACE FUNCTION backfill.estimate_rows(rel text, predicate text)
+RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT
+AS $$
+DECLARE
+    plan pg_catalog.json;
+BEGIN
+    EXECUTE pg_catalog.format(E'EXPLAIN (FORMAT JSON) SELECT 1 FROM %s WHERE (\n%s\n)',
+                              rel, predicate)
+       INTO plan;
+    RETURN pg_catalog.json_extract_path_text(plan, '0', 'Plan', 'Plan Rows')
+           ::pg_catalog.float8::pg_catalog.int8;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION backfill_input() RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$ SELECT NULLIF(pg_catalog.current_setting('backfill.input', true), '')::pg_catalog.jsonb $$;
+
 -- (end of trust: declarations)
 
 

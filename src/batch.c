@@ -68,12 +68,13 @@ read_health_if_due(Pass *pass, Claim *claim)
 	values[0] = Int32GetDatum(LANE_PID());
 	values[1] = ObjectIdGetDatum(pass->relid);
 	catalog_exec_cached(&health_plan,
-						"SELECT (SELECT count(*) FROM pg_stat_activity a"
+						"SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity a"
 						"         WHERE a.wait_event_type = 'Lock'"
-						"           AND $1 = ANY (pg_blocking_pids(a.pid)))::integer,"
-						"  coalesce((SELECT max(pg_wal_lsn_diff(pg_current_wal_lsn(), s.replay_lsn))"
-						"              FROM pg_stat_replication s), 0)::bigint,"
-						"  coalesce(pg_stat_get_dead_tuples($2), 0)",
+						"           AND $1 = ANY (pg_catalog.pg_blocking_pids(a.pid)))::pg_catalog.int4,"
+						"  coalesce((SELECT pg_catalog.max(pg_catalog.pg_wal_lsn_diff("
+						"                     pg_catalog.pg_current_wal_lsn(), s.replay_lsn))"
+						"              FROM pg_catalog.pg_stat_replication s), 0)::pg_catalog.int8,"
+						"  coalesce(pg_catalog.pg_stat_get_dead_tuples($2), 0)",
 						2, types, values, NULL, SPI_OK_SELECT);
 	claim->blocking = DatumGetInt32(catalog_getdatum(0, 1, &isnull));
 	claim->lag_bytes = DatumGetInt64(catalog_getdatum(0, 2, &isnull));
@@ -146,9 +147,11 @@ batch_prepare(Pass *pass)
 		Datum		v[1] = {ObjectIdGetDatum(pass->keytype)};
 		bool		isnull;
 
-		if (SPI_execute_with_args("SELECT to_regprocedure(format('pg_catalog.min(%s)', $1))"
+		if (SPI_execute_with_args("SELECT pg_catalog.to_regprocedure("
+								  "         pg_catalog.format('pg_catalog.min(%s)', $1))"
 								  " IS NOT NULL AND"
-								  " to_regprocedure(format('pg_catalog.max(%s)', $1)) IS NOT NULL",
+								  " pg_catalog.to_regprocedure("
+								  "         pg_catalog.format('pg_catalog.max(%s)', $1)) IS NOT NULL",
 								  1, t, v, NULL, true, 1) != SPI_OK_SELECT)
 			elog(ERROR, "could not look up the min and max of a key type");
 		pass->keys_aggregated = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
@@ -162,7 +165,8 @@ batch_prepare(Pass *pass)
 
 		initStringInfo(&sql);
 		if (pass->keys_aggregated)
-			appendStringInfo(&sql, "SELECT min(%s), max(%s), count(*) FROM (", key, key);
+			appendStringInfo(&sql, "SELECT pg_catalog.min(%s), pg_catalog.max(%s),"
+							 " pg_catalog.count(*) FROM (", key, key);
 		appendStringInfo(&sql, "SELECT %s FROM %s WHERE ", key, pass->relation);
 		if (variant & 1)
 			appendStringInfo(&sql, "%s > $2 AND ", key);
@@ -202,8 +206,8 @@ checkpoint_partition_done(Pass *pass, Claim *claim)
 	values[3] = TimestampTzGetDatum(LANE_START());
 	catalog_enter(&scope);
 	if (catalog_exec_cached(&done_plan,
-							"UPDATE backfill.partition SET state = 'done', finished_at = now(),"
-					 " renewed_at = now(), failures = 0, last_error = NULL"
+							"UPDATE backfill.partition SET state = 'done', finished_at = pg_catalog.now(),"
+					 " renewed_at = pg_catalog.now(), failures = 0, last_error = NULL"
 					 " WHERE run_id = $1 AND part_no = $2 AND state = 'running'"
 					 "   AND holder_pid = $3 AND holder_start = $4",
 					 4, types, values, NULL, SPI_OK_UPDATE) != 1)
@@ -250,7 +254,7 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 							"WITH c AS ("
 					 "  UPDATE backfill.partition p SET cursor = $3, rows = p.rows + $4,"
 					 "    batches = p.batches + 1, failures = 0, last_error = NULL,"
-					 "    renewed_at = now(), batch_size = $7, last_batch_ms = $8, throttle = NULL"
+					 "    renewed_at = pg_catalog.now(), batch_size = $7, last_batch_ms = $8, throttle = NULL"
 					 "  WHERE p.run_id = $1 AND p.part_no = $2 AND p.state = 'running'"
 					 "    AND p.holder_pid = $5 AND p.holder_start = $6"
 					 "  RETURNING p.run_id)"

@@ -93,7 +93,8 @@ catalog_enter(CatalogScope *scope)
 void
 catalog_leave(CatalogScope *scope)
 {
-	AtEOXact_GUC(true, scope->guc_nest_level);
+	/* discard any setting changed inside the scope, not only search_path */
+	AtEOXact_GUC(false, scope->guc_nest_level);
 	SetUserIdAndSecContext(scope->saved_userid, scope->saved_sec_context);
 }
 

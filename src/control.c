@@ -32,6 +32,7 @@
 #include "identity.h"
 #include "run.h"
 #include "shmem.h"
+#include "tenancy.h"
 
 PG_FUNCTION_INFO_V1(backfill_pause);
 PG_FUNCTION_INFO_V1(backfill_resume);
@@ -380,6 +381,8 @@ backfill_retry(PG_FUNCTION_ARGS)
 	target_load(name, &t, false, "backfill_retry");
 	if (t.running_id != 0 && !lock_running_pass(&t))
 		target_load(name, &t, false, "backfill_retry");	/* it ended meanwhile */
+	/* a retry starts lanes as run_as: the owner must still be a member */
+	tenancy_check_run_as(t.name, t.owner, t.run_as);
 	if (t.running_id != 0)
 	{
 		changed = on_running_pass(&t, "UPDATE backfill.partition SET state = 'pending',"

@@ -48,6 +48,7 @@
 #include "catalog.h"
 #include "declare.h"
 #include "errors.h"
+#include "requires.h"
 #include "scope.h"
 #include "tenancy.h"
 
@@ -703,6 +704,9 @@ backfill_declare(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+
+	/* only a backfill of a role the declarer is a member of (checked at run too) */
+	requires_check_backfill(name, owner, requires_backfill);
 
 	if (pages_fn == InvalidOid)
 	{

@@ -11,6 +11,12 @@
  * enqueues a new pass of B (forced: its last one completed) and A waits
  * for it.
  *
+ * The scheduler is a superuser session that goes on to run its own SQL,
+ * so B's predicate is evaluated through asrole.c (restricted, settings
+ * rolled back), and only when the reopen is something B's owner could do
+ * and A's owner may ask for (a member of B's owner): a role never
+ * force-runs another role's backfill.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -23,10 +29,53 @@
 #include "utils/guc.h"
 #include "utils/snapmgr.h"
 
+#include "asrole.h"
 #include "catalog.h"
+#include "declare.h"
 #include "drift.h"
+#include "requires.h"
 #include "run.h"
+#include "tenancy.h"
 #include "xact.h"
+
+/*
+ * Returns true when the backfill that waiting_run_id requires was reopened,
+ * so the waiting pass must not start yet.  Runs its own transaction.
+ */
+/*
+ * A reopen is a forced run of B on behalf of A's owner: only what B's own
+ * owner could do here (B's environment, its run_as role, a role that can
+ * log in), asked by a role that may act for B's owner.  Raises BF016 or
+ * BF004 otherwise.
+ */
+static void
+check_reopen_allowed(const char *a_name, Oid a_owner, const char *b_name, Oid b_owner,
+					 Oid b_run_as, Datum b_environments, const char *b_envlist)
+{
+	requires_check_backfill(a_name, a_owner, b_name);
+	check_environment(b_name, b_environments, b_envlist);
+	tenancy_check_run_as(b_name, b_owner, b_run_as);
+	check_role_can_login(b_name, b_run_as);
+}
+
+/*
+ * Does B's predicate match a row?  B's SQL, so it runs as B's role with
+ * B's search_path, restricted, and whatever it changes (a setting made
+ * with set_config(..., false), say) is rolled back with it: nothing of it
+ * reaches the scheduler's own session.
+ */
+static bool
+predicate_matches(Oid run_as, const char *search_path, const char *relation,
+				  const char *predicate)
+{
+	char	   *answer;
+
+	answer = asrole_query(run_as, search_path,
+						  psprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE (\n%s\n))",
+								   relation, predicate),
+						  0, NULL, NULL, NULL, NULL);
+	return answer != NULL && strcmp(answer, "t") == 0;
+}
 
 /*
  * Returns true when the backfill that waiting_run_id requires was reopened,
@@ -50,7 +99,9 @@ drift_reopen_required(int64 waiting_run_id)
 		catalog_enter(&scope);
 		if (catalog_exec("SELECT b.name, b.relation, b.predicate, b.run_as, b.checksum, b.owner,"
 						 "  b.search_path, a.name,"
-						 "  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.ledger_name = b.name)"
+						 "  (SELECT pg_catalog.max(l.run_id) FROM backfill.ledger l"
+						 "    WHERE l.ledger_name = b.name),"
+						 "  a.owner, b.environments, pg_catalog.array_to_string(b.environments, ', ')"
 						 " FROM backfill.ledger la"
 						 " JOIN backfill.declaration a ON a.name = la.declaration"
 						 " JOIN backfill.declaration b ON b.name = a.requires_backfill"
@@ -70,29 +121,17 @@ drift_reopen_required(int64 waiting_run_id)
 			char	   *b_search_path = catalog_gettext(0, 7);
 			char	   *a_name = catalog_gettext(0, 8);
 			int64		b_last = DatumGetInt64(catalog_getdatum(0, 9, &isnull));
-			Oid			save_user;
-			int			save_sec;
-			int			nest;
-			bool		drifted;
+			Oid			a_owner = DatumGetObjectId(catalog_getdatum(0, 10, &isnull));
+			Datum		b_environments = catalog_getdatum(0, 11, &isnull);
+			char	   *b_envlist = catalog_gettext(0, 12);
 
+			if (!isnull)
+				b_environments = PointerGetDatum(PG_DETOAST_DATUM_COPY(b_environments));
 			catalog_leave(&scope);
 
-			/* B's predicate is B's SQL: run it as B's role, restricted */
-			GetUserIdAndSecContext(&save_user, &save_sec);
-			SetUserIdAndSecContext(b_run_as, save_sec | SECURITY_LOCAL_USERID_CHANGE |
-								   SECURITY_RESTRICTED_OPERATION);
-			nest = NewGUCNestLevel();
-			if (b_search_path && b_search_path[0] != '\0')
-				(void) set_config_option("search_path", b_search_path, PGC_USERSET,
-										 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-			if (SPI_execute(psprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE (\n%s\n))",
-									 b_relation, b_predicate), true, 1) != SPI_OK_SELECT)
-				elog(ERROR, "could not check backfill \"%s\" for drift", b_name);
-			drifted = DatumGetBool(catalog_getdatum(0, 1, &isnull));
-			AtEOXact_GUC(true, nest);
-			SetUserIdAndSecContext(save_user, save_sec);
-
-			if (drifted)
+			check_reopen_allowed(a_name, a_owner, b_name, b_owner, b_run_as,
+								 b_environments, b_envlist);
+			if (predicate_matches(b_run_as, b_search_path, b_relation, b_predicate))
 			{
 				int64		run_id = enqueue_pass(b_name, b_name, b_checksum, true, b_last,
 												  b_owner, NULL);

@@ -128,9 +128,10 @@ read_health(Pass *pass, Claim *claim)
 	worker_begin_xact("pg_backfill lane: throttled, reading the server's health");
 	catalog_enter(&scope);
 	catalog_exec("SELECT l.status = 'running' AND NOT r.paused,"
-				 "  coalesce((SELECT max(pg_wal_lsn_diff(pg_current_wal_lsn(), s.replay_lsn))"
-				 "              FROM pg_stat_replication s), 0)::bigint,"
-				 "  pg_stat_get_dead_tuples($2)"
+				 "  coalesce((SELECT pg_catalog.max(pg_catalog.pg_wal_lsn_diff("
+				 "                     pg_catalog.pg_current_wal_lsn(), s.replay_lsn))"
+				 "              FROM pg_catalog.pg_stat_replication s), 0)::pg_catalog.int8,"
+				 "  pg_catalog.pg_stat_get_dead_tuples($2)"
 				 " FROM backfill.ledger l JOIN backfill.run r ON r.run_id = l.run_id"
 				 " WHERE l.run_id = $1",
 				 2, types, values, NULL, SPI_OK_SELECT);

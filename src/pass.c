@@ -91,6 +91,7 @@ pass_load(Pass *pass, int64 run_id)
 	char	   *current_checksum;
 	bool		ok = true;
 	char	   *search_path = NULL;
+	Oid			owner = InvalidOid;
 	Oid			run_as = InvalidOid;
 
 	memset(pass, 0, sizeof(Pass));
@@ -103,7 +104,8 @@ pass_load(Pass *pass, int64 run_id)
 					 "  d.batch_size, d.rate, d.max_attempts, d.backoff_base_ms,"
 					 "  d.backoff_cap_ms, d.batch_timeout_ms, d.max_parallel, d.lock_timeout_ms,"
 					 "  coalesce(d.target_batch_ms, 0), d.min_batch_size, d.max_batch_size,"
-					 "  r.input, d.settings, d.pages_fn, d.count_fn, d.search_path, d.run_as"
+					 "  r.input, d.settings, d.pages_fn, d.count_fn, d.search_path,"
+					 "  d.owner, d.run_as"
 					 " FROM backfill.ledger l"
 					 " JOIN backfill.run r ON r.run_id = l.run_id"
 					 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
@@ -164,9 +166,10 @@ pass_load(Pass *pass, int64 run_id)
 			if (isnull)
 				pass->count_fn = InvalidOid;
 			search_path = lane_strdup(catalog_gettext(0, 26));
-			run_as = DatumGetObjectId(catalog_getdatum(0, 27, &isnull));
+			owner = DatumGetObjectId(catalog_getdatum(0, 27, &isnull));
+			run_as = DatumGetObjectId(catalog_getdatum(0, 28, &isnull));
 			catalog_exec("UPDATE backfill.run SET lane_starts = lane_starts + 1,"
-						 " updated_at = now() WHERE run_id = $1",
+						 " updated_at = pg_catalog.now() WHERE run_id = $1",
 						 1, types, values, NULL, SPI_OK_UPDATE);
 		}
 	}
@@ -175,6 +178,22 @@ pass_load(Pass *pass, int64 run_id)
 	/* the lane logged in as the role the declaration names, and it is still that role */
 	if (ok && !lane_identity_ok(pass, run_as))
 		return false;
+
+	/* a REVOKE since the run started takes effect here: the pass fails, once */
+	if (ok)
+	{
+		char	   *refused = tenancy_run_as_refused(owner, run_as);
+
+		if (refused != NULL)
+		{
+			/* the transaction's memory goes with it */
+			refused = lane_strdup(psprintf("permission denied to run backfill \"%s\" as its "
+										   "run_as role: %s", pass->name, refused));
+			worker_commit_xact();
+			pass_fail(pass, -1, ERRCODE_BACKFILL_PRIVILEGE, refused);
+			return false;
+		}
+	}
 
 	if (ok && OidIsValid(pass->pages_fn))
 	{
@@ -286,7 +305,7 @@ pass_plan(Pass *pass)
 				Datum		cvalues[1] = {pass->input ? JsonbPGetDatum(pass->input) : (Datum) 0};
 				char		cnulls[1] = {pass->input ? ' ' : 'n'};
 
-				if (SPI_execute_with_args(psprintf("SELECT %s($1)::bigint",
+				if (SPI_execute_with_args(psprintf("SELECT %s($1)::pg_catalog.int8",
 												   function_name(pass->count_fn)),
 										  1, ctypes, cvalues, cnulls, false, 1) == SPI_OK_SELECT &&
 					SPI_processed == 1)
@@ -322,10 +341,10 @@ pass_plan(Pass *pass)
 		/* partition i covers (bounds[i-1], bounds[i]]; the ends are open */
 		catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi)"
 					 " SELECT $1, i - 1, $2[i - 1], $2[i]"
-					 "   FROM generate_series(1, coalesce(array_length($2, 1), 0) + 1) i",
+					 "   FROM pg_catalog.generate_series(1, coalesce(pg_catalog.array_length($2, 1), 0) + 1) i",
 					 4, itypes, ivalues, inulls, SPI_OK_INSERT);
 		catalog_exec("UPDATE backfill.run SET phase = 'running', plan_method = $3,"
-					 " estimate = $4, updated_at = now() WHERE run_id = $1",
+					 " estimate = $4, updated_at = pg_catalog.now() WHERE run_id = $1",
 					 4, itypes, ivalues, inulls, SPI_OK_UPDATE);
 		catalog_leave(&scope);
 		ereport(LOG,
@@ -382,7 +401,7 @@ pass_claim(Pass *pass, Claim *claim)
 			int			dead_pid = DatumGetInt32(catalog_getdatum(0, 6, &isnull));
 
 			catalog_exec("UPDATE backfill.run SET interruptions = interruptions + 1,"
-						 " updated_at = now() WHERE run_id = $1",
+						 " updated_at = pg_catalog.now() WHERE run_id = $1",
 						 1, types, values, NULL, SPI_OK_UPDATE);
 			ereport(LOG,
 					(errmsg("backfill \"%s\" run " INT64_FORMAT ": resuming partition %d "
@@ -411,7 +430,7 @@ pass_release(Pass *pass, Claim *claim)
 	worker_begin_xact("pg_backfill lane: releasing a partition");
 	catalog_enter(&scope);
 	catalog_exec("UPDATE backfill.partition SET state = 'pending', holder_pid = NULL,"
-				 " holder_start = NULL, renewed_at = now()"
+				 " holder_start = NULL, renewed_at = pg_catalog.now()"
 				 " WHERE run_id = $1 AND part_no = $2 AND holder_pid = $3 AND state = 'running'",
 				 3, types, values, NULL, SPI_OK_UPDATE);
 	catalog_leave(&scope);
@@ -436,10 +455,11 @@ pass_fail_partition(Pass *pass, Claim *claim, const char *message)
 	worker_begin_xact("pg_backfill lane: failing a partition");
 	catalog_enter(&scope);
 	/* the run row before the partition: the order cancel takes them in */
-	catalog_exec("UPDATE backfill.run SET last_error = $3, updated_at = now() WHERE run_id = $1",
+	catalog_exec("UPDATE backfill.run SET last_error = $3, updated_at = pg_catalog.now()"
+				 " WHERE run_id = $1",
 				 3, types, values, NULL, SPI_OK_UPDATE);
 	catalog_exec("UPDATE backfill.partition SET state = 'failed', last_error = $3,"
-				 " failures = failures + 1, finished_at = now()"
+				 " failures = failures + 1, finished_at = pg_catalog.now()"
 				 " WHERE run_id = $1 AND part_no = $2",
 				 3, types, values, NULL, SPI_OK_UPDATE);
 	catalog_leave(&scope);
@@ -470,20 +490,20 @@ pass_fail_in_xact(Pass *pass, int part_no, int sqlerrcode, const char *message)
 	values[3] = CStringGetTextDatum(message);
 
 	catalog_enter(&scope);
-	if (catalog_exec("UPDATE backfill.ledger l SET status = 'failed', finished_at = now(),"
+	if (catalog_exec("UPDATE backfill.ledger l SET status = 'failed', finished_at = pg_catalog.now(),"
 					 "  error_code = $3, error_message = $4,"
-					 "  rows = (SELECT coalesce(sum(p.rows), 0) FROM backfill.partition p"
+					 "  rows = (SELECT coalesce(pg_catalog.sum(p.rows), 0) FROM backfill.partition p"
 					 "           WHERE p.run_id = l.run_id),"
-					 "  batches = (SELECT coalesce(sum(p.batches), 0) FROM backfill.partition p"
+					 "  batches = (SELECT coalesce(pg_catalog.sum(p.batches), 0) FROM backfill.partition p"
 					 "              WHERE p.run_id = l.run_id)"
 					 " WHERE l.run_id = $1 AND l.status = 'running'",
 					 4, types, values, NULL, SPI_OK_UPDATE) > 0)
 	{
 		catalog_exec("UPDATE backfill.run SET phase = 'done', paused = false, last_error = $4,"
-					 " updated_at = now() WHERE run_id = $1",
+					 " updated_at = pg_catalog.now() WHERE run_id = $1",
 					 4, types, values, NULL, SPI_OK_UPDATE);
 		catalog_exec("UPDATE backfill.partition SET state = 'failed', last_error = $4,"
-					 " finished_at = now() WHERE run_id = $1 AND part_no = $2",
+					 " finished_at = pg_catalog.now() WHERE run_id = $1 AND part_no = $2",
 					 4, types, values, NULL, SPI_OK_UPDATE);
 		ereport(LOG,
 				(errmsg("backfill \"%s\" run " INT64_FORMAT " failed: %s",
@@ -543,9 +563,9 @@ pass_finish(Pass *pass)
 		worker_commit_xact();
 		return;					/* it has ended */
 	}
-	catalog_exec("SELECT count(*) FILTER (WHERE state NOT IN ('done', 'failed')),"
-				 "  count(*) FILTER (WHERE state = 'failed'),"
-				 "  (array_agg(last_error ORDER BY part_no) FILTER (WHERE state = 'failed'))[1]"
+	catalog_exec("SELECT pg_catalog.count(*) FILTER (WHERE state NOT IN ('done', 'failed')),"
+				 "  pg_catalog.count(*) FILTER (WHERE state = 'failed'),"
+				 "  (pg_catalog.array_agg(last_error ORDER BY part_no) FILTER (WHERE state = 'failed'))[1]"
 				 " FROM backfill.partition WHERE run_id = $1",
 				 1, types, values, NULL, SPI_OK_SELECT);
 	open_parts = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
@@ -561,7 +581,7 @@ pass_finish(Pass *pass)
 		return;
 	}
 	if (open_parts == 0)
-		catalog_exec("UPDATE backfill.run SET phase = 'counting', updated_at = now()"
+		catalog_exec("UPDATE backfill.run SET phase = 'counting', updated_at = pg_catalog.now()"
 					 " WHERE run_id = $1 AND phase = 'running'",
 					 1, types, values, NULL, SPI_OK_UPDATE);
 	catalog_leave(&scope);
@@ -599,7 +619,7 @@ pass_finish(Pass *pass)
 	if (!OidIsValid(pass->pages_fn))
 	{
 		initStringInfo(&sql);
-		appendStringInfo(&sql, "SELECT count(*) FROM %s WHERE (\n%s\n)", pass->relation,
+		appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM %s WHERE (\n%s\n)", pass->relation,
 						 pass->predicate);
 		if (SPI_execute(sql.data, true, 0) != SPI_OK_SELECT || SPI_processed != 1)
 			elog(ERROR, "could not count the rows left by backfill \"%s\"", pass->name);
@@ -611,7 +631,7 @@ pass_finish(Pass *pass)
 		Datum		cvalues[1] = {pass->input ? JsonbPGetDatum(pass->input) : (Datum) 0};
 		char		cnulls[1] = {pass->input ? ' ' : 'n'};
 
-		if (SPI_execute_with_args(psprintf("SELECT %s($1)::bigint",
+		if (SPI_execute_with_args(psprintf("SELECT %s($1)::pg_catalog.int8",
 										   function_name(pass->count_fn)),
 								  1, ctypes, cvalues, cnulls, true, 1) != SPI_OK_SELECT ||
 			SPI_processed != 1)
@@ -635,14 +655,16 @@ pass_finish(Pass *pass)
 									   pass->name, (long long) remaining);
 
 		values[2] = CStringGetTextDatum(message);
-		catalog_exec("UPDATE backfill.ledger l SET status = 'failed', finished_at = now(),"
+		catalog_exec("UPDATE backfill.ledger l SET status = 'failed', finished_at = pg_catalog.now(),"
 					 "  error_code = 'BF006', error_message = $3,"
-					 "  rows = (SELECT sum(p.rows) FROM backfill.partition p WHERE p.run_id = l.run_id),"
-					 "  batches = (SELECT sum(p.batches) FROM backfill.partition p WHERE p.run_id = l.run_id)"
+					 "  rows = (SELECT pg_catalog.sum(p.rows) FROM backfill.partition p"
+					 "           WHERE p.run_id = l.run_id),"
+					 "  batches = (SELECT pg_catalog.sum(p.batches) FROM backfill.partition p"
+					 "              WHERE p.run_id = l.run_id)"
 					 " WHERE l.run_id = $1",
 					 3, types, values, nulls, SPI_OK_UPDATE);
 		catalog_exec("UPDATE backfill.run SET phase = 'done', remaining = $2, last_error = $3,"
-					 " paused = false, updated_at = now() WHERE run_id = $1",
+					 " paused = false, updated_at = pg_catalog.now() WHERE run_id = $1",
 					 3, types, values, nulls, SPI_OK_UPDATE);
 		ereport(LOG, (errmsg("%s", message),
 					  errhint("Rows may be written faster than the backfill fixes them, or the "
@@ -651,13 +673,15 @@ pass_finish(Pass *pass)
 	else
 	{
 		nulls[2] = 'n';
-		catalog_exec("UPDATE backfill.ledger l SET status = 'completed', finished_at = now(),"
-					 "  rows = (SELECT sum(p.rows) FROM backfill.partition p WHERE p.run_id = l.run_id),"
-					 "  batches = (SELECT sum(p.batches) FROM backfill.partition p WHERE p.run_id = l.run_id)"
+		catalog_exec("UPDATE backfill.ledger l SET status = 'completed', finished_at = pg_catalog.now(),"
+					 "  rows = (SELECT pg_catalog.sum(p.rows) FROM backfill.partition p"
+					 "           WHERE p.run_id = l.run_id),"
+					 "  batches = (SELECT pg_catalog.sum(p.batches) FROM backfill.partition p"
+					 "              WHERE p.run_id = l.run_id)"
 					 " WHERE l.run_id = $1",
 					 1, types, values, NULL, SPI_OK_UPDATE);
 		catalog_exec("UPDATE backfill.run SET phase = 'done', remaining = 0, paused = false,"
-					 " updated_at = now() WHERE run_id = $1",
+					 " updated_at = pg_catalog.now() WHERE run_id = $1",
 					 1, types, values, NULL, SPI_OK_UPDATE);
 		ereport(LOG, (errmsg("backfill \"%s\" run " INT64_FORMAT " completed",
 							 pass->name, pass->run_id)));

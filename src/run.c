@@ -33,9 +33,11 @@
 #include "errors.h"
 #include "identity.h"
 #include "launcher.h"
+#include "requires.h"
 #include "run.h"
 #include "scope.h"
 #include "shmem.h"
+#include "tenancy.h"
 
 PG_FUNCTION_INFO_V1(backfill_run);
 PG_FUNCTION_INFO_V1(backfill_wait);
@@ -161,6 +163,8 @@ backfill_run(PG_FUNCTION_ARGS)
 	char	   *scope_expr;
 	char	   *ledger_name;
 	char	   *unmet;
+	char	   *search_path;
+	char	   *requires_backfill;
 	bool		isnull;
 	Datum		environments;
 	Jsonb	   *shape = NULL;
@@ -194,8 +198,9 @@ backfill_run(PG_FUNCTION_ARGS)
 
 		/* the row lock serializes concurrent runs of one backfill */
 		if (catalog_exec("SELECT d.owner, d.checksum, d.environments,"
-						 "  array_to_string(d.environments, ', '), d.input_shape, d.scope,"
-						 "  d.run_as, backfill.unmet_requirement(d.name)"
+						 "  pg_catalog.array_to_string(d.environments, ', '), d.input_shape, d.scope,"
+						 "  d.run_as, backfill.unmet_requirement(d.name), d.search_path,"
+						 "  d.requires_backfill"
 						 "  FROM backfill.declaration d WHERE d.name = $1 FOR UPDATE OF d",
 						 1, types, values, NULL, SPI_OK_SELECT) == 0)
 			ereport(ERROR,
@@ -217,14 +222,19 @@ backfill_run(PG_FUNCTION_ARGS)
 		scope_expr = catalog_gettext(0, 6);
 		run_as = DatumGetObjectId(catalog_getdatum(0, 7, &isnull));
 		unmet = catalog_gettext(0, 8);
+		search_path = catalog_gettext(0, 9);
+		requires_backfill = catalog_gettext(0, 10);
 	}
 	catalog_leave(&scope);
 
 	check_backfill_member(name, owner);
 	check_environment(name, environments, envlist);
+	/* what was allowed at declaration may not be any more */
+	tenancy_check_run_as(name, owner, run_as);
+	requires_check_backfill(name, owner, requires_backfill);
 
-	/* a scoped backfill keeps one history per scope, as the caller */
-	ledger_name = scope_ledger_name(name, shape, scope_expr, input);
+	/* a scoped backfill keeps one history per scope, evaluated as its owner */
+	ledger_name = scope_ledger_name(name, shape, scope_expr, input, owner, search_path);
 
 	catalog_enter(&scope);
 	{
@@ -342,7 +352,7 @@ backfill_wait(PG_FUNCTION_ARGS)
 		char	   *xmin_text;
 
 		/* as the caller: the ledger's row security hides other roles' runs */
-		if (catalog_exec("SELECT status, xmin::text, declaration FROM backfill.ledger"
+		if (catalog_exec("SELECT status, xmin::pg_catalog.text, declaration FROM backfill.ledger"
 						 " WHERE run_id = $1",
 						 1, types, values, NULL, SPI_OK_SELECT) == 0)
 			ereport(ERROR,

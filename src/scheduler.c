@@ -201,15 +201,15 @@ read_running_passes(MemoryContext result_cxt)
 		fail_unbound_passes();
 		rc = SPI_execute("SELECT l.run_id, coalesce(d.run_as, l.owner), coalesce(d.max_parallel, 1),"
 						 "  r.phase,"
-						 "  count(*) FILTER (WHERE p.state = 'running' AND p.alive),"
-						 "  count(*) FILTER (WHERE p.state = 'pending'"
+						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'running' AND p.alive),"
+						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'pending'"
 						 "                     OR (p.state = 'running' AND NOT p.alive)),"
 						 "  r.phase = 'queued' AND d.requires_backfill IS NOT NULL, l.declaration"
 						 " FROM backfill.ledger l"
 						 " JOIN backfill.run r ON r.run_id = l.run_id"
 						 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
 						 " LEFT JOIN LATERAL ("
-						 "   SELECT q.state, EXISTS (SELECT 1 FROM pg_stat_activity a"
+						 "   SELECT q.state, EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a"
 						 "                            WHERE a.pid = q.holder_pid"
 						 "                              AND a.backend_start = q.holder_start) AS alive"
 						 "     FROM backfill.partition q WHERE q.run_id = l.run_id) p ON true"
@@ -381,17 +381,17 @@ fail_pass_cannot_login(RunNeed *need)
 	values[1] = CStringGetTextDatum(message);
 	worker_begin_xact("pg_backfill scheduler: failing a pass whose lanes cannot log in");
 	catalog_enter(&scope);
-	if (catalog_exec("UPDATE backfill.ledger l SET status = 'failed', finished_at = now(),"
+	if (catalog_exec("UPDATE backfill.ledger l SET status = 'failed', finished_at = pg_catalog.now(),"
 					 "  error_code = 'BF016', error_message = $2,"
-					 "  rows = (SELECT coalesce(sum(p.rows), 0) FROM backfill.partition p"
+					 "  rows = (SELECT coalesce(pg_catalog.sum(p.rows), 0) FROM backfill.partition p"
 					 "           WHERE p.run_id = l.run_id),"
-					 "  batches = (SELECT coalesce(sum(p.batches), 0) FROM backfill.partition p"
+					 "  batches = (SELECT coalesce(pg_catalog.sum(p.batches), 0) FROM backfill.partition p"
 					 "              WHERE p.run_id = l.run_id)"
 					 " WHERE l.run_id = $1 AND l.status = 'running'",
 					 2, types, values, NULL, SPI_OK_UPDATE) > 0)
 	{
 		catalog_exec("UPDATE backfill.run SET phase = 'done', paused = false, last_error = $2,"
-					 " updated_at = now() WHERE run_id = $1",
+					 " updated_at = pg_catalog.now() WHERE run_id = $1",
 					 2, types, values, NULL, SPI_OK_UPDATE);
 		ereport(LOG,
 				(errmsg("backfill \"%s\" run " INT64_FORMAT " failed: %s", need->name,

@@ -11,7 +11,9 @@
  * two scopes keep two histories and skip/force apply per scope.  The
  * predicate and the action read the input with backfill_input().
  *
- * Input values travel as parameters, never as SQL text.
+ * Input values travel as parameters, never as SQL text.  The input's casts
+ * and the scope expression run as the declaration's owner, restricted and
+ * rolled back (asrole.c), whoever calls backfill_run.
  *
  *-------------------------------------------------------------------------
  */
@@ -23,6 +25,7 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
+#include "asrole.h"
 #include "catalog.h"
 #include "errors.h"
 #include "scope.h"
@@ -170,7 +173,9 @@ check_input(const char *name, Jsonb *shape, Jsonb *input)
 		{
 			Oid			types[2] = {JSONBOID, TEXTOID};
 			Datum		values[2] = {JsonbPGetDatum(input), CStringGetTextDatum(key)};
-			char	   *sql = psprintf("SELECT ($1 ->> $2)::%s", format_type_be(typid));
+			char	   *sql = psprintf("SELECT ($1 OPERATOR(pg_catalog.->>) $2)::%s",
+										   format_type_extended(typid, -1,
+																FORMAT_TYPE_FORCE_QUALIFY));
 
 			if (SPI_execute_with_args(sql, 2, types, values, NULL, true, 1) != SPI_OK_SELECT)
 				elog(ERROR, "could not cast an input value");
@@ -199,13 +204,54 @@ check_input(const char *name, Jsonb *shape, Jsonb *input)
 				 errhint("Pass exactly the keys of the declared input shape.")));
 }
 
-char *
-scope_ledger_name(const char *name, Jsonb *shape, const char *scope, Jsonb *input)
+/* what scope_evaluate is given, and answers */
+typedef struct ScopeEval
 {
+	const char *name;
+	Jsonb	   *shape;
+	const char *scope;
+	Jsonb	   *input;
+	MemoryContext result_cxt;
+	char	   *ledger_name;
+} ScopeEval;
+
+/* check the input and evaluate the scope: run through asrole_call */
+static void
+scope_evaluate(void *arg)
+{
+	ScopeEval  *e = (ScopeEval *) arg;
 	Oid			types[1] = {JSONBOID};
 	Datum		values[1];
 	char	   *value;
 	StringInfoData sql;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	check_input(e->name, e->shape, e->input);
+
+	/* the scope expression, over the input as a parameter */
+	values[0] = JsonbPGetDatum(e->input);
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT (\n%s\n)::pg_catalog.text FROM (SELECT $1 AS input) s",
+					 e->scope);
+	if (SPI_execute_with_args(sql.data, 1, types, values, NULL, true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not evaluate the scope of backfill \"%s\"", e->name);
+	value = catalog_gettext(0, 1);
+	if (value == NULL || value[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("the scope of backfill \"%s\" is empty for this input", e->name),
+				 errhint("The scope names the pass's history; give an input it can name.")));
+	e->ledger_name = MemoryContextStrdup(e->result_cxt, psprintf("%s:%s", e->name, value));
+	SPI_finish();
+}
+
+char *
+scope_ledger_name(const char *name, Jsonb *shape, const char *scope, Jsonb *input,
+				  Oid owner, const char *search_path)
+{
+	ScopeEval	e;
 
 	if (shape == NULL)
 	{
@@ -216,20 +262,19 @@ scope_ledger_name(const char *name, Jsonb *shape, const char *scope, Jsonb *inpu
 					 errhint("Leave input out, or declare the backfill with input and scope.")));
 		return pstrdup(name);
 	}
-	check_input(name, shape, input);
 
-	/* the scope expression, as the caller, over the input as a parameter */
-	values[0] = JsonbPGetDatum(input);
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT (\n%s\n)::text FROM (SELECT $1 AS input) s", scope);
-	if (SPI_execute_with_args(sql.data, 1, types, values, NULL, true, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
-		elog(ERROR, "could not evaluate the scope of backfill \"%s\"", name);
-	value = catalog_gettext(0, 1);
-	if (value == NULL || value[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
-				 errmsg("the scope of backfill \"%s\" is empty for this input", name),
-				 errhint("The scope names the pass's history; give an input it can name.")));
-	return psprintf("%s:%s", name, value);
+	/*
+	 * The casts (the type may be the declarer's domain, with a CHECK that
+	 * calls its function) and the scope expression are the declarer's SQL:
+	 * evaluated as the owner with the declaration's search_path, never as
+	 * the caller, and rolled back (asrole.c).
+	 */
+	e.name = name;
+	e.shape = shape;
+	e.scope = scope;
+	e.input = input;
+	e.result_cxt = CurrentMemoryContext;
+	e.ledger_name = NULL;
+	(void) asrole_call(owner, search_path, scope_evaluate, &e, false);
+	return e.ledger_name;
 }

@@ -18,9 +18,10 @@ extern void scope_check_declaration(const char *name, Jsonb *shape, const char *
 
 /*
  * At run: check the input against the shape and evaluate the scope, as the
- * caller.  Returns the ledger name "name:scope".  Must be called in SPI.
+ * declaration's owner with its search_path (restricted, rolled back), never
+ * as the caller.  Returns the ledger name "name:scope".
  */
 extern char *scope_ledger_name(const char *name, Jsonb *shape, const char *scope,
-							   Jsonb *input);
+							   Jsonb *input, Oid owner, const char *search_path);
 
 #endif							/* BACKFILL_SCOPE_H */

@@ -87,6 +87,51 @@ tenancy_login_problem(Oid roleid)
 	return NULL;
 }
 
+/*
+ * Why the lanes of a backfill owned by owner may not log in as run_as any
+ * more, or NULL when they may: run_as is the owner, or a role the owner is
+ * still a member of.  Membership is checked at declaration, and again at
+ * every run, retry and lane start: a REVOKE takes effect at once.
+ */
+char *
+tenancy_run_as_refused(Oid owner, Oid run_as)
+{
+	const char *owner_name;
+	const char *run_as_name;
+
+	if (run_as == owner || is_member_of_role(owner, run_as))
+		return NULL;
+	owner_name = GetUserNameFromId(owner, true);
+	run_as_name = GetUserNameFromId(run_as, true);
+	return psprintf("role \"%s\" is not a member of its run_as role \"%s\"",
+					owner_name ? owner_name : "(dropped)",
+					run_as_name ? run_as_name : "(dropped)");
+}
+
+void
+tenancy_check_run_as(const char *name, Oid owner, Oid run_as)
+{
+	char	   *refused = tenancy_run_as_refused(owner, run_as);
+	const char *owner_name;
+	const char *run_as_name;
+
+	if (refused == NULL)
+		return;
+	owner_name = GetUserNameFromId(owner, true);
+	run_as_name = GetUserNameFromId(run_as, true);
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+			 errmsg("permission denied to run backfill \"%s\" as role \"%s\"", name,
+					run_as_name ? run_as_name : "(dropped)"),
+			 errdetail("The backfill belongs to role \"%s\", which is no longer a member of "
+					   "\"%s\"; lanes run only as the owner or a role it is a member of.",
+					   owner_name ? owner_name : "(dropped)",
+					   run_as_name ? run_as_name : "(dropped)"),
+			 errhint("GRANT %s TO %s; or declare the backfill again without run_as.",
+					 quote_identifier(run_as_name ? run_as_name : "(dropped)"),
+					 quote_identifier(owner_name ? owner_name : "(dropped)"))));
+}
+
 void
 tenancy_check_settings(const char *name, Jsonb *settings, const char *tenant)
 {

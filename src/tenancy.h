@@ -18,6 +18,13 @@ extern Oid	tenancy_run_as(const char *name, const char *run_as);
 /* why a lane could not log in as roleid to this database, or NULL */
 extern char *tenancy_login_problem(Oid roleid);
 
+/*
+ * At every run, retry and lane start: the owner must still be a member of
+ * run_as.  _refused answers why not (NULL: it is); _check raises BF016.
+ */
+extern char *tenancy_run_as_refused(Oid owner, Oid run_as);
+extern void tenancy_check_run_as(const char *name, Oid owner, Oid run_as);
+
 /* settings must be custom (dotted) names; tenant NULL or 'none' */
 extern void tenancy_check_settings(const char *name, Jsonb *settings, const char *tenant);
 

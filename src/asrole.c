@@ -1,0 +1,143 @@
+/*-------------------------------------------------------------------------
+ *
+ * asrole.c
+ *	  Evaluating a role's SQL from a session that is not that role's,
+ *	  leaving nothing of it behind.
+ *
+ * Some of a declaration's SQL is evaluated outside its lanes: the
+ * scheduler (a superuser session) asks a required backfill's predicate
+ * whether it drifted, requires reads the application's migrations table
+ * (the scheduler, backfill_run, backfill_pending), and backfill_run
+ * evaluates a scoped backfill's input casts and scope expression in the
+ * caller's session.  That SQL can reach the declarer's objects: functions,
+ * views, casts, domains, policies.  Run with the session's role, one of
+ * them would run with the privileges of whoever is calling (a superuser);
+ * and a setting it changed with set_config(..., false) would outlive it,
+ * so that the session's own SQL would afterwards resolve names through the
+ * declarer's search_path.
+ *
+ * asrole_call() is the one way such SQL is evaluated: as the declaring
+ * role, under SECURITY_RESTRICTED_OPERATION (no SET ROLE, no temporary
+ * objects), with a fixed search_path, inside a subtransaction that is
+ * always rolled back, even when it succeeded.  Whatever the SQL changed
+ * (settings, rows, locks) ends with it; only the result the caller copied
+ * out remains.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/elog.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+
+#include "asrole.h"
+
+#define ASROLE_DEFAULT_SEARCH_PATH	"pg_catalog, pg_temp"
+
+ErrorData *
+asrole_call(Oid role, const char *search_path, AsRoleFunc fn, void *arg, bool catch_errors)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	Oid			save_user;
+	int			save_sec;
+	ErrorData  *volatile error = NULL;
+
+	if (search_path == NULL || search_path[0] == '\0')
+		search_path = ASROLE_DEFAULT_SEARCH_PATH;
+
+	GetUserIdAndSecContext(&save_user, &save_sec);
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+
+	PG_TRY();
+	{
+		int			nest;
+
+		SetUserIdAndSecContext(role, save_sec | SECURITY_LOCAL_USERID_CHANGE |
+							   SECURITY_RESTRICTED_OPERATION);
+		nest = NewGUCNestLevel();
+		(void) set_config_option("search_path", search_path, PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+		fn(arg);
+		MemoryContextSwitchTo(cxt);
+		/* discard every setting fn changed, whatever its scope */
+		AtEOXact_GUC(false, nest);
+		SetUserIdAndSecContext(save_user, save_sec);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		error = CopyErrorData();
+		FlushErrorState();
+	}
+	PG_END_TRY();
+
+	/* success or not: nothing the SQL did survives the subtransaction */
+	RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	SetUserIdAndSecContext(save_user, save_sec);
+
+	if (error != NULL && (!catch_errors || error->sqlerrcode == ERRCODE_QUERY_CANCELED))
+		ReThrowError(error);
+	return error;
+}
+
+/* what asrole_query hands to its callback, and gets back */
+typedef struct AsRoleQuery
+{
+	const char *sql;
+	int			nargs;
+	Oid		   *types;
+	Datum	   *values;
+	const char *nulls;
+	MemoryContext result_cxt;
+	char	   *result;
+} AsRoleQuery;
+
+static void
+run_query(void *arg)
+{
+	AsRoleQuery *q = (AsRoleQuery *) arg;
+	int			rc;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	rc = SPI_execute_with_args(q->sql, q->nargs, q->types, q->values, q->nulls, true, 1);
+	if (rc < 0)
+		elog(ERROR, "could not run a query as another role (SPI code %d)", rc);
+	if (SPI_tuptable != NULL && SPI_processed > 0)
+	{
+		char	   *value = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+
+		if (value != NULL)
+			q->result = MemoryContextStrdup(q->result_cxt, value);
+	}
+	SPI_finish();
+}
+
+char *
+asrole_query(Oid role, const char *search_path, const char *sql, int nargs,
+			 Oid *types, Datum *values, const char *nulls, ErrorData **error)
+{
+	AsRoleQuery q;
+	ErrorData  *caught;
+
+	q.sql = sql;
+	q.nargs = nargs;
+	q.types = types;
+	q.values = values;
+	q.nulls = nulls;
+	q.result_cxt = CurrentMemoryContext;
+	q.result = NULL;
+	caught = asrole_call(role, search_path, run_query, &q, error != NULL);
+	if (error != NULL)
+		*error = caught;
+	return caught ? NULL : q.result;
+}

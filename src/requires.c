@@ -1,0 +1,193 @@
+/*-------------------------------------------------------------------------
+ *
+ * requires.c
+ *	  What a declaration requires before a pass may start: a schema
+ *	  migration, and the completion of another backfill.
+ *
+ * The migrations table (backfill.migrations_table) is the application's:
+ * it may be a view, its column's type may have a cast to text of its
+ * owner's, it may have row-level security with policies that call
+ * functions.  Reading it as the extension's owner, or as a superuser who
+ * happens to call backfill_pending(), would run those objects with that
+ * privilege.  backfill.migration_unapplied() reads it as the declaring
+ * role instead, through asrole.c: restricted, with search_path
+ * pg_catalog, pg_temp, its settings rolled back.  A declarer that may not
+ * read the table is blocked, and told why.
+ *
+ * requires_backfill may name only a backfill whose owner the declaring
+ * role is a member of (at declaration, at every run, and in
+ * backfill.unmet_requirement for the scheduler): otherwise one role could
+ * learn whether another's backfill completed, and have the scheduler
+ * reopen it on drift.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/namespace.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/regproc.h"
+
+#include "asrole.h"
+#include "catalog.h"
+#include "errors.h"
+#include "requires.h"
+
+PG_FUNCTION_INFO_V1(backfill_migration_unapplied);
+
+static const char *
+role_name(Oid role)
+{
+	const char *name = GetUserNameFromId(role, true);
+
+	return name ? name : "(dropped)";
+}
+
+/* trim white space at both ends, in place */
+static char *
+trim(char *s)
+{
+	char	   *end;
+
+	while (*s && isspace((unsigned char) *s))
+		s++;
+	end = s + strlen(s);
+	while (end > s && isspace((unsigned char) end[-1]))
+		*--end = '\0';
+	return s;
+}
+
+/*
+ * Split "table(column)" into its two parts; false if it is not of that
+ * form (the column may hold no parenthesis).
+ */
+static bool
+parse_migrations_table(const char *spec, char **table, char **column)
+{
+	char	   *s = trim(pstrdup(spec));
+	size_t		len = strlen(s);
+	char	   *open;
+
+	if (len < 4 || s[len - 1] != ')')
+		return false;
+	s[len - 1] = '\0';
+	open = strrchr(s, '(');
+	if (open == NULL || strchr(open + 1, ')') != NULL)
+		return false;
+	*open = '\0';
+	*table = trim(s);
+	*column = trim(open + 1);
+	return (*table)[0] != '\0' && (*column)[0] != '\0';
+}
+
+/*
+ * backfill.migration_unapplied(id text [, role oid]): NULL when the schema
+ * migration is applied, else why not.  The table is read as role (default:
+ * the calling role), which the caller must have the privileges of.
+ */
+Datum
+backfill_migration_unapplied(PG_FUNCTION_ARGS)
+{
+	char	   *id = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	Oid			role = PG_NARGS() > 1 ? PG_GETARG_OID(1) : GetUserId();
+	const char *spec = GetConfigOption("backfill.migrations_table", false, false);
+	MemoryContext cxt = CurrentMemoryContext;
+	char	   *table;
+	char	   *column;
+	char	   *schema;
+	char	   *relname;
+	Oid			nspid;
+	Oid			relid;
+	char	   *relation;
+	char	   *sql;
+	char	   *applied;
+	ErrorData  *error = NULL;
+	char	   *unreadable = NULL;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+
+	if (!has_privs_of_role(GetUserId(), role))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+				 errmsg("permission denied to check migration %s as role \"%s\"", id,
+						role_name(role)),
+				 errdetail("The migrations table is read as the role that requires the migration."),
+				 errhint("Check it as a member of that role, or as your own role.")));
+
+	if (spec == NULL || !parse_migrations_table(spec, &table, &column))
+		PG_RETURN_TEXT_P(cstring_to_text(psprintf("migration %s: backfill.migrations_table %s "
+												  "is not \"table(column)\"", id,
+												  quote_literal_cstr(spec ? spec : ""))));
+
+	/*
+	 * An unqualified table is looked up in schema public, never through a
+	 * search_path.  A lookup in the catalogs, without privilege checks: the
+	 * read itself, as role, is what privileges decide.
+	 */
+	DeconstructQualifiedName(stringToQualifiedNameList(table), &schema, &relname);
+	nspid = get_namespace_oid(schema ? schema : "public", true);
+	relid = OidIsValid(nspid) ? get_relname_relid(relname, nspid) : InvalidOid;
+	if (!OidIsValid(relid))
+		PG_RETURN_TEXT_P(cstring_to_text(psprintf("migration %s is not applied: table %s does "
+												  "not exist", id, table)));
+	relation = quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
+										  get_rel_name(relid));
+
+	sql = psprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE %s::pg_catalog.text"
+				   " OPERATOR(pg_catalog.=) $1)", relation, quote_identifier(column));
+	values[0] = CStringGetTextDatum(id);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	applied = asrole_query(role, NULL, sql, 1, types, values, NULL, &error);
+	/* both live in SPI's memory: keep what is needed */
+	if (error != NULL)
+		unreadable = MemoryContextStrdup(cxt, error->message);
+	if (applied != NULL)
+		applied = MemoryContextStrdup(cxt, applied);
+	SPI_finish();
+
+	if (unreadable != NULL)
+		PG_RETURN_TEXT_P(cstring_to_text(psprintf("migration %s cannot be checked as role %s: %s",
+												  id, role_name(role), unreadable)));
+	if (applied == NULL || strcmp(applied, "t") != 0)
+		PG_RETURN_TEXT_P(cstring_to_text(psprintf("migration %s is not applied (no such %s in %s)",
+												  id, column, relation)));
+	PG_RETURN_NULL();
+}
+
+void
+requires_check_backfill(const char *name, Oid owner, const char *required)
+{
+	CatalogScope scope;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	Oid			required_owner = InvalidOid;
+	bool		found;
+	bool		isnull;
+
+	if (required == NULL)
+		return;
+	values[0] = CStringGetTextDatum(required);
+	catalog_enter(&scope);
+	found = catalog_exec("SELECT b.owner FROM backfill.declaration b WHERE b.name = $1",
+						 1, types, values, NULL, SPI_OK_SELECT) > 0;
+	if (found)
+		required_owner = DatumGetObjectId(catalog_getdatum(0, 1, &isnull));
+	catalog_leave(&scope);
+
+	if (found && !has_privs_of_role(owner, required_owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+				 errmsg("backfill \"%s\" may not require backfill \"%s\"", name, required),
+				 errdetail("Backfill \"%s\" belongs to role \"%s\", which role \"%s\" is not a "
+						   "member of.", required, role_name(required_owner), role_name(owner)),
+				 errhint("Require a backfill of your own, or GRANT %s TO %s;",
+						 quote_identifier(role_name(required_owner)),
+						 quote_identifier(role_name(owner)))));
+}
