@@ -5,7 +5,8 @@
  *
  * Lanes log in as the declaring role, or as a role the declarer names with
  * run_as and is a member of: never with more privilege than the declarer
- * has.  A declaration may name settings that the lane sets for its whole
+ * has.  Membership is checked at declaration and again at every run, retry
+ * and lane start, so a REVOKE takes effect at once.  A declaration may name settings that the lane sets for its whole
  * session (each batch, the plan and the convergence count), such as
  * app.tenant_id, so that row-level security scopes the pass to a tenant; a value ":key" takes the scoped run's input key.  Only custom
  * (dotted) settings are allowed: no batch can change its role or
