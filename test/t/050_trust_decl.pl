@@ -8,6 +8,7 @@
 #      a predicate that sets search_path with set_config(..., false) must
 #      not leave it behind in the scheduler's superuser session, where
 #      shadows of to_regclass(), now(), count(*) and pg_stat_activity wait;
+#  (1b) likewise a setting changed by a function sink in the outbox relay;
 #  (2) requires reads the application's migrations table (a view over the
 #      attacker's function) as the declaring role, never as the extension
 #      owner, whoever asks: the role itself, a superuser's backfill_pending
@@ -138,6 +139,31 @@ is( $node->safe_psql('postgres',
 ok(scheduler_tick(), '(1) the scheduler has looked again since');
 is(rolsuper('mal1'), 'f',
 	'(1) mal1 is no superuser: no setting of its predicate outlived the drift check');
+
+# (1b) the relay: a function sink that moves search_path for the session
+# (an operator's careless function) leaves nothing for the relay's own
+# SQL, which would otherwise find mal1b's shadow of to_regprocedure()
+hostile_role('mal1b');
+as('mal1b', q{
+	CREATE FUNCTION mal1b.to_regprocedure(text) RETURNS regprocedure LANGUAGE sql AS
+		$$ SELECT pg_catalog.to_regprocedure($1) WHERE mal1b.esc() $$;
+});
+$node->safe_psql('postgres', q{
+	CREATE TABLE sink_seen (n int);
+	CREATE FUNCTION careless_sink(topic text, key text, payload jsonb) RETURNS void
+	LANGUAGE plpgsql AS $$
+	BEGIN
+		PERFORM pg_catalog.set_config('search_path', 'mal1b, pg_catalog', false);
+		INSERT INTO public.sink_seen VALUES ((payload->>'n')::int);
+	END $$;
+	SELECT backfill_outbox_sink('careless', 'function', 'careless_sink');
+	-- one transaction: one relay delivers both, one after the other
+	SELECT backfill_outbox_emit('careless', 'k' || g, pg_catalog.jsonb_build_object('n', g))
+	  FROM generate_series(1, 3) g;
+});
+ok(poll_until($node, q{SELECT count(*) FROM sink_seen}, '3', 60),
+	'(1b) the three messages reached the sink: the relay looked it up after a first call');
+is(rolsuper('mal1b'), 'f', '(1b) mal1b is no superuser: the sink\'s setting did not outlive it');
 
 # ------------------------------------------------------------------
 # (2) the migrations table is read as the declaring role
