@@ -39,10 +39,6 @@
 #include "xact.h"
 
 /*
- * Returns true when the backfill that waiting_run_id requires was reopened,
- * so the waiting pass must not start yet.  Runs its own transaction.
- */
-/*
  * A reopen is a forced run of B on behalf of A's owner: only what B's own
  * owner could do here (B's environment, its run_as role, a role that can
  * log in), asked by a role that may act for B's owner.  Raises BF016 or

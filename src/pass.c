@@ -341,7 +341,8 @@ pass_plan(Pass *pass)
 		/* partition i covers (bounds[i-1], bounds[i]]; the ends are open */
 		catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi)"
 					 " SELECT $1, i - 1, $2[i - 1], $2[i]"
-					 "   FROM pg_catalog.generate_series(1, coalesce(pg_catalog.array_length($2, 1), 0) + 1) i",
+					 "   FROM pg_catalog.generate_series(1,"
+					 "          coalesce(pg_catalog.array_length($2, 1), 0) + 1) i",
 					 4, itypes, ivalues, inulls, SPI_OK_INSERT);
 		catalog_exec("UPDATE backfill.run SET phase = 'running', plan_method = $3,"
 					 " estimate = $4, updated_at = pg_catalog.now() WHERE run_id = $1",
