@@ -315,7 +315,8 @@ page_field(Jsonb *page, const char *key)
  * One page of a pages source: ask the function for the page after the
  * cursor, run the action on its rows, checkpoint the next cursor (never
  * the rows).  next = NULL ends the pass; so does an empty page that does
- * not move the cursor.
+ * not move the cursor.  A page with rows that does not move the cursor
+ * would be asked for again and again: the pass fails (BF001).
  */
 static BatchOutcome
 batch_run_page(Pass *pass, Claim *claim)
@@ -360,6 +361,16 @@ batch_run_page(Pass *pass, Claim *claim)
 	nrows = JsonContainerSize(rows->val.binary.data);
 	if (next->type == jbvString)
 		next_text = pnstrdup(next->val.string.val, next->val.string.len);
+
+	/* rows, and a cursor that does not move: the same page for ever */
+	if (nrows > 0 && next_text != NULL && cursor != NULL && strcmp(cursor, next_text) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("pages function of backfill \"%s\" does not advance", pass->name),
+				 errdetail("After cursor \"%.100s\" it answered %d rows and the same cursor as next.",
+						   cursor, nrows),
+				 errhint("Return as next the cursor after the page's last row, or null at the "
+						 "end of the source.")));
 
 	if (nrows > 0)
 	{

@@ -246,8 +246,13 @@ backfill_pause(PG_FUNCTION_ARGS)
 	connect_spi();
 	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false, "backfill_pause");
 	if (lock_running_pass(&t))
+	{
 		changed = on_running_pass(&t, "UPDATE backfill.run SET paused = true, updated_at = now()"
 								  " WHERE run_id = $1 AND NOT paused ") > 0;
+		/* a lane waiting out its rate leaves at once, not after the sleep */
+		if (changed)
+			backfill_wake_lanes_at_commit(t.running_id, false);
+	}
 	else
 		ereport(NOTICE,
 				(errmsg("backfill \"%s\" has no running pass to pause", t.name)));
@@ -278,7 +283,9 @@ backfill_resume(PG_FUNCTION_ARGS)
  * batches that are committing their checkpoint, and makes any later
  * checkpoint of the pass find no lease, so its batch rolls back: the
  * ledger's counts are exactly what committed.  A pass that ended while
- * the cancel waited is left as it ended.
+ * the cancel waited is left as it ended.  When the cancel commits, the
+ * lanes of the pass are told to stop and the statement of a batch in
+ * flight is cancelled (shmem.c), so a long batch ends now, rolled back.
  */
 Datum
 backfill_cancel(PG_FUNCTION_ARGS)
@@ -303,9 +310,13 @@ backfill_cancel(PG_FUNCTION_ARGS)
 								  "               FROM backfill.partition p WHERE p.run_id = l.run_id)"
 								  " WHERE l.run_id = $1 AND l.status = 'running'") > 0;
 		if (changed)
+		{
 			on_running_pass(&t, "UPDATE backfill.run SET phase = 'done', paused = false,"
 							" last_error = 'cancelled by ' || $2, updated_at = now()"
 							" WHERE run_id = $1");
+			/* at commit: the lanes' batches in flight are cancelled, sleeping lanes woken */
+			backfill_wake_lanes_at_commit(t.running_id, true);
+		}
 	}
 	else
 		ereport(NOTICE,

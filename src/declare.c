@@ -31,6 +31,7 @@
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "nodes/parsenodes.h"
+#include "optimizer/optimizer.h"
 #include "parser/parser.h"
 #include "utils/acl.h"
 #include "utils/regproc.h"
@@ -40,6 +41,7 @@
 #include "parser/parse_func.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
+#include "utils/plancache.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -50,6 +52,7 @@
 #include "errors.h"
 #include "requires.h"
 #include "scope.h"
+#include "shmem.h"
 #include "tenancy.h"
 
 PG_FUNCTION_INFO_V1(backfill_declare);
@@ -370,12 +373,13 @@ action_is_dml(List *stmts)
  * Parse and analyze one statement as the caller, with the batch's bounds
  * typed.  is_predicate: sql is the predicate's probe query.
  */
-static void
+static SPIPlanPtr
 check_statement(const char *name, const char *what, const char *sql, Oid keytype,
 				bool is_predicate, const char *hint)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	Oid			argtypes[2] = {keytype, keytype};
+	SPIPlanPtr volatile plan = NULL;
 
 	PG_TRY();
 	{
@@ -391,7 +395,8 @@ check_statement(const char *name, const char *what, const char *sql, Oid keytype
 			ereport(ERROR,
 					(errmsg("the action must be SELECT, INSERT, UPDATE, DELETE or MERGE"),
 					 errdetail("It runs inside each batch's transaction, which commits the checkpoint.")));
-		if (SPI_prepare(sql, 2, argtypes) == NULL)
+		plan = SPI_prepare(sql, 2, argtypes);
+		if (plan == NULL)
 			elog(ERROR, "%s", SPI_result_code_string(SPI_result));
 	}
 	PG_CATCH();
@@ -399,6 +404,35 @@ check_statement(const char *name, const char *what, const char *sql, Oid keytype
 		rethrow_as_source_invalid(cxt, name, what, hint);
 	}
 	PG_END_TRY();
+	return plan;
+}
+
+/*
+ * The predicate is evaluated again and again: by the key scan of every
+ * batch and by the convergence count.  A volatile one (random(), a
+ * sequence, clock_timestamp()) can answer "no rows left" while rows are
+ * left, so a pass could end completed without having done them.
+ */
+static void
+check_predicate_not_volatile(const char *name, SPIPlanPtr plan)
+{
+	ListCell   *lc;
+
+	foreach(lc, SPI_plan_get_plan_sources(plan))
+	{
+		CachedPlanSource *source = (CachedPlanSource *) lfirst(lc);
+		ListCell   *lq;
+
+		foreach(lq, source->query_list)
+			if (contain_volatile_functions((Node *) lfirst(lq)))
+				ereport(ERROR,
+						(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+						 errmsg("predicate of backfill \"%s\" is volatile", name),
+						 errdetail("It calls a volatile function, so the count that proves the "
+								   "backfill done could disagree with the batches."),
+						 errhint("Use a stable expression over the table's columns; wrap what you "
+								 "need in a function declared STABLE or IMMUTABLE only if it is.")));
+	}
 }
 
 static int
@@ -712,8 +746,11 @@ backfill_declare(PG_FUNCTION_ARGS)
 	{
 		initStringInfo(&sql);
 		appendStringInfo(&sql, "SELECT 1 FROM %s WHERE (\n%s\n)", src.relation, predicate);
-		check_statement(name, "the predicate", sql.data, src.keytype, true,
-						"Write a boolean SQL expression over the table's columns, such as 'c IS NULL'.");
+		check_predicate_not_volatile(name,
+									 check_statement(name, "the predicate", sql.data, src.keytype,
+													 true,
+													 "Write a boolean SQL expression over the "
+													 "table's columns, such as 'c IS NULL'."));
 	}
 	if (scope_expr != NULL)
 	{
@@ -753,6 +790,9 @@ backfill_declare(PG_FUNCTION_ARGS)
 								GetUserNameFromId(old_owner, true) ?
 								GetUserNameFromId(old_owner, true) : "(dropped)"),
 						 errhint("Choose another name, or re-declare it as a member of that role.")));
+			/* lanes waiting out the old rate read the new one at once */
+			if (running)
+				backfill_wake_lanes_at_commit(0, false);
 			if (running && strcmp(old_checksum, checksum) != 0)
 				ereport(ERROR,
 						(errcode(ERRCODE_BACKFILL_CHANGED),

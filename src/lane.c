@@ -40,13 +40,19 @@
 #include "catalog.h"
 #include "errors.h"
 #include "scheduler.h"
+#include "shmem.h"
 #include "lane.h"
+#include "tenancy.h"
 #include "xact.h"
 
 MemoryContext lane_cxt = NULL;
 
-/* Sleep until the given time, answering signals meanwhile. */
-void
+/*
+ * Sleep until the given time, answering signals meanwhile.  Returns true
+ * when the latch was set first: a control (pause, cancel, a new
+ * declaration) or the scheduler wants the lane to look at its pass again.
+ */
+bool
 lane_sleep_until(TimestampTz until)
 {
 	for (;;)
@@ -54,6 +60,7 @@ lane_sleep_until(TimestampTz until)
 		TimestampTz now = GetCurrentTimestamp();
 		long		secs;
 		int			usecs;
+		int			rc;
 
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -62,12 +69,28 @@ lane_sleep_until(TimestampTz until)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 		if (now >= until)
-			return;
+			return false;
 		TimestampDifference(now, until, &secs, &usecs);
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Max(1L, secs * 1000L + usecs / 1000), PG_WAIT_EXTENSION);
+		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					   Max(1L, secs * 1000L + usecs / 1000), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
+		if ((rc & WL_LATCH_SET) && !ConfigReloadPending)
+			return true;
 	}
+}
+
+/*
+ * The pass was cancelled (shmem.c says so): a cancel of the batch in flight
+ * may still be on its way, and must not hit whatever the lane does next.
+ */
+static bool
+lane_must_stop(void)
+{
+	if (!backfill_lane_stop_requested())
+		return false;
+	pqsignal(SIGINT, SIG_IGN);
+	QueryCancelPending = false;
+	return true;
 }
 
 /* Errors that no retry fixes: the pass fails at once. */
@@ -86,6 +109,7 @@ error_is_final(int sqlerrcode)
 		case ERRCODE_WRONG_OBJECT_TYPE:
 		case ERRCODE_BACKFILL_CHANGED:
 		case ERRCODE_BACKFILL_SOURCE_INVALID:
+		case ERRCODE_BACKFILL_OPTION_INVALID:
 			return true;
 		default:
 			return false;
@@ -158,7 +182,9 @@ batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
 			 errdetail("SQLSTATE %s: %s", unpack_sql_state(edata->sqlerrcode),
 					   edata->message)));
 	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms);
-	lane_sleep_until(until);
+	while (lane_sleep_until(until))
+		if (lane_must_stop())
+			return FAILURE_STOP;
 	return FAILURE_RETRY;
 }
 
@@ -181,6 +207,22 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		MemoryContextReset(scratch);
 		MemoryContextSwitchTo(scratch);
 
+		if (lane_must_stop())
+			return false;
+		/* another role's pass waits for a lane: give this one up */
+		if (backfill_lane_yield_requested())
+		{
+			pass_release(pass, claim);
+			ereport(LOG,
+					(errmsg("backfill \"%s\" run " INT64_FORMAT ": lane leaves partition %d at "
+							"its checkpoint for another role's pass", pass->name, pass->run_id,
+							claim->part_no),
+					 errdetail("backfill.max_workers lanes are shared fairly between roles.")));
+			return false;
+		}
+
+		/* backfill_cancel cancels a batch only while this says so (shmem.c) */
+		backfill_lane_set_in_batch(true);
 		PG_TRY();
 		{
 			outcome = batch_run(pass, claim);
@@ -190,6 +232,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 			failed = true;
 		}
 		PG_END_TRY();
+		backfill_lane_set_in_batch(false);
 
 		if (failed)
 		{
@@ -202,6 +245,16 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 			FlushErrorState();
 			AbortCurrentTransaction();
 			MemoryContextSwitchTo(scratch);
+			/* cancelled: the batch rolled back, nothing of it is recorded */
+			if (lane_must_stop())
+			{
+				ereport(LOG,
+						(errmsg("backfill \"%s\" run " INT64_FORMAT " was cancelled: the batch in "
+								"flight on partition %d rolled back",
+								pass->name, pass->run_id, claim->part_no)));
+				FreeErrorData(edata);
+				return false;
+			}
 			failures++;
 			if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
 				pacing_after_timeout(pass, claim);
@@ -228,13 +281,25 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		if (outcome == BATCH_PARTITION_DONE)
 			return true;
 
-		pacing_after_batch(pass, claim, started);
+		outcome = pacing_after_batch(pass, claim, started);
+		if (outcome == BATCH_STOP)
+			return false;
+		if (outcome == BATCH_PAUSED)
+		{
+			pass_release(pass, claim);
+			ereport(LOG,
+					(errmsg("backfill \"%s\" run " INT64_FORMAT " paused: lane leaves partition %d "
+							"at its checkpoint", pass->name, pass->run_id, claim->part_no)));
+			return false;
+		}
 	}
 }
 
 static void
 lane_prepare_and_plan(Pass *pass)
 {
+	/* the tenant settings hold for every statement of the lane's role */
+	tenancy_apply_settings(pass->name, pass->settings, pass->input);
 	batch_prepare(pass);
 	pass_plan(pass);
 }
@@ -306,7 +371,14 @@ run_or_fail(Pass *pass, void (*step) (Pass *), const char *what)
 				 errdetail("SQLSTATE %s: %s", unpack_sql_state(edata->sqlerrcode),
 						   edata->message)));
 		FreeErrorData(edata);
-		lane_sleep_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms));
+		{
+			TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms);
+
+			/* woken early: a cancelled pass stops, anything else waits on */
+			while (lane_sleep_until(until))
+				if (lane_must_stop())
+					return false;
+		}
 	}
 }
 
@@ -323,6 +395,15 @@ backfill_lane_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
+
+	/* the entry its scheduler reserved: every scheduler counts it */
+	if (!backfill_lane_attach(args.lane_index, args.lane_token))
+	{
+		ereport(LOG,
+				(errmsg("pg_backfill lane for run " INT64_FORMAT " found its lane table entry "
+						"taken; it exits", args.run_id)));
+		proc_exit(0);
+	}
 
 	/* as the declaring role: never more privilege than it has */
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.roleoid, 0);

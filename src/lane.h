@@ -90,7 +90,7 @@ typedef enum BatchOutcome
 
 /* lane.c: the lane's long-lived memory, and its interruptible sleep */
 extern MemoryContext lane_cxt;
-extern void lane_sleep_until(TimestampTz until);
+extern bool lane_sleep_until(TimestampTz until);
 
 /* pass.c */
 extern bool pass_load(Pass *pass, int64 run_id);
@@ -104,7 +104,7 @@ extern Datum pass_key_from_text(Pass *pass, const char *text);
 
 /* pacing.c */
 extern void pacing_start(Pass *pass, Claim *claim);
-extern void pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started);
+extern BatchOutcome pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started);
 extern void pacing_after_timeout(Pass *pass, Claim *claim);
 
 /* batch.c */

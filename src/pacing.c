@@ -4,7 +4,10 @@
  *	  How fast a lane goes: the declared rate, the adaptive batch size and
  *	  the health throttle.
  *
- * Rate: a lane starts at most one batch every 1/rate seconds.
+ * Rate: a lane starts at most one batch every 1/rate seconds.  The wait
+ * ends early when the lane is woken (shmem.c: a pause, a cancel or a new
+ * declaration of the backfill): it reads its pass and the declared rate
+ * again, so a new rate takes effect at once.
  *
  * Adaptive batch size: when the declaration names a target batch time, the
  * batch size moves toward it after each batch, halfway at a time and at
@@ -30,6 +33,7 @@
 #include "pg_backfill.h"
 #include "catalog.h"
 #include "lane.h"
+#include "shmem.h"
 #include "xact.h"
 
 void
@@ -144,15 +148,81 @@ read_health(Pass *pass, Claim *claim)
 }
 
 /*
- * After a committed batch: adapt the batch size, wait out the rate, and
- * hold back while the server's health asks for it.
+ * Woken while waiting out the rate: read the pass again, and the
+ * declaration's rate and batch size, which a new declaration may have
+ * changed.  Returns what the lane does next.
  */
-void
+static BatchOutcome
+reread_pass(Pass *pass)
+{
+	CatalogScope scope;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1];
+	bool		isnull;
+	bool		running;
+	bool		paused;
+	Datum		d;
+
+	values[0] = Int64GetDatum(pass->run_id);
+	worker_begin_xact("pg_backfill lane: woken, reading the pass again");
+	catalog_enter(&scope);
+	catalog_exec("SELECT l.status = 'running', r.paused, d.rate, d.batch_size"
+				 " FROM backfill.ledger l JOIN backfill.run r ON r.run_id = l.run_id"
+				 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
+				 " WHERE l.run_id = $1",
+				 1, types, values, NULL, SPI_OK_SELECT);
+	running = DatumGetBool(catalog_getdatum(0, 1, &isnull));
+	paused = DatumGetBool(catalog_getdatum(0, 2, &isnull));
+	d = catalog_getdatum(0, 3, &isnull);
+	if (!isnull)
+		pass->rate = DatumGetFloat8(d);
+	d = catalog_getdatum(0, 4, &isnull);
+	if (!isnull)
+		pass->batch_size = DatumGetInt32(d);
+	catalog_leave(&scope);
+	worker_commit_xact();
+	if (!running)
+		return BATCH_STOP;
+	return paused ? BATCH_PAUSED : BATCH_DONE;
+}
+
+/*
+ * Wait until the next batch may start by the rate, from the start of the
+ * last one.  A wake (a pause, a cancel, a new declaration) makes the lane
+ * read its pass and rate again at once: a new rate counts from then on,
+ * never after the old sleep.
+ */
+static BatchOutcome
+wait_for_rate(Pass *pass, TimestampTz started, TimestampTz not_before)
+{
+	for (;;)
+	{
+		TimestampTz next = started + (TimestampTz) (1000000.0 / pass->rate);
+		BatchOutcome outcome;
+
+		if (!lane_sleep_until(Max(next, not_before)))
+			return BATCH_DONE;
+		if (backfill_lane_stop_requested() || backfill_lane_yield_requested())
+			return BATCH_DONE;	/* work_partition stops or yields */
+		outcome = reread_pass(pass);
+		if (outcome != BATCH_DONE)
+			return outcome;
+	}
+}
+
+/*
+ * After a committed batch: adapt the batch size, wait out the rate, and
+ * hold back while the server's health asks for it.  Returns BATCH_DONE to
+ * go on, or BATCH_PAUSED / BATCH_STOP when the pass was paused or ended
+ * meanwhile.
+ */
+BatchOutcome
 pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started)
 {
-	TimestampTz next = started + (TimestampTz) (1000000.0 / pass->rate);
+	TimestampTz not_before = 0;
 	char	   *reason;
 	char	   *said = NULL;
+	BatchOutcome outcome;
 
 	adapt_batch_size(pass, claim);
 
@@ -160,10 +230,11 @@ pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started)
 	{
 		said = psprintf("locks: %d session(s) waited on the last batch", claim->blocking);
 		set_throttle(pass, claim, said);
-		next = Max(next, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													 backfill_throttle_delay));
+		not_before = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backfill_throttle_delay);
 	}
-	lane_sleep_until(next);
+	outcome = wait_for_rate(pass, started, not_before);
+	if (outcome != BATCH_DONE)
+		return outcome;
 
 	while ((reason = health_reason(pass, claim)) != NULL)
 	{
@@ -175,11 +246,12 @@ pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started)
 			set_throttle(pass, claim, reason);
 			said = reason;
 		}
-		lane_sleep_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													 backfill_throttle_delay));
+		(void) lane_sleep_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															backfill_throttle_delay));
 		if (!read_health(pass, claim))
 			break;
 	}
 	if (said != NULL && reason == NULL && claim->blocking == 0)
 		set_throttle(pass, claim, NULL);
+	return BATCH_DONE;
 }

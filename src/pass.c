@@ -241,10 +241,6 @@ pass_load(Pass *pass, int64 run_id)
 	if (ok && pass->input != NULL)
 		SetConfigOption("backfill.input", JsonbToCString(NULL, &pass->input->root, 0),
 						PGC_SUSET, PGC_S_OVERRIDE);
-
-	/* the tenant settings hold for every statement of the lane's role */
-	if (ok)
-		tenancy_apply_settings(pass->settings, pass->input);
 	return ok;
 }
 

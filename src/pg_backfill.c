@@ -26,6 +26,7 @@ PG_MODULE_MAGIC;
 char	   *backfill_database_names = NULL;
 char	   *backfill_environment = NULL;
 int			backfill_max_workers = 4;
+int			backfill_max_workers_per_role = 0;
 double		backfill_default_rate = 5.0;
 int			backfill_naptime = 10;
 int			backfill_max_replication_lag = 1024 * 1024;	/* kB */
@@ -148,6 +149,16 @@ _PG_init(void)
 							"Lanes also count against max_worker_processes.",
 							&backfill_max_workers,
 							4, 1, 128,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.max_workers_per_role",
+							"Most lanes the backfills of one role may use at once (0: no fixed limit).",
+							"Whatever this says, when every lane is taken and another role's pass "
+							"waits, a role holding more than its share gives a lane up after its "
+							"batch.",
+							&backfill_max_workers_per_role,
+							0, 0, 128,
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 

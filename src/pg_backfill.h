@@ -23,6 +23,7 @@
 extern char *backfill_database_names;
 extern char *backfill_environment;
 extern int	backfill_max_workers;
+extern int	backfill_max_workers_per_role;
 extern double backfill_default_rate;
 extern int	backfill_naptime;
 extern int	backfill_max_replication_lag;

@@ -57,6 +57,8 @@ typedef struct LaneHandle
 	int64		run_id;
 	TimestampTz started_at;
 	BackgroundWorkerHandle *handle;
+	int			index;			/* its entry in the lane table */
+	uint64		token;
 } LaneHandle;
 
 /* what the scheduler remembers of a running pass between ticks */
@@ -78,7 +80,19 @@ typedef struct RunNeed
 	bool		check_drift;	/* queued, and requires another backfill */
 	char	   *name;			/* the declaration's name */
 	char	   *login_problem;	/* why its lanes could not log in, or NULL */
+	int			have;			/* lanes it has, by the lane table or its leases */
+	bool		eligible;		/* may get a lane this tick */
 } RunNeed;
+
+/*
+ * The cluster's lanes as one tick sees them: the lane table's entries, plus
+ * the lanes this tick started.
+ */
+typedef struct LaneCensus
+{
+	int			n;
+	LaneInfo	lanes[BACKFILL_MAX_LANES];
+} LaneCensus;
 
 /* a lane that stops sooner than this after its start counts as a quick exit */
 #define QUICK_EXIT_MS	5000
@@ -139,11 +153,11 @@ reap_lanes(void)
 																			   LANE_RETRY_MAX_MS));
 			memo->quick_exits++;
 		}
+		backfill_lane_forget(lane->index, lane->token);
 		pfree(lane->handle);
 		pfree(lane);
 		lanes = foreach_delete_current(lanes, lc);
 	}
-	backfill_shmem_set_lanes(DatumGetInt32(MyBgworkerEntry->bgw_main_arg), list_length(lanes));
 }
 
 static int
@@ -314,26 +328,53 @@ start_child(const char *function, const char *name, const char *type, LaneArgs *
 	return NULL;
 }
 
+/*
+ * Start a lane for a pass.  Its entry in the lane table is reserved first
+ * and holds the lane's pid once the postmaster has started it, so that
+ * every scheduler counts it, even after this one is gone.
+ */
 static bool
 start_lane(RunNeed *need)
 {
 	BackgroundWorkerHandle *handle;
 	LaneArgs	args;
 	LaneHandle *lane;
+	pid_t		pid;
 
 	memset(&args, 0, sizeof(args));
 	args.dboid = MyDatabaseId;
 	args.roleoid = need->owner;
 	args.run_id = need->run_id;
+	args.lane_index = backfill_lane_reserve(MyDatabaseId, need->owner, need->run_id,
+											&args.lane_token);
+	if (args.lane_index < 0)
+		return false;
 	handle = start_child("backfill_lane_main",
 						 psprintf("pg_backfill lane for run " INT64_FORMAT, need->run_id),
 						 "pg_backfill lane", &args);
 	if (handle == NULL)
+	{
+		backfill_lane_forget(args.lane_index, args.lane_token);
 		return false;
+	}
+	switch (WaitForBackgroundWorkerStartup(handle, &pid))
+	{
+		case BGWH_STARTED:
+			backfill_lane_started(args.lane_index, args.lane_token, pid);
+			break;
+		case BGWH_POSTMASTER_DIED:
+			proc_exit(1);
+			break;
+		default:
+			/* it stopped already: reap_lanes counts it */
+			break;
+	}
 	lane = MemoryContextAlloc(scheduler_cxt, sizeof(LaneHandle));
 	lane->run_id = need->run_id;
 	lane->started_at = GetCurrentTimestamp();
 	lane->handle = handle;
+	lane->index = args.lane_index;
+	lane->token = args.lane_token;
 	{
 		MemoryContext old = MemoryContextSwitchTo(scheduler_cxt);
 
@@ -359,8 +400,50 @@ start_relay_if_needed(void)
 		return;
 	memset(&args, 0, sizeof(args));
 	args.dboid = MyDatabaseId;
+	args.lane_index = -1;
 	relay = start_child("backfill_relay_main", "pg_backfill outbox relay",
 						"pg_backfill relay", &args);
+}
+
+/* Lanes in the census matching a database, role and pass (0 / InvalidOid: any). */
+static int
+census_count(LaneCensus *census, Oid dboid, Oid roleoid, int64 run_id)
+{
+	int			n = 0;
+
+	for (int i = 0; i < census->n; i++)
+	{
+		LaneInfo   *l = &census->lanes[i];
+
+		if ((!OidIsValid(dboid) || l->dboid == dboid) &&
+			(!OidIsValid(roleoid) || l->roleoid == roleoid) &&
+			(run_id == 0 || l->run_id == run_id))
+			n++;
+	}
+	return n;
+}
+
+static void
+census_add(LaneCensus *census, RunNeed *need)
+{
+	LaneInfo   *l;
+
+	if (census->n >= BACKFILL_MAX_LANES)
+		return;
+	l = &census->lanes[census->n++];
+	memset(l, 0, sizeof(LaneInfo));
+	l->dboid = MyDatabaseId;
+	l->roleoid = need->owner;
+	l->run_id = need->run_id;
+	l->index = -1;
+}
+
+/* the most lanes one role may hold: backfill.max_workers_per_role, or all */
+static int
+role_cap(void)
+{
+	return backfill_max_workers_per_role > 0 ?
+		Min(backfill_max_workers_per_role, backfill_max_workers) : backfill_max_workers;
 }
 
 /*
@@ -405,8 +488,136 @@ fail_pass_cannot_login(RunNeed *need)
 }
 
 /*
- * One look at the database: start the lanes that running passes want.
- * Returns how long to sleep before looking again.
+ * The next pass to get a lane, round robin: the one whose role holds the
+ * fewest lanes in the cluster, then the one with the fewest lanes, then the
+ * oldest.  NULL when no pass may have one.
+ */
+static RunNeed *
+next_pass_for_a_lane(List *needs, LaneCensus *census)
+{
+	ListCell   *lc;
+	RunNeed    *best = NULL;
+	int			best_role_lanes = 0;
+
+	foreach(lc, needs)
+	{
+		RunNeed    *need = lfirst(lc);
+		int			role_lanes;
+
+		if (!need->eligible || need->have >= need->lanes_wanted)
+			continue;
+		role_lanes = census_count(census, InvalidOid, need->owner, 0);
+		if (role_lanes >= role_cap())
+			continue;
+		if (best == NULL || role_lanes < best_role_lanes ||
+			(role_lanes == best_role_lanes && need->have < best->have))
+		{
+			best = need;
+			best_role_lanes = role_lanes;
+		}
+	}
+	return best;
+}
+
+/* Add a role to a set of at most BACKFILL_MAX_LANES + 64 roles. */
+static void
+add_role(Oid *roles, int *nroles, Oid role)
+{
+	for (int k = 0; k < *nroles; k++)
+		if (roles[k] == role)
+			return;
+	if (*nroles < BACKFILL_MAX_LANES + 64)
+		roles[(*nroles)++] = role;
+}
+
+/*
+ * Fair share: when every lane is taken and a pass here waits whose role
+ * holds less than its share (backfill.max_workers divided among the roles
+ * that hold or want lanes), ask one lane of the role that holds the most,
+ * above its share, to give its lane up after its batch.  One at a time: no
+ * new request while a lane is still leaving.
+ */
+static void
+ask_for_fair_share(List *needs, LaneCensus *census)
+{
+	Oid			roles[BACKFILL_MAX_LANES + 64];
+	int			nroles = 0;
+	int			share;
+	bool		starved = false;
+	Oid			victim = InvalidOid;
+	int			victim_lanes = 0;
+	int			pick = -1;
+	int			pick_run_lanes = 0;
+	ListCell   *lc;
+
+	if (census->n < backfill_max_workers)
+		return;
+	for (int i = 0; i < census->n; i++)
+	{
+		if (census->lanes[i].yield)
+			return;
+		add_role(roles, &nroles, census->lanes[i].roleoid);
+	}
+	foreach(lc, needs)
+	{
+		RunNeed    *need = lfirst(lc);
+
+		if (!need->eligible || need->have >= need->lanes_wanted)
+			continue;
+		add_role(roles, &nroles, need->owner);
+	}
+	share = Max(1, backfill_max_workers / Max(nroles, 1));
+	foreach(lc, needs)
+	{
+		RunNeed    *need = lfirst(lc);
+
+		if (need->eligible && need->have < need->lanes_wanted &&
+			census_count(census, InvalidOid, need->owner, 0) < Min(share, role_cap()))
+			starved = true;
+	}
+	if (!starved)
+		return;
+
+	for (int k = 0; k < nroles; k++)
+	{
+		int			held = census_count(census, InvalidOid, roles[k], 0);
+
+		if (held > share && held > victim_lanes)
+		{
+			victim = roles[k];
+			victim_lanes = held;
+		}
+	}
+	if (!OidIsValid(victim))
+		return;
+
+	/* of that role, a lane of the pass with the most lanes */
+	for (int i = 0; i < census->n; i++)
+	{
+		LaneInfo   *l = &census->lanes[i];
+		int			run_lanes;
+
+		if (l->roleoid != victim || l->index < 0)
+			continue;
+		run_lanes = census_count(census, l->dboid, InvalidOid, l->run_id);
+		if (pick < 0 || run_lanes > pick_run_lanes)
+		{
+			pick = i;
+			pick_run_lanes = run_lanes;
+		}
+	}
+	if (pick >= 0 && backfill_lane_request_yield(census->lanes[pick].index))
+		ereport(LOG,
+				(errmsg("pg_backfill: a lane of run " INT64_FORMAT " gives its place to a waiting pass",
+						census->lanes[pick].run_id),
+				 errdetail("Its role holds %d of the %d lanes (backfill.max_workers); "
+						   "%d roles share them.", victim_lanes, backfill_max_workers, nroles)));
+}
+
+/*
+ * One look at the database: start the lanes that running passes want,
+ * sharing backfill.max_workers fairly between roles.  Returns how long to
+ * sleep before looking again.
  */
 static long
 scheduler_tick(MemoryContext scratch)
@@ -415,19 +626,27 @@ scheduler_tick(MemoryContext scratch)
 	ListCell   *lc;
 	TimestampTz now = GetCurrentTimestamp();
 	long		sleep_ms = backfill_naptime * 1000L;
-	int			slot = DatumGetInt32(MyBgworkerEntry->bgw_main_arg);
+	LaneCensus *census = palloc0(sizeof(LaneCensus));
+	RunNeed    *need;
+	bool		waiting = false;
+
+	/* every live lane of the cluster, whoever started it */
+	backfill_lane_sweep();
+	census->n = backfill_lane_snapshot(census->lanes);
 
 	foreach(lc, memos)
 		((RunMemo *) lfirst(lc))->seen = false;
 
 	foreach(lc, needs)
 	{
-		RunNeed    *need = lfirst(lc);
-		RunMemo    *memo = memo_for(need->run_id);
-		int			have = Max(lanes_of_run(need->run_id), need->lanes_live);
+		RunMemo    *memo;
 
+		need = lfirst(lc);
+		memo = memo_for(need->run_id);
 		memo->seen = true;
-		if (have >= need->lanes_wanted)
+		need->have = Max(census_count(census, MyDatabaseId, InvalidOid, need->run_id),
+						 need->lanes_live);
+		if (need->have >= need->lanes_wanted)
 			continue;
 
 		/*
@@ -436,7 +655,7 @@ scheduler_tick(MemoryContext scratch)
 		 */
 		if (need->login_problem != NULL)
 		{
-			if (have == 0)
+			if (need->have == 0)
 				fail_pass_cannot_login(need);
 			continue;
 		}
@@ -448,16 +667,28 @@ scheduler_tick(MemoryContext scratch)
 			sleep_ms = Min(sleep_ms, backoff_ms_until(now, memo->next_start));
 			continue;
 		}
-		while (have < need->lanes_wanted &&
-			   backfill_shmem_total_lanes() < backfill_max_workers)
-		{
-			if (!start_lane(need))
-				break;
-			have++;
-			backfill_shmem_set_lanes(slot, list_length(lanes));
-		}
-		if (have < need->lanes_wanted)
-			sleep_ms = Min(sleep_ms, 1000L);
+		need->eligible = true;
+	}
+
+	while (census->n < backfill_max_workers &&
+		   (need = next_pass_for_a_lane(needs, census)) != NULL)
+	{
+		if (!start_lane(need))
+			break;
+		need->have++;
+		census_add(census, need);
+	}
+
+	foreach(lc, needs)
+	{
+		need = lfirst(lc);
+		if (need->eligible && need->have < need->lanes_wanted)
+			waiting = true;
+	}
+	if (waiting)
+	{
+		ask_for_fair_share(needs, census);
+		sleep_ms = Min(sleep_ms, 1000L);
 	}
 
 	start_relay_if_needed();
@@ -496,7 +727,18 @@ backfill_scheduler_main(Datum main_arg)
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("application_name", "pg_backfill scheduler", PGC_USERSET, PGC_S_OVERRIDE);
 
-	backfill_shmem_attach_scheduler(slot);
+	{
+		pid_t		holder = 0;
+
+		if (!backfill_shmem_attach_scheduler(slot, &holder))
+		{
+			/* a restarted launcher: the scheduler it replaces still runs */
+			ereport(LOG,
+					(errmsg("pg_backfill scheduler for database \"%s\" is already running "
+							"as PID %d", dbname, (int) holder)));
+			proc_exit(0);
+		}
+	}
 	ereport(LOG, (errmsg("pg_backfill scheduler started for database \"%s\"", dbname)));
 
 	scheduler_cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill scheduler",

@@ -16,6 +16,8 @@ typedef struct LaneArgs
 	Oid			dboid;
 	Oid			roleoid;
 	int64		run_id;
+	int			lane_index;		/* its entry in the lane table (shmem.c); -1 for the relay */
+	uint64		lane_token;
 } LaneArgs;
 
 PGDLLEXPORT void backfill_scheduler_main(Datum main_arg);

@@ -2,43 +2,85 @@
  *
  * shmem.c
  *	  Shared memory of pg_backfill: where each database's scheduler can be
- *	  found, so that a committed backfill_run wakes it at once.
+ *	  found, so that a committed backfill_run wakes it at once, and the
+ *	  cluster's lane table, so that every scheduler counts every live lane
+ *	  and a control can wake (or interrupt) the lanes of its pass.
  *
- * A scheduler fills its slot when it has connected (database OID, pid and
- * latch) and clears it on exit.  Backends only read the slots and set a
- * latch; a stale latch pointer at worst wakes another process once.
+ * Scheduler slots.  A scheduler claims its slot under the lock when it has
+ * connected (database OID, pid and latch).  A slot held by another live
+ * process is not taken: the newcomer exits (a restarted launcher starts
+ * schedulers whose predecessors may still run).  At exit a scheduler
+ * clears its slot only if it still holds it.
+ *
+ * The lane table.  A scheduler reserves an entry before it starts a lane
+ * and hands the lane the entry's index and a token; the lane takes the
+ * entry over (pid, latch) and releases it at exit.  An entry whose lane
+ * never started or died without its exit callback (a process that could
+ * not log in, say) is swept by any scheduler: its pid is gone.  Counting
+ * the entries is counting the cluster's lanes, whoever started them, so a
+ * restarted scheduler never exceeds backfill.max_workers.  A lane in a
+ * batch says so, so that backfill_cancel cancels only its batch.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include <signal.h>
+
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "pg_backfill.h"
 #include "shmem.h"
+
+/* an entry reserved for a lane that never said its pid is freed after this */
+#define LANE_RESERVE_TIMEOUT_MS	60000
 
 typedef struct BackfillSchedulerSlot
 {
 	Oid			dboid;			/* InvalidOid while no scheduler is connected */
 	pid_t		pid;
 	Latch	   *latch;
-	int			nlanes;			/* lanes this scheduler has running */
 } BackfillSchedulerSlot;
+
+typedef struct BackfillLaneEntry
+{
+	bool		in_use;
+	uint64		token;			/* changes with every reservation */
+	Oid			dboid;
+	Oid			roleoid;
+	int64		run_id;
+	TimestampTz reserved_at;
+	pid_t		pid;			/* 0 until the lane (or its scheduler) says */
+	Latch	   *latch;			/* set once the lane has taken the entry */
+	bool		in_batch;		/* a batch's transaction is open */
+	bool		stop;			/* the pass was cancelled: stop at once */
+	bool		yield;			/* give the lane up to another role's pass */
+} BackfillLaneEntry;
 
 typedef struct BackfillShared
 {
-	slock_t		mutex;
+	slock_t		mutex;			/* scheduler slots */
 	BackfillSchedulerSlot slots[BACKFILL_MAX_DATABASES];
+	LWLock	   *lane_lock;		/* the lane table */
+	uint64		next_token;
+	BackfillLaneEntry lanes[BACKFILL_MAX_LANES];
 } BackfillShared;
 
 static BackfillShared *shared = NULL;
 static int	my_slot = -1;
+
+/* the lane table entry this process (a lane) holds */
+static int	my_lane = -1;
+static uint64 my_lane_token = 0;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -49,6 +91,7 @@ backfill_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(MAXALIGN(sizeof(BackfillShared)));
+	RequestNamedLWLockTranche("pg_backfill", 1);
 }
 
 static void
@@ -65,6 +108,8 @@ backfill_shmem_startup(void)
 	{
 		memset(shared, 0, sizeof(BackfillShared));
 		SpinLockInit(&shared->mutex);
+		shared->lane_lock = &(GetNamedLWLockTranche("pg_backfill"))->lock;
+		shared->next_token = 1;
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -78,52 +123,67 @@ backfill_shmem_init(void)
 	shmem_startup_hook = backfill_shmem_startup;
 }
 
+/* Is there a process with this pid?  (Only postmaster children use the table.) */
+static bool
+pid_alive(pid_t pid)
+{
+	return pid > 0 && (kill(pid, 0) == 0 || errno != ESRCH);
+}
+
+/* ------------------------------------------------------------------
+ * Scheduler slots
+ * ------------------------------------------------------------------ */
+
 static void
 detach_scheduler(int code, Datum arg)
 {
 	if (shared == NULL || my_slot < 0)
 		return;
 	SpinLockAcquire(&shared->mutex);
-	shared->slots[my_slot].dboid = InvalidOid;
-	shared->slots[my_slot].pid = 0;
-	shared->slots[my_slot].latch = NULL;
-	shared->slots[my_slot].nlanes = 0;
+	if (shared->slots[my_slot].pid == MyProcPid)
+	{
+		shared->slots[my_slot].dboid = InvalidOid;
+		shared->slots[my_slot].pid = 0;
+		shared->slots[my_slot].latch = NULL;
+	}
 	SpinLockRelease(&shared->mutex);
 	my_slot = -1;
 }
 
-void
-backfill_shmem_attach_scheduler(int slot)
+bool
+backfill_shmem_attach_scheduler(int slot, pid_t *holder)
 {
+	BackfillSchedulerSlot *s;
+	pid_t		other;
+
 	Assert(slot >= 0 && slot < BACKFILL_MAX_DATABASES);
+	s = &shared->slots[slot];
 	SpinLockAcquire(&shared->mutex);
-	shared->slots[slot].dboid = MyDatabaseId;
-	shared->slots[slot].pid = MyProcPid;
-	shared->slots[slot].latch = &MyProc->procLatch;
-	shared->slots[slot].nlanes = 0;
+	other = s->pid;
+	SpinLockRelease(&shared->mutex);
+
+	/* kill() is a system call: not under the spinlock */
+	if (other != 0 && other != MyProcPid && pid_alive(other))
+	{
+		*holder = other;
+		return false;
+	}
+
+	SpinLockAcquire(&shared->mutex);
+	if (s->pid != other)
+	{
+		/* another scheduler claimed it meanwhile */
+		*holder = s->pid;
+		SpinLockRelease(&shared->mutex);
+		return false;
+	}
+	s->dboid = MyDatabaseId;
+	s->pid = MyProcPid;
+	s->latch = &MyProc->procLatch;
 	SpinLockRelease(&shared->mutex);
 	my_slot = slot;
 	before_shmem_exit(detach_scheduler, (Datum) 0);
-}
-
-void
-backfill_shmem_set_lanes(int slot, int nlanes)
-{
-	SpinLockAcquire(&shared->mutex);
-	shared->slots[slot].nlanes = nlanes;
-	SpinLockRelease(&shared->mutex);
-}
-
-int
-backfill_shmem_total_lanes(void)
-{
-	int			total = 0;
-
-	SpinLockAcquire(&shared->mutex);
-	for (int i = 0; i < BACKFILL_MAX_DATABASES; i++)
-		total += shared->slots[i].nlanes;
-	SpinLockRelease(&shared->mutex);
-	return total;
+	return true;
 }
 
 void
@@ -142,11 +202,261 @@ backfill_wake_scheduler(Oid dboid)
 		SetLatch(latch);
 }
 
+/* ------------------------------------------------------------------
+ * The lane table: schedulers
+ * ------------------------------------------------------------------ */
+
 /*
- * Wake this database's scheduler when the current transaction commits; a
- * transaction that rolls back wakes nobody.
+ * Reserve an entry for a lane about to start.  Returns its index and sets
+ * *token, or -1 when the table is full.
  */
+int
+backfill_lane_reserve(Oid dboid, Oid roleoid, int64 run_id, uint64 *token)
+{
+	int			index = -1;
+
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	for (int i = 0; i < BACKFILL_MAX_LANES; i++)
+	{
+		BackfillLaneEntry *e = &shared->lanes[i];
+
+		if (e->in_use)
+			continue;
+		memset(e, 0, sizeof(BackfillLaneEntry));
+		e->in_use = true;
+		e->token = shared->next_token++;
+		e->dboid = dboid;
+		e->roleoid = roleoid;
+		e->run_id = run_id;
+		e->reserved_at = GetCurrentTimestamp();
+		*token = e->token;
+		index = i;
+		break;
+	}
+	LWLockRelease(shared->lane_lock);
+	return index;
+}
+
+/* The postmaster started the lane: record its pid, if the lane has not. */
+void
+backfill_lane_started(int index, uint64 token, pid_t pid)
+{
+	BackfillLaneEntry *e = &shared->lanes[index];
+
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	if (e->in_use && e->token == token && e->pid == 0)
+		e->pid = pid;
+	LWLockRelease(shared->lane_lock);
+}
+
+/* The lane did not start, or has stopped: free its entry if it is still its. */
+void
+backfill_lane_forget(int index, uint64 token)
+{
+	BackfillLaneEntry *e = &shared->lanes[index];
+
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	if (e->in_use && e->token == token)
+		e->in_use = false;
+	LWLockRelease(shared->lane_lock);
+}
+
+/*
+ * Free the entries of lanes that are gone without releasing them: their
+ * process no longer exists, or they never said their pid within a minute.
+ */
+void
+backfill_lane_sweep(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	for (int i = 0; i < BACKFILL_MAX_LANES; i++)
+	{
+		BackfillLaneEntry *e = &shared->lanes[i];
+
+		if (!e->in_use)
+			continue;
+		if (e->pid != 0 ? !pid_alive(e->pid) :
+			TimestampDifferenceExceeds(e->reserved_at, now, LANE_RESERVE_TIMEOUT_MS))
+			e->in_use = false;
+	}
+	LWLockRelease(shared->lane_lock);
+}
+
+/* Copy the live lanes into out (BACKFILL_MAX_LANES entries); returns how many. */
+int
+backfill_lane_snapshot(LaneInfo *out)
+{
+	int			n = 0;
+
+	LWLockAcquire(shared->lane_lock, LW_SHARED);
+	for (int i = 0; i < BACKFILL_MAX_LANES; i++)
+	{
+		BackfillLaneEntry *e = &shared->lanes[i];
+
+		if (!e->in_use)
+			continue;
+		out[n].dboid = e->dboid;
+		out[n].roleoid = e->roleoid;
+		out[n].run_id = e->run_id;
+		out[n].index = i;
+		out[n].yield = e->yield;
+		n++;
+	}
+	LWLockRelease(shared->lane_lock);
+	return n;
+}
+
+/* Ask a lane to give its lane up after its batch; false if it is gone. */
+bool
+backfill_lane_request_yield(int index)
+{
+	BackfillLaneEntry *e = &shared->lanes[index];
+	bool		asked = false;
+
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	if (e->in_use)
+	{
+		e->yield = true;
+		if (e->latch != NULL)
+			SetLatch(e->latch);
+		asked = true;
+	}
+	LWLockRelease(shared->lane_lock);
+	return asked;
+}
+
+/* ------------------------------------------------------------------
+ * The lane table: the lane itself
+ * ------------------------------------------------------------------ */
+
+static void
+detach_lane(int code, Datum arg)
+{
+	BackfillLaneEntry *e;
+
+	if (shared == NULL || my_lane < 0)
+		return;
+	e = &shared->lanes[my_lane];
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	if (e->in_use && e->token == my_lane_token)
+		e->in_use = false;
+	LWLockRelease(shared->lane_lock);
+	my_lane = -1;
+}
+
+/*
+ * Take over the entry the scheduler reserved.  False when it is not ours
+ * (freed, or reserved again for another lane): the lane must exit.
+ */
+bool
+backfill_lane_attach(int index, uint64 token)
+{
+	BackfillLaneEntry *e;
+	bool		ok = false;
+
+	if (index < 0 || index >= BACKFILL_MAX_LANES)
+		return false;
+	e = &shared->lanes[index];
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	if (e->in_use && e->token == token)
+	{
+		e->pid = MyProcPid;
+		e->latch = &MyProc->procLatch;
+		ok = true;
+	}
+	LWLockRelease(shared->lane_lock);
+	if (ok)
+	{
+		my_lane = index;
+		my_lane_token = token;
+		before_shmem_exit(detach_lane, (Datum) 0);
+	}
+	return ok;
+}
+
+void
+backfill_lane_set_in_batch(bool in_batch)
+{
+	if (my_lane < 0)
+		return;
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	shared->lanes[my_lane].in_batch = in_batch;
+	LWLockRelease(shared->lane_lock);
+}
+
+static bool
+my_lane_flag(bool stop)
+{
+	bool		set;
+
+	if (my_lane < 0)
+		return false;
+	LWLockAcquire(shared->lane_lock, LW_SHARED);
+	set = stop ? shared->lanes[my_lane].stop : shared->lanes[my_lane].yield;
+	LWLockRelease(shared->lane_lock);
+	return set;
+}
+
+bool
+backfill_lane_stop_requested(void)
+{
+	return my_lane_flag(true);
+}
+
+bool
+backfill_lane_yield_requested(void)
+{
+	return my_lane_flag(false);
+}
+
+/*
+ * Wake the lanes of a pass (run_id 0: all of this database's); interrupt:
+ * mark them stopping, and cancel the statement of each that is in a batch.
+ * The flag and the signal go out under the lock the lane takes to leave its
+ * batch, so a lane that left it sees the flag and ignores the signal.
+ */
+static void
+wake_lanes(Oid dboid, int64 run_id, bool interrupt)
+{
+	if (shared == NULL)
+		return;
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	for (int i = 0; i < BACKFILL_MAX_LANES; i++)
+	{
+		BackfillLaneEntry *e = &shared->lanes[i];
+
+		if (!e->in_use || e->dboid != dboid || (run_id != 0 && e->run_id != run_id))
+			continue;
+		if (interrupt)
+		{
+			e->stop = true;
+			if (e->in_batch && e->pid != 0)
+				(void) kill(e->pid, SIGINT);
+		}
+		if (e->latch != NULL)
+			SetLatch(e->latch);
+	}
+	LWLockRelease(shared->lane_lock);
+}
+
+/* ------------------------------------------------------------------
+ * Wakes at commit: a transaction that rolls back wakes nobody
+ * ------------------------------------------------------------------ */
+
+#define MAX_PENDING_WAKES	16
+
+typedef struct PendingWake
+{
+	int64		run_id;
+	bool		interrupt;
+} PendingWake;
+
 static bool wake_at_commit = false;
+static PendingWake pending_wakes[MAX_PENDING_WAKES];
+static int	npending_wakes = 0;
+static bool wake_all_lanes = false;
 static bool xact_callback_registered = false;
 
 static void
@@ -158,25 +468,67 @@ backfill_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if (wake_at_commit)
 				backfill_wake_scheduler(MyDatabaseId);
-			wake_at_commit = false;
+			for (int i = 0; i < npending_wakes; i++)
+				wake_lanes(MyDatabaseId, pending_wakes[i].run_id, pending_wakes[i].interrupt);
+			if (wake_all_lanes)
+				wake_lanes(MyDatabaseId, 0, false);
 			break;
+		default:
+			break;
+	}
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			wake_at_commit = false;
+			npending_wakes = 0;
+			wake_all_lanes = false;
 			break;
 		default:
 			break;
 	}
 }
 
-void
-backfill_wake_scheduler_at_commit(void)
+static void
+register_xact_callback(void)
 {
 	if (!xact_callback_registered)
 	{
 		RegisterXactCallback(backfill_xact_callback, NULL);
 		xact_callback_registered = true;
 	}
+}
+
+void
+backfill_wake_scheduler_at_commit(void)
+{
+	register_xact_callback();
 	wake_at_commit = true;
 }
 
+void
+backfill_wake_lanes_at_commit(int64 run_id, bool interrupt)
+{
+	register_xact_callback();
+	if (run_id == 0)
+	{
+		wake_all_lanes = true;
+		return;
+	}
+	for (int i = 0; i < npending_wakes; i++)
+		if (pending_wakes[i].run_id == run_id)
+		{
+			pending_wakes[i].interrupt |= interrupt;
+			return;
+		}
+	if (npending_wakes < MAX_PENDING_WAKES)
+	{
+		pending_wakes[npending_wakes].run_id = run_id;
+		pending_wakes[npending_wakes].interrupt = interrupt;
+		npending_wakes++;
+	}
+	else
+		wake_all_lanes = true;	/* a wake is cheap; a cancel's lanes still see it at checkpoint */
+}

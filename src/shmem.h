@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * shmem.h
- *	  Shared memory of pg_backfill: one slot per database scheduler.
+ *	  Shared memory of pg_backfill: one slot per database scheduler, and
+ *	  one entry per live lane of the cluster.
  *
  *-------------------------------------------------------------------------
  */
@@ -10,15 +11,51 @@
 
 #include "postgres.h"
 
+/* the most lanes the cluster can have at once (backfill.max_workers' maximum) */
+#define BACKFILL_MAX_LANES	128
+
+/* a lane as the lane table shows it (a copy, taken under the lock) */
+typedef struct LaneInfo
+{
+	Oid			dboid;
+	Oid			roleoid;
+	int64		run_id;
+	int			index;			/* its entry in the table */
+	bool		yield;			/* asked to give its lane up */
+} LaneInfo;
+
 extern void backfill_shmem_init(void);
 
-/* a scheduler announces itself in (and leaves) its slot */
-extern void backfill_shmem_attach_scheduler(int slot);
-extern void backfill_shmem_set_lanes(int slot, int nlanes);
-extern int	backfill_shmem_total_lanes(void);
+/*
+ * A scheduler claims its slot (false: another live scheduler holds it, and
+ * this one must exit); the slot is released at exit, by its owner only.
+ */
+extern bool backfill_shmem_attach_scheduler(int slot, pid_t *holder);
 
-/* wake the launcher of a database (at commit of backfill_run) */
+/* the lane table, for schedulers: reserve before starting a lane */
+extern int	backfill_lane_reserve(Oid dboid, Oid roleoid, int64 run_id, uint64 *token);
+extern void backfill_lane_started(int index, uint64 token, pid_t pid);
+extern void backfill_lane_forget(int index, uint64 token);
+extern void backfill_lane_sweep(void);
+extern int	backfill_lane_snapshot(LaneInfo *out);
+extern bool backfill_lane_request_yield(int index);
+
+/* the lane table, for the lane itself */
+extern bool backfill_lane_attach(int index, uint64 token);
+extern void backfill_lane_set_in_batch(bool in_batch);
+extern bool backfill_lane_stop_requested(void);
+extern bool backfill_lane_yield_requested(void);
+
+/* wake the scheduler of a database (at commit of backfill_run) */
 extern void backfill_wake_scheduler(Oid dboid);
 extern void backfill_wake_scheduler_at_commit(void);
+
+/*
+ * Wake the lanes of a pass (run_id 0: every lane of this database) when the
+ * current transaction commits, so that a sleeping lane reads its pass
+ * again at once; interrupt: also cancel the batch they have in flight and
+ * tell them to stop (backfill_cancel).
+ */
+extern void backfill_wake_lanes_at_commit(int64 run_id, bool interrupt);
 
 #endif							/* BACKFILL_SHMEM_H */

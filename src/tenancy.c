@@ -133,6 +133,40 @@ tenancy_check_run_as(const char *name, Oid owner, Oid run_as)
 					 quote_identifier(owner_name ? owner_name : "(dropped)"))));
 }
 
+/*
+ * Set (or, with !change, only check) one setting as a lane does: in the
+ * role's own right, for the session.  A setting that a loaded module
+ * defines checks its value; one it refuses is BF011 naming the backfill,
+ * so a lane never dies in start-up over it, again and again.
+ */
+static void
+apply_setting(const char *name, const char *key, const char *value, bool change)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		(void) set_config_option(key, value, PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SET, change, ERROR, false);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("setting \"%s\" of backfill \"%s\" cannot be set to \"%s\"",
+						key, name, value),
+				 errdetail("%s", edata->message),
+				 errhint("Declare the backfill again with a value the setting accepts, and one "
+						 "its role may set.")));
+	}
+	PG_END_TRY();
+}
+
 void
 tenancy_check_settings(const char *name, Jsonb *settings, const char *tenant)
 {
@@ -175,6 +209,10 @@ tenancy_check_settings(const char *name, Jsonb *settings, const char *tenant)
 					(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
 					 errmsg("setting \"%s\" of backfill \"%s\" is not a string", key, name),
 					 errhint("Write the value as a JSON string, or \":key\" for an input key.")));
+		/* an input key's value is known only at run time; the lane checks it */
+		if (v.val.string.len > 0 && v.val.string.val[0] == ':')
+			continue;
+		apply_setting(name, key, pnstrdup(v.val.string.val, v.val.string.len), false);
 	}
 }
 
@@ -217,7 +255,7 @@ tenancy_check_rls(const char *name, Oid relid, const char *relation, Oid run_as,
 }
 
 void
-tenancy_apply_settings(Jsonb *settings, Jsonb *input)
+tenancy_apply_settings(const char *name, Jsonb *settings, Jsonb *input)
 {
 	JsonbIterator *it;
 	JsonbValue	v;
@@ -255,7 +293,6 @@ tenancy_apply_settings(Jsonb *settings, Jsonb *input)
 			else
 				value = found->type == jbvBool ? (found->val.boolean ? "true" : "false") : "";
 		}
-		(void) set_config_option(key, value, PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SET, true, 0, false);
+		apply_setting(name, key, value, true);
 	}
 }

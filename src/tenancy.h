@@ -32,7 +32,7 @@ extern void tenancy_check_settings(const char *name, Jsonb *settings, const char
 extern void tenancy_check_rls(const char *name, Oid relid, const char *relation, Oid run_as,
 							  Jsonb *settings, const char *tenant);
 
-/* in a lane: apply the settings for the rest of the session */
-extern void tenancy_apply_settings(Jsonb *settings, Jsonb *input);
+/* in a lane: apply the settings for the rest of the session (BF011 if one is refused) */
+extern void tenancy_apply_settings(const char *name, Jsonb *settings, Jsonb *input);
 
 #endif							/* BACKFILL_TENANCY_H */
