@@ -19,6 +19,13 @@
  * again only after a doubling delay, so a pass that cannot start never
  * floods the log.  See src/README.md for the state machine.
  *
+ * backfill.max_workers holds for the cluster: the lanes are counted in the
+ * shared lane table (shmem.c), whoever started them, so a scheduler that
+ * is started again does not forget its predecessor's.  Lanes are handed
+ * out round robin, the next to the waiting pass whose role holds the
+ * fewest; when all are taken and a role holds less than its share, a lane
+ * of the role holding the most gives its place up after its batch.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -677,6 +684,8 @@ scheduler_tick(MemoryContext scratch)
 			break;
 		need->have++;
 		census_add(census, need);
+		/* waiting for the lane's start may have eaten a wake meant for the next tick */
+		SetLatch(MyLatch);
 	}
 
 	foreach(lc, needs)

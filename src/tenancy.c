@@ -10,7 +10,9 @@
  * session (each batch, the plan and the convergence count), such as
  * app.tenant_id, so that row-level security scopes the pass to a tenant; a value ":key" takes the scoped run's input key.  Only custom
  * (dotted) settings are allowed: no batch can change its role or
- * search_path this way.  Over a table with row-level security a backfill
+ * search_path this way, and a value the setting's module refuses is
+ * refused at declaration, or fails the pass (BF011) when only the run's
+ * input supplies it: a lane never dies in start-up over a setting.  Over a table with row-level security a backfill
  * must say which: a tenant setting, or tenant => 'none' to run across
  * tenants, which is refused for a role that row-level security would
  * silently filter.
