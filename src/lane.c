@@ -202,6 +202,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		TimestampTz started = GetCurrentTimestamp();
 		volatile BatchOutcome outcome = BATCH_DONE;
 		volatile bool failed = false;
+		bool		stopping;
 
 		CHECK_FOR_INTERRUPTS();
 		MemoryContextReset(scratch);
@@ -233,6 +234,8 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		}
 		PG_END_TRY();
 		backfill_lane_set_in_batch(false);
+		/* cancelled: before anything that could take the cancel's signal */
+		stopping = lane_must_stop();
 
 		if (failed)
 		{
@@ -246,7 +249,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 			AbortCurrentTransaction();
 			MemoryContextSwitchTo(scratch);
 			/* cancelled: the batch rolled back, nothing of it is recorded */
-			if (lane_must_stop())
+			if (stopping)
 			{
 				ereport(LOG,
 						(errmsg("backfill \"%s\" run " INT64_FORMAT " was cancelled: the batch in "
@@ -268,7 +271,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		}
 
 		failures = 0;
-		if (outcome == BATCH_STOP)
+		if (outcome == BATCH_STOP || stopping)
 			return false;
 		if (outcome == BATCH_PAUSED)
 		{
