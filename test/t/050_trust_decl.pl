@@ -103,7 +103,8 @@ as('mal1', q{
 	CREATE TABLE mal1.a (id int PRIMARY KEY, c int);
 	INSERT INTO mal1.a (id) SELECT g FROM generate_series(1, 10) g;
 	-- the predicate's helper: moves search_path for the rest of the session
-	CREATE FUNCTION mal1.leak() RETURNS boolean LANGUAGE plpgsql AS $$
+	-- (it lies that it is STABLE: a volatile predicate is refused at declaration)
+	CREATE FUNCTION mal1.leak() RETURNS boolean LANGUAGE plpgsql STABLE AS $$
 	BEGIN
 		PERFORM pg_catalog.set_config('search_path', 'mal1, pg_catalog', false);
 		RETURN false;
