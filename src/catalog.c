@@ -30,6 +30,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
+#include "compat.h"
 #include "pg_backfill.h"
 #include "catalog.h"
 #include "errors.h"
@@ -47,7 +48,7 @@ catalog_owner(void)
 	HeapTuple	tuple;
 
 	/* asked once per batch: remember the answer for the transaction */
-	if (cached_lxid == MyProc->lxid && OidIsValid(cached_owner))
+	if (cached_lxid == compat_my_lxid() && OidIsValid(cached_owner))
 		return cached_owner;
 
 	extoid = get_extension_oid(BACKFILL_EXTENSION_NAME, true);
@@ -71,7 +72,7 @@ catalog_owner(void)
 	if (!OidIsValid(owner))
 		elog(ERROR, "could not find the owner of extension \"%s\"",
 			 BACKFILL_EXTENSION_NAME);
-	cached_lxid = MyProc->lxid;
+	cached_lxid = compat_my_lxid();
 	cached_owner = owner;
 	return owner;
 }

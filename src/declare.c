@@ -46,6 +46,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "pg_backfill.h"
 #include "catalog.h"
 #include "declare.h"
@@ -193,7 +194,7 @@ resolve_relation(const char *name, const char *relation, DeclaredSource *src)
 
 	PG_TRY();
 	{
-		List	   *names = stringToQualifiedNameList(relation);
+		List	   *names = compat_qualified_name_list(relation);
 
 		relid = RangeVarGetRelid(makeRangeVarFromNameList(names), NoLock, true);
 	}
@@ -505,7 +506,7 @@ resolve_function(const char *name, const char *option, const char *fname, int na
 
 	PG_TRY();
 	{
-		fn = LookupFuncName(stringToQualifiedNameList(fname), nargs, argtypes, true);
+		fn = LookupFuncName(compat_qualified_name_list(fname), nargs, argtypes, true);
 	}
 	PG_CATCH();
 	{
@@ -524,7 +525,7 @@ resolve_function(const char *name, const char *option, const char *fname, int na
 				 errmsg("%s function \"%s\" of backfill \"%s\" returns %s", option, fname, name,
 						format_type_be(rettype)),
 				 errhint("%s", hint)));
-	if (pg_proc_aclcheck(fn, run_as, ACL_EXECUTE) != ACLCHECK_OK)
+	if (compat_proc_aclcheck(fn, run_as, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
 				 errmsg("permission denied to run %s function \"%s\" of backfill \"%s\"",

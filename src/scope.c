@@ -26,6 +26,7 @@
 #include "utils/jsonb.h"
 
 #include "asrole.h"
+#include "compat.h"
 #include "catalog.h"
 #include "errors.h"
 #include "scope.h"
@@ -49,7 +50,7 @@ shape_type(const char *name, const char *key, JsonbValue *v)
 	/* either way an unknown type ends in the error below, never goes on */
 	PG_TRY();
 	{
-		parseTypeString(typname, &typid, &typmod, true);
+		compat_parse_type_missing_ok(typname, &typid, &typmod);
 	}
 	PG_CATCH();
 	{

@@ -34,6 +34,7 @@
 #include "utils/rls.h"
 #include "utils/syscache.h"
 
+#include "compat.h"
 #include "errors.h"
 #include "tenancy.h"
 
@@ -84,7 +85,7 @@ tenancy_login_problem(Oid roleid)
 	if (!canlogin)
 		return psprintf("role \"%s\" that its lanes log in as cannot log in (NOLOGIN)",
 						rolname);
-	if (pg_database_aclcheck(MyDatabaseId, roleid, ACL_CONNECT) != ACLCHECK_OK)
+	if (compat_database_aclcheck(MyDatabaseId, roleid, ACL_CONNECT) != ACLCHECK_OK)
 		return psprintf("role \"%s\" that its lanes log in as has no CONNECT privilege on "
 						"database \"%s\"", rolname, get_database_name(MyDatabaseId));
 	return NULL;

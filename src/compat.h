@@ -1,0 +1,73 @@
+/*-------------------------------------------------------------------------
+ *
+ * compat.h
+ *	  What differs between the PostgreSQL versions pg_backfill builds
+ *	  against (15 to 18), each difference behind PG_VERSION_NUM here, so
+ *	  that the rest of the code is written once.
+ *
+ * The list (each entry says in which version the server changed):
+ *	 16  pg_proc_aclcheck and pg_database_aclcheck became object_aclcheck
+ *	 16  stringToQualifiedNameList and parseTypeString report soft errors
+ *	     through an escontext node instead of a flag
+ *	 17  a backend's local transaction id moved into PGPROC's vxid
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef BACKFILL_COMPAT_H
+#define BACKFILL_COMPAT_H
+
+#include "postgres.h"
+
+#include "catalog/pg_database.h"
+#include "catalog/pg_proc.h"
+#include "parser/parse_type.h"
+#include "storage/proc.h"
+#include "utils/acl.h"
+#include "utils/regproc.h"
+#if PG_VERSION_NUM >= 160000
+#include "nodes/miscnodes.h"
+#endif
+
+/* the local transaction id of this backend's current transaction */
+#if PG_VERSION_NUM >= 170000
+#define compat_my_lxid()	(MyProc->vxid.lxid)
+#else
+#define compat_my_lxid()	(MyProc->lxid)
+#endif
+
+/* may role use the function / connect to the database? */
+#if PG_VERSION_NUM >= 160000
+#define compat_proc_aclcheck(fn, role, mode) \
+	object_aclcheck(ProcedureRelationId, (fn), (role), (mode))
+#define compat_database_aclcheck(db, role, mode) \
+	object_aclcheck(DatabaseRelationId, (db), (role), (mode))
+#else
+#define compat_proc_aclcheck(fn, role, mode) pg_proc_aclcheck((fn), (role), (mode))
+#define compat_database_aclcheck(db, role, mode) pg_database_aclcheck((db), (role), (mode))
+#endif
+
+/* "schema.name" as a list of names; a malformed string is an ERROR */
+#if PG_VERSION_NUM >= 160000
+#define compat_qualified_name_list(str) stringToQualifiedNameList((str), NULL)
+#else
+#define compat_qualified_name_list(str) stringToQualifiedNameList(str)
+#endif
+
+/*
+ * The type a type name denotes, or InvalidOid in *typid when no such type
+ * exists (a name that does not parse may still raise an ERROR).
+ */
+static inline void
+compat_parse_type_missing_ok(const char *str, Oid *typid, int32 *typmod)
+{
+#if PG_VERSION_NUM >= 160000
+	ErrorSaveContext escontext = {T_ErrorSaveContext};
+
+	if (!parseTypeString(str, typid, typmod, (Node *) &escontext))
+		*typid = InvalidOid;
+#else
+	parseTypeString(str, typid, typmod, true);
+#endif
+}
+
+#endif							/* BACKFILL_COMPAT_H */
