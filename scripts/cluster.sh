@@ -70,6 +70,12 @@ cmd_restart() {
 
 cmd_init() {
     cmd_stop
+    # pg_cron where this server has it (a hand-built PostgreSQL may not)
+    if [ -f "$("$PGBIN/pg_config" --pkglibdir)/pg_cron.so" ]; then
+        PRELOAD=pg_cron,pg_backfill
+    else
+        PRELOAD=pg_backfill
+    fi
     rm -rf "$PGBASE"
     mkdir -p "$PGBASE"
     # $PGBASE holds the unix socket too: 0755 so any user can reach it.
@@ -85,7 +91,7 @@ port = $PGPORT
 unix_socket_directories = '$PGBASE'
 logging_collector = off
 log_line_prefix = '%m [%p] %q%a '
-shared_preload_libraries = 'pg_cron,pg_backfill'
+shared_preload_libraries = '$PRELOAD'
 cron.database_name = 'postgres'
 cron.use_background_workers = on
 max_worker_processes = 32

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # scripts/test.sh: build, install and run every test layer of pg_backfill
-# against a fresh throwaway cluster.
+# against a fresh throwaway cluster, for each PostgreSQL installed.
 #
 #   bash scripts/test.sh        (as root: it installs packages and the extension)
+#
+# The servers: every /usr/lib/postgresql/*/bin/pg_config there is (on a
+# fresh Debian 12 machine, 15 only), or the one PG_CONFIG names alone.  The
+# layers run once per server, each ending in "PostgreSQL N: N passed, M
+# failed"; the package layer runs once, for every version it packages.
 #
 # Layers, each skipped when it has no tests:
 #   regress    make installcheck (sql/, expected/) in database backfill_regress
@@ -19,10 +24,11 @@
 # The last line is "N passed, M failed" (individual tests); the exit status
 # is non-zero when anything failed.
 #
-# Env: TEST_PGBASE (default /tmp/pg_backfill_test), TEST_PGPORT (55482),
+# Env: TEST_PGBASE (default /tmp/pg_backfill_test; -N is appended for the
+#      servers after the first), TEST_PGPORT (55482; +10 per further server),
 #      SKIP_SETUP=1 to skip scripts/setup.sh,
 #      TEST_LAYERS to run only some layers (default "regress pgtap tap isolation package"),
-#      PG_CONFIG (default /usr/lib/postgresql/15/bin/pg_config) for the server,
+#      PG_CONFIG: test against this server alone,
 #      PG_TEST_PORT_DIR: port reservations shared by TAP runs going on at once,
 #      TEST_MATCH: an extended regex; only test files whose path matches run
 #      (e.g. TEST_MATCH='050_|upgrade').
@@ -30,34 +36,39 @@ set -uo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
-export PGBIN=$("$PG_CONFIG" --bindir)
-
 if [ "${SKIP_SETUP:-0}" != 1 ]; then
+    # the packages, and the extension for the default (or named) server
     scripts/setup.sh || { echo "test.sh: setup failed"; echo "0 passed, 1 failed"; exit 1; }
 fi
+if [ -n "${PG_CONFIG:-}" ]; then
+    configs=("$PG_CONFIG")
+else
+    mapfile -t configs < <(ls /usr/lib/postgresql/*/bin/pg_config 2>/dev/null | sort -V)
+fi
+if [ ${#configs[@]} -eq 0 ]; then
+    echo "test.sh: no PostgreSQL server found (run scripts/setup.sh as root)"
+    echo "0 passed, 1 failed"
+    exit 1
+fi
 
-PGXS_DIR=$(dirname "$("$PG_CONFIG" --pgxs)")
-PG_REGRESS_BIN="$PGXS_DIR/../../src/test/regress/pg_regress"
-PG_ISOLATION_REGRESS="$PGXS_DIR/../../src/test/isolation/pg_isolation_regress"
-PERL_LIB="$PGXS_DIR/../../src/test/perl"
-
-export PGBASE=${TEST_PGBASE:-/tmp/pg_backfill_test}
-export PGPORT=${TEST_PGPORT:-55482}
 WORK=$(mktemp -d /tmp/pg_backfill_testrun.XXXXXX)
 chmod 0755 "$WORK"
-
 LAYERS=" ${TEST_LAYERS:-regress pgtap tap isolation package} "
 want() { [[ "$LAYERS" == *" $1 "* ]]; }
 
 passed=0
 failed=0
 layer_failed=()
+total_passed=0
+total_failed=0
+any_failed=0
 
 cleanup() {
-    PGBASE=$PGBASE PGPORT=$PGPORT "$ROOT/scripts/cluster.sh" stop >/dev/null 2>&1 || true
+    if [ -n "${PGBASE:-}" ]; then
+        PGBASE=$PGBASE PGPORT=$PGPORT "$ROOT/scripts/cluster.sh" stop >/dev/null 2>&1 || true
+    fi
     # keep the outputs and TAP logs of a failed run for a look afterwards
-    if [ "$failed" -gt 0 ] || [ ${#layer_failed[@]} -gt 0 ]; then
+    if [ "$any_failed" -ne 0 ] || [ "$failed" -gt 0 ] || [ ${#layer_failed[@]} -gt 0 ]; then
         echo "test.sh: outputs and TAP logs kept in $WORK"
     else
         rm -rf "$WORK"
@@ -89,13 +100,136 @@ count_regress() {
     failed=$((failed + bad))
 }
 
-echo "== test.sh: fresh cluster in $PGBASE (port $PGPORT)"
-if ! scripts/cluster.sh init; then
-    echo "test.sh: could not start the test cluster"
-    echo "0 passed, 1 failed"
-    exit 1
-fi
-export PGHOST=$PGBASE PGUSER=postgres
+# The layers that run against one server ($PG_CONFIG), in a fresh cluster;
+# they add to passed / failed.
+run_layers() {
+    local OUT
+    OUT="$WORK/$("$PG_CONFIG" --version | awk '{print "pg" $2}')"
+    mkdir -p "$OUT"
+    chmod 0755 "$OUT"
+    PGXS_DIR=$(dirname "$("$PG_CONFIG" --pgxs)")
+    PG_REGRESS_BIN="$PGXS_DIR/../../src/test/regress/pg_regress"
+    PG_ISOLATION_REGRESS="$PGXS_DIR/../../src/test/isolation/pg_isolation_regress"
+    PERL_LIB="$PGXS_DIR/../../src/test/perl"
+    echo "== test.sh: fresh cluster in $PGBASE (port $PGPORT)"
+    if ! scripts/cluster.sh init; then
+        echo "test.sh: could not start the test cluster"
+        layer_failed+=(cluster)
+        return
+    fi
+    export PGHOST=$PGBASE PGUSER=postgres
+
+    # (a) pg_regress
+    mapfile -t regress_sql < <(only sql/*.sql)
+    if ! want regress; then
+        echo "== regress: not in TEST_LAYERS, skipped"
+    elif [ ${#regress_sql[@]} -gt 0 ]; then
+        echo "== regress: make installcheck"
+        rm -f regression.diffs regression.out
+        # CONTRIB_TESTDB: pg_regress keeps the last --dbname, and pgxs appends
+        # --dbname=$(CONTRIB_TESTDB); pin it to the served database.  ISOLATION=:
+        # the isolation layer below runs every spec, so make must not run them too.
+        regress_names=()
+        for f in "${regress_sql[@]}"; do regress_names+=("$(basename "$f" .sql)"); done
+        make PG_CONFIG="$PG_CONFIG" CONTRIB_TESTDB=backfill_regress ISOLATION= \
+            REGRESS="${regress_names[*]}" installcheck 2>&1 | tee "$OUT/regress.out"
+        rc=${PIPESTATUS[0]}
+        count_regress "$OUT/regress.out" "$rc"
+        if [ "$rc" -ne 0 ]; then
+            layer_failed+=(regress)
+            if [ -f regression.diffs ]; then
+                echo "== regression.diffs"
+                cat regression.diffs
+            fi
+        fi
+    else
+        echo "== regress: no sql/*.sql, skipped"
+    fi
+
+    # (b) pgTAP
+    mapfile -t pgtap < <(only test/pgtap/*.sql)
+    if ! want pgtap; then
+        echo "== pgtap: not in TEST_LAYERS, skipped"
+    elif [ ! -f "$("$PG_CONFIG" --sharedir)/extension/pgtap.control" ]; then
+        echo "== pgtap: SKIP (pgTAP is not installed for $("$PG_CONFIG" --version))"
+    elif [ ${#pgtap[@]} -gt 0 ]; then
+        echo "== pgtap: pg_prove -d backfill_test ${pgtap[*]}"
+        PATH="$PGBIN:$PATH" pg_prove -d backfill_test "${pgtap[@]}" 2>&1 | tee "$OUT/pgtap.out"
+        rc=${PIPESTATUS[0]}
+        count_tap "$OUT/pgtap.out" "$rc"
+        [ "$rc" -eq 0 ] || layer_failed+=(pgtap)
+    else
+        echo "== pgtap: no test/pgtap/*.sql, skipped"
+    fi
+
+    # (c) TAP tests with PostgreSQL::Test::Cluster: initdb refuses root, so run
+    # prove as postgres, with tmp_check/ in a directory postgres owns
+    mapfile -t tap < <(only test/t/*.pl)
+    if ! want tap; then
+        echo "== tap: not in TEST_LAYERS, skipped"
+    elif [ ${#tap[@]} -gt 0 ]; then
+        echo "== tap: prove -v ${tap[*]#test/}"
+        mkdir -p "$OUT/tap"
+        chown -R postgres: "$OUT/tap"
+        (cd test && runuser -u postgres -- env -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE \
+            PATH="$PGBIN:/usr/local/bin:/usr/bin:/bin" \
+            PG_REGRESS="$PG_REGRESS_BIN" \
+            PERL5LIB="$PERL_LIB${PERL5LIB:+:$PERL5LIB}" \
+            TESTDIR="$OUT/tap" TESTDATADIR="$OUT/tap/tmp_check" TESTLOGDIR="$OUT/tap/tmp_check/log" \
+            prove -v "${tap[@]#test/}") 2>&1 | tee "$OUT/tap.out"
+        rc=${PIPESTATUS[0]}
+        count_tap "$OUT/tap.out" "$rc"
+        if [ "$rc" -ne 0 ]; then
+            layer_failed+=(tap)
+            for f in "$OUT"/tap/tmp_check/log/*; do
+                echo "== tail of $f"
+                tail -n 40 "$f"
+            done
+        fi
+    else
+        echo "== tap: no test/t/*.pl, skipped"
+    fi
+
+    # (d) isolation specs
+    mapfile -t specs < <(only test/specs/*.spec)
+    if ! want isolation; then
+        echo "== isolation: not in TEST_LAYERS, skipped"
+    elif [ ${#specs[@]} -gt 0 ]; then
+        names=()
+        served=()
+        for s in "${specs[@]}"; do
+            n=$(basename "$s" .spec)
+            if [[ "$n" == states_* ]]; then served+=("$n"); else names+=("$n"); fi
+        done
+        # $1: output name, $2...: pg_isolation_regress options and spec names
+        run_isolation() {
+            local out=$1
+            shift
+            "$PG_ISOLATION_REGRESS" --inputdir=test --outputdir="$OUT/$out" --bindir="$PGBIN" \
+                "$@" 2>&1 | tee "$OUT/$out.out"
+            rc=${PIPESTATUS[0]}
+            count_regress "$OUT/$out.out" "$rc"
+            if [ "$rc" -ne 0 ]; then
+                layer_failed+=(isolation)
+                if [ -f "$OUT/$out/regression.diffs" ]; then
+                    echo "== isolation regression.diffs"
+                    cat "$OUT/$out/regression.diffs"
+                fi
+            fi
+        }
+        if [ ${#names[@]} -gt 0 ]; then
+            echo "== isolation: ${names[*]}"
+            run_isolation iso --dbname=isolation_regression "${names[@]}"
+        fi
+        if [ ${#served[@]} -gt 0 ]; then
+            echo "== isolation (served database backfill_iso): ${served[*]}"
+            run_isolation iso_served --dbname=backfill_iso --use-existing "${served[@]}"
+        fi
+    else
+        echo "== isolation: no test/specs/*.spec, skipped"
+    fi
+
+}
 
 shopt -s nullglob
 
@@ -107,113 +241,39 @@ only() {
     done
 }
 
-# (a) pg_regress
-mapfile -t regress_sql < <(only sql/*.sql)
-if ! want regress; then
-    echo "== regress: not in TEST_LAYERS, skipped"
-elif [ ${#regress_sql[@]} -gt 0 ]; then
-    echo "== regress: make installcheck"
-    rm -f regression.diffs regression.out
-    # CONTRIB_TESTDB: pg_regress keeps the last --dbname, and pgxs appends
-    # --dbname=$(CONTRIB_TESTDB); pin it to the served database.  ISOLATION=:
-    # the isolation layer below runs every spec, so make must not run them too.
-    regress_names=()
-    for f in "${regress_sql[@]}"; do regress_names+=("$(basename "$f" .sql)"); done
-    make PG_CONFIG="$PG_CONFIG" CONTRIB_TESTDB=backfill_regress ISOLATION= \
-        REGRESS="${regress_names[*]}" installcheck 2>&1 | tee "$WORK/regress.out"
-    rc=${PIPESTATUS[0]}
-    count_regress "$WORK/regress.out" "$rc"
-    if [ "$rc" -ne 0 ]; then
-        layer_failed+=(regress)
-        if [ -f regression.diffs ]; then
-            echo "== regression.diffs"
-            cat regression.diffs
-        fi
+n=0
+for PG_CONFIG in "${configs[@]}"; do
+    export PG_CONFIG
+    export PGBIN=$("$PG_CONFIG" --bindir)
+    version=$("$PG_CONFIG" --version)
+    if [ "$n" -eq 0 ]; then suffix=""; else suffix="-$n"; fi
+    export PGBASE=${TEST_PGBASE:-/tmp/pg_backfill_test}$suffix
+    export PGPORT=$(( ${TEST_PGPORT:-55482} + 10 * n ))
+    n=$((n + 1))
+    echo "== $version ($PG_CONFIG)"
+    passed=0
+    failed=0
+    layer_failed=()
+    if [ "${SKIP_SETUP:-0}" != 1 ] && [ "$PG_CONFIG" != "$(scripts/setup.sh --built-for)" ] &&
+        ! scripts/setup.sh --build-only; then
+        echo "test.sh: could not build and install pg_backfill for $version"
+        layer_failed+=(build)
+    else
+        run_layers
     fi
-else
-    echo "== regress: no sql/*.sql, skipped"
-fi
-
-# (b) pgTAP
-mapfile -t pgtap < <(only test/pgtap/*.sql)
-if ! want pgtap; then
-    echo "== pgtap: not in TEST_LAYERS, skipped"
-elif [ ${#pgtap[@]} -gt 0 ]; then
-    echo "== pgtap: pg_prove -d backfill_test ${pgtap[*]}"
-    PATH="$PGBIN:$PATH" pg_prove -d backfill_test "${pgtap[@]}" 2>&1 | tee "$WORK/pgtap.out"
-    rc=${PIPESTATUS[0]}
-    count_tap "$WORK/pgtap.out" "$rc"
-    [ "$rc" -eq 0 ] || layer_failed+=(pgtap)
-else
-    echo "== pgtap: no test/pgtap/*.sql, skipped"
-fi
-
-# (c) TAP tests with PostgreSQL::Test::Cluster: initdb refuses root, so run
-# prove as postgres, with tmp_check/ in a directory postgres owns
-mapfile -t tap < <(only test/t/*.pl)
-if ! want tap; then
-    echo "== tap: not in TEST_LAYERS, skipped"
-elif [ ${#tap[@]} -gt 0 ]; then
-    echo "== tap: prove -v ${tap[*]#test/}"
-    mkdir -p "$WORK/tap"
-    chown -R postgres: "$WORK/tap"
-    (cd test && runuser -u postgres -- env -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE \
-        PATH="$PGBIN:/usr/local/bin:/usr/bin:/bin" \
-        PG_REGRESS="$PG_REGRESS_BIN" \
-        PERL5LIB="$PERL_LIB${PERL5LIB:+:$PERL5LIB}" \
-        TESTDIR="$WORK/tap" \
-        prove -v "${tap[@]#test/}") 2>&1 | tee "$WORK/tap.out"
-    rc=${PIPESTATUS[0]}
-    count_tap "$WORK/tap.out" "$rc"
-    if [ "$rc" -ne 0 ]; then
-        layer_failed+=(tap)
-        for f in "$WORK"/tap/tmp_check/log/*; do
-            echo "== tail of $f"
-            tail -n 40 "$f"
-        done
+    PGBASE=$PGBASE PGPORT=$PGPORT scripts/cluster.sh stop >/dev/null 2>&1 || true
+    if [ ${#layer_failed[@]} -gt 0 ]; then
+        echo "== $version: failed layers: ${layer_failed[*]} (server log: $PGBASE/server.log)"
+        [ "$failed" -gt 0 ] || failed=1
     fi
-else
-    echo "== tap: no test/t/*.pl, skipped"
-fi
-
-# (d) isolation specs
-mapfile -t specs < <(only test/specs/*.spec)
-if ! want isolation; then
-    echo "== isolation: not in TEST_LAYERS, skipped"
-elif [ ${#specs[@]} -gt 0 ]; then
-    names=()
-    served=()
-    for s in "${specs[@]}"; do
-        n=$(basename "$s" .spec)
-        if [[ "$n" == states_* ]]; then served+=("$n"); else names+=("$n"); fi
-    done
-    # $1: output name, $2...: pg_isolation_regress options and spec names
-    run_isolation() {
-        local out=$1
-        shift
-        "$PG_ISOLATION_REGRESS" --inputdir=test --outputdir="$WORK/$out" --bindir="$PGBIN" \
-            "$@" 2>&1 | tee "$WORK/$out.out"
-        rc=${PIPESTATUS[0]}
-        count_regress "$WORK/$out.out" "$rc"
-        if [ "$rc" -ne 0 ]; then
-            layer_failed+=(isolation)
-            if [ -f "$WORK/$out/regression.diffs" ]; then
-                echo "== isolation regression.diffs"
-                cat "$WORK/$out/regression.diffs"
-            fi
-        fi
-    }
-    if [ ${#names[@]} -gt 0 ]; then
-        echo "== isolation: ${names[*]}"
-        run_isolation iso --dbname=isolation_regression "${names[@]}"
-    fi
-    if [ ${#served[@]} -gt 0 ]; then
-        echo "== isolation (served database backfill_iso): ${served[*]}"
-        run_isolation iso_served --dbname=backfill_iso --use-existing "${served[@]}"
-    fi
-else
-    echo "== isolation: no test/specs/*.spec, skipped"
-fi
+    echo "$version: $passed passed, $failed failed"
+    total_passed=$((total_passed + passed))
+    total_failed=$((total_failed + failed))
+    [ "$failed" -eq 0 ] || any_failed=1
+done
+passed=0
+failed=0
+layer_failed=()
 
 # (e) the Debian package: build it from a copy of the tree, install it, and
 # run the pg_regress suite against what it installed (debian/tests/installcheck)
@@ -246,8 +306,11 @@ else
 fi
 
 if [ ${#layer_failed[@]} -gt 0 ]; then
-    echo "== failed layers: ${layer_failed[*]} (server log: $PGBASE/server.log)"
+    echo "== failed layers: ${layer_failed[*]}"
     [ "$failed" -gt 0 ] || failed=1
 fi
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+[ "$failed" -eq 0 ] || any_failed=1
+total_passed=$((total_passed + passed))
+total_failed=$((total_failed + failed))
+echo "$total_passed passed, $total_failed failed"
+[ "$total_failed" -eq 0 ]

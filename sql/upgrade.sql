@@ -33,7 +33,7 @@ SELECT p.oid::regprocedure AS function,
   FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.deptype = 'e'
   JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_backfill'
  WHERE p.proname LIKE 'backfill_outbox%'
- ORDER BY 1::text;
+ ORDER BY p.oid::regprocedure::text;
 
 -- the new functions work after the upgrade
 SELECT backfill_outbox_emit('', 'k', '{}');

@@ -15,6 +15,8 @@ use FindBin;
 use lib "$FindBin::RealBin/lib";
 use BackfillTest;
 
+plan skip_all => 'SKIP: pg_cron is not installed for this PostgreSQL server'
+  unless BackfillTest::have_pg_cron();
 my $node = BackfillTest::node('pg_cron', cron => 1);
 # pg_cron runs once a minute: no need to poll faster
 $BackfillTest::poll_interval = 0.5;

@@ -10,12 +10,15 @@
 #       with pg_backfill preloaded (backfill.database_names = 'postgres',
 #       backfill.naptime = 1, max_worker_processes = 32).  Options:
 #         cron => 1           also preload pg_cron (cron.database_name =
-#                             'postgres', background workers)
+#                             'postgres', background workers) when this
+#                             server has it (have_pg_cron())
 #         crash_restart => 1  restart_after_crash = on (Cluster.pm turns it
 #                             off; a killed worker must make the postmaster
 #                             restart the backends, as it does in production)
 #         extra_conf => '...' more postgresql.conf lines
 #         init => { ... }     options for $node->init (allows_streaming => 1)
+#   BackfillTest::have_pg_cron()  true when pg_cron is installed for the
+#       server on PATH (a hand-built PostgreSQL may lack it).
 #   Exported by default:
 #   poll_until($node, $sql, $expected, $timeout)  run $sql until its output
 #       equals $expected; true on success, false (with a diag) after $timeout
@@ -50,9 +53,17 @@ our @EXPORT_OK = qw(node);
 # seconds between two polls of poll_until; a test may set it
 our $poll_interval = 0.2;
 
+sub have_pg_cron
+{
+	my $libdir = `pg_config --pkglibdir`;
+	chomp $libdir;
+	return -f "$libdir/pg_cron.so";
+}
+
 sub node
 {
 	my ($name, %opts) = @_;
+	$opts{cron} = 0 if $opts{cron} && !have_pg_cron();
 	my $node = PostgreSQL::Test::Cluster->new($name);
 	$node->init(%{ $opts{init} // {} });
 	my $conf =
