@@ -36,6 +36,7 @@
 
 #include "asrole.h"
 #include "catalog.h"
+#include "compat.h"
 #include "errors.h"
 #include "requires.h"
 
@@ -130,7 +131,7 @@ backfill_migration_unapplied(PG_FUNCTION_ARGS)
 	 * search_path.  A lookup in the catalogs, without privilege checks: the
 	 * read itself, as role, is what privileges decide.
 	 */
-	DeconstructQualifiedName(stringToQualifiedNameList(table), &schema, &relname);
+	DeconstructQualifiedName(compat_qualified_name_list(table), &schema, &relname);
 	nspid = get_namespace_oid(schema ? schema : "public", true);
 	relid = OidIsValid(nspid) ? get_relname_relid(relname, nspid) : InvalidOid;
 	if (!OidIsValid(relid))
