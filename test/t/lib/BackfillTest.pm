@@ -93,7 +93,10 @@ sub poll_until
 	my $last = '';
 	while (time() < $deadline)
 	{
-		my ($rc, $out, $err) = $node->psql('postgres', $sql);
+		# a server restarting after a crash can close psql's stdin before
+		# IPC::Run has written the query: a broken pipe is "not yet" too
+		my ($rc, $out, $err) = eval { $node->psql('postgres', $sql) };
+		($rc, $err) = (-1, $@) unless defined $rc;
 		if ($rc == 0)
 		{
 			$last = $out;
