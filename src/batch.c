@@ -421,6 +421,7 @@ batch_run(Pass *pass, Claim *claim)
 	uint64		nkeys;
 	bool		isnull;
 	char	   *cursor_text;
+	Datum		next_cursor;
 	BatchOutcome outcome;
 	TimestampTz batch_start;
 	int			rc;
@@ -474,21 +475,27 @@ batch_run(Pass *pass, Claim *claim)
 	claim->last_batch_ms = (GetCurrentTimestamp() - batch_start) / 1000.0;
 
 	outcome = checkpoint_batch(pass, claim, cursor_text, (int64) nkeys);
-	cursor_text = MemoryContextStrdup(worker_outer_cxt, cursor_text);
-	worker_commit_xact();
 
-	/* the checkpoint is durable: move the cursor */
+	/*
+	 * The next cursor is the last key itself, copied out of the batch's
+	 * memory while the transaction is still open: turning the text back
+	 * into a key would run the key type's input function (a domain's CHECK,
+	 * which needs a transaction) after the commit.
+	 */
 	{
 		MemoryContext old = MemoryContextSwitchTo(lane_cxt);
 
-		if (claim->has_cursor && !pass->key_byval)
-			pfree(DatumGetPointer(claim->cursor));
-		claim->cursor = OidInputFunctionCall(pass->key_input, cursor_text,
-											 pass->key_ioparam, -1);
-		claim->has_cursor = true;
-		claim->rows += nkeys;
+		next_cursor = datumCopy(range[1], pass->key_byval, pass->key_len);
 		MemoryContextSwitchTo(old);
 	}
+	worker_commit_xact();
+
+	/* the checkpoint is durable: move the cursor */
+	if (claim->has_cursor && !pass->key_byval)
+		pfree(DatumGetPointer(claim->cursor));
+	claim->cursor = next_cursor;
+	claim->has_cursor = true;
+	claim->rows += nkeys;
 
 	return outcome;
 }
