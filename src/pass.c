@@ -368,6 +368,8 @@ pass_claim(Pass *pass, Claim *claim)
 	Datum		values[3];
 	bool		found = false;
 	int			nclaimed;
+	char	   *cursor = NULL;
+	char	   *hi = NULL;
 
 	values[0] = Int64GetDatum(pass->run_id);
 	values[1] = Int32GetDatum(LANE_PID());
@@ -383,16 +385,12 @@ pass_claim(Pass *pass, Claim *claim)
 	if (nclaimed == 1)
 	{
 		bool		isnull;
-		char	   *cursor = catalog_gettext(0, 2);
-		char	   *hi = catalog_gettext(0, 3);
 
+		cursor = catalog_gettext(0, 2);
+		hi = catalog_gettext(0, 3);
 		found = true;
 		claim->part_no = DatumGetInt32(catalog_getdatum(0, 1, &isnull));
 		claim->rows = DatumGetInt64(catalog_getdatum(0, 4, &isnull));
-		claim->has_cursor = (cursor != NULL);
-		claim->cursor = cursor ? pass_key_from_text(pass, cursor) : (Datum) 0;
-		claim->has_hi = (hi != NULL);
-		claim->hi = hi ? pass_key_from_text(pass, hi) : (Datum) 0;
 		if (DatumGetBool(catalog_getdatum(0, 5, &isnull)))
 		{
 			int			dead_pid = DatumGetInt32(catalog_getdatum(0, 6, &isnull));
@@ -409,6 +407,19 @@ pass_claim(Pass *pass, Claim *claim)
 		}
 	}
 	catalog_leave(&scope);
+
+	/*
+	 * The bounds become keys as the lane's role, outside the catalog scope:
+	 * the key's type may be the declarer's domain, whose CHECK runs its
+	 * functions.
+	 */
+	if (found)
+	{
+		claim->has_cursor = (cursor != NULL);
+		claim->cursor = cursor ? pass_key_from_text(pass, cursor) : (Datum) 0;
+		claim->has_hi = (hi != NULL);
+		claim->hi = hi ? pass_key_from_text(pass, hi) : (Datum) 0;
+	}
 	worker_commit_xact();
 	return found;
 }
