@@ -165,9 +165,9 @@ REVOKE ALL ON FUNCTION backfill.identity_problem(text, pg_catalog.regclass, text
     pg_catalog.regrole, name, pg_catalog.regrole, name) FROM PUBLIC;
 
 /*
- * Run by the scheduler before it starts lanes: a running pass whose
- * declaration is gone, or cannot run as stored, fails here, so that no
- * lane logs in as a role the declaration does not name.
+ * Run by the scheduler before it starts lanes: a running pass (not paused)
+ * whose declaration is gone, or cannot run as stored, fails here, so that
+ * no lane logs in as a role the declaration does not name.
  */
 CREATE FUNCTION backfill.fail_unbound_passes() RETURNS integer
 LANGUAGE plpgsql VOLATILE
@@ -187,7 +187,8 @@ BEGIN
           LEFT JOIN LATERAL backfill.identity_problem(d.name, d.relid, d.relation, d.owner,
                                                       d.owner_name, d.run_as, d.run_as_name) p
                  ON d.name IS NOT NULL
-         WHERE l.status = 'running' AND (d.name IS NULL OR p.code IS NOT NULL)
+         WHERE l.status = 'running' AND NOT r.paused   -- a paused pass gets no lane anyway
+           AND (d.name IS NULL OR p.code IS NOT NULL)
            FOR UPDATE OF l SKIP LOCKED),
     ended AS (
         UPDATE backfill.ledger l
