@@ -119,6 +119,12 @@ sub plant
 		END
 		$f$;
 		GRANT EXECUTE ON FUNCTION att.pwn(text), att.settle(text) TO PUBLIC;
+		-- predicates must not be volatile: the same, declared STABLE (the
+		-- volatile function they call still writes and tries ALTER ROLE)
+		CREATE FUNCTION att.spwn(site text) RETURNS boolean LANGUAGE plpgsql STABLE AS
+		  $f$ BEGIN RETURN att.pwn(site); END $f$;
+		CREATE FUNCTION att.ssettle(site text) RETURNS boolean LANGUAGE plpgsql STABLE AS
+		  $f$ BEGIN RETURN att.settle(site); END $f$;
 
 		-- what unqualified SQL finds once att is first on the search_path
 		CREATE FUNCTION att.now() RETURNS timestamptz LANGUAGE plpgsql AS
@@ -273,7 +279,7 @@ ok_as('attacker', q{
 	INSERT INTO att.items (id) SELECT g FROM generate_series(1, 200) g;
 	ANALYZE att.items;
 	SELECT backfill_declare(name => 'a_fill', relation => 'att.items',
-	    predicate => 'c IS NULL AND att.pwn(''predicate'') AND att.settle(''predicate'')',
+	    predicate => 'c IS NULL AND att.spwn(''predicate'') AND att.ssettle(''predicate'')',
 	    action => 'UPDATE att.items SET c = 1 WHERE id BETWEEN $1 AND $2 AND c IS NULL'
 	              ' AND att.pwn(''action'') AND att.settle(''action'')',
 	    batch_size => 20, rate => 1000, max_parallel => 2);}, 'lanes: the attacker declares');
@@ -418,7 +424,7 @@ $node->safe_psql('hostile_up', q{
 	  $f$ SELECT pg_catalog.format($1, VARIADIC $2) WHERE att.pwn('public.format()') $f$;
 	CREATE TABLE att.u (id int PRIMARY KEY, c int);
 	SELECT backfill_declare(name => 'a_up', relation => 'att.u',
-	    predicate => 'c IS NULL AND att.settle(''upgrade predicate'')',
+	    predicate => 'c IS NULL AND att.ssettle(''upgrade predicate'')',
 	    action => 'UPDATE att.u SET c = 1 WHERE id BETWEEN $1 AND $2');
 });
 $node->safe_psql('hostile_up', q{ALTER EXTENSION pg_backfill UPDATE TO '0.3'});
@@ -484,7 +490,7 @@ ok_as('attacker', q{
 	CREATE TABLE att.b (id int PRIMARY KEY, c int);
 	INSERT INTO att.b SELECT g FROM generate_series(1, 5) g;
 	SELECT backfill_declare(name => 'a_base', relation => 'att.b',
-	    predicate => 'c IS NULL AND att.settle(''drift predicate'')', rate => 1000,
+	    predicate => 'c IS NULL AND att.ssettle(''drift predicate'')', rate => 1000,
 	    action => 'UPDATE att.b SET c = 1 WHERE id BETWEEN $1 AND $2 AND c IS NULL');
 	CREATE TABLE att.dep (id int PRIMARY KEY, c int);
 	SELECT backfill_declare(name => 'a_dep', relation => 'att.dep', predicate => 'c IS NULL',
