@@ -29,16 +29,46 @@ xmalloc(size_t n)
 
 /* ------------------------------------------------------------ errors */
 
+/*
+ * Text from the server can hold what another role wrote (an action's error
+ * message, a backfill's name in a report): terminal control characters in
+ * it would let that role clear the operator's screen or print a line over
+ * the real outcome.  Every control character but newline and tab shows as
+ * '?'.
+ */
+static void
+make_printable(char *s)
+{
+	for (; *s; s++)
+		if (((unsigned char) *s < ' ' && *s != '\n' && *s != '\t') || *s == 0x7f)
+			*s = '?';
+}
+
+/* a printable copy of an error field, NULL for NULL (never freed: exits soon) */
+static char *
+field(const PGresult *res, int code)
+{
+	const char *v = PQresultErrorField(res, code);
+	char	   *copy;
+
+	if (v == NULL)
+		return NULL;
+	copy = strdup(v);
+	if (copy != NULL)
+		make_printable(copy);
+	return copy;
+}
+
 /* "pg_backfill: SEVERITY:  message", then DETAIL and HINT, to stderr */
 static void
 print_message(const PGresult *res, const char *default_severity)
 {
-	const char *severity = PQresultErrorField(res, PG_DIAG_SEVERITY);
-	const char *detail = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL);
-	const char *hint = PQresultErrorField(res, PG_DIAG_MESSAGE_HINT);
+	const char *severity = field(res, PG_DIAG_SEVERITY);
+	const char *detail = field(res, PG_DIAG_MESSAGE_DETAIL);
+	const char *hint = field(res, PG_DIAG_MESSAGE_HINT);
 
 	fprintf(stderr, "%s: %s:  %s\n", progname, severity ? severity : default_severity,
-			PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
+			field(res, PG_DIAG_MESSAGE_PRIMARY));
 	if (detail)
 		fprintf(stderr, "DETAIL:  %s\n", detail);
 	if (hint)
@@ -107,6 +137,9 @@ run_query(const char *sql, int nparams, const char *const *params)
 		PQclear(res);
 		return NULL;
 	}
+	for (int r = 0; r < PQntuples(res); r++)
+		for (int c = 0; c < PQnfields(res); c++)
+			make_printable(PQgetvalue(res, r, c));
 	return res;
 }
 

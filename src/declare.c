@@ -24,6 +24,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
 #include "common/cryptohash.h"
+#include "common/keywords.h"
 #include "common/sha2.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -33,6 +34,7 @@
 #include "nodes/parsenodes.h"
 #include "optimizer/optimizer.h"
 #include "parser/parser.h"
+#include "parser/scanner.h"
 #include "utils/acl.h"
 #include "utils/regproc.h"
 #include "utils/array.h"
@@ -357,6 +359,36 @@ predicate_is_one_expression(List *stmts)
 		sel->limitOffset == NULL && sel->lockingClause == NIL;
 }
 
+/*
+ * The parse tree alone cannot tell "NOT done) OR (NOT done" from a real
+ * expression: wrapped in the probe's parentheses both parse.  Pasted into
+ * a key scan, the first would close the scan's own parenthesis and escape
+ * the partition's bounds.  So the predicate's own tokens (the server's
+ * scanner: strings, quoted names and comments are single tokens) must
+ * keep their parentheses balanced and never close one they did not open.
+ */
+static bool
+parentheses_balanced(const char *text)
+{
+	core_yy_extra_type extra;
+	core_yyscan_t scanner;
+	core_YYSTYPE val;
+	YYLTYPE		loc;
+	int			depth = 0;
+	int			token;
+
+	scanner = scanner_init(text, &extra, &ScanKeywords, ScanKeywordTokens);
+	while ((token = core_yylex(&val, &loc, scanner)) != 0)
+	{
+		if (token == '(' || token == '[')
+			depth++;
+		else if ((token == ')' || token == ']') && --depth < 0)
+			break;
+	}
+	scanner_finish(scanner);
+	return depth == 0;
+}
+
 /* an action runs inside the batch's transaction: plain DML or a SELECT */
 static bool
 action_is_dml(List *stmts)
@@ -372,11 +404,12 @@ action_is_dml(List *stmts)
 
 /*
  * Parse and analyze one statement as the caller, with the batch's bounds
- * typed.  is_predicate: sql is the predicate's probe query.
+ * typed.  expression_text: the predicate, when sql is its probe query
+ * (NULL for an action).
  */
 static SPIPlanPtr
 check_statement(const char *name, const char *what, const char *sql, Oid keytype,
-				bool is_predicate, const char *hint)
+				const char *expression_text, const char *hint)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	Oid			argtypes[2] = {keytype, keytype};
@@ -389,10 +422,11 @@ check_statement(const char *name, const char *what, const char *sql, Oid keytype
 		if (list_length(stmts) != 1)
 			ereport(ERROR,
 					(errmsg("found %d statements where one is expected", list_length(stmts))));
-		if (is_predicate && !predicate_is_one_expression(stmts))
+		if (expression_text != NULL && (!predicate_is_one_expression(stmts) ||
+							 !parentheses_balanced(expression_text)))
 			ereport(ERROR,
 					(errmsg("the predicate must be one boolean expression, not a query fragment")));
-		if (!is_predicate && !action_is_dml(stmts))
+		if (expression_text == NULL && !action_is_dml(stmts))
 			ereport(ERROR,
 					(errmsg("the action must be SELECT, INSERT, UPDATE, DELETE or MERGE"),
 					 errdetail("It runs inside each batch's transaction, which commits the checkpoint.")));
@@ -749,7 +783,7 @@ backfill_declare(PG_FUNCTION_ARGS)
 		appendStringInfo(&sql, "SELECT 1 FROM %s WHERE (\n%s\n)", src.relation, predicate);
 		check_predicate_not_volatile(name,
 									 check_statement(name, "the predicate", sql.data, src.keytype,
-													 true,
+													 predicate,
 													 "Write a boolean SQL expression over the "
 													 "table's columns, such as 'c IS NULL'."));
 	}
@@ -758,10 +792,10 @@ backfill_declare(PG_FUNCTION_ARGS)
 		initStringInfo(&sql);
 		appendStringInfo(&sql, "SELECT 1 FROM (SELECT $1::jsonb AS input) s WHERE (\n(\n%s\n) IS NOT NULL\n)",
 						 scope_expr);
-		check_statement(name, "the scope", sql.data, JSONBOID, true,
+		check_statement(name, "the scope", sql.data, JSONBOID, scope_expr,
 						"Write an expression over input, such as input->>'tenant_id'.");
 	}
-	check_statement(name, "the action", action, src.keytype, false,
+	check_statement(name, "the action", action, src.keytype, NULL,
 					pages_fn ? "Write one DML statement; $1 is the page's rows as a jsonb array." :
 					"Write one DML statement; $1 and $2 are the first and last key of the batch; "
 					"wrap anything else in a function and SELECT it.");

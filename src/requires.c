@@ -24,7 +24,10 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
+#include "access/transam.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -33,6 +36,7 @@
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/regproc.h"
+#include "utils/syscache.h"
 
 #include "asrole.h"
 #include "catalog.h"
@@ -41,6 +45,57 @@
 #include "requires.h"
 
 PG_FUNCTION_INFO_V1(backfill_migration_unapplied);
+
+static const char *role_name(Oid role);
+
+/*
+ * Reading the migrations table must run no code that the reader did not
+ * choose.  A table whose owner has the privileges of the reading role is
+ * that role's own business.  Any other owner (say a role that could create
+ * "public.schema_migrations" before the application did) could make the
+ * read run its functions with the reader's privileges: through a view, a
+ * row-level security policy, or the output function of a column type of
+ * its own.  Such a relation must be a plain table, without row-level
+ * security, whose column has a built-in type.  NULL when it may be read,
+ * else why not.
+ */
+static char *
+migrations_relation_refusal(Oid relid, const char *column, Oid role)
+{
+	HeapTuple	tuple;
+	Form_pg_class form;
+	char	   *refusal = NULL;
+	AttrNumber	attnum;
+
+	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tuple))
+		return pstrdup("it no longer exists");
+	form = (Form_pg_class) GETSTRUCT(tuple);
+	if (has_privs_of_role(form->relowner, role))
+	{
+		ReleaseSysCache(tuple);
+		return NULL;
+	}
+	if (form->relkind != RELKIND_RELATION && form->relkind != RELKIND_PARTITIONED_TABLE)
+		refusal = psprintf("it is not a table, and its owner %s is not one that role %s trusts "
+						   "(reading it could run that owner's code)",
+						   role_name(form->relowner), role_name(role));
+	else if (form->relrowsecurity)
+		refusal = psprintf("it has row-level security, and its owner %s is not one that role %s "
+						   "trusts (its policies could run that owner's code)",
+						   role_name(form->relowner), role_name(role));
+	ReleaseSysCache(tuple);
+	if (refusal != NULL)
+		return refusal;
+
+	attnum = get_attnum(relid, column);
+	if (attnum == InvalidAttrNumber)
+		return NULL;			/* the read itself says the column is missing */
+	if (get_atttype(relid, attnum) >= FirstNormalObjectId)
+		return psprintf("its column %s has a type that is not built in, and the table's owner "
+						"is not one that role %s trusts", column, role_name(role));
+	return NULL;
+}
 
 static const char *
 role_name(Oid role)
@@ -139,6 +194,11 @@ backfill_migration_unapplied(PG_FUNCTION_ARGS)
 												  "not exist", id, table)));
 	relation = quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
 										  get_rel_name(relid));
+	unreadable = migrations_relation_refusal(relid, column, role);
+	if (unreadable != NULL)
+		PG_RETURN_TEXT_P(cstring_to_text(psprintf("migration %s cannot be checked as role %s: "
+												  "%s %s", id, role_name(role), relation,
+												  unreadable)));
 
 	sql = psprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE %s::pg_catalog.text"
 				   " OPERATOR(pg_catalog.=) $1)", relation, quote_identifier(column));

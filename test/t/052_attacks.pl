@@ -1,0 +1,158 @@
+# 052_attacks.pl -- what an attacker found after the trust fixes, kept as
+# tests (each failed on the code before its fix).
+#
+#  (a) a squatted migrations table: an ordinary role creates
+#      public.schema_migrations before the application does, as a view over
+#      its own function (or a table whose row-level security policy calls
+#      one).  A superuser's backfill that requires a migration reads it: the
+#      function would run with the superuser's privileges, in the
+#      superuser's session and in the scheduler.  A relation whose owner the
+#      reading role does not trust must be a plain table without row-level
+#      security: the view and the policy are refused (the backfill stays
+#      blocked, saying why) and the function never runs.  A plain table of
+#      that role is read, since reading it runs no code.
+#  (b) a predicate that closes the key scan's parenthesis
+#      ('NOT done) OR (NOT done') parses once wrapped, but would escape the
+#      partition's bounds: refused with BF001.
+#  (c) the CLI prints text that other roles wrote (an action's error
+#      message) with its terminal control characters made harmless.
+use strict;
+use warnings;
+
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = BackfillTest::node('attacks');
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION pg_backfill;
+	CREATE ROLE mallory LOGIN;
+	GRANT CREATE ON SCHEMA public TO mallory;
+	CREATE TABLE su_items (id bigint PRIMARY KEY, c int);
+	INSERT INTO su_items SELECT g FROM generate_series(1, 100) g;
+});
+
+sub as_mallory
+{
+	my ($sql) = @_;
+	return $node->safe_psql('postgres', $sql, extra_params => [ '-U', 'mallory' ]);
+}
+
+# ---- (a) the squatted migrations table
+# every run of mallory's function counts on a sequence: nextval is not
+# rolled back with the subtransaction the read runs in
+as_mallory(q{
+	CREATE SEQUENCE public.mig_ran;
+	GRANT USAGE ON SEQUENCE public.mig_ran TO PUBLIC;
+	CREATE FUNCTION public.mig_rows() RETURNS SETOF text LANGUAGE plpgsql AS $$
+	BEGIN
+		PERFORM pg_catalog.nextval('public.mig_ran');
+		BEGIN
+			EXECUTE 'ALTER ROLE mallory SUPERUSER';
+		EXCEPTION WHEN OTHERS THEN NULL;
+		END;
+		RETURN NEXT 'v2';
+	END $$;
+	CREATE VIEW public.schema_migrations AS SELECT v AS version FROM public.mig_rows() v;
+	GRANT SELECT ON public.schema_migrations TO PUBLIC;
+});
+$node->safe_psql('postgres', q{
+	SELECT backfill_declare(name => 'su_requires', relation => 'su_items',
+		predicate => 'c IS NULL',
+		action => 'UPDATE su_items SET c = 1 WHERE id BETWEEN $1 AND $2 AND c IS NULL',
+		requires => 'v2', rate => 1000);
+});
+my $pending = $node->safe_psql('postgres',
+	q{SELECT state || ' | ' || coalesce(blocked_by, '') FROM backfill_pending() WHERE name = 'su_requires'});
+like($pending, qr/^blocked \| .*not a table/,
+	'(a) a view of another role as the migrations table: the backfill is blocked, saying why');
+my ($rc, $out, $err, $run);
+($rc, $run, $err) = $node->psql('postgres', q{SELECT backfill_run('su_requires')});
+like($err, qr/is blocked: .*not a table/, '(a) a run of it waits, blocked, saying why');
+is(sq($node, "SELECT phase FROM backfill.run WHERE run_id = $run"), 'queued',
+	'(a) its pass is queued, not started');
+# the scheduler checks requirements too, every naptime (1 s here)
+is(holds_for($node, q{SELECT is_called FROM public.mig_ran}, 'f', 3), undef,
+	'(a) mallory\'s function never ran: not for pending, run, nor the scheduler');
+is(sq($node, q{SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'}), 'f',
+	'(a) mallory is no superuser');
+
+# a table with a policy that calls mallory's function: refused the same way
+as_mallory(q{
+	DROP VIEW public.schema_migrations;
+	CREATE FUNCTION public.mig_seen() RETURNS boolean LANGUAGE sql AS
+		$$ SELECT pg_catalog.nextval('public.mig_ran') > 0 $$;
+	CREATE TABLE public.schema_migrations (version text);
+	INSERT INTO public.schema_migrations VALUES ('v2');
+	ALTER TABLE public.schema_migrations ENABLE ROW LEVEL SECURITY;
+	ALTER TABLE public.schema_migrations FORCE ROW LEVEL SECURITY;
+	CREATE POLICY seen ON public.schema_migrations USING (public.mig_seen());
+	GRANT SELECT ON public.schema_migrations TO PUBLIC;
+});
+$pending = $node->safe_psql('postgres',
+	q{SELECT state || ' | ' || coalesce(blocked_by, '') FROM backfill_pending() WHERE name = 'su_requires'});
+like($pending, qr/^blocked \| .*row-level security/,
+	'(a) a table of another role with row-level security: blocked, saying why');
+is(sq($node, q{SELECT is_called FROM public.mig_ran}), 'f',
+	'(a) its policy\'s function never ran');
+
+# a plain table of mallory's: data only, read
+as_mallory(q{ALTER TABLE public.schema_migrations DISABLE ROW LEVEL SECURITY;
+	ALTER TABLE public.schema_migrations NO FORCE ROW LEVEL SECURITY});
+is(wait_pass_end($node, $run, 60), 'completed',
+	'(a) a plain table of another role is read: the migration counts as applied, the pass runs');
+is(sq($node, q{SELECT is_called FROM public.mig_ran}), 'f', '(a) still no function of mallory ran');
+
+# ---- (b) a predicate that closes the scan's parenthesis
+$node->safe_psql('postgres', q{
+	CREATE TABLE inj (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0, done boolean NOT NULL DEFAULT false, b text);
+	INSERT INTO inj (id) SELECT g FROM generate_series(1, 1000) g;
+});
+for my $pred ('NOT done) OR (NOT done', 'NOT done)) OR ((NOT done', 'NOT done] OR [NOT done')
+{
+	($rc, $out, $err) = $node->psql('postgres', qq{
+		SELECT backfill_declare(name => 'inj', relation => 'inj', predicate => \$p\$$pred\$p\$,
+			action => 'UPDATE inj SET n = n + 1, done = true WHERE id BETWEEN \$1 AND \$2 AND NOT done')},
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($err, qr/BF001/, "(b) predicate '$pred' is refused with BF001");
+}
+is(sq($node, q{SELECT count(*) FROM backfill.declaration WHERE name = 'inj'}), '0',
+	'(b) nothing was stored');
+($rc, $out, $err) = $node->psql('postgres', q{
+	SELECT length(backfill_declare(name => 'inj', relation => 'inj',
+		predicate => $p$(NOT done) AND (b IS NULL OR b <> ')(' /* ) */)$p$,
+		action => 'UPDATE inj SET n = n + 1, done = true WHERE id BETWEEN $1 AND $2 AND NOT done'))});
+is($out, '64', '(b) parentheses inside strings and comments do not count') or diag($err);
+
+# ---- (c) the CLI and another role's terminal escapes
+my $cli = "$FindBin::RealBin/../../cli/pg_backfill";
+SKIP:
+{
+	skip 'the CLI is not built (make -C cli)', 3 unless -x $cli;
+	as_mallory(q{
+		CREATE TABLE public.m_esc (id bigint PRIMARY KEY, c int);
+		INSERT INTO public.m_esc SELECT g FROM generate_series(1, 10) g;
+		CREATE FUNCTION public.m_fail(a bigint, b bigint) RETURNS int LANGUAGE plpgsql AS $f$
+		BEGIN
+			RAISE EXCEPTION USING ERRCODE = '22012',
+				MESSAGE = E'\x1b[2J\x1b[H\x1b]0;owned\x07\rcompleted: all good \x1b[8m';
+		END $f$;
+		SELECT backfill_declare(name => 'm_esc', relation => 'public.m_esc',
+			predicate => 'c IS NULL', action => 'SELECT public.m_fail($1, $2)',
+			max_attempts => 1, rate => 1000);
+	});
+	my $mrun = as_mallory(q{SELECT backfill_run('m_esc')});
+	is(wait_pass_end($node, $mrun, 60), 'failed', '(c) mallory\'s pass failed with its message');
+	my ($stdout, $stderr) = ('', '');
+	IPC::Run::run([ $cli, '-d', $node->connstr('postgres'), 'status', 'm_esc' ],
+		'>', \$stdout, '2>', \$stderr);
+	like($stdout, qr/completed: all good/, '(c) the status shows the message');
+	unlike($stdout . $stderr, qr/[\x00-\x08\x0b-\x1f\x7f]/,
+		'(c) with no terminal control character left in it');
+}
+
+done_testing();
