@@ -402,6 +402,20 @@ BEGIN
                         HINT = 'Create a function (topic text, key text, payload jsonb'
                                ' [, emitted_by regrole]) first.';
         END IF;
+        -- the relay runs it with this role's privileges: its owner must
+        -- have them already (this role itself, or a role with its
+        -- privileges), never a role that could CREATE OR REPLACE it into
+        -- something that runs with more privilege than it has
+        IF NOT pg_catalog.pg_has_role(
+                  (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid = fn),
+                  current_user, 'USAGE') THEN
+            RAISE EXCEPTION 'outbox sink function % of topic "%" belongs to role %',
+                  fn, topic, (SELECT p.proowner::regrole FROM pg_catalog.pg_proc p WHERE p.oid = fn)
+                  USING ERRCODE = 'BF016',
+                        DETAIL = pg_catalog.format('The relay would run it as role %s, and its '
+                                 'owner could change what it does.', current_user),
+                        HINT = 'Use a function owned by your role.';
+        END IF;
         SELECT pg_catalog.format('%I.%I', n.nspname, p.proname) INTO target
           FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
          WHERE p.oid = fn;

@@ -392,6 +392,7 @@ backfill_lane_main(Datum main_arg)
 	Pass		pass;
 	Claim		claim;
 	MemoryContext scratch;
+	bool		role_read_only;
 
 	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(LaneArgs));
 
@@ -411,6 +412,13 @@ backfill_lane_main(Datum main_arg)
 	/* as the declaring role: never more privilege than it has */
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.roleoid, 0);
 	SetConfigOption("application_name", "pg_backfill lane", PGC_USERSET, PGC_S_OVERRIDE);
+	/*
+	 * A role whose sessions are read-only can do no batch.  The lane's own
+	 * bookkeeping must still write, to record why the pass ends.
+	 */
+	role_read_only = DefaultXactReadOnly;
+	if (role_read_only)
+		SetConfigOption("default_transaction_read_only", "off", PGC_USERSET, PGC_S_OVERRIDE);
 	pgstat_report_appname("pg_backfill lane");
 
 	lane_cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill lane",
@@ -421,6 +429,21 @@ backfill_lane_main(Datum main_arg)
 
 	if (!pass_load(&pass, args.run_id))
 		proc_exit(0);
+	if (role_read_only)
+	{
+		char	   *message;
+
+		/* the role's name is read in a transaction; the message outlives it */
+		worker_begin_xact("naming the read-only role");
+		message = MemoryContextStrdup(lane_cxt,
+									  psprintf("backfill \"%s\" cannot write as role \"%s\": its "
+											   "sessions are read-only "
+											   "(default_transaction_read_only is on)",
+											   pass.name, GetUserNameFromId(GetUserId(), false)));
+		worker_commit_xact();
+		pass_fail(&pass, -1, ERRCODE_BACKFILL_PRIVILEGE, message);
+		proc_exit(0);
+	}
 
 	/* errors outside a batch (preparing, planning, counting): retried, or fail the pass */
 	if (!run_or_fail(&pass, lane_prepare_and_plan, "preparing the pass"))

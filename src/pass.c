@@ -14,7 +14,6 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"

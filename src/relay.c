@@ -58,7 +58,9 @@
 
 #include <curl/curl.h>
 
+#include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type_d.h"
 #include "common/hmac.h"
 #include "common/sha2.h"
@@ -71,12 +73,14 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "pg_backfill.h"
@@ -387,6 +391,20 @@ refuse_delivery(Delivery *d)
  * Run a function sink, as the role that set it, restricted, with that
  * role's search_path; whatever settings it changes are rolled back.
  */
+/* the role that owns a function (InvalidOid when it is gone) */
+static Oid
+function_owner(Oid fn)
+{
+	HeapTuple	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tuple))
+		return InvalidOid;
+	owner = ((Form_pg_proc) GETSTRUCT(tuple))->proowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
 static void
 call_function_sink(Delivery *d)
 {
@@ -412,6 +430,16 @@ call_function_sink(Delivery *d)
 				 errhint("Set the sink again to run the function now of that name: "
 						 "SELECT backfill_outbox_sink('%s', 'function', '%s');",
 						 d->topic, d->target)));
+
+	/* checked when the sink was set; the function may have changed hands since */
+	if (!has_privs_of_role(function_owner(d->target_fn), d->run_as))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+				 errmsg("outbox sink function %s of topic \"%s\" belongs to another role",
+						d->target, d->topic),
+				 errdetail("Its owner lacks the privileges of the sink's role, and could "
+						   "change what runs with them."),
+				 errhint("Set the sink to a function of the sink's role.")));
 
 	values[0] = CStringGetTextDatum(d->topic);
 	values[1] = CStringGetTextDatum(d->key);

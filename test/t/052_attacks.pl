@@ -16,6 +16,12 @@
 #      partition's bounds: refused with BF001.
 #  (c) the CLI prints text that other roles wrote (an action's error
 #      message) with its terminal control characters made harmless.
+#  (d) a function sink must be a function whose owner has the sink role's
+#      privileges: another role's function, which that role could CREATE OR
+#      REPLACE with a new body under the same oid, is refused.
+#  (e) a declaring role whose sessions are read-only
+#      (default_transaction_read_only) ends its pass failed with BF016 and
+#      the reason, once, instead of lanes dying at every start.
 use strict;
 use warnings;
 
@@ -154,5 +160,40 @@ SKIP:
 	unlike($stdout . $stderr, qr/[\x00-\x08\x0b-\x1f\x7f]/,
 		'(c) with no terminal control character left in it');
 }
+
+# ---- (d) a function sink of another role
+as_mallory(q{
+	CREATE FUNCTION public.audit_sink(topic text, key text, payload jsonb) RETURNS void
+	LANGUAGE sql AS $$ SELECT NULL::void $$;
+});
+($rc, $out, $err) = $node->psql('postgres',
+	q{SELECT backfill_outbox_sink('ops.audit', 'function', 'audit_sink')},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/BF016: .*belongs to role mallory/,
+	'(d) a sink on a function of another role is refused with BF016');
+like($err, qr/HINT:.*owned by your role/, '(d) with a hint');
+is(sq($node, q{SELECT count(*) FROM backfill.outbox_sink WHERE topic = 'ops.audit'}), '0',
+	'(d) no sink was set');
+
+# ---- (e) a role whose sessions are read-only
+$node->safe_psql('postgres', q{
+	CREATE ROLE ro_alice LOGIN;
+	CREATE TABLE ro_items (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0, done boolean NOT NULL DEFAULT false);
+	INSERT INTO ro_items (id) SELECT g FROM generate_series(1, 100) g;
+	GRANT SELECT, UPDATE ON ro_items TO ro_alice;
+});
+$node->safe_psql('postgres', q{
+	SELECT backfill_declare(name => 'ro_fill', relation => 'public.ro_items', predicate => 'NOT done',
+		action => 'UPDATE public.ro_items SET n = n + 1, done = true WHERE id BETWEEN $1 AND $2',
+		rate => 1000);
+}, extra_params => [ '-U', 'ro_alice' ]);
+$node->safe_psql('postgres', q{ALTER ROLE ro_alice SET default_transaction_read_only = on});
+my $ro_run = sq($node, q{SET ROLE ro_alice; SELECT backfill_run('ro_fill')});
+is(wait_pass_end($node, $ro_run, 60), 'failed', '(e) the pass of a read-only role ends failed');
+is(sq($node, "SELECT error_code, error_message ~ 'read-only' FROM backfill.ledger WHERE run_id = $ro_run"),
+	'BF016|t', '(e) with BF016 and the reason');
+is(sq($node, "SELECT lane_starts FROM backfill.run WHERE run_id = $ro_run"), '1',
+	'(e) after one lane start');
+is(sq($node, q{SELECT count(*) FROM ro_items WHERE n <> 0}), '0', '(e) and no row touched');
 
 done_testing();
