@@ -67,6 +67,10 @@ migrations_relation_refusal(Oid relid, const char *column, Oid role)
 	char	   *refusal = NULL;
 	AttrNumber	attnum;
 
+	/* no SELECT: the read itself says so, before anything of it runs */
+	if (pg_class_aclcheck(relid, role, ACL_SELECT) != ACLCHECK_OK)
+		return NULL;
+
 	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	if (!HeapTupleIsValid(tuple))
 		return pstrdup("it no longer exists");

@@ -190,9 +190,11 @@ like(tq("SELECT last_error FROM backfill.outbox WHERE id = $s2"),
 	qr/outbox sink function shared.swap_sink of topic "swap" is not the one the sink was set to/,
 	'its last_error says the function is not the sink\'s');
 is(tq(q{SELECT count(*) FROM shared.pwned}), '0', 'bf_mallory\'s function never ran');
-# setting the sink again is the way to accept the new function
+# setting the sink again to bf_mallory's function is refused too: bf_mallory
+# could replace its body, under the same oid, with anything bf_op may do
 my ($rc, $err) = as_role('bf_op', q{SELECT backfill_outbox_sink('swap', 'function', 'shared.swap_sink')});
-is($rc, 0, 'the operator may set the sink again, to the function now of that name');
+like($err, qr/belongs to role bf_mallory/,
+	'the operator may not set the sink again to the function now of that name, bf_mallory\'s');
 
 # ==================================================================
 # 6. A setting the sink makes does not outlive its delivery
