@@ -21,7 +21,10 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
+#include "access/stratnum.h"
 #include "access/xact.h"
+#include "catalog/pg_operator.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
@@ -30,9 +33,12 @@
 #include "utils/datum.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
-#include "utils/regproc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/regproc.h"
+#include "utils/syscache.h"
 #include "utils/timeout.h"
+#include "utils/typcache.h"
 
 #include "pg_backfill.h"
 #include "catalog.h"
@@ -100,6 +106,41 @@ batch_free_plans(Pass *pass)
 }
 
 /*
+ * The key type's btree operator of a strategy, spelled so that no search
+ * path can stand another in for it: "OPERATOR(schema.op)", found through
+ * the type's default btree operator class, not by name.  A bare "key >
+ * $2" would pick any role's exact-match operator on the declarer's
+ * search_path (say a public.>(varchar, varchar)) over the built-in one
+ * reached by a cast, and run it as the declarer in every batch.
+ */
+static char *
+key_operator(Oid keytype, int16 strategy)
+{
+	TypeCacheEntry *entry = lookup_type_cache(keytype, TYPECACHE_BTREE_OPFAMILY);
+	Oid			opno = InvalidOid;
+	HeapTuple	tuple;
+	Form_pg_operator form;
+	char	   *spelled;
+
+	if (OidIsValid(entry->btree_opf))
+		opno = get_opfamily_member(entry->btree_opf, entry->btree_opintype,
+								   entry->btree_opintype, strategy);
+	if (!OidIsValid(opno))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("key type %s has no default btree ordering", format_type_be(keytype)),
+				 errhint("Use a key whose type has a btree operator class.")));
+	tuple = SearchSysCache1(OPEROID, ObjectIdGetDatum(opno));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for operator %u", opno);
+	form = (Form_pg_operator) GETSTRUCT(tuple);
+	spelled = psprintf("OPERATOR(%s.%s)", quote_identifier(get_namespace_name(form->oprnamespace)),
+					   NameStr(form->oprname));
+	ReleaseSysCache(tuple);
+	return spelled;
+}
+
+/*
  * Prepare the lane's plans, as the declaring role, in a transaction of its
  * own.  The plans are kept for the lane's life; the plan cache replans them
  * when the table changes.  A failed attempt may be made again (lane.c).
@@ -108,6 +149,8 @@ void
 batch_prepare(Pass *pass)
 {
 	const char *key;
+	char	   *gt;
+	char	   *le;
 	Oid			key_types[3] = {INT8OID, pass->keytype, pass->keytype};
 	Oid			action_types[2] = {pass->keytype, pass->keytype};
 
@@ -158,6 +201,8 @@ batch_prepare(Pass *pass)
 														   SPI_tuptable->tupdesc, 1, &isnull));
 	}
 
+	gt = key_operator(pass->keytype, BTGreaterStrategyNumber);
+	le = key_operator(pass->keytype, BTLessEqualStrategyNumber);
 	for (int variant = 0; variant < 4; variant++)
 	{
 		StringInfoData sql;
@@ -169,9 +214,9 @@ batch_prepare(Pass *pass)
 							 " pg_catalog.count(*) FROM (", key, key);
 		appendStringInfo(&sql, "SELECT %s FROM %s WHERE ", key, pass->relation);
 		if (variant & 1)
-			appendStringInfo(&sql, "%s > $2 AND ", key);
+			appendStringInfo(&sql, "%s %s $2 AND ", key, gt);
 		if (variant & 2)
-			appendStringInfo(&sql, "%s <= $3 AND ", key);
+			appendStringInfo(&sql, "%s %s $3 AND ", key, le);
 		/* between newlines: a trailing "--" comment in it cannot reach further */
 		appendStringInfo(&sql, "(\n%s\n) ORDER BY %s LIMIT $1", pass->predicate, key);
 		if (pass->keys_aggregated)

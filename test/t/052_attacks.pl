@@ -22,6 +22,10 @@
 #  (e) a declaring role whose sessions are read-only
 #      (default_transaction_read_only) ends its pass failed with BF016 and
 #      the reason, once, instead of lanes dying at every start.
+#  (f) the key scan's comparisons are the key type's own btree operators,
+#      spelled with their schema: an exact-match public.>(varchar, varchar)
+#      of another role, which would win over the built-in text operator
+#      reached by a cast, never runs in a superuser's lane.
 use strict;
 use warnings;
 
@@ -195,5 +199,32 @@ is(sq($node, "SELECT error_code, error_message ~ 'read-only' FROM backfill.ledge
 is(sq($node, "SELECT lane_starts FROM backfill.run WHERE run_id = $ro_run"), '1',
 	'(e) after one lane start');
 is(sq($node, q{SELECT count(*) FROM ro_items WHERE n <> 0}), '0', '(e) and no row touched');
+
+# ---- (f) an operator planted for the key scan
+as_mallory(q{
+	CREATE FUNCTION public.m_vc_gt(a varchar, b varchar) RETURNS boolean LANGUAGE plpgsql AS $$
+	BEGIN
+		PERFORM pg_catalog.nextval('public.mig_ran');
+		BEGIN
+			EXECUTE 'ALTER ROLE mallory SUPERUSER';
+		EXCEPTION WHEN OTHERS THEN NULL;
+		END;
+		RETURN a::text > b::text;
+	END $$;
+	CREATE OPERATOR public.> (LEFTARG = varchar, RIGHTARG = varchar, FUNCTION = public.m_vc_gt);
+});
+$node->safe_psql('postgres', q{
+	CREATE TABLE su_vc (k varchar(20) PRIMARY KEY, c int);
+	INSERT INTO su_vc SELECT pg_catalog.lpad(g::text, 6, '0'), NULL FROM generate_series(1, 2000) g;
+	SELECT backfill_declare(name => 'su_vc', relation => 'su_vc', predicate => 'c IS NULL',
+		action => 'UPDATE su_vc SET c = 1 WHERE k BETWEEN $1 AND $2 AND c IS NULL',
+		batch_size => 100, rate => 1000);
+});
+my $vc_run = sq($node, q{SELECT backfill_run('su_vc')});
+is(wait_pass_end($node, $vc_run, 60), 'completed', '(f) the varchar-keyed pass completes');
+is(sq($node, q{SELECT count(*) FROM su_vc WHERE c = 1}), '2000', '(f) every row');
+is(sq($node, q{SELECT is_called FROM public.mig_ran}), 'f', '(f) mallory\'s operator never ran');
+is(sq($node, q{SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'}), 'f',
+	'(f) mallory is no superuser');
 
 done_testing();
