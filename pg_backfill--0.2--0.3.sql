@@ -424,9 +424,10 @@ BEGIN
            (topic, kind, target, target_fn, secret, timeout_ms, max_attempts, backoff_base_ms,
             backoff_cap_ms, run_as, search_path)
     VALUES (topic, kind, target, fn, secret,
-            (extract(epoch FROM timeout) * 1000)::integer, max_attempts,
-            (extract(epoch FROM backoff_base) * 1000)::integer,
-            (extract(epoch FROM backoff_cap) * 1000)::integer,
+            -- operators qualified: the caller's search_path is in force here
+            (extract(epoch FROM timeout) OPERATOR(pg_catalog.*) 1000)::integer, max_attempts,
+            (extract(epoch FROM backoff_base) OPERATOR(pg_catalog.*) 1000)::integer,
+            (extract(epoch FROM backoff_cap) OPERATOR(pg_catalog.*) 1000)::integer,
             (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user),
             pg_catalog.current_setting('search_path'))
     ON CONFLICT ON CONSTRAINT outbox_sink_pkey DO UPDATE

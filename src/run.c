@@ -238,21 +238,25 @@ backfill_run(PG_FUNCTION_ARGS)
 
 	catalog_enter(&scope);
 	{
-		Oid			types[1] = {TEXTOID};
-		Datum		values[1] = {CStringGetTextDatum(ledger_name)};
+		Oid			types[2] = {TEXTOID, OIDOID};
+		Datum		values[2] = {CStringGetTextDatum(ledger_name), ObjectIdGetDatum(owner)};
 
 		/*
 		 * With the declaration locked, read the ledger as it is now: a
 		 * REPEATABLE READ or SERIALIZABLE caller's snapshot may predate the
-		 * pass that the transaction we waited for has just enqueued.
+		 * pass that the transaction we waited for has just enqueued.  Only
+		 * a pass of the declaration's owner completed it: a name another
+		 * role declared, ran and dropped before must not turn this
+		 * backfill's runs into skips.
 		 */
 		catalog_exec_latest("SELECT"
 							"  (SELECT max(l.run_id) FROM backfill.ledger l"
 							"    WHERE l.ledger_name = $1 AND l.status = 'running'),"
 							"  (SELECT max(l.run_id) FROM backfill.ledger l"
-							"    WHERE l.ledger_name = $1 AND l.status = 'completed'),"
+							"    WHERE l.ledger_name = $1 AND l.status = 'completed'"
+							"      AND l.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $2),"
 							"  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.ledger_name = $1)",
-							1, types, values, NULL);
+							2, types, values, NULL);
 		running_id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
 		if (isnull)
 			running_id = 0;
