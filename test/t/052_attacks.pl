@@ -26,6 +26,8 @@
 #      spelled with their schema: an exact-match public.>(varchar, varchar)
 #      of another role, which would win over the built-in text operator
 #      reached by a cast, never runs in a superuser's lane.
+#  (g) a name another role declared, ran and dropped before: its completed
+#      pass does not make the new owner's runs skips.
 use strict;
 use warnings;
 
@@ -226,5 +228,29 @@ is(sq($node, q{SELECT count(*) FROM su_vc WHERE c = 1}), '2000', '(f) every row'
 is(sq($node, q{SELECT is_called FROM public.mig_ran}), 'f', '(f) mallory\'s operator never ran');
 is(sq($node, q{SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'}), 'f',
 	'(f) mallory is no superuser');
+
+# ---- (g) another role's completed pass under the same name
+$node->safe_psql('postgres', q{CREATE ROLE alice LOGIN; GRANT CREATE ON SCHEMA public TO alice});
+as_mallory(q{
+	CREATE TABLE public.m_orph (id bigint PRIMARY KEY, c int);
+	SELECT backfill_declare(name => 'orph', relation => 'public.m_orph', predicate => 'c IS NULL',
+		action => 'UPDATE public.m_orph SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000);
+});
+my $m_orph = as_mallory(q{SELECT backfill_run('orph')});
+is(wait_pass_end($node, $m_orph, 60), 'completed', '(g) mallory\'s pass of orph completes');
+as_mallory(q{SELECT backfill_drop('orph')});
+my $as_alice = sub {
+	return $node->safe_psql('postgres', $_[0], extra_params => [ '-U', 'alice' ]);
+};
+$as_alice->(q{
+	CREATE TABLE public.a_orph (id bigint PRIMARY KEY, c int);
+	INSERT INTO public.a_orph SELECT g FROM generate_series(1, 10) g;
+	SELECT backfill_declare(name => 'orph', relation => 'public.a_orph', predicate => 'c IS NULL',
+		action => 'UPDATE public.a_orph SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000);
+});
+my $a_orph = $as_alice->(q{SELECT backfill_run('orph')});
+isnt($a_orph, $m_orph, '(g) alice\'s run is a pass of its own, not a skip');
+is(wait_pass_end($node, $a_orph, 60), 'completed', '(g) and it completes');
+is(sq($node, q{SELECT count(*) FROM public.a_orph WHERE c = 1}), '10', '(g) over alice\'s rows');
 
 done_testing();
