@@ -1,0 +1,415 @@
+# FaultMatrix.pm -- the machinery of the fault matrix (issue 10), shared by
+# test/t/085_fault_lane.pl ... 089.
+#
+# A case is one backfill over a small table of its own, held in one phase
+# of its pass, hit by one fault, and then checked:
+#
+#   my $fm = FaultMatrix->new($node);            # once per node
+#   $fm->run_case(name => 'lane_batch_kill9', target => 'lane',
+#                 phase => 'batch', fault => 'kill9',
+#                 expect => ['completed'], todo => undef);
+#
+# Phases are held deterministically, by locks the test holds in background
+# psql sessions, never by timing:
+#   queued      the pass is enqueued and paused in one transaction (no lane)
+#   planning    ACCESS EXCLUSIVE on the table: the first lane waits in its
+#               preparation / plan, with the run still 'queued'
+#   batch       an advisory lock the action waits for (fm_gate(k))
+#   checkpoint  the partition rows FOR UPDATE: the batch's action is done,
+#               its checkpoint statement waits
+#   finishing   the ledger row FOR UPDATE: every partition is done, the
+#               last lane waits to write the end
+#   counting    ACCESS EXCLUSIVE on the table once the lane holds the
+#               ledger row: the convergence count waits
+# The lane is found as the pg_backfill lane whose pg_blocking_pids() holds
+# the session that holds the lock, so the fault hits the process in that
+# phase and no other.
+#
+# Faults: kill9 (SIGKILL: the postmaster restarts every backend),
+# terminate (pg_terminate_backend), cancel (pg_cancel_backend), immediate
+# (pg_ctl -m immediate, then start).
+#
+# Each case then asserts (check()):
+#   - the ledger's final status and error code, and that backfill_status
+#     says the same (status, phase done, last_error "CODE: ...");
+#   - exactly once: the action is n = n + 1, so every row has n = 0 or 1,
+#     the ledger's rows are the rows with n = 1, and a completed pass has
+#     done them all;
+#   - no loop: the lanes started for the pass, the failed batches and the
+#     worker exits logged during the case stay under small bounds.
+# A case whose expected state waits for a fix of issue 10 gives
+# todo => 'finding N (who)': its assertions run inside a Test::More TODO
+# block.  Every case records the state it ended in (matrix()), and the
+# test prints the table at the end (print_matrix()).
+package FaultMatrix;
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep time);
+use BackfillTest;
+
+our $ROWS = 600;
+our $BATCH = 200;
+
+# seconds a case may take to reach its phase, and its pass to end
+our $PHASE_TIMEOUT = 60;
+our $END_TIMEOUT = 90;
+
+sub new
+{
+	my ($class, $node) = @_;
+	my $self = bless { node => $node, n => 0, matrix => [] }, $class;
+	sq($node, q{
+		CREATE EXTENSION IF NOT EXISTS pg_backfill;
+		-- the action's gate: waits while the test holds advisory lock k
+		CREATE OR REPLACE FUNCTION fm_gate(k int) RETURNS boolean
+		LANGUAGE plpgsql VOLATILE AS $$
+		BEGIN
+			PERFORM pg_catalog.pg_advisory_xact_lock_shared(k);
+			RETURN true;
+		END $$;
+	});
+	return $self;
+}
+
+sub node { return $_[0]->{node}; }
+
+# A fresh table and backfill for a case.  Options: rows, batch_size,
+# max_parallel, role (declare as this role), declare (more
+# backfill_declare arguments, SQL text).
+sub new_case
+{
+	my ($self, $name, %o) = @_;
+	my $node = $self->{node};
+	my $rows = $o{rows} // $ROWS;
+	my $key = 1000 + (++$self->{n});
+	my $table = "fm_$name";
+	my $extra = defined $o{declare} ? ", $o{declare}" : '';
+	my $batch = $o{batch_size} // $BATCH;
+	my $par = $o{max_parallel} // 1;
+	my $set_role = defined $o{role} ? "SET ROLE $o{role};" : '';
+
+	sq($node, qq{
+		CREATE TABLE $table (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+		INSERT INTO $table (id) SELECT g FROM generate_series(1, $rows) g;
+		ANALYZE $table;
+		@{[ defined $o{role} ? "ALTER TABLE $table OWNER TO $o{role};" : '' ]}
+		$set_role
+		SELECT backfill_declare(name => '$name', relation => '$table', predicate => 'n = 0',
+			action => 'UPDATE $table SET n = n + 1 WHERE id BETWEEN \$1 AND \$2 AND fm_gate($key)',
+			batch_size => $batch, rate => 100, max_parallel => $par, max_attempts => 5,
+			backoff_base => '200 ms', backoff_cap => '1 s',
+			lock_timeout => '10 min', batch_timeout => '10 min'$extra);
+	});
+	return { name => $name, table => $table, key => $key, rows => $rows,
+		role => $o{role} };
+}
+
+# BackgroundPsql notes every query and its output: keep that out of the
+# test's output (the failures still show)
+sub quietly
+{
+	my ($code) = @_;
+	my $tb = Test::More->builder;
+	my $out = $tb->output;
+	my $sink = '';
+	$tb->output(\$sink);
+	my @r = eval { $code->() };
+	my $err = $@;
+	$tb->output($out);
+	die $err if $err;
+	return wantarray ? @r : $r[0];
+}
+
+# a background psql session, and its backend pid
+sub session
+{
+	my ($self) = @_;
+	my $node = $self->{node};
+	my $s = quietly(sub { $node->background_psql('postgres', on_error_stop => 0) });
+	my $pid = quietly(sub { $s->query_safe('SELECT pg_backend_pid()') });
+	chomp $pid;
+	return { psql => $s, pid => $pid };
+}
+
+sub sess_do
+{
+	my ($s, $sql) = @_;
+	return quietly(sub { $s->{psql}->query_safe($sql) });
+}
+
+# the pid of the pg_backfill lane that waits for session $s, once there is one
+sub lane_blocked_by
+{
+	my ($self, $s, $what) = @_;
+	my $node = $self->{node};
+	my $sql = qq{SELECT pid FROM pg_catalog.pg_stat_activity
+		WHERE backend_type = 'pg_backfill lane'
+		  AND $s->{pid} = ANY (pg_catalog.pg_blocking_pids(pid))};
+	my $deadline = time() + $PHASE_TIMEOUT;
+	while (time() < $deadline)
+	{
+		my $pid = $node->safe_psql('postgres', $sql);
+		return $pid if $pid =~ /^\d+$/;
+		usleep(100_000);
+	}
+	diag("no lane came to wait for $what (session $s->{pid}); activity:\n"
+		  . $node->safe_psql('postgres',
+			q{SELECT backend_type, wait_event_type, wait_event, state, query
+			    FROM pg_stat_activity WHERE backend_type LIKE 'pg_backfill%'}));
+	return undef;
+}
+
+sub run_phase
+{
+	my ($self, $run) = @_;
+	return sq($self->{node}, "SELECT phase FROM backfill.run WHERE run_id = $run");
+}
+
+# Hold the pass of $c in $phase.  Returns the hold: run id, the lane's pid
+# (undef in the queued phase), the sessions to release.
+sub hold
+{
+	my ($self, $c, $phase) = @_;
+	my $node = $self->{node};
+	my $name = $c->{name};
+	my %h = (phase => $phase, sessions => []);
+
+	if ($phase eq 'queued')
+	{
+		($h{run}) = split /\n/, sq($node, qq{BEGIN; SELECT backfill_run('$name');
+			SELECT backfill_pause('$name'); COMMIT;});
+		$h{resume} = 1;
+		return \%h;
+	}
+	if ($phase eq 'planning')
+	{
+		my $s = $self->session;
+		push @{ $h{sessions} }, $s;
+		sess_do($s, "BEGIN; LOCK TABLE $c->{table} IN ACCESS EXCLUSIVE MODE;");
+		$h{run} = sq($node, "SELECT backfill_run('$name')");
+		$h{lane} = $self->lane_blocked_by($s, 'the table (planning)');
+		return \%h;
+	}
+
+	# every other phase starts with the first batch waiting on the gate
+	my $gate = $self->session;
+	push @{ $h{sessions} }, $gate;
+	sess_do($gate, "SELECT pg_advisory_lock($c->{key})");
+	$h{run} = sq($node, "SELECT backfill_run('$name')");
+	$h{lane} = $self->lane_blocked_by($gate, 'the gate (batch)');
+	return \%h if $phase eq 'batch' || !defined $h{lane};
+
+	my $rows = $self->session;
+	push @{ $h{sessions} }, $rows;
+	if ($phase eq 'checkpoint')
+	{
+		sess_do($rows, "BEGIN; SELECT count(*) FROM (SELECT 1 FROM backfill.partition"
+			  . " WHERE run_id = $h{run} FOR UPDATE) p;");
+		sess_do($gate, "SELECT pg_advisory_unlock($c->{key})");
+		$h{lane} = $self->lane_blocked_by($rows, 'the partition rows (checkpoint)');
+		return \%h;
+	}
+	# finishing and counting: the ledger row first
+	sess_do($rows, "BEGIN; SELECT count(*) FROM (SELECT 1 FROM backfill.ledger"
+		  . " WHERE run_id = $h{run} FOR UPDATE) l;");
+	sess_do($gate, "SELECT pg_advisory_unlock($c->{key})");
+	$h{lane} = $self->lane_blocked_by($rows, 'the ledger row (finishing)');
+	return \%h if $phase eq 'finishing' || !defined $h{lane};
+
+	my $tab = $self->session;
+	push @{ $h{sessions} }, $tab;
+	sess_do($tab, "BEGIN; LOCK TABLE $c->{table} IN ACCESS EXCLUSIVE MODE;");
+	sess_do($rows, 'COMMIT');
+	$h{lane} = $self->lane_blocked_by($tab, 'the table (counting)');
+	return \%h;
+}
+
+# let go of every lock the hold took (its sessions may have died in a crash)
+sub release
+{
+	my ($self, $c, $h) = @_;
+	foreach my $s (reverse @{ $h->{sessions} })
+	{
+		eval { quietly(sub { $s->{psql}->quit }); };
+	}
+	$h->{sessions} = [];
+	if ($h->{resume})
+	{
+		wait_for_server($self->{node}, 60);
+		sq($self->{node}, "SELECT backfill_resume('$c->{name}')");
+	}
+}
+
+# the pid of a worker of the node
+sub worker_pid
+{
+	my ($self, $type) = @_;
+	my $deadline = time() + $PHASE_TIMEOUT;
+	while (time() < $deadline)
+	{
+		my $pid = sq($self->{node},
+			"SELECT min(pid) FROM pg_stat_activity WHERE backend_type = 'pg_backfill $type'");
+		return $pid if $pid =~ /^\d+$/;
+		usleep(100_000);
+	}
+	return undef;
+}
+
+# hit $pid with $fault; returns true once the fault is delivered
+sub inject
+{
+	my ($self, $fault, $pid) = @_;
+	my $node = $self->{node};
+
+	if ($fault eq 'kill9')
+	{
+		my $ok = kill('KILL', $pid);
+		return $ok && wait_for_server($node, 60);
+	}
+	if ($fault eq 'terminate')
+	{
+		return sq($node, "SELECT pg_terminate_backend($pid)") eq 't';
+	}
+	if ($fault eq 'cancel')
+	{
+		return sq($node, "SELECT pg_cancel_backend($pid)") eq 't';
+	}
+	if ($fault eq 'immediate')
+	{
+		$node->stop('immediate');
+		$node->start;
+		return wait_for_server($node, 60);
+	}
+	die "unknown fault $fault";
+}
+
+# the log written since $pos
+sub log_since
+{
+	my ($self, $pos) = @_;
+	my $log = slurp_file($self->{node}->logfile);
+	return substr($log, $pos);
+}
+
+sub log_pos
+{
+	my ($self) = @_;
+	return -s $self->{node}->logfile;
+}
+
+# Wait for the pass to end and check the state it ended in against
+# $expect = [status, error_code or undef].  Records the matrix row.
+sub check
+{
+	my ($self, $c, $run, $label, $expect, $logpos, %o) = @_;
+	my $node = $self->{node};
+	my $name = $c->{name};
+	my $t = $c->{table};
+
+	my $ended = pass_ended($node, $run, $o{end_timeout} // $END_TIMEOUT);
+	my ($status, $code, $lrows) = split /\|/,
+	  ledger($node, $run, "status, coalesce(error_code, ''), rows");
+	my ($done, $over, $total) = split /\|/, sq($node,
+		"SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n > 1), count(*) FROM $t");
+	my $once = ($over == 0 && $done == $lrows
+		  && ($status ne 'completed' || $done == $total)) ? 'yes' : 'no';
+	push @{ $self->{matrix} },
+	  [ $label, $status, $code || '-', "$done/$total", $once, $o{todo} // '' ];
+
+	my ($want_status, $want_code) = @$expect;
+	my $why = $o{todo};
+	ok($ended, "$label: the pass ended");
+	TODO:
+	{
+		local $TODO = $why;
+		is("$status|$code", "$want_status|" . ($want_code // ''),
+			"$label: ledger $want_status" . ($want_code ? " $want_code" : ''));
+	}
+	my ($sstatus, $sphase, $serr) = split /\|/, sq($node,
+		"SELECT status, phase, coalesce(last_error, '') FROM backfill_status('$name')");
+	is("$sstatus|$sphase", "$status|done", "$label: backfill_status says $status, phase done")
+	  if $ended;
+	like($serr, qr/^\Q$code\E: /, "$label: backfill_status names the error $code")
+	  if $ended && $status ne 'completed';
+	is($over, 0, "$label: no row was done twice (n > 1)");
+	is($done, $lrows, "$label: the ledger counts exactly the rows done ($done)");
+	if ($status eq 'completed')
+	{
+		is($done, $total, "$label: every row was done exactly once");
+	}
+	$self->no_loop($c, $run, $label, $logpos);
+	return $status;
+}
+
+# No process looped on an error: few lanes were started for the pass, few
+# batches failed, and the workers did not keep exiting.
+sub no_loop
+{
+	my ($self, $c, $run, $label, $logpos) = @_;
+	my $log = $self->log_since($logpos);
+	my $name = $c->{name};
+	my $starts = sq($self->{node}, "SELECT lane_starts FROM backfill.run WHERE run_id = $run");
+	my @failed = ($log =~ /backfill "\Q$name\E" run \d+: batch failed/g);
+	my @exits = ($log =~ /background worker "pg_backfill [a-z ]+" \(PID \d+\) exited with exit code 1/g);
+	cmp_ok($starts, '<=', 4, "$label: at most 4 lanes started for the pass ($starts)");
+	cmp_ok(scalar(@failed), '<=', 5, "$label: at most max_attempts failed batches logged");
+	cmp_ok(scalar(@exits), '<=', 6, "$label: workers did not keep exiting (" . scalar(@exits) . ")");
+}
+
+# One case of the matrix: hold the phase, hit the target, release, check.
+# %c: name, target (lane|scheduler|launcher), phase, fault, expect,
+# todo, case (new_case options).
+sub run_case
+{
+	my ($self, %c) = @_;
+	my $label = "$c{target} / $c{phase} / $c{fault}";
+	my $case = $self->new_case($c{name}, %{ $c{case} // {} });
+	my $logpos = $self->log_pos;
+	my $h = $self->hold($case, $c{phase});
+
+	my $ok = $c{phase} eq 'queued' || defined $h->{lane};
+	ok($ok, "$label: the pass is held in phase $c{phase}");
+	if ($ok && $c{phase} eq 'planning')
+	{
+		is($self->run_phase($h->{run}), 'queued', "$label: the run is not planned yet");
+	}
+	if ($ok && $c{phase} eq 'counting')
+	{
+		is($self->run_phase($h->{run}), 'counting', "$label: the run is counting");
+	}
+	my $pid = $c{target} eq 'lane' ? $h->{lane} : $self->worker_pid($c{target});
+	if ($ok && defined $pid)
+	{
+		ok($self->inject($c{fault}, $pid), "$label: fault delivered to pid $pid");
+	}
+	$self->release($case, $h);
+	return $self->check($case, $h->{run}, $label, $c{expect}, $logpos, todo => $c{todo});
+}
+
+sub matrix { return $_[0]->{matrix}; }
+
+# the cases and the state each ended in, as a table in the test's output
+sub print_matrix
+{
+	my ($self) = @_;
+	my @rows = ([ 'case', 'ledger', 'error', 'rows n=1', 'once', 'todo' ], @{ $self->{matrix} });
+	my @w;
+	foreach my $r (@rows)
+	{
+		for my $i (0 .. $#$r)
+		{
+			$w[$i] = length($r->[$i]) if !defined $w[$i] || length($r->[$i]) > $w[$i];
+		}
+	}
+	foreach my $r (@rows)
+	{
+		note(join(' | ', map { sprintf("%-*s", $w[$_], $r->[$_]) } 0 .. $#$r));
+	}
+}
+
+1;
