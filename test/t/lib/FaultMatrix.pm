@@ -92,6 +92,7 @@ sub new_case
 	my $batch = $o{batch_size} // $BATCH;
 	my $par = $o{max_parallel} // 1;
 	my $set_role = defined $o{role} ? "SET ROLE $o{role};" : '';
+	$o{action_extra} //= '';
 
 	sq($node, qq{
 		CREATE TABLE $table (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
@@ -100,7 +101,7 @@ sub new_case
 		@{[ defined $o{role} ? "GRANT SELECT, UPDATE ON $table TO $o{role};" : '' ]}
 		$set_role
 		SELECT backfill_declare(name => '$name', relation => '$table', predicate => 'n = 0',
-			action => 'UPDATE $table SET n = n + 1 WHERE id BETWEEN \$1 AND \$2 AND fm_gate($key)',
+			action => 'UPDATE $table SET n = n + 1 WHERE id BETWEEN \$1 AND \$2 AND fm_gate($key)$o{action_extra}',
 			batch_size => $batch, rate => 100, max_parallel => $par, max_attempts => 5,
 			backoff_base => '200 ms', backoff_cap => '1 s',
 			lock_timeout => '10 min', batch_timeout => '10 min'$extra);
