@@ -380,6 +380,8 @@ sub run_case
 {
 	my ($self, %c) = @_;
 	my $label = $c{label} // "$c{target} / $c{phase} / $c{fault}";
+	# FM_ONLY=regex runs only the cases whose label matches (while debugging)
+	return if defined $ENV{FM_ONLY} && $label !~ /$ENV{FM_ONLY}/;
 	my $case = $self->new_case($c{name}, %{ $c{case} // {} });
 	my $logpos = $self->log_pos;
 	my $h = $self->hold($case, $c{phase});
@@ -403,19 +405,26 @@ sub run_case
 	}
 	$self->release($case, $h);
 	my $status = $self->check($case, $h->{run}, $label, $c{expect}, $logpos, todo => $c{todo});
-	$self->supervisors_back($label) if $c{target} ne 'lane';
+	$self->supervisors_back($label, $c{todo_supervisors}) if $c{target} ne 'lane';
 	return $status;
 }
 
-# after a fault of the launcher or a scheduler: one of each runs again
+# After a fault of the launcher or a scheduler: one launcher runs again,
+# has been up long enough to start its schedulers, and one scheduler
+# serves the database.
 sub supervisors_back
 {
-	my ($self, $label) = @_;
-	ok(poll_until($self->{node},
-		q{SELECT count(*) FILTER (WHERE backend_type = 'pg_backfill launcher'),
-		         count(*) FILTER (WHERE backend_type = 'pg_backfill scheduler')
-		    FROM pg_catalog.pg_stat_activity}, '1|1', $END_TIMEOUT),
-		"$label: one launcher and one scheduler run again");
+	my ($self, $label, $todo) = @_;
+	my $node = $self->{node};
+	ok(poll_until($node,
+		q{SELECT count(*) = 1 AND min(now() - backend_start) > interval '3 s'
+		    FROM pg_catalog.pg_stat_activity WHERE backend_type = 'pg_backfill launcher'},
+		't', $END_TIMEOUT), "$label: the launcher runs again");
+	local $TODO = $todo;
+	ok(poll_until($node,
+		q{SELECT count(*) FROM pg_catalog.pg_stat_activity
+		   WHERE backend_type = 'pg_backfill scheduler' AND datname = 'postgres'}, '1', 5),
+		"$label: one scheduler serves the database");
 }
 
 # ---------------------------------------------------------------------
