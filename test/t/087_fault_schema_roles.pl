@@ -23,8 +23,6 @@ my $node = BackfillTest::node('fault_schema',
 	extra_conf => "backfill.database_names = 'postgres,fm_db'\n");
 my $fm = FaultMatrix->new($node);
 
-my $F5 = 'issue 10 finding 5 (h4): a pass whose role can no longer log in stays running';
-
 # roles that declare backfills: each case gets its own
 foreach my $r (qw(fm_nologin fm_dropped fm_revoked))
 {
@@ -33,19 +31,19 @@ foreach my $r (qw(fm_nologin fm_dropped fm_revoked))
 
 my @cases = (
 	{ name => 'table_dropped', change => 'DROP TABLE {t}', table => undef,
-	  done => $FaultMatrix::BATCH, expect => ['failed', '42P01'] },
+	  done => $FaultMatrix::BATCH, expect => ['failed', 'BF001'] },
 	{ name => 'table_renamed', change => 'ALTER TABLE {t} RENAME TO {t}_moved',
-	  table => 'fm_table_renamed_moved', expect => ['failed', '42P01'] },
+	  table => 'fm_table_renamed_moved', expect => ['failed', 'BF001'] },
 	{ name => 'key_renamed', change => 'ALTER TABLE {t} RENAME COLUMN id TO id_moved',
 	  expect => ['failed', '42703'] },
 	{ name => 'key_retyped', change => 'ALTER TABLE {t} ALTER COLUMN id TYPE integer',
 	  expect => ['completed'] },
 	{ name => 'role_nologin', case => { role => 'fm_nologin' },
 	  change => 'ALTER ROLE fm_nologin NOLOGIN', restart => 1,
-	  expect => ['failed', 'BF016'], todo => $F5, end_timeout => 20 },
+	  expect => ['failed', 'BF016'], end_timeout => 20 },
 	{ name => 'role_dropped', case => { role => 'fm_dropped' },
 	  change => 'DROP OWNED BY fm_dropped; DROP ROLE fm_dropped',
-	  restart => 1, expect => ['failed', 'BF016'], todo => $F5, end_timeout => 20 },
+	  restart => 1, expect => ['failed', 'BF016'], end_timeout => 20 },
 	{ name => 'role_revoked', case => { role => 'fm_revoked' },
 	  change => 'REVOKE UPDATE ON {t} FROM fm_revoked', expect => ['failed', '42501'] },
 );
