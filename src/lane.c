@@ -188,6 +188,17 @@ batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
 	return FAILURE_RETRY;
 }
 
+/* A paused pass: give the partition back at its checkpoint; the lane ends. */
+static bool
+leave_paused(Pass *pass, Claim *claim)
+{
+	pass_release(pass, claim);
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT " paused: lane leaves partition %d "
+					"at its checkpoint", pass->name, pass->run_id, claim->part_no)));
+	return false;
+}
+
 /*
  * Run batches on a claimed partition until it is exhausted (true) or the
  * lane must stop (false).
@@ -274,13 +285,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		if (outcome == BATCH_STOP || stopping)
 			return false;
 		if (outcome == BATCH_PAUSED)
-		{
-			pass_release(pass, claim);
-			ereport(LOG,
-					(errmsg("backfill \"%s\" run " INT64_FORMAT " paused: lane leaves partition %d "
-							"at its checkpoint", pass->name, pass->run_id, claim->part_no)));
-			return false;
-		}
+			return leave_paused(pass, claim);
 		if (outcome == BATCH_PARTITION_DONE)
 			return true;
 
@@ -288,13 +293,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		if (outcome == BATCH_STOP)
 			return false;
 		if (outcome == BATCH_PAUSED)
-		{
-			pass_release(pass, claim);
-			ereport(LOG,
-					(errmsg("backfill \"%s\" run " INT64_FORMAT " paused: lane leaves partition %d "
-							"at its checkpoint", pass->name, pass->run_id, claim->part_no)));
-			return false;
-		}
+			return leave_paused(pass, claim);
 	}
 }
 
