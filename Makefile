@@ -1,28 +1,31 @@
 # pg_backfill: PGXS build.  `make`, `make install`, `make installcheck`.
 MODULE_big = pg_backfill
+# src/ by layer (src/README.md): sql/ entry points, catalogs/ the extension's
+# tables, trust/ as whom SQL runs, engine/ a pass, workers/ the background
+# processes, outbox/ messages and their relay; headers sit beside their file
 OBJS = \
 	src/pg_backfill.o \
 	src/shmem.o \
-	src/catalog.o \
-	src/identity.o \
-	src/declare.o \
-	src/run.o \
-	src/launcher.o \
-	src/scheduler.o \
-	src/lane.o \
-	src/pass.o \
-	src/batch.o \
-	src/control.o \
-	src/pacing.o \
-	src/scope.o \
-	src/tenancy.o \
-	src/drift.o \
-	src/outbox.o \
-	src/relay.o \
-	src/xact.o \
-	src/backoff.o \
-	src/asrole.o \
-	src/requires.o
+	src/sql/declare.o \
+	src/sql/run.o \
+	src/sql/control.o \
+	src/catalogs/catalog.o \
+	src/catalogs/identity.o \
+	src/trust/asrole.o \
+	src/trust/requires.o \
+	src/trust/scope.o \
+	src/trust/tenancy.o \
+	src/engine/pass.o \
+	src/engine/batch.o \
+	src/engine/pacing.o \
+	src/engine/backoff.o \
+	src/engine/drift.o \
+	src/workers/launcher.o \
+	src/workers/scheduler.o \
+	src/workers/lane.o \
+	src/workers/xact.o \
+	src/outbox/outbox.o \
+	src/outbox/relay.o
 
 EXTENSION = pg_backfill
 DATA = pg_backfill--0.1.sql pg_backfill--0.1--0.2.sql pg_backfill--0.2--0.3.sql
@@ -40,7 +43,8 @@ REGRESS_OPTS = --use-existing
 ISOLATION = lease_claim states_run
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso
 
-PG_CPPFLAGS = -Isrc
+SRC_DIRS = src src/sql src/catalogs src/trust src/engine src/workers src/outbox
+PG_CPPFLAGS = $(addprefix -I,$(SRC_DIRS))
 SHLIB_LINK = -lcurl
 PG_CFLAGS = -Wall -Wmissing-prototypes -Werror
 

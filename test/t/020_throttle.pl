@@ -1,6 +1,6 @@
 # 020_throttle.pl
 #
-# Pacing: the health throttle and the adaptive batch size (src/pacing.c).
+# Pacing: the health throttle and the adaptive batch size (src/engine/pacing.c).
 #  (1) replication lag, for real: a streaming standby whose replay is paused
 #      falls more than backfill.max_replication_lag behind; the lane holds
 #      back ("replication: ..." in backfill_status.throttle) and writes no
