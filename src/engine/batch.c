@@ -43,6 +43,7 @@
 #include "pg_backfill.h"
 #include "catalog.h"
 #include "errors.h"
+#include "batch.h"
 #include "lane.h"
 #include "xact.h"
 

@@ -33,6 +33,7 @@
 #include "pg_backfill.h"
 #include "catalog.h"
 #include "lane.h"
+#include "pacing.h"
 #include "shmem.h"
 #include "xact.h"
 

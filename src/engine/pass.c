@@ -28,6 +28,7 @@
 #include "errors.h"
 #include "identity.h"
 #include "lane.h"
+#include "pass.h"
 #include "xact.h"
 #include "tenancy.h"
 

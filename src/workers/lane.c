@@ -37,11 +37,14 @@
 #include "utils/timestamp.h"
 
 #include "backoff.h"
+#include "batch.h"
 #include "catalog.h"
 #include "errors.h"
 #include "scheduler.h"
 #include "shmem.h"
 #include "lane.h"
+#include "pacing.h"
+#include "pass.h"
 #include "tenancy.h"
 #include "xact.h"
 

@@ -1,0 +1,18 @@
+/*-------------------------------------------------------------------------
+ *
+ * batch.h
+ *	  One batch of a pass: its plans, and running it (batch.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef BACKFILL_BATCH_H
+#define BACKFILL_BATCH_H
+
+#include "postgres.h"
+
+#include "pass.h"
+
+extern void batch_prepare(Pass *pass);
+extern BatchOutcome batch_run(Pass *pass, Claim *claim);
+
+#endif							/* BACKFILL_BATCH_H */

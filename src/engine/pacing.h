@@ -1,0 +1,21 @@
+/*-------------------------------------------------------------------------
+ *
+ * pacing.h
+ *	  How fast a lane goes: rate, adaptive batch size, health (pacing.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef BACKFILL_PACING_H
+#define BACKFILL_PACING_H
+
+#include "postgres.h"
+
+#include "utils/timestamp.h"
+
+#include "pass.h"
+
+extern void pacing_start(Pass *pass, Claim *claim);
+extern BatchOutcome pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started);
+extern void pacing_after_timeout(Pass *pass, Claim *claim);
+
+#endif							/* BACKFILL_PACING_H */

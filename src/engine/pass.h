@@ -1,0 +1,104 @@
+/*-------------------------------------------------------------------------
+ *
+ * pass.h
+ *	  A pass as the engine runs it (the pass, the partition a lane claimed,
+ *	  how a batch ended), and its start and end (pass.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef BACKFILL_PASS_H
+#define BACKFILL_PASS_H
+
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+/* the pass, as loaded when the lane starts (lives in the lane's context) */
+typedef struct Pass
+{
+	int64		run_id;
+	char	   *name;			/* the declaration's name */
+	char	   *ledger_name;
+	char	   *checksum;		/* the checksum the pass started with */
+	Oid			relid;
+	char	   *relation;		/* quoted, schema-qualified */
+	char	   *key;			/* key column */
+	Oid			keytype;
+	char	   *predicate;
+	char	   *action;
+	int			batch_size;
+	int			max_parallel;
+	double		rate;			/* batches per second */
+	int			max_attempts;
+	int			backoff_base_ms;
+	int			backoff_cap_ms;
+	int			batch_timeout_ms;
+	int			lock_timeout_ms;
+	int			target_batch_ms;	/* 0: fixed batch size */
+	int			min_batch_size;
+	int			max_batch_size;
+
+	/* scope, tenancy and the kind of source */
+	Jsonb	   *input;			/* a scoped pass's input, or NULL */
+	Jsonb	   *settings;		/* set per batch, or NULL */
+	Oid			pages_fn;		/* a pages source, or InvalidOid for a table */
+	Oid			count_fn;
+	SPIPlanPtr	page_plan;
+
+	/* key type I/O, to store cursors as text */
+	Oid			key_input;
+	Oid			key_ioparam;
+	Oid			key_output;
+	int16		key_len;
+	bool		key_byval;
+
+	/* plans, prepared once per lane as the declaring role */
+	SPIPlanPtr	keys_plan[4];	/* indexed by (has cursor) | (has upper bound) << 1 */
+	bool		keys_aggregated;	/* keys_plan answers min, max, count */
+	SPIPlanPtr	action_plan;
+} Pass;
+
+/* the partition a lane holds a lease on */
+typedef struct Claim
+{
+	int			part_no;
+	bool		has_cursor;		/* lower bound, exclusive: last key done or lo */
+	Datum		cursor;
+	bool		has_hi;			/* upper bound, inclusive */
+	Datum		hi;
+	int64		rows;
+
+	/* pacing (pacing.c) */
+	int			batch_size;		/* this lane's current batch size */
+	int64		last_keys;		/* keys in the last batch */
+	double		last_batch_ms;	/* how long its key scan and action took */
+	int			blocking;		/* sessions that waited on the batch's locks */
+	int64		lag_bytes;		/* replay lag of the furthest standby */
+	int64		dead_tuples;	/* the table's dead tuples */
+} Claim;
+
+/* how a batch ended */
+typedef enum BatchOutcome
+{
+	BATCH_DONE,					/* committed; more may follow */
+	BATCH_PARTITION_DONE,		/* nothing left in the partition */
+	BATCH_PAUSED,				/* committed; the pass is paused: release and stop */
+	BATCH_STOP					/* the pass is no longer running: stop */
+} BatchOutcome;
+
+/* the lane's backend identity, which a lease records */
+#define LANE_PID()		MyProcPid
+#define LANE_START()	MyStartTimestamp
+
+extern bool pass_load(Pass *pass, int64 run_id);
+extern void pass_plan(Pass *pass);
+extern bool pass_claim(Pass *pass, Claim *claim);
+extern void pass_release(Pass *pass, Claim *claim);
+extern void pass_fail_partition(Pass *pass, Claim *claim, const char *message);
+extern void pass_finish(Pass *pass);
+extern void pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message);
+extern Datum pass_key_from_text(Pass *pass, const char *text);
+
+#endif							/* BACKFILL_PASS_H */
