@@ -18,12 +18,14 @@ OBJS = \
 	src/engine/pass.o \
 	src/engine/batch.o \
 	src/engine/pacing.o \
+	src/engine/health.o \
 	src/engine/backoff.o \
 	src/engine/drift.o \
 	src/workers/launcher.o \
 	src/workers/scheduler.o \
 	src/workers/lane.o \
 	src/workers/xact.o \
+	src/workers/worker.o \
 	src/outbox/outbox.o \
 	src/outbox/relay.o
 

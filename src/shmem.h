@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * shmem.h
- *	  Shared memory of pg_backfill: one slot per database scheduler, and
- *	  one entry per live lane of the cluster.
+ *	  Shared memory of pg_backfill: one slot per served database, where
+ *	  its scheduler's latch is found, and the cluster's lane table, one
+ *	  entry per lane reserved or running (shmem.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -40,13 +41,17 @@ extern void backfill_lane_sweep(void);
 extern int	backfill_lane_snapshot(LaneInfo *out);
 extern bool backfill_lane_request_yield(int index);
 
-/* the lane table, for the lane itself */
+/* the lane table, for the lane itself (and the engine it runs: pacing.c) */
 extern bool backfill_lane_attach(int index, uint64 token);
 extern void backfill_lane_set_in_batch(bool in_batch);
 extern bool backfill_lane_stop_requested(void);
 extern bool backfill_lane_yield_requested(void);
 
-/* wake the scheduler of a database (at commit of backfill_run) */
+/*
+ * Wake the scheduler of a database now, or of this database when the
+ * current transaction commits (backfill_run, _resume, _retry,
+ * backfill_outbox_emit): a transaction that rolls back wakes nobody.
+ */
 extern void backfill_wake_scheduler(Oid dboid);
 extern void backfill_wake_scheduler_at_commit(void);
 

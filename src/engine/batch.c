@@ -40,53 +40,15 @@
 #include "utils/timeout.h"
 #include "utils/typcache.h"
 
-#include "pg_backfill.h"
 #include "catalog.h"
 #include "errors.h"
 #include "batch.h"
-#include "lane.h"
+#include "health.h"
 #include "xact.h"
 
 /* the checkpoint statements' plans, prepared once per lane (catalog.c) */
 static SPIPlanPtr checkpoint_plan = NULL;
 static SPIPlanPtr done_plan = NULL;
-static SPIPlanPtr health_plan = NULL;
-static TimestampTz health_due = 0;
-
-/*
- * Inside a batch's transaction (and catalog scope), before it commits:
- * who waits on this batch's locks, how far the furthest standby's replay
- * is behind, and the table's dead tuples.  At most once per
- * backfill.throttle_delay; in between the last readings stand, except that
- * nobody is blocked by a batch that was not looked at.
- */
-static void
-read_health_if_due(Pass *pass, Claim *claim)
-{
-	Oid			types[2] = {INT4OID, OIDOID};
-	Datum		values[2];
-	bool		isnull;
-	TimestampTz now = GetCurrentTimestamp();
-
-	claim->blocking = 0;
-	if (now < health_due)
-		return;
-	health_due = TimestampTzPlusMilliseconds(now, backfill_throttle_delay);
-	values[0] = Int32GetDatum(LANE_PID());
-	values[1] = ObjectIdGetDatum(pass->relid);
-	catalog_exec_cached(&health_plan,
-						"SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity a"
-						"         WHERE a.wait_event_type = 'Lock'"
-						"           AND $1 = ANY (pg_catalog.pg_blocking_pids(a.pid)))::pg_catalog.int4,"
-						"  coalesce((SELECT pg_catalog.max(pg_catalog.pg_wal_lsn_diff("
-						"                     pg_catalog.pg_current_wal_lsn(), s.replay_lsn))"
-						"              FROM pg_catalog.pg_stat_replication s), 0)::pg_catalog.int8,"
-						"  coalesce(pg_catalog.pg_stat_get_dead_tuples($2), 0)",
-						2, types, values, NULL, SPI_OK_SELECT);
-	claim->blocking = DatumGetInt32(catalog_getdatum(0, 1, &isnull));
-	claim->lag_bytes = DatumGetInt64(catalog_getdatum(0, 2, &isnull));
-	claim->dead_tuples = DatumGetInt64(catalog_getdatum(0, 3, &isnull));
-}
 
 /* Free the plans an earlier, failed attempt at batch_prepare kept. */
 static void
@@ -292,8 +254,10 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 
 	/*
 	 * One statement writes the checkpoint and reads back the pass's state.
-	 * The server's health (pacing.c) is read separately, at most once per
-	 * backfill.throttle_delay: reading it costs more than a small batch.
+	 * The server's health (health.c) is read separately, in the same
+	 * transaction so that the locks it counts are this batch's, and at most
+	 * once per backfill.throttle_delay: reading it costs more than a small
+	 * batch.
 	 */
 	catalog_enter(&scope);
 	if (catalog_exec_cached(&checkpoint_plan,
@@ -326,7 +290,7 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	pass->rate = DatumGetFloat8(catalog_getdatum(0, 3, &isnull));
 	pass->batch_size = DatumGetInt32(catalog_getdatum(0, 4, &isnull));
 	paused = DatumGetBool(catalog_getdatum(0, 5, &isnull));
-	read_health_if_due(pass, claim);
+	health_read_if_due(&claim->health, pass->relid);
 	catalog_leave(&scope);
 	if (strcmp(status, "running") != 0)
 		return BATCH_STOP;
@@ -376,6 +340,7 @@ batch_run_page(Pass *pass, Claim *claim)
 	JsonbValue *next;
 	char	   *cursor = NULL;
 	char	   *next_text = NULL;
+	Datum		next_cursor;
 	int			nrows;
 	TimestampTz batch_start = GetCurrentTimestamp();
 	BatchOutcome outcome = BATCH_DONE;
@@ -442,18 +407,21 @@ batch_run_page(Pass *pass, Claim *claim)
 		return outcome == BATCH_DONE ? BATCH_PARTITION_DONE : outcome;
 	}
 	outcome = checkpoint_batch(pass, claim, next_text, nrows);
-	next_text = MemoryContextStrdup(worker_outer_cxt, next_text);
-	worker_commit_xact();
+	/* the next cursor, in the pass's memory: the transaction's goes at commit */
 	{
-		MemoryContext old = MemoryContextSwitchTo(lane_cxt);
+		MemoryContext old = MemoryContextSwitchTo(pass->cxt);
 
-		if (claim->has_cursor)
-			pfree(DatumGetPointer(claim->cursor));
-		claim->cursor = CStringGetTextDatum(next_text);
-		claim->has_cursor = true;
-		claim->rows += nrows;
+		next_cursor = CStringGetTextDatum(next_text);
 		MemoryContextSwitchTo(old);
 	}
+	worker_commit_xact();
+
+	/* the checkpoint is durable: move the cursor */
+	if (claim->has_cursor)
+		pfree(DatumGetPointer(claim->cursor));
+	claim->cursor = next_cursor;
+	claim->has_cursor = true;
+	claim->rows += nrows;
 	return outcome;
 }
 
@@ -529,7 +497,7 @@ batch_run(Pass *pass, Claim *claim)
 	 * which needs a transaction) after the commit.
 	 */
 	{
-		MemoryContext old = MemoryContextSwitchTo(lane_cxt);
+		MemoryContext old = MemoryContextSwitchTo(pass->cxt);
 
 		next_cursor = datumCopy(range[1], pass->key_byval, pass->key_len);
 		MemoryContextSwitchTo(old);

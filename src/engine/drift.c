@@ -145,19 +145,13 @@ drift_reopen_required(int64 waiting_run_id)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
 		/* a broken required backfill must not stop the scheduler */
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
+		ErrorData  *edata = worker_abort_xact(cxt);
+
 		ereport(WARNING,
 				(errmsg("could not check the backfill that run " INT64_FORMAT " requires: %s",
 						waiting_run_id, edata->message),
 				 errhint("The waiting pass starts without the drift check.")));
-		pgstat_report_activity(STATE_IDLE, NULL);
-		MemoryContextSwitchTo(cxt);
 		return false;
 	}
 	PG_END_TRY();

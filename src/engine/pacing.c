@@ -15,12 +15,14 @@
  * a batch that hits its timeout halves it at once.  Sparse key ranges thus
  * get bigger batches and slow rows smaller ones.
  *
- * Health: each checkpoint also reads, in the same statement, how many
- * sessions are waiting on the batch's locks, how far the furthest standby's
- * replay is behind, and the table's dead tuples.  A lane that blocked
- * someone yields for backfill.throttle_delay; a lane that finds a standby
- * too far behind or the table too full of dead tuples holds until that
- * clears.  Either way it says why in backfill_status (partition.throttle).
+ * Health (health.c): a batch reads, before it commits and at most once
+ * per backfill.throttle_delay, how many sessions wait on its locks, how
+ * far the furthest standby's replay is behind, and the table's dead
+ * tuples.  A lane that blocked someone yields for backfill.throttle_delay;
+ * a lane that finds a standby too far behind or the table too full of dead
+ * tuples holds until that clears, reading the health again after each
+ * throttle_delay.  Either way it says why in backfill_status
+ * (partition.throttle).
  *
  *-------------------------------------------------------------------------
  */
@@ -31,8 +33,9 @@
 #include "utils/timestamp.h"
 
 #include "pg_backfill.h"
+#include "backoff.h"
 #include "catalog.h"
-#include "lane.h"
+#include "health.h"
 #include "pacing.h"
 #include "shmem.h"
 #include "xact.h"
@@ -41,9 +44,9 @@ void
 pacing_start(Pass *pass, Claim *claim)
 {
 	claim->batch_size = pass->batch_size;
-	claim->blocking = 0;
-	claim->lag_bytes = 0;
-	claim->dead_tuples = 0;
+	claim->health.blocking = 0;
+	claim->health.lag_bytes = 0;
+	claim->health.dead_tuples = 0;
 }
 
 static void
@@ -98,93 +101,83 @@ set_throttle(Pass *pass, Claim *claim, const char *reason)
 	worker_commit_xact();
 }
 
-/* Why the server's health says to hold back, or NULL. */
-static char *
-health_reason(Pass *pass, Claim *claim)
-{
-	if (backfill_max_replication_lag >= 0 &&
-		claim->lag_bytes > (int64) backfill_max_replication_lag * 1024)
-		return psprintf("replication: a standby's replay is " INT64_FORMAT " kB behind "
-						"(backfill.max_replication_lag is %d kB)",
-						claim->lag_bytes / 1024, backfill_max_replication_lag);
-	if (backfill_max_dead_tuples >= 0 && claim->dead_tuples > backfill_max_dead_tuples)
-		return psprintf("vacuum: %s has " INT64_FORMAT " dead tuples "
-						"(backfill.max_dead_tuples is %d)",
-						pass->relation, claim->dead_tuples, backfill_max_dead_tuples);
-	return NULL;
-}
+/* a pass's state, and the declaration's settings a lane follows live */
+#define PASS_STATE_SQL \
+	"SELECT l.status = 'running', r.paused, d.rate, d.batch_size" \
+	" FROM backfill.ledger l JOIN backfill.run r ON r.run_id = l.run_id" \
+	" LEFT JOIN backfill.declaration d ON d.name = l.declaration" \
+	" WHERE l.run_id = $1"
 
 /*
- * Read the health again while holding back.  Returns false when the pass
- * is no longer running (or is paused): stop holding, the next checkpoint
- * will tell the lane what to do.
- */
-static bool
-read_health(Pass *pass, Claim *claim)
-{
-	CatalogScope scope;
-	Oid			types[2] = {INT8OID, OIDOID};
-	Datum		values[2];
-	bool		isnull;
-	bool		go_on;
-
-	values[0] = Int64GetDatum(pass->run_id);
-	values[1] = ObjectIdGetDatum(pass->relid);
-	worker_begin_xact("pg_backfill lane: throttled, reading the server's health");
-	catalog_enter(&scope);
-	catalog_exec("SELECT l.status = 'running' AND NOT r.paused,"
-				 "  coalesce((SELECT pg_catalog.max(pg_catalog.pg_wal_lsn_diff("
-				 "                     pg_catalog.pg_current_wal_lsn(), s.replay_lsn))"
-				 "              FROM pg_catalog.pg_stat_replication s), 0)::pg_catalog.int8,"
-				 "  pg_catalog.pg_stat_get_dead_tuples($2)"
-				 " FROM backfill.ledger l JOIN backfill.run r ON r.run_id = l.run_id"
-				 " WHERE l.run_id = $1",
-				 2, types, values, NULL, SPI_OK_SELECT);
-	go_on = DatumGetBool(catalog_getdatum(0, 1, &isnull));
-	claim->lag_bytes = DatumGetInt64(catalog_getdatum(0, 2, &isnull));
-	claim->dead_tuples = DatumGetInt64(catalog_getdatum(0, 3, &isnull));
-	catalog_leave(&scope);
-	worker_commit_xact();
-	return go_on;
-}
-
-/*
- * Woken while waiting out the rate: read the pass again, and the
- * declaration's rate and batch size, which a new declaration may have
- * changed.  Returns what the lane does next.
+ * The pass as it is now (in a transaction, inside a catalog scope):
+ * BATCH_DONE while it runs, else BATCH_PAUSED or BATCH_STOP.  With
+ * reread, also the declaration's rate and batch size, which a new
+ * declaration may have changed.
  */
 static BatchOutcome
-reread_pass(Pass *pass)
+read_pass_state(Pass *pass, bool reread)
 {
-	CatalogScope scope;
 	Oid			types[1] = {INT8OID};
-	Datum		values[1];
+	Datum		values[1] = {Int64GetDatum(pass->run_id)};
 	bool		isnull;
 	bool		running;
 	bool		paused;
 	Datum		d;
 
-	values[0] = Int64GetDatum(pass->run_id);
-	worker_begin_xact("pg_backfill lane: woken, reading the pass again");
-	catalog_enter(&scope);
-	catalog_exec("SELECT l.status = 'running', r.paused, d.rate, d.batch_size"
-				 " FROM backfill.ledger l JOIN backfill.run r ON r.run_id = l.run_id"
-				 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
-				 " WHERE l.run_id = $1",
-				 1, types, values, NULL, SPI_OK_SELECT);
+	catalog_exec(PASS_STATE_SQL, 1, types, values, NULL, SPI_OK_SELECT);
 	running = DatumGetBool(catalog_getdatum(0, 1, &isnull));
 	paused = DatumGetBool(catalog_getdatum(0, 2, &isnull));
 	d = catalog_getdatum(0, 3, &isnull);
-	if (!isnull)
+	if (reread && !isnull)
 		pass->rate = DatumGetFloat8(d);
 	d = catalog_getdatum(0, 4, &isnull);
-	if (!isnull)
+	if (reread && !isnull)
 		pass->batch_size = DatumGetInt32(d);
-	catalog_leave(&scope);
-	worker_commit_xact();
 	if (!running)
 		return BATCH_STOP;
 	return paused ? BATCH_PAUSED : BATCH_DONE;
+}
+
+/*
+ * Read the health again while holding back.  Returns false when the pass
+ * is no longer running (or is paused): stop holding, the next checkpoint
+ * will tell the lane what to do.  Who waits on the lane's locks stays as
+ * the last batch read it: a lane holding back holds none.
+ */
+static bool
+read_health(Pass *pass, Claim *claim)
+{
+	CatalogScope scope;
+	Health		now;
+	BatchOutcome outcome;
+
+	worker_begin_xact("pg_backfill lane: throttled, reading the server's health");
+	catalog_enter(&scope);
+	outcome = read_pass_state(pass, false);
+	health_read(&now, pass->relid);
+	catalog_leave(&scope);
+	worker_commit_xact();
+	claim->health.lag_bytes = now.lag_bytes;
+	claim->health.dead_tuples = now.dead_tuples;
+	return outcome == BATCH_DONE;
+}
+
+/*
+ * Woken while waiting out the rate: read the pass again, and the
+ * declaration's rate and batch size.  Returns what the lane does next.
+ */
+static BatchOutcome
+reread_pass(Pass *pass)
+{
+	CatalogScope scope;
+	BatchOutcome outcome;
+
+	worker_begin_xact("pg_backfill lane: woken, reading the pass again");
+	catalog_enter(&scope);
+	outcome = read_pass_state(pass, true);
+	catalog_leave(&scope);
+	worker_commit_xact();
+	return outcome;
 }
 
 /*
@@ -201,7 +194,7 @@ wait_for_rate(Pass *pass, TimestampTz started, TimestampTz not_before)
 		TimestampTz next = started + (TimestampTz) (1000000.0 / pass->rate);
 		BatchOutcome outcome;
 
-		if (!lane_sleep_until(Max(next, not_before)))
+		if (!backoff_sleep_until(Max(next, not_before)))
 			return BATCH_DONE;
 		if (backfill_lane_stop_requested() || backfill_lane_yield_requested())
 			return BATCH_DONE;	/* work_partition stops or yields */
@@ -227,9 +220,10 @@ pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started)
 
 	adapt_batch_size(pass, claim);
 
-	if (claim->blocking > 0)
+	if (claim->health.blocking > 0)
 	{
-		said = psprintf("locks: %d session(s) waited on the last batch", claim->blocking);
+		said = psprintf("locks: %d session(s) waited on the last batch",
+						claim->health.blocking);
 		set_throttle(pass, claim, said);
 		not_before = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backfill_throttle_delay);
 	}
@@ -237,7 +231,7 @@ pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started)
 	if (outcome != BATCH_DONE)
 		return outcome;
 
-	while ((reason = health_reason(pass, claim)) != NULL)
+	while ((reason = health_reason(&claim->health, pass->relation)) != NULL)
 	{
 		if (said == NULL || strcmp(said, reason) != 0)
 		{
@@ -247,12 +241,12 @@ pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started)
 			set_throttle(pass, claim, reason);
 			said = reason;
 		}
-		(void) lane_sleep_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-															backfill_throttle_delay));
+		(void) backoff_sleep_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															   backfill_throttle_delay));
 		if (!read_health(pass, claim))
 			break;
 	}
-	if (said != NULL && reason == NULL && claim->blocking == 0)
+	if (said != NULL && reason == NULL && claim->health.blocking == 0)
 		set_throttle(pass, claim, NULL);
 	return BATCH_DONE;
 }

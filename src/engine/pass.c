@@ -27,21 +27,21 @@
 #include "catalog.h"
 #include "errors.h"
 #include "identity.h"
-#include "lane.h"
 #include "pass.h"
 #include "xact.h"
 #include "tenancy.h"
 
+/* a copy in the pass's memory, which outlives the transaction */
 static char *
-lane_strdup(const char *s)
+pass_strdup(Pass *pass, const char *s)
 {
-	return s ? MemoryContextStrdup(lane_cxt, s) : NULL;
+	return s ? MemoryContextStrdup(pass->cxt, s) : NULL;
 }
 
 Datum
 pass_key_from_text(Pass *pass, const char *text)
 {
-	MemoryContext old = MemoryContextSwitchTo(lane_cxt);
+	MemoryContext old = MemoryContextSwitchTo(pass->cxt);
 	Datum		d = OidInputFunctionCall(pass->key_input, (char *) text,
 										 pass->key_ioparam, -1);
 
@@ -70,7 +70,7 @@ lane_identity_ok(Pass *pass, Oid run_as)
 	}
 	else if (!identity_problem(pass->name, &sqlerrcode, &message))
 		return true;
-	message = lane_strdup(message);	/* the transaction's memory goes with it */
+	message = pass_strdup(pass, message);	/* the transaction's memory goes with it */
 	worker_commit_xact();
 	pass_fail(pass, -1, sqlerrcode, message);
 	return false;
@@ -81,7 +81,7 @@ lane_identity_ok(Pass *pass, Oid run_as)
  * ended.  A pass whose declaration is gone or changed fails here, at once.
  */
 bool
-pass_load(Pass *pass, int64 run_id)
+pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 {
 	CatalogScope scope;
 	Oid			types[1] = {INT8OID};
@@ -95,6 +95,7 @@ pass_load(Pass *pass, int64 run_id)
 	Oid			run_as = InvalidOid;
 
 	memset(pass, 0, sizeof(Pass));
+	pass->cxt = cxt;
 	pass->run_id = run_id;
 
 	worker_begin_xact("pg_backfill lane: loading the pass");
@@ -115,9 +116,9 @@ pass_load(Pass *pass, int64 run_id)
 	else
 	{
 		status = catalog_gettext(0, 1);
-		pass->name = lane_strdup(catalog_gettext(0, 2));
-		pass->ledger_name = lane_strdup(catalog_gettext(0, 3));
-		pass->checksum = lane_strdup(catalog_gettext(0, 4));
+		pass->name = pass_strdup(pass, catalog_gettext(0, 2));
+		pass->ledger_name = pass_strdup(pass, catalog_gettext(0, 3));
+		pass->checksum = pass_strdup(pass, catalog_gettext(0, 4));
 		current_checksum = catalog_gettext(0, 5);
 		if (strcmp(status, "running") != 0)
 			ok = false;
@@ -134,10 +135,10 @@ pass_load(Pass *pass, int64 run_id)
 		else
 		{
 			pass->relid = DatumGetObjectId(catalog_getdatum(0, 6, &isnull));
-			pass->key = lane_strdup(catalog_gettext(0, 7));
+			pass->key = pass_strdup(pass, catalog_gettext(0, 7));
 			pass->keytype = DatumGetObjectId(catalog_getdatum(0, 8, &isnull));
-			pass->predicate = lane_strdup(catalog_gettext(0, 9));
-			pass->action = lane_strdup(catalog_gettext(0, 10));
+			pass->predicate = pass_strdup(pass, catalog_gettext(0, 9));
+			pass->action = pass_strdup(pass, catalog_gettext(0, 10));
 			pass->batch_size = DatumGetInt32(catalog_getdatum(0, 11, &isnull));
 			pass->rate = DatumGetFloat8(catalog_getdatum(0, 12, &isnull));
 			pass->max_attempts = DatumGetInt32(catalog_getdatum(0, 13, &isnull));
@@ -150,7 +151,7 @@ pass_load(Pass *pass, int64 run_id)
 			pass->min_batch_size = DatumGetInt32(catalog_getdatum(0, 20, &isnull));
 			pass->max_batch_size = DatumGetInt32(catalog_getdatum(0, 21, &isnull));
 			{
-				MemoryContext old = MemoryContextSwitchTo(lane_cxt);
+				MemoryContext old = MemoryContextSwitchTo(pass->cxt);
 				Datum		d;
 
 				d = catalog_getdatum(0, 22, &isnull);
@@ -165,7 +166,7 @@ pass_load(Pass *pass, int64 run_id)
 			pass->count_fn = DatumGetObjectId(catalog_getdatum(0, 25, &isnull));
 			if (isnull)
 				pass->count_fn = InvalidOid;
-			search_path = lane_strdup(catalog_gettext(0, 26));
+			search_path = pass_strdup(pass, catalog_gettext(0, 26));
 			owner = DatumGetObjectId(catalog_getdatum(0, 27, &isnull));
 			run_as = DatumGetObjectId(catalog_getdatum(0, 28, &isnull));
 			catalog_exec("UPDATE backfill.run SET lane_starts = lane_starts + 1,"
@@ -187,8 +188,9 @@ pass_load(Pass *pass, int64 run_id)
 		if (refused != NULL)
 		{
 			/* the transaction's memory goes with it */
-			refused = lane_strdup(psprintf("permission denied to run backfill \"%s\" as its "
-										   "run_as role: %s", pass->name, refused));
+			refused = pass_strdup(pass, psprintf("permission denied to run backfill \"%s\" "
+												 "as its run_as role: %s", pass->name,
+												 refused));
 			worker_commit_xact();
 			pass_fail(pass, -1, ERRCODE_BACKFILL_PRIVILEGE, refused);
 			return false;
@@ -220,7 +222,7 @@ pass_load(Pass *pass, int64 run_id)
 					  "the relation of the backfill was dropped");
 			return false;
 		}
-		old = MemoryContextSwitchTo(lane_cxt);
+		old = MemoryContextSwitchTo(pass->cxt);
 		pass->relation = quote_qualified_identifier(nspname, relname);
 		MemoryContextSwitchTo(old);
 		getTypeInputInfo(pass->keytype, &pass->key_input, &pass->key_ioparam);
@@ -479,25 +481,24 @@ pass_fail_partition(Pass *pass, Claim *claim, const char *message)
 }
 
 /*
- * Fail the pass inside the caller's transaction: the ledger row ends as
- * failed with the error's SQLSTATE, then the run row, then (part_no >= 0)
- * that partition: ledger, run, partitions is the order in which every
- * writer of a pass's state locks it (src/README.md).  A pass that has
- * already ended is left alone.
+ * End a running pass as failed, in the caller's transaction and catalog
+ * scope: the ledger row (with the rows and batches its partitions
+ * counted), then the run row, then (part_no >= 0) that partition: ledger,
+ * run, partitions is the order in which every writer of a pass's state
+ * locks it (src/README.md).  Returns false, and changes nothing, when the
+ * pass has already ended.
  */
-static void
-pass_fail_in_xact(Pass *pass, int part_no, int sqlerrcode, const char *message)
+bool
+pass_end_failed(int64 run_id, int part_no, int sqlerrcode, const char *message)
 {
-	CatalogScope scope;
 	Oid			types[4] = {INT8OID, INT4OID, TEXTOID, TEXTOID};
 	Datum		values[4];
 
-	values[0] = Int64GetDatum(pass->run_id);
+	values[0] = Int64GetDatum(run_id);
 	values[1] = Int32GetDatum(part_no);
 	values[2] = CStringGetTextDatum(unpack_sql_state(sqlerrcode));
 	values[3] = CStringGetTextDatum(message);
 
-	catalog_enter(&scope);
 	if (catalog_exec("UPDATE backfill.ledger l SET status = 'failed', finished_at = pg_catalog.now(),"
 					 "  error_code = $3, error_message = $4,"
 					 "  rows = (SELECT coalesce(pg_catalog.sum(p.rows), 0) FROM backfill.partition p"
@@ -505,19 +506,30 @@ pass_fail_in_xact(Pass *pass, int part_no, int sqlerrcode, const char *message)
 					 "  batches = (SELECT coalesce(pg_catalog.sum(p.batches), 0) FROM backfill.partition p"
 					 "              WHERE p.run_id = l.run_id)"
 					 " WHERE l.run_id = $1 AND l.status = 'running'",
-					 4, types, values, NULL, SPI_OK_UPDATE) > 0)
-	{
-		catalog_exec("UPDATE backfill.run SET phase = 'done', paused = false, last_error = $4,"
-					 " updated_at = pg_catalog.now() WHERE run_id = $1",
-					 4, types, values, NULL, SPI_OK_UPDATE);
+					 4, types, values, NULL, SPI_OK_UPDATE) == 0)
+		return false;
+	catalog_exec("UPDATE backfill.run SET phase = 'done', paused = false, last_error = $4,"
+				 " updated_at = pg_catalog.now() WHERE run_id = $1",
+				 4, types, values, NULL, SPI_OK_UPDATE);
+	if (part_no >= 0)
 		catalog_exec("UPDATE backfill.partition SET state = 'failed', last_error = $4,"
 					 " finished_at = pg_catalog.now() WHERE run_id = $1 AND part_no = $2",
 					 4, types, values, NULL, SPI_OK_UPDATE);
+	return true;
+}
+
+/* Fail the pass (pass_end_failed) inside the caller's transaction, and say so. */
+static void
+pass_fail_in_xact(Pass *pass, int part_no, int sqlerrcode, const char *message)
+{
+	CatalogScope scope;
+
+	catalog_enter(&scope);
+	if (pass_end_failed(pass->run_id, part_no, sqlerrcode, message))
 		ereport(LOG,
 				(errmsg("backfill \"%s\" run " INT64_FORMAT " failed: %s",
 						pass->name ? pass->name : "?", pass->run_id, message),
 				 errdetail("SQLSTATE %s.", unpack_sql_state(sqlerrcode))));
-	}
 	catalog_leave(&scope);
 }
 

@@ -15,9 +15,12 @@
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
-/* the pass, as loaded when the lane starts (lives in the lane's context) */
+#include "health.h"
+
+/* the pass, as loaded when the lane starts (lives in cxt) */
 typedef struct Pass
 {
+	MemoryContext cxt;			/* the lane's long-lived memory: this, the cursor */
 	int64		run_id;
 	char	   *name;			/* the declaration's name */
 	char	   *ledger_name;
@@ -74,9 +77,7 @@ typedef struct Claim
 	int			batch_size;		/* this lane's current batch size */
 	int64		last_keys;		/* keys in the last batch */
 	double		last_batch_ms;	/* how long its key scan and action took */
-	int			blocking;		/* sessions that waited on the batch's locks */
-	int64		lag_bytes;		/* replay lag of the furthest standby */
-	int64		dead_tuples;	/* the table's dead tuples */
+	Health		health;			/* as the last batch read it (health.c) */
 } Claim;
 
 /* how a batch ended */
@@ -92,13 +93,14 @@ typedef enum BatchOutcome
 #define LANE_PID()		MyProcPid
 #define LANE_START()	MyStartTimestamp
 
-extern bool pass_load(Pass *pass, int64 run_id);
+extern bool pass_load(Pass *pass, int64 run_id, MemoryContext cxt);
 extern void pass_plan(Pass *pass);
 extern bool pass_claim(Pass *pass, Claim *claim);
 extern void pass_release(Pass *pass, Claim *claim);
 extern void pass_fail_partition(Pass *pass, Claim *claim, const char *message);
 extern void pass_finish(Pass *pass);
 extern void pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message);
+extern bool pass_end_failed(int64 run_id, int part_no, int sqlerrcode, const char *message);
 extern Datum pass_key_from_text(Pass *pass, const char *text);
 
 #endif							/* BACKFILL_PASS_H */

@@ -87,8 +87,8 @@
 #include "catalog.h"
 #include "errors.h"
 #include "outbox.h"
-#include "scheduler.h"
 #include "relay.h"
+#include "worker.h"
 #include "xact.h"
 
 #define RELAY_ROUND		100		/* messages per round at most */
@@ -620,15 +620,7 @@ deliver_message(int64 id, MemoryContext msgcxt)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(msgcxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		/* the abort left TopMemoryContext current */
-		MemoryContextSwitchTo(msgcxt);
-		error = edata->message;
+		error = worker_abort_xact(msgcxt)->message;
 	}
 	PG_END_TRY();
 

@@ -21,7 +21,6 @@
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "common/pg_prng.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
@@ -40,47 +39,13 @@
 #include "batch.h"
 #include "catalog.h"
 #include "errors.h"
-#include "scheduler.h"
-#include "shmem.h"
 #include "lane.h"
 #include "pacing.h"
 #include "pass.h"
+#include "shmem.h"
 #include "tenancy.h"
+#include "worker.h"
 #include "xact.h"
-
-MemoryContext lane_cxt = NULL;
-
-/*
- * Sleep until the given time, answering signals meanwhile.  Returns true
- * when the latch was set first: a control (pause, cancel, a new
- * declaration) or the scheduler wants the lane to look at its pass again.
- */
-bool
-lane_sleep_until(TimestampTz until)
-{
-	for (;;)
-	{
-		TimestampTz now = GetCurrentTimestamp();
-		long		secs;
-		int			usecs;
-		int			rc;
-
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-		if (now >= until)
-			return false;
-		TimestampDifference(now, until, &secs, &usecs);
-		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					   Max(1L, secs * 1000L + usecs / 1000), PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		if ((rc & WL_LATCH_SET) && !ConfigReloadPending)
-			return true;
-	}
-}
 
 /*
  * The pass was cancelled (shmem.c says so): a cancel of the batch in flight
@@ -120,6 +85,21 @@ error_is_final(int sqlerrcode)
 }
 
 /*
+ * Wait out a retry's delay.  Woken early, a cancelled pass stops (false);
+ * anything else waits on.
+ */
+static bool
+lane_wait_to_retry(int64 delay_ms)
+{
+	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms);
+
+	while (backoff_sleep_until(until))
+		if (lane_must_stop())
+			return false;
+	return true;
+}
+
+/*
  * A batch failed and its transaction is rolled back.  Returns what the
  * lane does next: RETRY the batch after the backoff, NEXT partition (this
  * one failed for good), or STOP (the pass failed, or the lease is gone).
@@ -138,7 +118,6 @@ batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
 	Oid			types[3] = {INT8OID, INT4OID, TEXTOID};
 	Datum		values[3];
 	int64		delay_ms;
-	TimestampTz until;
 
 	/* lost lease (cancelled, or taken over): nothing of ours to record */
 	if (edata->sqlerrcode == ERRCODE_BACKFILL_CONFLICT)
@@ -175,8 +154,7 @@ batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
 	worker_commit_xact();
 
 	/* capped doubling delay with jitter: half to all of it */
-	delay_ms = backoff_doubling_ms(failures - 1, pass->backoff_base_ms, pass->backoff_cap_ms);
-	delay_ms = (int64) (delay_ms * (0.5 + 0.5 * pg_prng_double(&pg_global_prng_state)));
+	delay_ms = backoff_jittered_ms(failures - 1, pass->backoff_base_ms, pass->backoff_cap_ms);
 
 	ereport(LOG,
 			(errmsg("backfill \"%s\" run " INT64_FORMAT ": batch failed (attempt %d of %d), "
@@ -184,11 +162,7 @@ batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
 					pass->name, pass->run_id, failures, pass->max_attempts, delay_ms),
 			 errdetail("SQLSTATE %s: %s", unpack_sql_state(edata->sqlerrcode),
 					   edata->message)));
-	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms);
-	while (lane_sleep_until(until))
-		if (lane_must_stop())
-			return FAILURE_STOP;
-	return FAILURE_RETRY;
+	return lane_wait_to_retry(delay_ms) ? FAILURE_RETRY : FAILURE_STOP;
 }
 
 /* A paused pass: give the partition back at its checkpoint; the lane ends. */
@@ -257,10 +231,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 			FailureAction next;
 
 			disable_timeout(STATEMENT_TIMEOUT, false);
-			MemoryContextSwitchTo(lane_cxt);
-			edata = CopyErrorData();
-			FlushErrorState();
-			AbortCurrentTransaction();
+			edata = worker_abort_xact(pass->cxt);
 			MemoryContextSwitchTo(scratch);
 			/* cancelled: the batch rolled back, nothing of it is recorded */
 			if (stopping)
@@ -311,7 +282,8 @@ lane_prepare_and_plan(Pass *pass)
 
 /*
  * One attempt at a step of the pass outside any batch.  Returns NULL when
- * it succeeded, else the error (in lane_cxt), its transaction rolled back.
+ * it succeeded, else the error (in the pass's memory), its transaction
+ * rolled back.
  */
 static ErrorData *
 try_step(Pass *pass, void (*step) (Pass *))
@@ -325,11 +297,7 @@ try_step(Pass *pass, void (*step) (Pass *))
 	}
 	PG_CATCH();
 	{
-		MemoryContextSwitchTo(lane_cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		pgstat_report_activity(STATE_IDLE, NULL);
+		edata = worker_abort_xact(pass->cxt);
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(cxt);
@@ -367,8 +335,7 @@ run_or_fail(Pass *pass, void (*step) (Pass *), const char *what)
 							   edata->message));
 			return false;
 		}
-		delay_ms = backoff_doubling_ms(failures - 1, pass->backoff_base_ms, pass->backoff_cap_ms);
-		delay_ms = (int64) (delay_ms * (0.5 + 0.5 * pg_prng_double(&pg_global_prng_state)));
+		delay_ms = backoff_jittered_ms(failures - 1, pass->backoff_base_ms, pass->backoff_cap_ms);
 		ereport(LOG,
 				(errmsg("backfill \"%s\" run " INT64_FORMAT ": %s failed (attempt %d of %d), "
 						"retrying in " INT64_FORMAT " ms",
@@ -376,14 +343,8 @@ run_or_fail(Pass *pass, void (*step) (Pass *), const char *what)
 				 errdetail("SQLSTATE %s: %s", unpack_sql_state(edata->sqlerrcode),
 						   edata->message)));
 		FreeErrorData(edata);
-		{
-			TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms);
-
-			/* woken early: a cancelled pass stops, anything else waits on */
-			while (lane_sleep_until(until))
-				if (lane_must_stop())
-					return false;
-		}
+		if (!lane_wait_to_retry(delay_ms))
+			return false;
 	}
 }
 
@@ -393,6 +354,7 @@ backfill_lane_main(Datum main_arg)
 	LaneArgs	args;
 	Pass		pass;
 	Claim		claim;
+	MemoryContext lane_cxt;
 	MemoryContext scratch;
 	bool		role_read_only;
 
@@ -429,7 +391,7 @@ backfill_lane_main(Datum main_arg)
 									ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(scratch);
 
-	if (!pass_load(&pass, args.run_id))
+	if (!pass_load(&pass, args.run_id, lane_cxt))
 		proc_exit(0);
 	if (role_read_only)
 	{

@@ -10,12 +10,6 @@
 
 #include "postgres.h"
 
-#include "utils/timestamp.h"
-
-/* the lane's long-lived memory, and its interruptible sleep */
-extern MemoryContext lane_cxt;
-extern bool lane_sleep_until(TimestampTz until);
-
 PGDLLEXPORT void backfill_lane_main(Datum main_arg);
 
 #endif							/* BACKFILL_LANE_H */

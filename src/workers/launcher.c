@@ -40,6 +40,7 @@
 #include "pg_backfill.h"
 #include "backoff.h"
 #include "launcher.h"
+#include "worker.h"
 
 /* a stop sooner than this after the start counts as a quick one */
 #define SCHEDULER_QUICK_STOP_MS		10000
@@ -108,14 +109,9 @@ backfill_register_launcher(void)
 							(char *) lfirst(lc)),
 					 errhint("Database names have at most %d bytes.", NAMEDATALEN - 1)));
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker_describe(&worker, "backfill_launcher_main", "pg_backfill launcher",
+					"pg_backfill launcher");
 	worker.bgw_restart_time = 10;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "pg_backfill");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "backfill_launcher_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "pg_backfill launcher");
-	snprintf(worker.bgw_type, BGW_MAXLEN, "pg_backfill launcher");
 	RegisterBackgroundWorker(&worker);
 }
 
@@ -151,33 +147,23 @@ database_exists(const char *dbname)
 	return exists;
 }
 
+/*
+ * Start the scheduler of slot i; its slot number is its main argument, its
+ * database's name its bgw_extra.
+ */
 static void
 start_scheduler(int i, MemoryContext cxt)
 {
 	SchedulerSlot *slot = &slots[i];
-	BackgroundWorker worker;
-	MemoryContext old;
-	bool		started;
+	char		name[BGW_MAXLEN];
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "pg_backfill");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "backfill_scheduler_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "pg_backfill scheduler for %s", slot->dbname);
-	snprintf(worker.bgw_type, BGW_MAXLEN, "pg_backfill scheduler");
-	worker.bgw_main_arg = Int32GetDatum(i);
-	strlcpy(worker.bgw_extra, slot->dbname, BGW_EXTRALEN);
-	worker.bgw_notify_pid = MyProcPid;
-
-	old = MemoryContextSwitchTo(cxt);
-	started = RegisterDynamicBackgroundWorker(&worker, &slot->handle);
-	MemoryContextSwitchTo(old);
+	snprintf(name, BGW_MAXLEN, "pg_backfill scheduler for %s", slot->dbname);
+	slot->handle = worker_start("backfill_scheduler_main", name, "pg_backfill scheduler",
+								Int32GetDatum(i), slot->dbname, strlen(slot->dbname) + 1,
+								cxt);
 	slot->started_at = GetCurrentTimestamp();
-	if (!started)
+	if (slot->handle == NULL)
 	{
-		slot->handle = NULL;
 		slot->next_start = TimestampTzPlusMilliseconds(slot->started_at, SCHEDULER_RETRY_MAX_MS);
 		ereport(WARNING,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),

@@ -52,10 +52,13 @@
 #include "backoff.h"
 #include "catalog.h"
 #include "drift.h"
+#include "errors.h"
+#include "pass.h"
 #include "relay.h"
 #include "scheduler.h"
 #include "shmem.h"
 #include "tenancy.h"
+#include "worker.h"
 #include "xact.h"
 
 /* a lane this scheduler started */
@@ -299,26 +302,11 @@ read_running_passes(MemoryContext result_cxt)
 static BackgroundWorkerHandle *
 start_child(const char *function, const char *name, const char *type, LaneArgs *args)
 {
-	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
-	MemoryContext old;
-	bool		started;
 
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = BGW_NEVER_RESTART;
-	snprintf(worker.bgw_library_name, BGW_MAXLEN, "pg_backfill");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", function);
-	snprintf(worker.bgw_name, BGW_MAXLEN, "%s", name);
-	snprintf(worker.bgw_type, BGW_MAXLEN, "%s", type);
-	memcpy(worker.bgw_extra, args, sizeof(LaneArgs));
-	worker.bgw_notify_pid = MyProcPid;
-
-	old = MemoryContextSwitchTo(scheduler_cxt);
-	started = RegisterDynamicBackgroundWorker(&worker, &handle);
-	MemoryContextSwitchTo(old);
-	if (started)
+	handle = worker_start(function, name, type, (Datum) 0, args, sizeof(LaneArgs),
+						  scheduler_cxt);
+	if (handle != NULL)
 		return handle;
 
 	/* at most one warning a minute: a full slot table is not news every tick */
@@ -463,33 +451,17 @@ static void
 fail_pass_cannot_login(RunNeed *need)
 {
 	CatalogScope scope;
-	Oid			types[2] = {INT8OID, TEXTOID};
-	Datum		values[2];
 	char	   *message = psprintf("lanes cannot connect: %s", need->login_problem);
 
-	values[0] = Int64GetDatum(need->run_id);
-	values[1] = CStringGetTextDatum(message);
 	worker_begin_xact("pg_backfill scheduler: failing a pass whose lanes cannot log in");
 	catalog_enter(&scope);
-	if (catalog_exec("UPDATE backfill.ledger l SET status = 'failed', finished_at = pg_catalog.now(),"
-					 "  error_code = 'BF016', error_message = $2,"
-					 "  rows = (SELECT coalesce(pg_catalog.sum(p.rows), 0) FROM backfill.partition p"
-					 "           WHERE p.run_id = l.run_id),"
-					 "  batches = (SELECT coalesce(pg_catalog.sum(p.batches), 0) FROM backfill.partition p"
-					 "              WHERE p.run_id = l.run_id)"
-					 " WHERE l.run_id = $1 AND l.status = 'running'",
-					 2, types, values, NULL, SPI_OK_UPDATE) > 0)
-	{
-		catalog_exec("UPDATE backfill.run SET phase = 'done', paused = false, last_error = $2,"
-					 " updated_at = pg_catalog.now() WHERE run_id = $1",
-					 2, types, values, NULL, SPI_OK_UPDATE);
+	if (pass_end_failed(need->run_id, -1, ERRCODE_BACKFILL_PRIVILEGE, message))
 		ereport(LOG,
 				(errmsg("backfill \"%s\" run " INT64_FORMAT " failed: %s", need->name,
 						need->run_id, message),
 				 errdetail("SQLSTATE BF016."),
 				 errhint("Let the role log in again (ALTER ROLE ... LOGIN, GRANT CONNECT), "
 						 "then backfill_retry('%s') resumes the pass.", need->name)));
-	}
 	catalog_leave(&scope);
 	worker_commit_xact();
 }
@@ -781,11 +753,9 @@ backfill_scheduler_main(Datum main_arg)
 		}
 		PG_CATCH();
 		{
-			MemoryContextSwitchTo(scheduler_cxt);
+			/* logged as it was raised; its copy goes with the next tick's scratch */
 			EmitErrorReport();
-			FlushErrorState();
-			AbortCurrentTransaction();
-			pgstat_report_activity(STATE_IDLE, NULL);
+			(void) worker_abort_xact(scratch);
 			sleep_ms = backfill_naptime * 1000L;
 		}
 		PG_END_TRY();

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * xact.h
- *	  One transaction of work in a background worker.
+ *	  One transaction of work in a background worker, and its abort.
  *
  *-------------------------------------------------------------------------
  */
@@ -15,5 +15,11 @@ extern MemoryContext worker_outer_cxt;
 
 extern void worker_begin_xact(const char *activity);
 extern void worker_commit_xact(void);
+
+/*
+ * In a PG_CATCH of a worker: keep the error (a copy in keep), roll the
+ * transaction back and go idle.  Returns with keep current.
+ */
+extern ErrorData *worker_abort_xact(MemoryContext keep);
 
 #endif							/* BACKFILL_XACT_H */

@@ -1,0 +1,78 @@
+/*-------------------------------------------------------------------------
+ *
+ * health.c
+ *	  The one reading of the server's health that paces a lane, and what
+ *	  it says: hold back, or go on.
+ *
+ * One statement reads how many sessions wait on a lock this process holds
+ * (pg_blocking_pids), how far the furthest standby's replay is behind the
+ * current WAL position, and the table's dead tuples.  A batch reads it
+ * inside its own transaction, before the commit, so that the locks it
+ * counts are the batch's own (batch.c); a lane holding back reads it again
+ * between sleeps (pacing.c).  Reading it costs more than a small batch, so
+ * a batch reads it at most once per backfill.throttle_delay.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type_d.h"
+#include "miscadmin.h"
+#include "utils/timestamp.h"
+
+#include "pg_backfill.h"
+#include "catalog.h"
+#include "health.h"
+
+static SPIPlanPtr health_plan = NULL;
+static TimestampTz health_due = 0;
+
+void
+health_read(Health *health, Oid relid)
+{
+	Oid			types[2] = {INT4OID, OIDOID};
+	Datum		values[2];
+	bool		isnull;
+
+	values[0] = Int32GetDatum(MyProcPid);
+	values[1] = ObjectIdGetDatum(relid);
+	catalog_exec_cached(&health_plan,
+						"SELECT (SELECT pg_catalog.count(*) FROM pg_catalog.pg_stat_activity a"
+						"         WHERE a.wait_event_type = 'Lock'"
+						"           AND $1 = ANY (pg_catalog.pg_blocking_pids(a.pid)))::pg_catalog.int4,"
+						"  coalesce((SELECT pg_catalog.max(pg_catalog.pg_wal_lsn_diff("
+						"                     pg_catalog.pg_current_wal_lsn(), s.replay_lsn))"
+						"              FROM pg_catalog.pg_stat_replication s), 0)::pg_catalog.int8,"
+						"  coalesce(pg_catalog.pg_stat_get_dead_tuples($2), 0)",
+						2, types, values, NULL, SPI_OK_SELECT);
+	health->blocking = DatumGetInt32(catalog_getdatum(0, 1, &isnull));
+	health->lag_bytes = DatumGetInt64(catalog_getdatum(0, 2, &isnull));
+	health->dead_tuples = DatumGetInt64(catalog_getdatum(0, 3, &isnull));
+}
+
+void
+health_read_if_due(Health *health, Oid relid)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	health->blocking = 0;
+	if (now < health_due)
+		return;
+	health_due = TimestampTzPlusMilliseconds(now, backfill_throttle_delay);
+	health_read(health, relid);
+}
+
+char *
+health_reason(const Health *health, const char *relation)
+{
+	if (backfill_max_replication_lag >= 0 &&
+		health->lag_bytes > (int64) backfill_max_replication_lag * 1024)
+		return psprintf("replication: a standby's replay is " INT64_FORMAT " kB behind "
+						"(backfill.max_replication_lag is %d kB)",
+						health->lag_bytes / 1024, backfill_max_replication_lag);
+	if (backfill_max_dead_tuples >= 0 && health->dead_tuples > backfill_max_dead_tuples)
+		return psprintf("vacuum: %s has " INT64_FORMAT " dead tuples "
+						"(backfill.max_dead_tuples is %d)",
+						relation, health->dead_tuples, backfill_max_dead_tuples);
+	return NULL;
+}

@@ -1,0 +1,54 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.c
+ *	  Describing and starting pg_backfill's background workers.
+ *
+ * Every worker of pg_backfill (the launcher, a database's scheduler, its
+ * lanes and relay) is a process of this library with shared memory and a
+ * database connection, started once recovery is over.  The launcher is
+ * registered at server start and restarted by the postmaster; every other
+ * worker is a dynamic child that is never restarted by the postmaster: its
+ * parent learns that it stopped (bgw_notify_pid) and decides.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+
+#include "worker.h"
+
+void
+worker_describe(BackgroundWorker *worker, const char *function, const char *name,
+				const char *type)
+{
+	memset(worker, 0, sizeof(BackgroundWorker));
+	worker->bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker->bgw_start_time = BgWorkerStart_RecoveryFinished;
+	snprintf(worker->bgw_library_name, BGW_MAXLEN, "pg_backfill");
+	snprintf(worker->bgw_function_name, BGW_MAXLEN, "%s", function);
+	snprintf(worker->bgw_name, BGW_MAXLEN, "%s", name);
+	snprintf(worker->bgw_type, BGW_MAXLEN, "%s", type);
+}
+
+BackgroundWorkerHandle *
+worker_start(const char *function, const char *name, const char *type, Datum main_arg,
+			 const void *extra, Size extra_len, MemoryContext cxt)
+{
+	BackgroundWorker worker;
+	BackgroundWorkerHandle *handle;
+	MemoryContext old;
+	bool		started;
+
+	Assert(extra_len <= BGW_EXTRALEN);
+	worker_describe(&worker, function, name, type);
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	worker.bgw_main_arg = main_arg;
+	memcpy(worker.bgw_extra, extra, extra_len);
+	worker.bgw_notify_pid = MyProcPid;
+
+	old = MemoryContextSwitchTo(cxt);
+	started = RegisterDynamicBackgroundWorker(&worker, &handle);
+	MemoryContextSwitchTo(old);
+	return started ? handle : NULL;
+}

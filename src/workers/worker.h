@@ -1,0 +1,41 @@
+/*-------------------------------------------------------------------------
+ *
+ * worker.h
+ *	  Plumbing every pg_backfill background worker shares: how one is
+ *	  described and started, and what a scheduler hands its children.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef BACKFILL_WORKER_H
+#define BACKFILL_WORKER_H
+
+#include "postgres.h"
+
+#include "postmaster/bgworker.h"
+
+/* what a scheduler hands a lane or relay it starts (in bgw_extra) */
+typedef struct LaneArgs
+{
+	Oid			dboid;
+	Oid			roleoid;
+	int64		run_id;
+	int			lane_index;		/* its entry in the lane table (shmem.c); -1 for the relay */
+	uint64		lane_token;
+} LaneArgs;
+
+/* a worker of this library that connects to a database once recovery is over */
+extern void worker_describe(BackgroundWorker *worker, const char *function,
+							const char *name, const char *type);
+
+/*
+ * Start a child of this process: never restarted, it tells this process
+ * when it stops.  extra (extra_len bytes, at most BGW_EXTRALEN) goes into
+ * its bgw_extra.  The handle is allocated in cxt; NULL when no worker slot
+ * is free (the caller warns and tries again later).
+ */
+extern BackgroundWorkerHandle *worker_start(const char *function, const char *name,
+											const char *type, Datum main_arg,
+											const void *extra, Size extra_len,
+											MemoryContext cxt);
+
+#endif							/* BACKFILL_WORKER_H */
