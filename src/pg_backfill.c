@@ -32,20 +32,17 @@ int			backfill_naptime = 10;
 int			backfill_max_replication_lag = 1024 * 1024;	/* kB */
 int			backfill_max_dead_tuples = -1;
 int			backfill_throttle_delay = 1000;	/* ms */
-char	   *backfill_migrations_table = NULL;
+static char *backfill_migrations_table = NULL;	/* read with GetConfigOption */
 char	   *backfill_input = NULL;
 int			backfill_outbox_retention = 7 * 24 * 3600;	/* s */
 int			backfill_outbox_dead_retention = 3 * 24 * 3600;	/* s */
 
 void		_PG_init(void);
 
-void
-_PG_init(void)
+/* where a backfill may run, and what it waits for (settings of any session) */
+static void
+define_declaration_settings(void)
 {
-	if (IsBinaryUpgrade)
-		return;
-
-	/* settings that may change in any session */
 	DefineCustomRealVariable("backfill.default_rate",
 							 "Batches per second a backfill runs at when it declares no rate.",
 							 "Slow on purpose; a declaration raises it with rate => n. "
@@ -64,6 +61,22 @@ _PG_init(void)
 							   PGC_SUSET, 0,
 							   NULL, NULL, NULL);
 
+	DefineCustomStringVariable("backfill.migrations_table",
+							   "Where applied schema migrations are listed, as table(column).",
+							   "A declaration's requires => 'id' is applied once the column holds "
+							   "that id: schema_migrations(version) for Rails, "
+							   "flyway_schema_history(version) for Flyway, "
+							   "django_migrations(name) for Django.",
+							   &backfill_migrations_table,
+							   "schema_migrations(version)",
+							   PGC_SUSET, 0,
+							   NULL, NULL, NULL);
+}
+
+/* when lanes hold back for the server's health */
+static void
+define_health_settings(void)
+{
 	DefineCustomIntVariable("backfill.max_replication_lag",
 							"Replay lag of any standby above which lanes hold back.",
 							"Measured in WAL bytes between this server and the standby's "
@@ -89,18 +102,12 @@ _PG_init(void)
 							1000, 10, 600000,
 							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+}
 
-	DefineCustomStringVariable("backfill.migrations_table",
-							   "Where applied schema migrations are listed, as table(column).",
-							   "A declaration's requires => 'id' is applied once the column holds "
-							   "that id: schema_migrations(version) for Rails, "
-							   "flyway_schema_history(version) for Flyway, "
-							   "django_migrations(name) for Django.",
-							   &backfill_migrations_table,
-							   "schema_migrations(version)",
-							   PGC_SUSET, 0,
-							   NULL, NULL, NULL);
-
+/* how long the outbox keeps messages (a reload changes them) */
+static void
+define_outbox_settings(void)
+{
 	DefineCustomIntVariable("backfill.outbox_retention",
 							"How long delivered outbox messages are kept before the relay prunes them.",
 							NULL,
@@ -117,25 +124,12 @@ _PG_init(void)
 							3 * 24 * 3600, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
+}
 
-	/* set by a lane to the input of a scoped pass; read with backfill_input() */
-	DefineCustomStringVariable("backfill.input",
-							   "The input of the scoped pass this lane runs.",
-							   NULL,
-							   &backfill_input,
-							   "",
-							   PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
-							   NULL, NULL, NULL);
-
-	if (!process_shared_preload_libraries_in_progress)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("pg_backfill must be loaded via shared_preload_libraries"),
-				 errdetail("Its launcher is a background worker started with the server."),
-				 errhint("Add pg_backfill to shared_preload_libraries in postgresql.conf "
-						 "and restart the server.")));
-
-	/* settings that need a restart, or a reload */
+/* the workers: which databases, how many lanes, how often they look (a restart or a reload) */
+static void
+define_worker_settings(void)
+{
 	DefineCustomStringVariable("backfill.database_names",
 							   "Databases whose backfills pg_backfill runs (comma-separated).",
 							   "The launcher keeps a scheduler running for each that exists.",
@@ -170,7 +164,40 @@ _PG_init(void)
 							10, 1, 3600,
 							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
+}
 
+/*
+ * Settings first (those a session may use without the library preloaded),
+ * then the preload check, then the settings of the workers, shared memory
+ * and the launcher.
+ */
+void
+_PG_init(void)
+{
+	if (IsBinaryUpgrade)
+		return;
+
+	define_declaration_settings();
+	define_health_settings();
+	define_outbox_settings();
+	/* set by a lane to the input of a scoped pass; read with backfill_input() */
+	DefineCustomStringVariable("backfill.input",
+							   "The input of the scoped pass this lane runs.",
+							   NULL,
+							   &backfill_input,
+							   "",
+							   PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
+							   NULL, NULL, NULL);
+
+	if (!process_shared_preload_libraries_in_progress)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("pg_backfill must be loaded via shared_preload_libraries"),
+				 errdetail("Its launcher is a background worker started with the server."),
+				 errhint("Add pg_backfill to shared_preload_libraries in postgresql.conf "
+						 "and restart the server.")));
+
+	define_worker_settings();
 	MarkGUCPrefixReserved("backfill");
 
 	backfill_shmem_init();

@@ -29,7 +29,6 @@ extern int	backfill_naptime;
 extern int	backfill_max_replication_lag;
 extern int	backfill_max_dead_tuples;
 extern int	backfill_throttle_delay;
-extern char *backfill_migrations_table;
 extern char *backfill_input;
 extern int	backfill_outbox_retention;
 extern int	backfill_outbox_dead_retention;

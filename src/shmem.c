@@ -186,7 +186,7 @@ backfill_shmem_attach_scheduler(int slot, pid_t *holder)
 	return true;
 }
 
-void
+static void
 backfill_wake_scheduler(Oid dboid)
 {
 	Latch	   *latch = NULL;

@@ -48,11 +48,10 @@ extern bool backfill_lane_stop_requested(void);
 extern bool backfill_lane_yield_requested(void);
 
 /*
- * Wake the scheduler of a database now, or of this database when the
- * current transaction commits (backfill_run, _resume, _retry,
- * backfill_outbox_emit): a transaction that rolls back wakes nobody.
+ * Wake this database's scheduler when the current transaction commits
+ * (backfill_run, _resume, _retry, backfill_outbox_emit): a transaction
+ * that rolls back wakes nobody.
  */
-extern void backfill_wake_scheduler(Oid dboid);
 extern void backfill_wake_scheduler_at_commit(void);
 
 /*

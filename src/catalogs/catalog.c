@@ -35,7 +35,8 @@
 #include "catalog.h"
 #include "errors.h"
 
-Oid
+/* the role that owns the extension in this database */
+static Oid
 catalog_owner(void)
 {
 	static LocalTransactionId cached_lxid = InvalidLocalTransactionId;

@@ -30,9 +30,6 @@ typedef struct CatalogScope
 extern void catalog_enter(CatalogScope *scope);
 extern void catalog_leave(CatalogScope *scope);
 
-/* the role that owns the extension in this database */
-extern Oid	catalog_owner(void);
-
 /* SPI helpers; values always travel as parameters */
 extern int	catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
 						 const char *nulls, int expected);

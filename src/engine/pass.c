@@ -38,7 +38,8 @@ pass_strdup(Pass *pass, const char *s)
 	return s ? MemoryContextStrdup(pass->cxt, s) : NULL;
 }
 
-Datum
+/* a key (or cursor) read from its text form, in the lane's context */
+static Datum
 pass_key_from_text(Pass *pass, const char *text)
 {
 	MemoryContext old = MemoryContextSwitchTo(pass->cxt);
