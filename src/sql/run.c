@@ -148,6 +148,171 @@ enqueue_pass(const char *ledger_name, const char *name, const char *checksum, bo
 	return run_id;
 }
 
+/* what backfill_run reads of the declaration, with its row locked */
+typedef struct RunDeclaration
+{
+	Oid			owner;
+	Oid			run_as;
+	char	   *checksum;
+	Datum		environments;
+	char	   *envlist;		/* NULL: every environment */
+	Jsonb	   *shape;			/* NULL: not scoped */
+	char	   *scope_expr;
+	char	   *unmet;			/* NULL: what it requires is done */
+	char	   *search_path;
+	char	   *requires_backfill;
+} RunDeclaration;
+
+/* what the ledger holds of a ledger name: 0 for none */
+typedef struct LedgerState
+{
+	int64		running_id;
+	int64		completed_id;	/* by a pass of the declaration's owner */
+	int64		previous_id;
+} LedgerState;
+
+/* Refuse a run in a database no scheduler serves. */
+static void
+check_database_served(const char *name)
+{
+	if (backfill_database_is_listed(get_database_name(MyDatabaseId)))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_NOT_SERVED),
+			 errmsg("backfill \"%s\" cannot run in database \"%s\"", name,
+					get_database_name(MyDatabaseId)),
+			 errdetail("backfill.database_names is \"%s\"; no scheduler serves this database.",
+					   backfill_database_names),
+			 errhint("Add the database to backfill.database_names and restart the server.")));
+}
+
+/*
+ * Lock the declaration's row, which serializes concurrent runs of one
+ * backfill, and read it; UNKNOWN when it is not declared.
+ */
+static void
+lock_declaration(const char *name, RunDeclaration *d)
+{
+	CatalogScope scope;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+	bool		isnull;
+	Datum		shape;
+
+	catalog_enter(&scope);
+	if (catalog_exec("SELECT d.owner, d.checksum, d.environments,"
+					 "  pg_catalog.array_to_string(d.environments, ', '), d.input_shape, d.scope,"
+					 "  d.run_as, backfill.unmet_requirement(d.name), d.search_path,"
+					 "  d.requires_backfill"
+					 "  FROM backfill.declaration d WHERE d.name = $1 FOR UPDATE OF d",
+					 1, types, values, NULL, SPI_OK_SELECT) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_UNKNOWN),
+				 errmsg("backfill \"%s\" is not declared", name),
+				 errhint("Declare it first with backfill_declare(name => '%s', ...).", name)));
+	d->owner = DatumGetObjectId(catalog_getdatum(0, 1, &isnull));
+	d->checksum = catalog_gettext(0, 2);
+	d->environments = catalog_getdatum(0, 3, &isnull);
+	if (!isnull)
+		d->environments = PointerGetDatum(PG_DETOAST_DATUM_COPY(d->environments));
+	d->envlist = catalog_gettext(0, 4);
+	shape = catalog_getdatum(0, 5, &isnull);
+	d->shape = isnull ? NULL : DatumGetJsonbPCopy(shape);
+	d->scope_expr = catalog_gettext(0, 6);
+	d->run_as = DatumGetObjectId(catalog_getdatum(0, 7, &isnull));
+	d->unmet = catalog_gettext(0, 8);
+	d->search_path = catalog_gettext(0, 9);
+	d->requires_backfill = catalog_gettext(0, 10);
+	catalog_leave(&scope);
+}
+
+/* a bigint column of the first row, 0 for NULL */
+static int64
+int64_or_zero(int col)
+{
+	bool		isnull;
+	Datum		d = catalog_getdatum(0, col, &isnull);
+
+	return isnull ? 0 : DatumGetInt64(d);
+}
+
+/*
+ * With the declaration locked, read the ledger as it is now: a REPEATABLE
+ * READ or SERIALIZABLE caller's snapshot may predate the pass that the
+ * transaction we waited for has just enqueued.  Only a pass of the
+ * declaration's owner completed it: a name another role declared, ran
+ * and dropped before must not turn this backfill's runs into skips.
+ */
+static void
+read_ledger_state(const char *ledger_name, Oid owner, LedgerState *state)
+{
+	CatalogScope scope;
+	Oid			types[2] = {TEXTOID, OIDOID};
+	Datum		values[2] = {CStringGetTextDatum(ledger_name), ObjectIdGetDatum(owner)};
+
+	catalog_enter(&scope);
+	catalog_exec_latest("SELECT"
+						"  (SELECT max(l.run_id) FROM backfill.ledger l"
+						"    WHERE l.ledger_name = $1 AND l.status = 'running'),"
+						"  (SELECT max(l.run_id) FROM backfill.ledger l"
+						"    WHERE l.ledger_name = $1 AND l.status = 'completed'"
+						"      AND l.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $2),"
+						"  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.ledger_name = $1)",
+						2, types, values, NULL);
+	state->running_id = int64_or_zero(1);
+	state->completed_id = int64_or_zero(2);
+	state->previous_id = int64_or_zero(3);
+	catalog_leave(&scope);
+}
+
+/*
+ * The pass that answers this run without a new one: the running pass, or
+ * (unless forced) the completed one, said in a NOTICE.  0: enqueue one.
+ */
+static int64
+existing_pass(const char *ledger_name, LedgerState *state, bool force)
+{
+	if (state->running_id != 0)
+	{
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\" is already running as run %lld", ledger_name,
+						(long long) state->running_id),
+				 errhint("SELECT backfill_wait(%lld); waits for it to end.",
+						 (long long) state->running_id)));
+		return state->running_id;
+	}
+	if (state->completed_id != 0 && !force)
+	{
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\" skipped: run %lld already completed it", ledger_name,
+						(long long) state->completed_id),
+				 errhint("Pass force => true to run it again as a new pass.")));
+		return state->completed_id;
+	}
+	return 0;
+}
+
+/*
+ * A pass whose requirement is not met: refused unless the caller waits,
+ * then enqueued with a NOTICE, and started once it is met.
+ */
+static void
+check_requirement(const char *name, const char *unmet, bool wait)
+{
+	if (unmet == NULL)
+		return;
+	if (!wait)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_REQUIRES),
+				 errmsg("backfill \"%s\" is blocked: %s", name, unmet),
+				 errdetail("Its pass may start only once what it requires is done."),
+				 errhint("Apply the migration or complete the required backfill, or run with "
+						 "wait => true to enqueue the pass until then.")));
+	ereport(NOTICE,
+			(errmsg("backfill \"%s\" is blocked: %s", name, unmet),
+			 errdetail("The pass is enqueued and starts once that is done.")));
+}
+
 Datum
 backfill_run(PG_FUNCTION_ARGS)
 {
@@ -155,159 +320,45 @@ backfill_run(PG_FUNCTION_ARGS)
 	bool		force = PG_ARGISNULL(1) ? false : PG_GETARG_BOOL(1);
 	Jsonb	   *input = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
 	bool		wait = PG_ARGISNULL(3) ? true : PG_GETARG_BOOL(3);
-	CatalogScope scope;
-	Oid			owner;
-	Oid			run_as;
-	char	   *checksum;
-	char	   *envlist;
-	char	   *scope_expr;
+	RunDeclaration d;
+	LedgerState state;
 	char	   *ledger_name;
-	char	   *unmet;
-	char	   *search_path;
-	char	   *requires_backfill;
-	bool		isnull;
-	Datum		environments;
-	Jsonb	   *shape = NULL;
 	int64		run_id;
-	int64		running_id = 0;
-	int64		completed_id = 0;
-	int64		previous_id = 0;
 
 	if (PG_ARGISNULL(0))
 		check_backfill_name(NULL);
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	check_backfill_name(name);
 	check_not_standby("run backfill", name);
-
-	if (!backfill_database_is_listed(get_database_name(MyDatabaseId)))
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_NOT_SERVED),
-				 errmsg("backfill \"%s\" cannot run in database \"%s\"", name,
-						get_database_name(MyDatabaseId)),
-				 errdetail("backfill.database_names is \"%s\"; no scheduler serves this database.",
-						   backfill_database_names),
-				 errhint("Add the database to backfill.database_names and restart the server.")));
+	check_database_served(name);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	lock_declaration(name, &d);
 
-	catalog_enter(&scope);
-	{
-		Oid			types[1] = {TEXTOID};
-		Datum		values[1] = {CStringGetTextDatum(name)};
-
-		/* the row lock serializes concurrent runs of one backfill */
-		if (catalog_exec("SELECT d.owner, d.checksum, d.environments,"
-						 "  pg_catalog.array_to_string(d.environments, ', '), d.input_shape, d.scope,"
-						 "  d.run_as, backfill.unmet_requirement(d.name), d.search_path,"
-						 "  d.requires_backfill"
-						 "  FROM backfill.declaration d WHERE d.name = $1 FOR UPDATE OF d",
-						 1, types, values, NULL, SPI_OK_SELECT) == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_UNKNOWN),
-					 errmsg("backfill \"%s\" is not declared", name),
-					 errhint("Declare it first with backfill_declare(name => '%s', ...).", name)));
-		owner = DatumGetObjectId(catalog_getdatum(0, 1, &isnull));
-		checksum = catalog_gettext(0, 2);
-		environments = catalog_getdatum(0, 3, &isnull);
-		if (!isnull)
-			environments = PointerGetDatum(PG_DETOAST_DATUM_COPY(environments));
-		envlist = catalog_gettext(0, 4);
-		{
-			Datum		d = catalog_getdatum(0, 5, &isnull);
-
-			if (!isnull)
-				shape = DatumGetJsonbPCopy(d);
-		}
-		scope_expr = catalog_gettext(0, 6);
-		run_as = DatumGetObjectId(catalog_getdatum(0, 7, &isnull));
-		unmet = catalog_gettext(0, 8);
-		search_path = catalog_gettext(0, 9);
-		requires_backfill = catalog_gettext(0, 10);
-	}
-	catalog_leave(&scope);
-
-	check_backfill_member(name, owner);
-	check_environment(name, environments, envlist);
+	check_backfill_member(name, d.owner);
+	check_environment(name, d.environments, d.envlist);
 	/* what was allowed at declaration may not be any more */
-	tenancy_check_run_as(name, owner, run_as);
-	requires_check_backfill(name, owner, requires_backfill);
+	tenancy_check_run_as(name, d.owner, d.run_as);
+	requires_check_backfill(name, d.owner, d.requires_backfill);
 
 	/* a scoped backfill keeps one history per scope, evaluated as its owner */
-	ledger_name = scope_ledger_name(name, shape, scope_expr, input, owner, search_path);
+	ledger_name = scope_ledger_name(name, d.shape, d.scope_expr, input, d.owner, d.search_path);
 
-	catalog_enter(&scope);
+	read_ledger_state(ledger_name, d.owner, &state);
+	run_id = existing_pass(ledger_name, &state, force);
+	if (run_id != 0)
 	{
-		Oid			types[2] = {TEXTOID, OIDOID};
-		Datum		values[2] = {CStringGetTextDatum(ledger_name), ObjectIdGetDatum(owner)};
-
-		/*
-		 * With the declaration locked, read the ledger as it is now: a
-		 * REPEATABLE READ or SERIALIZABLE caller's snapshot may predate the
-		 * pass that the transaction we waited for has just enqueued.  Only
-		 * a pass of the declaration's owner completed it: a name another
-		 * role declared, ran and dropped before must not turn this
-		 * backfill's runs into skips.
-		 */
-		catalog_exec_latest("SELECT"
-							"  (SELECT max(l.run_id) FROM backfill.ledger l"
-							"    WHERE l.ledger_name = $1 AND l.status = 'running'),"
-							"  (SELECT max(l.run_id) FROM backfill.ledger l"
-							"    WHERE l.ledger_name = $1 AND l.status = 'completed'"
-							"      AND l.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $2),"
-							"  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.ledger_name = $1)",
-							2, types, values, NULL);
-		running_id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
-		if (isnull)
-			running_id = 0;
-		completed_id = DatumGetInt64(catalog_getdatum(0, 2, &isnull));
-		if (isnull)
-			completed_id = 0;
-		previous_id = DatumGetInt64(catalog_getdatum(0, 3, &isnull));
-		if (isnull)
-			previous_id = 0;
-	}
-	catalog_leave(&scope);
-
-	if (running_id != 0)
-	{
-		ereport(NOTICE,
-				(errmsg("backfill \"%s\" is already running as run %lld", ledger_name,
-						(long long) running_id),
-				 errhint("SELECT backfill_wait(%lld); waits for it to end.",
-						 (long long) running_id)));
 		SPI_finish();
-		PG_RETURN_INT64(running_id);
+		PG_RETURN_INT64(run_id);
 	}
-	if (completed_id != 0 && !force)
-	{
-		ereport(NOTICE,
-				(errmsg("backfill \"%s\" skipped: run %lld already completed it", ledger_name,
-						(long long) completed_id),
-				 errhint("Pass force => true to run it again as a new pass.")));
-		SPI_finish();
-		PG_RETURN_INT64(completed_id);
-	}
-
-	if (unmet != NULL)
-	{
-		if (!wait)
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_REQUIRES),
-					 errmsg("backfill \"%s\" is blocked: %s", name, unmet),
-					 errdetail("Its pass may start only once what it requires is done."),
-					 errhint("Apply the migration or complete the required backfill, or run with "
-							 "wait => true to enqueue the pass until then.")));
-		ereport(NOTICE,
-				(errmsg("backfill \"%s\" is blocked: %s", name, unmet),
-				 errdetail("The pass is enqueued and starts once that is done.")));
-	}
+	check_requirement(name, d.unmet, wait);
 
 	/* its table and roles are the ones it names (not oids left by a restore) */
 	identity_check(name);
-	check_role_can_login(name, run_as);
+	check_role_can_login(name, d.run_as);
 
-	run_id = enqueue_pass(ledger_name, name, checksum, force, previous_id, owner, input);
+	run_id = enqueue_pass(ledger_name, name, d.checksum, force, state.previous_id, d.owner, input);
 
 	SPI_finish();
 	PG_RETURN_INT64(run_id);
