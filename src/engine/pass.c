@@ -247,12 +247,125 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 	return ok;
 }
 
+/* what planning a pass found: its partitions' bounds and the rows to do */
+typedef struct PassPlan
+{
+	const char *method;			/* histogram, minmax, single or pages */
+	Datum		bounds;			/* text[]: partition i covers (bounds[i-1], bounds[i]] */
+	Datum		estimate;		/* int8 */
+	bool		has_estimate;
+} PassPlan;
+
+/* An int8 from the first row SPI returned, as the plan's estimate. */
+static void
+plan_take_estimate(PassPlan *plan)
+{
+	bool		isnull;
+
+	plan->estimate = catalog_getdatum(0, 1, &isnull);
+	plan->has_estimate = !isnull;
+}
+
+/*
+ * A pages source is one sequence of pages: one partition; its estimate is
+ * what its count function (if any) says, as the declaring role.
+ */
+static void
+plan_pages(Pass *pass, PassPlan *plan)
+{
+	plan->method = "pages";
+	plan->bounds = PointerGetDatum(construct_empty_array(TEXTOID));
+	if (OidIsValid(pass->count_fn))
+	{
+		Oid			ctypes[1] = {JSONBOID};
+		Datum		cvalues[1] = {pass->input ? JsonbPGetDatum(pass->input) : (Datum) 0};
+		char		cnulls[1] = {pass->input ? ' ' : 'n'};
+
+		if (SPI_execute_with_args(psprintf("SELECT %s($1)::pg_catalog.int8",
+										   function_name(pass->count_fn)),
+								  1, ctypes, cvalues, cnulls, false, 1) == SPI_OK_SELECT &&
+			SPI_processed == 1)
+			plan_take_estimate(plan);
+	}
+}
+
+/*
+ * A table: bounds from backfill.plan_bounds, about four partitions per
+ * lane, and the planner's estimate of the rows the predicate matches; both
+ * as the declaring role.
+ */
+static void
+plan_table(Pass *pass, PassPlan *plan)
+{
+	Oid			ptypes[4] = {OIDOID, NAMEOID, OIDOID, INT4OID};
+	Datum		pvalues[4];
+	NameData	keyname;
+	Oid			etypes[2] = {TEXTOID, TEXTOID};
+	Datum		evalues[2];
+	bool		isnull;
+	int			nparts = pass->max_parallel > 1 ? pass->max_parallel * 4 : 1;
+
+	namestrcpy(&keyname, pass->key ? pass->key : "");
+	pvalues[0] = ObjectIdGetDatum(pass->relid);
+	pvalues[1] = NameGetDatum(&keyname);
+	pvalues[2] = ObjectIdGetDatum(pass->keytype);
+	pvalues[3] = Int32GetDatum(nparts);
+	if (SPI_execute_with_args("SELECT method, bounds FROM backfill.plan_bounds($1, $2, $3, $4)",
+							  4, ptypes, pvalues, NULL, false, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not plan the partitions of backfill \"%s\"", pass->name);
+	plan->method = catalog_gettext(0, 1);
+	plan->bounds = PointerGetDatum(PG_DETOAST_DATUM_COPY(catalog_getdatum(0, 2, &isnull)));
+
+	evalues[0] = CStringGetTextDatum(pass->relation);
+	evalues[1] = CStringGetTextDatum(pass->predicate);
+	if (SPI_execute_with_args("SELECT backfill.estimate_rows($1, $2)", 2, etypes, evalues,
+							  NULL, false, 1) == SPI_OK_SELECT && SPI_processed == 1)
+		plan_take_estimate(plan);
+}
+
+/* Insert the partitions and move the run to running; say so in the log. */
+static void
+plan_store(Pass *pass, PassPlan *plan)
+{
+	CatalogScope scope;
+	Oid			types[4] = {INT8OID, TEXTARRAYOID, TEXTOID, INT8OID};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', ' ', plan->has_estimate ? ' ' : 'n'};
+	ArrayType  *bounds = DatumGetArrayTypeP(plan->bounds);
+
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = plan->bounds;
+	values[2] = CStringGetTextDatum(plan->method);
+	values[3] = plan->has_estimate ? plan->estimate : (Datum) 0;
+	catalog_enter(&scope);
+	/* partition i covers (bounds[i-1], bounds[i]]; the ends are open */
+	catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi)"
+				 " SELECT $1, i - 1, $2[i - 1], $2[i]"
+				 "   FROM pg_catalog.generate_series(1,"
+				 "          coalesce(pg_catalog.array_length($2, 1), 0) + 1) i",
+				 4, types, values, nulls, SPI_OK_INSERT);
+	catalog_exec("UPDATE backfill.run SET phase = 'running', plan_method = $3,"
+				 " estimate = $4, updated_at = pg_catalog.now() WHERE run_id = $1",
+				 4, types, values, nulls, SPI_OK_UPDATE);
+	catalog_leave(&scope);
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT " started: %d partitions by %s, "
+					"about %s rows to do",
+					pass->name, pass->run_id,
+					1 + (int) ArrayGetNItems(ARR_NDIM(bounds), ARR_DIMS(bounds)),
+					plan->method,
+					plan->has_estimate ? psprintf(INT64_FORMAT, DatumGetInt64(plan->estimate)) :
+					"?")));
+}
+
 /*
  * The first lane of a pass splits the key space into partitions, about
  * four per lane so that a lane that finishes early takes another: from the
  * key's histogram in pg_stats when there is one, else from min/max of an
  * integer key, else one partition.  Bounds come from backfill.plan_bounds,
- * run as the declaring role (it reads the table and its statistics).
+ * run as the declaring role (it reads the table and its statistics).  The
+ * run row stays locked while planning: one lane plans, a control waits.
  */
 void
 pass_plan(Pass *pass)
@@ -271,90 +384,13 @@ pass_plan(Pass *pass)
 
 	if (strcmp(phase, "queued") == 0)
 	{
-		Oid			ptypes[4] = {OIDOID, NAMEOID, OIDOID, INT4OID};
-		Datum		pvalues[4];
-		NameData	keyname;
-		Oid			etypes[2] = {TEXTOID, TEXTOID};
-		Datum		evalues[2];
-		Oid			itypes[4] = {INT8OID, TEXTARRAYOID, TEXTOID, INT8OID};
-		Datum		ivalues[4];
-		char		inulls[4] = {' ', ' ', ' ', ' '};
-		bool		isnull;
-		char	   *method;
-		int			nparts = pass->max_parallel > 1 ? pass->max_parallel * 4 : 1;
+		PassPlan	plan = {0};
 
-		/* a pages source is one sequence of pages: one partition */
 		if (OidIsValid(pass->pages_fn))
-			nparts = 1;
-
-		/* as the declaring role: the bounds, and the planner's estimate */
-		namestrcpy(&keyname, pass->key ? pass->key : "");
-		pvalues[0] = ObjectIdGetDatum(pass->relid);
-		pvalues[1] = NameGetDatum(&keyname);
-		pvalues[2] = ObjectIdGetDatum(pass->keytype);
-		pvalues[3] = Int32GetDatum(nparts);
-		inulls[3] = 'n';
-		if (OidIsValid(pass->pages_fn))
-		{
-			method = "pages";
-			ivalues[1] = PointerGetDatum(construct_empty_array(TEXTOID));
-			if (OidIsValid(pass->count_fn))
-			{
-				Oid			ctypes[1] = {JSONBOID};
-				Datum		cvalues[1] = {pass->input ? JsonbPGetDatum(pass->input) : (Datum) 0};
-				char		cnulls[1] = {pass->input ? ' ' : 'n'};
-
-				if (SPI_execute_with_args(psprintf("SELECT %s($1)::pg_catalog.int8",
-												   function_name(pass->count_fn)),
-										  1, ctypes, cvalues, cnulls, false, 1) == SPI_OK_SELECT &&
-					SPI_processed == 1)
-				{
-					ivalues[3] = catalog_getdatum(0, 1, &isnull);
-					inulls[3] = isnull ? 'n' : ' ';
-				}
-			}
-		}
+			plan_pages(pass, &plan);
 		else
-		{
-			if (SPI_execute_with_args("SELECT method, bounds FROM backfill.plan_bounds($1, $2, $3, $4)",
-									  4, ptypes, pvalues, NULL, false, 1) != SPI_OK_SELECT ||
-				SPI_processed != 1)
-				elog(ERROR, "could not plan the partitions of backfill \"%s\"", pass->name);
-			method = catalog_gettext(0, 1);
-			ivalues[1] = catalog_getdatum(0, 2, &isnull);
-			ivalues[1] = PointerGetDatum(PG_DETOAST_DATUM_COPY(ivalues[1]));
-
-			evalues[0] = CStringGetTextDatum(pass->relation);
-			evalues[1] = CStringGetTextDatum(pass->predicate);
-			if (SPI_execute_with_args("SELECT backfill.estimate_rows($1, $2)", 2, etypes, evalues,
-									  NULL, false, 1) == SPI_OK_SELECT && SPI_processed == 1)
-			{
-				ivalues[3] = catalog_getdatum(0, 1, &isnull);
-				inulls[3] = isnull ? 'n' : ' ';
-			}
-		}
-
-		ivalues[0] = Int64GetDatum(pass->run_id);
-		ivalues[2] = CStringGetTextDatum(method);
-		catalog_enter(&scope);
-		/* partition i covers (bounds[i-1], bounds[i]]; the ends are open */
-		catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi)"
-					 " SELECT $1, i - 1, $2[i - 1], $2[i]"
-					 "   FROM pg_catalog.generate_series(1,"
-					 "          coalesce(pg_catalog.array_length($2, 1), 0) + 1) i",
-					 4, itypes, ivalues, inulls, SPI_OK_INSERT);
-		catalog_exec("UPDATE backfill.run SET phase = 'running', plan_method = $3,"
-					 " estimate = $4, updated_at = pg_catalog.now() WHERE run_id = $1",
-					 4, itypes, ivalues, inulls, SPI_OK_UPDATE);
-		catalog_leave(&scope);
-		ereport(LOG,
-				(errmsg("backfill \"%s\" run " INT64_FORMAT " started: %d partitions by %s, "
-						"about %s rows to do",
-						pass->name, pass->run_id,
-						1 + (int) ArrayGetNItems(ARR_NDIM(DatumGetArrayTypeP(ivalues[1])),
-												 ARR_DIMS(DatumGetArrayTypeP(ivalues[1]))),
-						method,
-						inulls[3] == 'n' ? "?" : psprintf(INT64_FORMAT, DatumGetInt64(ivalues[3])))));
+			plan_table(pass, &plan);
+		plan_store(pass, &plan);
 	}
 	worker_commit_xact();
 }
@@ -482,6 +518,52 @@ pass_fail_partition(Pass *pass, Claim *claim, const char *message)
 }
 
 /*
+ * Write the ledger's final word on a running pass (status, and for a
+ * failure its SQLSTATE and message) with the rows and batches its
+ * partitions committed.  Returns false when the pass had already ended.
+ */
+static bool
+ledger_end(int64 run_id, const char *status, const char *code, const char *message)
+{
+	Oid			types[4] = {INT8OID, TEXTOID, TEXTOID, TEXTOID};
+	Datum		values[4];
+	char		nulls[4] = {' ', ' ', code ? ' ' : 'n', message ? ' ' : 'n'};
+
+	values[0] = Int64GetDatum(run_id);
+	values[1] = CStringGetTextDatum(status);
+	values[2] = code ? CStringGetTextDatum(code) : (Datum) 0;
+	values[3] = message ? CStringGetTextDatum(message) : (Datum) 0;
+	return catalog_exec("UPDATE backfill.ledger l SET status = $2, finished_at = pg_catalog.now(),"
+						"  error_code = $3, error_message = $4,"
+						"  rows = (SELECT coalesce(pg_catalog.sum(p.rows), 0) FROM backfill.partition p"
+						"           WHERE p.run_id = l.run_id),"
+						"  batches = (SELECT coalesce(pg_catalog.sum(p.batches), 0)"
+						"               FROM backfill.partition p WHERE p.run_id = l.run_id)"
+						" WHERE l.run_id = $1 AND l.status = 'running'",
+						4, types, values, nulls, SPI_OK_UPDATE) > 0;
+}
+
+/*
+ * The run row of a pass that ended: done, never left paused; remaining
+ * and last_error are set when given (>= 0, not NULL), else kept.
+ */
+static void
+run_end(int64 run_id, int64 remaining, const char *last_error)
+{
+	Oid			types[3] = {INT8OID, INT8OID, TEXTOID};
+	Datum		values[3];
+	char		nulls[3] = {' ', remaining >= 0 ? ' ' : 'n', last_error ? ' ' : 'n'};
+
+	values[0] = Int64GetDatum(run_id);
+	values[1] = Int64GetDatum(remaining);
+	values[2] = last_error ? CStringGetTextDatum(last_error) : (Datum) 0;
+	catalog_exec("UPDATE backfill.run SET phase = 'done', paused = false,"
+				 " remaining = coalesce($2, remaining), last_error = coalesce($3, last_error),"
+				 " updated_at = pg_catalog.now() WHERE run_id = $1",
+				 3, types, values, nulls, SPI_OK_UPDATE);
+}
+
+/*
  * End a running pass as failed, in the caller's transaction and catalog
  * scope: the ledger row (with the rows and batches its partitions
  * counted), then the run row, then (part_no >= 0) that partition: ledger,
@@ -492,30 +574,20 @@ pass_fail_partition(Pass *pass, Claim *claim, const char *message)
 bool
 pass_end_failed(int64 run_id, int part_no, int sqlerrcode, const char *message)
 {
-	Oid			types[4] = {INT8OID, INT4OID, TEXTOID, TEXTOID};
-	Datum		values[4];
+	Oid			types[3] = {INT8OID, INT4OID, TEXTOID};
+	Datum		values[3];
 
 	values[0] = Int64GetDatum(run_id);
 	values[1] = Int32GetDatum(part_no);
-	values[2] = CStringGetTextDatum(unpack_sql_state(sqlerrcode));
-	values[3] = CStringGetTextDatum(message);
+	values[2] = CStringGetTextDatum(message);
 
-	if (catalog_exec("UPDATE backfill.ledger l SET status = 'failed', finished_at = pg_catalog.now(),"
-					 "  error_code = $3, error_message = $4,"
-					 "  rows = (SELECT coalesce(pg_catalog.sum(p.rows), 0) FROM backfill.partition p"
-					 "           WHERE p.run_id = l.run_id),"
-					 "  batches = (SELECT coalesce(pg_catalog.sum(p.batches), 0) FROM backfill.partition p"
-					 "              WHERE p.run_id = l.run_id)"
-					 " WHERE l.run_id = $1 AND l.status = 'running'",
-					 4, types, values, NULL, SPI_OK_UPDATE) == 0)
+	if (!ledger_end(run_id, "failed", unpack_sql_state(sqlerrcode), message))
 		return false;
-	catalog_exec("UPDATE backfill.run SET phase = 'done', paused = false, last_error = $4,"
-				 " updated_at = pg_catalog.now() WHERE run_id = $1",
-				 4, types, values, NULL, SPI_OK_UPDATE);
+	run_end(run_id, -1, message);
 	if (part_no >= 0)
-		catalog_exec("UPDATE backfill.partition SET state = 'failed', last_error = $4,"
+		catalog_exec("UPDATE backfill.partition SET state = 'failed', last_error = $3,"
 					 " finished_at = pg_catalog.now() WHERE run_id = $1 AND part_no = $2",
-					 4, types, values, NULL, SPI_OK_UPDATE);
+					 3, types, values, NULL, SPI_OK_UPDATE);
 	return true;
 }
 
@@ -547,33 +619,24 @@ pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message)
 }
 
 /*
- * Once no partition is left to work on: count the rows that still match
- * the predicate and end the pass, completed or stalled.  Only one lane
- * gets to write the end; the others find the pass ended.
+ * With the ledger row locked, as backfill_retry and backfill_cancel lock
+ * it: a retry that puts failed partitions back to pending comes wholly
+ * before this look (the pass goes on) or wholly after it (it resumes the
+ * failed pass in a new one).  Returns true when the pass is to be counted
+ * now: no partition is open and none failed (the run is then counting).
+ * A pass with failed partitions fails here; one with open partitions is
+ * another lane's to end.
  */
-void
-pass_finish(Pass *pass)
+static bool
+pass_ready_to_count(Pass *pass)
 {
 	CatalogScope scope;
-	Oid			types[3] = {INT8OID, INT8OID, TEXTOID};
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(pass->run_id)};
 	bool		isnull;
 	int64		open_parts;
 	int64		failed_parts;
-	int64		remaining;
-	char	   *status;
-	bool		paused;
-	StringInfoData sql;
 
-	values[0] = Int64GetDatum(pass->run_id);
-
-	/*
-	 * With the ledger row locked, as backfill_retry and backfill_cancel lock
-	 * it: a retry that puts failed partitions back to pending comes wholly
-	 * before this look (the pass goes on) or wholly after it (it resumes
-	 * the failed pass in a new one).
-	 */
 	worker_begin_xact("pg_backfill lane: checking the partitions");
 	catalog_enter(&scope);
 	if (catalog_exec("SELECT 1 FROM backfill.ledger WHERE run_id = $1 AND status = 'running'"
@@ -582,7 +645,7 @@ pass_finish(Pass *pass)
 	{
 		catalog_leave(&scope);
 		worker_commit_xact();
-		return;					/* it has ended */
+		return false;			/* it has ended */
 	}
 	catalog_exec("SELECT pg_catalog.count(*) FILTER (WHERE state NOT IN ('done', 'failed')),"
 				 "  pg_catalog.count(*) FILTER (WHERE state = 'failed'),"
@@ -599,7 +662,7 @@ pass_finish(Pass *pass)
 		catalog_leave(&scope);
 		pass_fail_in_xact(pass, -1, ERRCODE_BACKFILL_BATCH_FAILED, message);
 		worker_commit_xact();
-		return;
+		return false;
 	}
 	if (open_parts == 0)
 		catalog_exec("UPDATE backfill.run SET phase = 'counting', updated_at = pg_catalog.now()"
@@ -607,16 +670,26 @@ pass_finish(Pass *pass)
 					 1, types, values, NULL, SPI_OK_UPDATE);
 	catalog_leave(&scope);
 	worker_commit_xact();
-	if (open_parts > 0)
-		return;					/* another lane still works on this pass */
+	return open_parts == 0;
+}
 
-	/*
-	 * The ledger row stays locked while counting: a cancel or pause waits
-	 * for the count and then finds the pass ended.  A pass paused before
-	 * the count began is not counted now: resuming it starts a lane that
-	 * counts.
-	 */
-	worker_begin_xact("pg_backfill lane: counting the rows left");
+/*
+ * In the counting transaction: lock the ledger row and say whether the
+ * pass is still running and not paused.  The lock stays while counting: a
+ * cancel or pause waits for the count and then finds the pass ended.  A
+ * pass paused before the count began is not counted now: resuming it
+ * starts a lane that counts.
+ */
+static bool
+lock_pass_to_count(Pass *pass)
+{
+	CatalogScope scope;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(pass->run_id)};
+	bool		isnull;
+	char	   *status;
+	bool		paused;
+
 	catalog_enter(&scope);
 	catalog_exec("SELECT l.status, r.paused FROM backfill.ledger l"
 				 " JOIN backfill.run r ON r.run_id = l.run_id"
@@ -625,28 +698,33 @@ pass_finish(Pass *pass)
 	status = catalog_gettext(0, 1);
 	paused = DatumGetBool(catalog_getdatum(0, 2, &isnull));
 	catalog_leave(&scope);
-	if (strcmp(status, "running") != 0 || paused)
-	{
-		worker_commit_xact();
-		return;
-	}
+	return strcmp(status, "running") == 0 && !paused;
+}
 
-	/*
-	 * Convergence, as the declaring role: for a table the predicate is the
-	 * count; a pages source may declare a count function.  A count that is
-	 * NULL or negative is an error, never "converged".
-	 */
-	remaining = 0;
+/*
+ * Convergence, as the declaring role: for a table the predicate is the
+ * count; a pages source may declare a count function (none: 0).  A count
+ * that is NULL or negative is an error, never "converged".
+ */
+static int64
+count_remaining(Pass *pass)
+{
+	bool		isnull;
+	int64		remaining;
+
 	if (!OidIsValid(pass->pages_fn))
 	{
+		StringInfoData sql;
+
 		initStringInfo(&sql);
 		appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM %s WHERE (\n%s\n)", pass->relation,
 						 pass->predicate);
 		if (SPI_execute(sql.data, true, 0) != SPI_OK_SELECT || SPI_processed != 1)
 			elog(ERROR, "could not count the rows left by backfill \"%s\"", pass->name);
-		remaining = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
+		return DatumGetInt64(catalog_getdatum(0, 1, &isnull));
 	}
-	else if (OidIsValid(pass->count_fn))
+	if (!OidIsValid(pass->count_fn))
+		return 0;
 	{
 		Oid			ctypes[1] = {JSONBOID};
 		Datum		cvalues[1] = {pass->input ? JsonbPGetDatum(pass->input) : (Datum) 0};
@@ -657,16 +735,23 @@ pass_finish(Pass *pass)
 								  1, ctypes, cvalues, cnulls, true, 1) != SPI_OK_SELECT ||
 			SPI_processed != 1)
 			elog(ERROR, "could not count the rows left by backfill \"%s\"", pass->name);
-		remaining = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
-		if (isnull || remaining < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-					 errmsg("count function of backfill \"%s\" answered %s", pass->name,
-							isnull ? "NULL" : psprintf(INT64_FORMAT, remaining)),
-					 errdetail("A count must be a whole number of rows still to do, zero or more."),
-					 errhint("Fix the count function; the pass did not converge.")));
 	}
-	values[1] = Int64GetDatum(remaining);
+	remaining = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
+	if (isnull || remaining < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("count function of backfill \"%s\" answered %s", pass->name,
+						isnull ? "NULL" : psprintf(INT64_FORMAT, remaining)),
+				 errdetail("A count must be a whole number of rows still to do, zero or more."),
+				 errhint("Fix the count function; the pass did not converge.")));
+	return remaining;
+}
+
+/* End the counted pass: completed, or failed as stalled (BF006). */
+static void
+pass_end_counted(Pass *pass, int64 remaining)
+{
+	CatalogScope scope;
 
 	catalog_enter(&scope);
 	if (remaining > 0)
@@ -675,38 +760,34 @@ pass_finish(Pass *pass)
 									   "predicate after the source was exhausted",
 									   pass->name, (long long) remaining);
 
-		values[2] = CStringGetTextDatum(message);
-		catalog_exec("UPDATE backfill.ledger l SET status = 'failed', finished_at = pg_catalog.now(),"
-					 "  error_code = 'BF006', error_message = $3,"
-					 "  rows = (SELECT pg_catalog.sum(p.rows) FROM backfill.partition p"
-					 "           WHERE p.run_id = l.run_id),"
-					 "  batches = (SELECT pg_catalog.sum(p.batches) FROM backfill.partition p"
-					 "              WHERE p.run_id = l.run_id)"
-					 " WHERE l.run_id = $1",
-					 3, types, values, nulls, SPI_OK_UPDATE);
-		catalog_exec("UPDATE backfill.run SET phase = 'done', remaining = $2, last_error = $3,"
-					 " paused = false, updated_at = pg_catalog.now() WHERE run_id = $1",
-					 3, types, values, nulls, SPI_OK_UPDATE);
+		ledger_end(pass->run_id, "failed", "BF006", message);
+		run_end(pass->run_id, remaining, message);
 		ereport(LOG, (errmsg("%s", message),
 					  errhint("Rows may be written faster than the backfill fixes them, or the "
 							  "action may not fix every row it is given.")));
 	}
 	else
 	{
-		nulls[2] = 'n';
-		catalog_exec("UPDATE backfill.ledger l SET status = 'completed', finished_at = pg_catalog.now(),"
-					 "  rows = (SELECT pg_catalog.sum(p.rows) FROM backfill.partition p"
-					 "           WHERE p.run_id = l.run_id),"
-					 "  batches = (SELECT pg_catalog.sum(p.batches) FROM backfill.partition p"
-					 "              WHERE p.run_id = l.run_id)"
-					 " WHERE l.run_id = $1",
-					 1, types, values, NULL, SPI_OK_UPDATE);
-		catalog_exec("UPDATE backfill.run SET phase = 'done', remaining = 0, paused = false,"
-					 " updated_at = pg_catalog.now() WHERE run_id = $1",
-					 1, types, values, NULL, SPI_OK_UPDATE);
+		ledger_end(pass->run_id, "completed", NULL, NULL);
+		run_end(pass->run_id, 0, NULL);
 		ereport(LOG, (errmsg("backfill \"%s\" run " INT64_FORMAT " completed",
 							 pass->name, pass->run_id)));
 	}
 	catalog_leave(&scope);
+}
+
+/*
+ * Once no partition is left to work on: count the rows that still match
+ * the predicate and end the pass, completed or stalled.  Only one lane
+ * gets to write the end; the others find the pass ended.
+ */
+void
+pass_finish(Pass *pass)
+{
+	if (!pass_ready_to_count(pass))
+		return;
+	worker_begin_xact("pg_backfill lane: counting the rows left");
+	if (lock_pass_to_count(pass))
+		pass_end_counted(pass, count_remaining(pass));
 	worker_commit_xact();
 }
