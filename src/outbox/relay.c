@@ -116,8 +116,13 @@ typedef struct Delivery
 	char	   *secret;
 	char	   *signature;		/* webhook: of the body, under the secret */
 	int			timeout_ms;
-	Oid			run_as;
+	Oid			run_as;			/* the role that set the sink */
 	char	   *search_path;
+	/* the sink's trust, as read in the first transaction */
+	Datum		grantees;		/* oid[] of the topic's grantees, valid with payload */
+	bool		grantees_null;
+	bool		run_as_named;	/* run_as still carries the name it was set with */
+	char	   *run_as_name;
 } Delivery;
 
 typedef enum DeliveryStep
@@ -387,10 +392,6 @@ refuse_delivery(Delivery *d)
 						 d->topic, role_name(d->emitted_by), d->id)));
 }
 
-/*
- * Run a function sink, as the role that set it, restricted, with that
- * role's search_path; whatever settings it changes are rolled back.
- */
 /* the role that owns a function (InvalidOid when it is gone) */
 static Oid
 function_owner(Oid fn)
@@ -405,6 +406,12 @@ function_owner(Oid fn)
 	return owner;
 }
 
+/*
+ * Run a function sink, as the role that set it, restricted, with that
+ * role's search_path; whatever settings it changes are rolled back.  It
+ * must still be the function the sink was set to, owned by a role with
+ * the sink role's privileges.
+ */
 static void
 call_function_sink(Delivery *d)
 {
@@ -474,24 +481,16 @@ kept_text(int col)
 }
 
 /*
- * The first (for NOTIFY and function sinks, the only) transaction of a
- * delivery: read the message and its sink, check its emitter, and either
- * deliver it and mark it delivered, or lease it for a webhook call.
+ * Read the message, if it is still pending, due and not taken, and its
+ * sink, into d.  In the delivery's first transaction.
  */
-static DeliveryStep
-open_delivery(Delivery *d)
+static bool
+read_delivery(Delivery *d)
 {
-	Oid			types[2] = {INT8OID, FLOAT8OID};
-	Datum		values[2];
-	Datum		grantees;
-	bool		grantees_null;
-	bool		run_as_named;
-	char	   *run_as_name;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(d->id)};
 	bool		isnull;
-	int			attempt;
 
-	values[0] = Int64GetDatum(d->id);
-	worker_begin_xact("pg_backfill relay: delivering");
 	if (catalog_exec("SELECT o.topic, o.key, o.payload,"
 					 "  pg_catalog.jsonb_build_object('id', o.id, 'topic', o.topic, 'key', o.key,"
 					 "                                'payload', o.payload)::text,"
@@ -507,10 +506,7 @@ open_delivery(Delivery *d)
 					 "   AND o.next_attempt_at <= pg_catalog.now()"
 					 " FOR UPDATE OF o SKIP LOCKED",
 					 1, types, values, NULL, SPI_OK_SELECT) == 0)
-	{
-		worker_commit_xact();
-		return DELIVERY_SKIPPED;
-	}
+		return false;
 	d->topic = kept_text(1);
 	d->key = kept_text(2);
 	d->payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(catalog_getdatum(0, 3, &isnull)));
@@ -527,46 +523,64 @@ open_delivery(Delivery *d)
 	d->timeout_ms = DatumGetInt32(catalog_getdatum(0, 10, &isnull));
 	d->run_as = DatumGetObjectId(catalog_getdatum(0, 11, &isnull));
 	d->search_path = kept_text(12);
-	grantees = catalog_getdatum(0, 13, &grantees_null);
-	run_as_named = DatumGetBool(catalog_getdatum(0, 14, &isnull));
-	run_as_name = kept_text(15);
+	d->grantees = catalog_getdatum(0, 13, &d->grantees_null);
+	d->run_as_named = DatumGetBool(catalog_getdatum(0, 14, &isnull));
+	d->run_as_name = kept_text(15);
+	return true;
+}
 
-	if (OidIsValid(d->emitted_by) &&
-		!outbox_role_allowed(d->emitted_by, d->run_as, grantees, grantees_null))
-	{
-		refuse_delivery(d);
-		worker_commit_xact();
-		return DELIVERY_DONE;
-	}
+/* A function sink runs as the role that set it, not an oid left by a restore. */
+static void
+check_sink_role(Delivery *d)
+{
+	if (strcmp(d->kind, "function") != 0 || d->run_as_named)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+			 errmsg("outbox sink of topic \"%s\" was set by role \"%s\", which it no longer "
+					"names", d->topic, d->run_as_name),
+			 errdetail("Its role oid %u is %s now.", d->run_as,
+					   GetUserNameFromId(d->run_as, true) ?
+					   GetUserNameFromId(d->run_as, true) : "no role"),
+			 errhint("Set the sink again: SELECT backfill_outbox_sink('%s', ...);", d->topic)));
+}
 
-	/* a function sink runs as the role that set it, not an oid left by a restore */
-	if (strcmp(d->kind, "function") == 0 && !run_as_named)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
-				 errmsg("outbox sink of topic \"%s\" was set by role \"%s\", which it no longer "
-						"names", d->topic, run_as_name),
-				 errdetail("Its role oid %u is %s now.", d->run_as,
-						   GetUserNameFromId(d->run_as, true) ?
-						   GetUserNameFromId(d->run_as, true) : "no role"),
-				 errhint("Set the sink again: SELECT backfill_outbox_sink('%s', ...);", d->topic)));
+/*
+ * A webhook: count the attempt and hold the message past the call's
+ * timeout (its lease), and sign the body; the call comes after the commit.
+ * Returns the attempt, which is the delivery's once the lease commits.
+ */
+static int
+lease_webhook(Delivery *d)
+{
+	Oid			types[2] = {INT8OID, FLOAT8OID};
+	Datum		values[2];
+	bool		isnull;
+	int			attempt;
 
-	if (strcmp(d->kind, "webhook") == 0)
-	{
-		/* count the attempt and hold the message past the call's timeout */
-		values[1] = Float8GetDatum((d->timeout_ms + RELAY_LEASE_MARGIN_MS) / 1000.0);
-		catalog_exec("UPDATE backfill.outbox SET attempts = attempts + 1,"
-					 "  next_attempt_at = pg_catalog.clock_timestamp()"
-					 "                    + pg_catalog.make_interval(secs => $2)"
-					 " WHERE id = $1 RETURNING attempts",
-					 2, types, values, NULL, SPI_OK_UPDATE_RETURNING);
-		attempt = DatumGetInt32(catalog_getdatum(0, 1, &isnull));
-		if (d->secret != NULL)
-			d->signature = MemoryContextStrdup(worker_outer_cxt,
-											   webhook_signature(d->body, d->secret));
-		worker_commit_xact();
-		d->attempt = attempt;
-		return DELIVERY_CALL;
-	}
+	values[0] = Int64GetDatum(d->id);
+	values[1] = Float8GetDatum((d->timeout_ms + RELAY_LEASE_MARGIN_MS) / 1000.0);
+	catalog_exec("UPDATE backfill.outbox SET attempts = attempts + 1,"
+				 "  next_attempt_at = pg_catalog.clock_timestamp()"
+				 "                    + pg_catalog.make_interval(secs => $2)"
+				 " WHERE id = $1 RETURNING attempts",
+				 2, types, values, NULL, SPI_OK_UPDATE_RETURNING);
+	attempt = DatumGetInt32(catalog_getdatum(0, 1, &isnull));
+	if (d->secret != NULL)
+		d->signature = MemoryContextStrdup(worker_outer_cxt,
+										   webhook_signature(d->body, d->secret));
+	return attempt;
+}
+
+/*
+ * A NOTIFY or function sink: deliver and mark the message delivered, in
+ * one transaction.
+ */
+static void
+deliver_in_xact(Delivery *d)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(d->id)};
 
 	if (strcmp(d->kind, "notify") == 0)
 	{
@@ -583,8 +597,40 @@ open_delivery(Delivery *d)
 	catalog_exec("UPDATE backfill.outbox SET state = 'delivered', delivered_at = pg_catalog.now(),"
 				 " attempts = attempts + 1, last_error = NULL WHERE id = $1",
 				 1, types, values, NULL, SPI_OK_UPDATE);
+}
+
+/*
+ * The first (for NOTIFY and function sinks, the only) transaction of a
+ * delivery: read the message and its sink, check its emitter, and either
+ * deliver it and mark it delivered, or lease it for a webhook call.
+ */
+static DeliveryStep
+open_delivery(Delivery *d)
+{
+	DeliveryStep step = DELIVERY_DONE;
+	int			attempt = 0;
+
+	worker_begin_xact("pg_backfill relay: delivering");
+	if (!read_delivery(d))
+		step = DELIVERY_SKIPPED;
+	else if (OidIsValid(d->emitted_by) &&
+			 !outbox_role_allowed(d->emitted_by, d->run_as, d->grantees, d->grantees_null))
+		refuse_delivery(d);
+	else
+	{
+		check_sink_role(d);
+		if (strcmp(d->kind, "webhook") == 0)
+		{
+			attempt = lease_webhook(d);
+			step = DELIVERY_CALL;
+		}
+		else
+			deliver_in_xact(d);
+	}
 	worker_commit_xact();
-	return DELIVERY_DONE;
+	/* only a lease that committed is this delivery's attempt */
+	d->attempt = attempt;
+	return step;
 }
 
 /* The webhook answered 2xx: mark the message delivered, if still ours. */
