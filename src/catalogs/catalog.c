@@ -177,6 +177,33 @@ catalog_gettext(int row, int col)
 	return SPI_getvalue(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col);
 }
 
+int64
+catalog_getint64(int row, int col)
+{
+	bool		isnull;
+	Datum		d = catalog_getdatum(row, col, &isnull);
+
+	return isnull ? 0 : DatumGetInt64(d);
+}
+
+Datum
+catalog_getcopy(int row, int col)
+{
+	bool		isnull;
+	Datum		d = catalog_getdatum(row, col, &isnull);
+
+	return isnull ? (Datum) 0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(d));
+}
+
+Oid
+catalog_getoid(int row, int col)
+{
+	bool		isnull;
+	Datum		d = catalog_getdatum(row, col, &isnull);
+
+	return isnull ? InvalidOid : DatumGetObjectId(d);
+}
+
 void
 check_backfill_name(const char *name)
 {

@@ -50,6 +50,16 @@ pass_key_from_text(Pass *pass, const char *text)
 	return d;
 }
 
+/* One catalog statement whose one parameter, $1, is the pass's run id. */
+static int
+exec_on_run(Pass *pass, const char *sql, int expected)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(pass->run_id)};
+
+	return catalog_exec(sql, 1, types, values, NULL, expected);
+}
+
 /*
  * Is this lane the declaration's run_as role, and does the declaration
  * still name its table and roles (identity.c)?  If not, the pass fails
@@ -267,6 +277,23 @@ plan_take_estimate(PassPlan *plan)
 }
 
 /*
+ * Call a pages source's count function with the pass's input, as the lane's
+ * role; true when it answered one row (its count is column 1 of SPI's).
+ */
+static bool
+call_count_fn(Pass *pass, bool read_only)
+{
+	Oid			types[1] = {JSONBOID};
+	Datum		values[1] = {pass->input ? JsonbPGetDatum(pass->input) : (Datum) 0};
+	char		nulls[1] = {pass->input ? ' ' : 'n'};
+
+	return SPI_execute_with_args(psprintf("SELECT %s($1)::pg_catalog.int8",
+										  function_name(pass->count_fn)),
+								 1, types, values, nulls, read_only, 1) == SPI_OK_SELECT &&
+		SPI_processed == 1;
+}
+
+/*
  * A pages source is one sequence of pages: one partition; its estimate is
  * what its count function (if any) says, as the declaring role.
  */
@@ -275,18 +302,8 @@ plan_pages(Pass *pass, PassPlan *plan)
 {
 	plan->method = "pages";
 	plan->bounds = PointerGetDatum(construct_empty_array(TEXTOID));
-	if (OidIsValid(pass->count_fn))
-	{
-		Oid			ctypes[1] = {JSONBOID};
-		Datum		cvalues[1] = {pass->input ? JsonbPGetDatum(pass->input) : (Datum) 0};
-		char		cnulls[1] = {pass->input ? ' ' : 'n'};
-
-		if (SPI_execute_with_args(psprintf("SELECT %s($1)::pg_catalog.int8",
-										   function_name(pass->count_fn)),
-								  1, ctypes, cvalues, cnulls, false, 1) == SPI_OK_SELECT &&
-			SPI_processed == 1)
-			plan_take_estimate(plan);
-	}
+	if (OidIsValid(pass->count_fn) && call_count_fn(pass, false))
+		plan_take_estimate(plan);
 }
 
 /*
@@ -371,14 +388,12 @@ void
 pass_plan(Pass *pass)
 {
 	CatalogScope scope;
-	Oid			types[1] = {INT8OID};
-	Datum		values[1] = {Int64GetDatum(pass->run_id)};
 	char	   *phase;
 
 	worker_begin_xact("pg_backfill lane: planning the pass");
 	catalog_enter(&scope);
-	catalog_exec("SELECT phase FROM backfill.run WHERE run_id = $1 FOR UPDATE",
-				 1, types, values, NULL, SPI_OK_SELECT);
+	exec_on_run(pass, "SELECT phase FROM backfill.run WHERE run_id = $1 FOR UPDATE",
+				SPI_OK_SELECT);
 	phase = catalog_gettext(0, 1);
 	catalog_leave(&scope);
 
@@ -631,29 +646,24 @@ static bool
 pass_ready_to_count(Pass *pass)
 {
 	CatalogScope scope;
-	Oid			types[1] = {INT8OID};
-	Datum		values[1] = {Int64GetDatum(pass->run_id)};
-	bool		isnull;
 	int64		open_parts;
 	int64		failed_parts;
 
 	worker_begin_xact("pg_backfill lane: checking the partitions");
 	catalog_enter(&scope);
-	if (catalog_exec("SELECT 1 FROM backfill.ledger WHERE run_id = $1 AND status = 'running'"
-					 " FOR UPDATE",
-					 1, types, values, NULL, SPI_OK_SELECT) == 0)
+	if (exec_on_run(pass, "SELECT 1 FROM backfill.ledger WHERE run_id = $1 AND status = 'running'"
+					" FOR UPDATE", SPI_OK_SELECT) == 0)
 	{
 		catalog_leave(&scope);
 		worker_commit_xact();
 		return false;			/* it has ended */
 	}
-	catalog_exec("SELECT pg_catalog.count(*) FILTER (WHERE state NOT IN ('done', 'failed')),"
-				 "  pg_catalog.count(*) FILTER (WHERE state = 'failed'),"
-				 "  (pg_catalog.array_agg(last_error ORDER BY part_no) FILTER (WHERE state = 'failed'))[1]"
-				 " FROM backfill.partition WHERE run_id = $1",
-				 1, types, values, NULL, SPI_OK_SELECT);
-	open_parts = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
-	failed_parts = DatumGetInt64(catalog_getdatum(0, 2, &isnull));
+	exec_on_run(pass, "SELECT pg_catalog.count(*) FILTER (WHERE state NOT IN ('done', 'failed')),"
+				"  pg_catalog.count(*) FILTER (WHERE state = 'failed'),"
+				"  (pg_catalog.array_agg(last_error ORDER BY part_no) FILTER (WHERE state = 'failed'))[1]"
+				" FROM backfill.partition WHERE run_id = $1", SPI_OK_SELECT);
+	open_parts = catalog_getint64(0, 1);
+	failed_parts = catalog_getint64(0, 2);
 	if (open_parts == 0 && failed_parts > 0)
 	{
 		char	   *message = psprintf("%lld partitions failed; the first: %s",
@@ -665,9 +675,8 @@ pass_ready_to_count(Pass *pass)
 		return false;
 	}
 	if (open_parts == 0)
-		catalog_exec("UPDATE backfill.run SET phase = 'counting', updated_at = pg_catalog.now()"
-					 " WHERE run_id = $1 AND phase = 'running'",
-					 1, types, values, NULL, SPI_OK_UPDATE);
+		exec_on_run(pass, "UPDATE backfill.run SET phase = 'counting', updated_at = pg_catalog.now()"
+					" WHERE run_id = $1 AND phase = 'running'", SPI_OK_UPDATE);
 	catalog_leave(&scope);
 	worker_commit_xact();
 	return open_parts == 0;
@@ -684,17 +693,14 @@ static bool
 lock_pass_to_count(Pass *pass)
 {
 	CatalogScope scope;
-	Oid			types[1] = {INT8OID};
-	Datum		values[1] = {Int64GetDatum(pass->run_id)};
 	bool		isnull;
 	char	   *status;
 	bool		paused;
 
 	catalog_enter(&scope);
-	catalog_exec("SELECT l.status, r.paused FROM backfill.ledger l"
-				 " JOIN backfill.run r ON r.run_id = l.run_id"
-				 " WHERE l.run_id = $1 FOR UPDATE OF l",
-				 1, types, values, NULL, SPI_OK_SELECT);
+	exec_on_run(pass, "SELECT l.status, r.paused FROM backfill.ledger l"
+				" JOIN backfill.run r ON r.run_id = l.run_id"
+				" WHERE l.run_id = $1 FOR UPDATE OF l", SPI_OK_SELECT);
 	status = catalog_gettext(0, 1);
 	paused = DatumGetBool(catalog_getdatum(0, 2, &isnull));
 	catalog_leave(&scope);
@@ -725,17 +731,8 @@ count_remaining(Pass *pass)
 	}
 	if (!OidIsValid(pass->count_fn))
 		return 0;
-	{
-		Oid			ctypes[1] = {JSONBOID};
-		Datum		cvalues[1] = {pass->input ? JsonbPGetDatum(pass->input) : (Datum) 0};
-		char		cnulls[1] = {pass->input ? ' ' : 'n'};
-
-		if (SPI_execute_with_args(psprintf("SELECT %s($1)::pg_catalog.int8",
-										   function_name(pass->count_fn)),
-								  1, ctypes, cvalues, cnulls, true, 1) != SPI_OK_SELECT ||
-			SPI_processed != 1)
-			elog(ERROR, "could not count the rows left by backfill \"%s\"", pass->name);
-	}
+	if (!call_count_fn(pass, true))
+		elog(ERROR, "could not count the rows left by backfill \"%s\"", pass->name);
 	remaining = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
 	if (isnull || remaining < 0)
 		ereport(ERROR,

@@ -88,7 +88,6 @@ check_topic_emitter(Datum topic, Oid emitter)
 	Datum		values[1] = {topic};
 	Oid			owner;
 	Datum		grantees;
-	bool		isnull;
 	bool		grantees_null;
 
 	if (catalog_exec("SELECT s.run_as, pg_catalog.array_agg(g.grantee::oid)"
@@ -98,7 +97,7 @@ check_topic_emitter(Datum topic, Oid emitter)
 					 " WHERE s.topic = $1 GROUP BY s.run_as",
 					 1, types, values, NULL, SPI_OK_SELECT) == 0)
 		return;					/* no sink: the message waits for one */
-	owner = DatumGetObjectId(catalog_getdatum(0, 1, &isnull));
+	owner = catalog_getoid(0, 1);
 	grantees = catalog_getdatum(0, 2, &grantees_null);
 	if (outbox_role_allowed(emitter, owner, grantees, grantees_null))
 		return;

@@ -511,14 +511,10 @@ read_delivery(Delivery *d)
 	d->key = kept_text(2);
 	d->payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(catalog_getdatum(0, 3, &isnull)));
 	d->body = kept_text(4);
-	d->emitted_by = DatumGetObjectId(catalog_getdatum(0, 5, &isnull));
-	if (isnull)
-		d->emitted_by = InvalidOid;
+	d->emitted_by = catalog_getoid(0, 5);	/* InvalidOid: emitted before 0.3 */
 	d->kind = kept_text(6);
 	d->target = kept_text(7);
-	d->target_fn = DatumGetObjectId(catalog_getdatum(0, 8, &isnull));
-	if (isnull)
-		d->target_fn = InvalidOid;
+	d->target_fn = catalog_getoid(0, 8);
 	d->secret = kept_text(9);
 	d->timeout_ms = DatumGetInt32(catalog_getdatum(0, 10, &isnull));
 	d->run_as = DatumGetObjectId(catalog_getdatum(0, 11, &isnull));

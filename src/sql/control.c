@@ -72,15 +72,6 @@ typedef struct Target
 	"   ORDER BY l.run_id DESC LIMIT 1) last ON true" \
 	" WHERE d.name = $1"
 
-static int64
-int64_or_zero(int col)
-{
-	bool		isnull;
-	Datum		d = catalog_getdatum(0, col, &isnull);
-
-	return isnull ? 0 : DatumGetInt64(d);
-}
-
 /*
  * A REPEATABLE READ or SERIALIZABLE caller acts on its snapshot: if a pass
  * of the backfill started or ended after it was taken, the control would
@@ -102,8 +93,8 @@ check_snapshot_current(Target *t, const char *control)
 				 "    WHERE l.declaration = $1 AND l.status = 'running'),"
 				 "  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.declaration = $1)",
 				 1, types, values, NULL, SPI_OK_SELECT);
-	snap_running = int64_or_zero(1);
-	snap_last = int64_or_zero(2);
+	snap_running = catalog_getint64(0, 1);
+	snap_last = catalog_getint64(0, 2);
 	if (snap_running == t->running_id && snap_last == t->last_id)
 		return;
 	ereport(ERROR,
@@ -147,14 +138,12 @@ target_load(const char *name, Target *t, bool missing_ok, const char *control)
 	if (found)
 	{
 		catalog_exec_latest(TARGET_STATE_SQL, 1, types, values, NULL);
-		t->owner = DatumGetObjectId(catalog_getdatum(0, 1, &isnull));
+		t->owner = catalog_getoid(0, 1);
 		t->checksum = catalog_gettext(0, 2);
-		t->environments = catalog_getdatum(0, 3, &isnull);
-		if (!isnull)
-			t->environments = PointerGetDatum(PG_DETOAST_DATUM_COPY(t->environments));
+		t->environments = catalog_getcopy(0, 3);
 		t->envlist = catalog_gettext(0, 4);
-		t->running_id = int64_or_zero(5);
-		t->last_id = int64_or_zero(6);
+		t->running_id = catalog_getint64(0, 5);
+		t->last_id = catalog_getint64(0, 6);
 		t->last_status = catalog_gettext(0, 7);
 		t->last_checksum = catalog_gettext(0, 8);
 		t->last_ledger_name = catalog_gettext(0, 9);
@@ -163,7 +152,7 @@ target_load(const char *name, Target *t, bool missing_ok, const char *control)
 
 			t->last_input = isnull ? NULL : DatumGetJsonbPCopy(d);
 		}
-		t->run_as = DatumGetObjectId(catalog_getdatum(0, 11, &isnull));
+		t->run_as = catalog_getoid(0, 11);
 	}
 	catalog_leave(&scope);
 
@@ -213,6 +202,17 @@ lock_running_pass(Target *t)
 	return running;
 }
 
+/* lock_running_pass, saying in a NOTICE when there is none to act on */
+static bool
+lock_running_pass_or_say(Target *t, const char *verb)
+{
+	if (lock_running_pass(t))
+		return true;
+	ereport(NOTICE,
+			(errmsg("backfill \"%s\" has no running pass to %s", t->name, verb)));
+	return false;
+}
+
 /* Run one catalog statement on the target's running pass; rows changed. */
 static int
 on_running_pass(Target *t, const char *sql)
@@ -237,45 +237,62 @@ connect_spi(void)
 		elog(ERROR, "SPI_connect failed");
 }
 
-Datum
-backfill_pause(PG_FUNCTION_ARGS)
+/* what a control does to its loaded target; true when it changed anything */
+typedef bool (*ControlAction) (Target *t);
+
+/*
+ * The frame of pause, resume, cancel and retry: load (and lock) the
+ * backfill named by the first argument, act on it, answer whether
+ * anything changed.
+ */
+static bool
+run_control(FunctionCallInfo fcinfo, const char *control, ControlAction act)
 {
 	Target		t;
-	bool		changed = false;
+	bool		changed;
 
 	connect_spi();
-	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false, "backfill_pause");
-	if (lock_running_pass(&t))
-	{
-		changed = on_running_pass(&t, "UPDATE backfill.run SET paused = true, updated_at = now()"
-								  " WHERE run_id = $1 AND NOT paused ") > 0;
-		/* a lane waiting out its rate leaves at once, not after the sleep */
-		if (changed)
-			backfill_wake_lanes_at_commit(t.running_id, false);
-	}
-	else
-		ereport(NOTICE,
-				(errmsg("backfill \"%s\" has no running pass to pause", t.name)));
+	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false, control);
+	changed = act(&t);
 	SPI_finish();
-	PG_RETURN_BOOL(changed);
+	return changed;
 }
 
-Datum
-backfill_resume(PG_FUNCTION_ARGS)
+/* an SQL control: backfill_x(name) answers run_control(..., x_pass) */
+#define CONTROL_ENTRY(fn, act) \
+	Datum fn(PG_FUNCTION_ARGS) { PG_RETURN_BOOL(run_control(fcinfo, #fn, act)); }
+
+static bool
+pause_pass(Target *t)
 {
-	Target		t;
+	bool		changed;
+
+	if (!lock_running_pass_or_say(t, "pause"))
+		return false;
+	changed = on_running_pass(t, "UPDATE backfill.run SET paused = true, updated_at = now()"
+							  " WHERE run_id = $1 AND NOT paused ") > 0;
+	/* a lane waiting out its rate leaves at once, not after the sleep */
+	if (changed)
+		backfill_wake_lanes_at_commit(t->running_id, false);
+	return changed;
+}
+
+CONTROL_ENTRY(backfill_pause, pause_pass)
+
+static bool
+resume_pass(Target *t)
+{
 	bool		changed = false;
 
-	connect_spi();
-	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false, "backfill_resume");
-	if (lock_running_pass(&t))
-		changed = on_running_pass(&t, "UPDATE backfill.run SET paused = false, updated_at = now()"
+	if (lock_running_pass(t))
+		changed = on_running_pass(t, "UPDATE backfill.run SET paused = false, updated_at = now()"
 								  " WHERE run_id = $1 AND paused ") > 0;
 	if (changed)
 		backfill_wake_scheduler_at_commit();
-	SPI_finish();
-	PG_RETURN_BOOL(changed);
+	return changed;
 }
+
+CONTROL_ENTRY(backfill_resume, resume_pass)
 
 /*
  * Cancelling locks the pass (a lane counting or planning it finishes
@@ -287,43 +304,37 @@ backfill_resume(PG_FUNCTION_ARGS)
  * lanes of the pass are told to stop and the statement of a batch in
  * flight is cancelled (shmem.c), so a long batch ends now, rolled back.
  */
-Datum
-backfill_cancel(PG_FUNCTION_ARGS)
+static bool
+cancel_pass(Target *t)
 {
-	Target		t;
-	bool		changed = false;
+	bool		changed;
 
-	connect_spi();
-	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false, "backfill_cancel");
-	if (lock_running_pass(&t))
+	if (!lock_running_pass_or_say(t, "cancel"))
+		return false;
+	on_running_pass(t, "UPDATE backfill.partition SET state = 'cancelled',"
+					" finished_at = now()"
+					" WHERE run_id = $1 AND state IN ('pending', 'running')"
+					"   ");
+	changed = on_running_pass(t, "UPDATE backfill.ledger l SET status = 'cancelled',"
+							  "  finished_at = now(), error_code = 'BF010',"
+							  "  error_message = 'cancelled by ' || $2,"
+							  "  rows = (SELECT coalesce(sum(p.rows), 0) FROM backfill.partition p"
+							  "           WHERE p.run_id = l.run_id),"
+							  "  batches = (SELECT coalesce(sum(p.batches), 0)"
+							  "               FROM backfill.partition p WHERE p.run_id = l.run_id)"
+							  " WHERE l.run_id = $1 AND l.status = 'running'") > 0;
+	if (changed)
 	{
-		on_running_pass(&t, "UPDATE backfill.partition SET state = 'cancelled',"
-						" finished_at = now()"
-						" WHERE run_id = $1 AND state IN ('pending', 'running')"
-						"   ");
-		changed = on_running_pass(&t, "UPDATE backfill.ledger l SET status = 'cancelled',"
-								  "  finished_at = now(), error_code = 'BF010',"
-								  "  error_message = 'cancelled by ' || $2,"
-								  "  rows = (SELECT coalesce(sum(p.rows), 0) FROM backfill.partition p"
-								  "           WHERE p.run_id = l.run_id),"
-								  "  batches = (SELECT coalesce(sum(p.batches), 0)"
-								  "               FROM backfill.partition p WHERE p.run_id = l.run_id)"
-								  " WHERE l.run_id = $1 AND l.status = 'running'") > 0;
-		if (changed)
-		{
-			on_running_pass(&t, "UPDATE backfill.run SET phase = 'done', paused = false,"
-							" last_error = 'cancelled by ' || $2, updated_at = now()"
-							" WHERE run_id = $1");
-			/* at commit: the lanes' batches in flight are cancelled, sleeping lanes woken */
-			backfill_wake_lanes_at_commit(t.running_id, true);
-		}
+		on_running_pass(t, "UPDATE backfill.run SET phase = 'done', paused = false,"
+						" last_error = 'cancelled by ' || $2, updated_at = now()"
+						" WHERE run_id = $1");
+		/* at commit: the lanes' batches in flight are cancelled, sleeping lanes woken */
+		backfill_wake_lanes_at_commit(t->running_id, true);
 	}
-	else
-		ereport(NOTICE,
-				(errmsg("backfill \"%s\" has no running pass to cancel", t.name)));
-	SPI_finish();
-	PG_RETURN_BOOL(changed);
+	return changed;
 }
+
+CONTROL_ENTRY(backfill_cancel, cancel_pass)
 
 /*
  * A new pass resuming the failed pass t->last_id from its checkpoints.  A
@@ -381,36 +392,33 @@ retry_failed_pass(Target *t)
  * is locked first, so a lane that is ending it (its partitions failed)
  * ends it before, or finds the partitions pending after.
  */
-Datum
-backfill_retry(PG_FUNCTION_ARGS)
+static bool
+retry_pass(Target *t)
 {
-	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	Target		t;
 	bool		changed = false;
 
-	connect_spi();
-	target_load(name, &t, false, "backfill_retry");
-	if (t.running_id != 0 && !lock_running_pass(&t))
-		target_load(name, &t, false, "backfill_retry");	/* it ended meanwhile */
+	if (t->running_id != 0 && !lock_running_pass(t))
+		target_load(t->name, t, false, "backfill_retry");	/* it ended meanwhile */
 	/* a retry starts lanes as run_as: the owner must still be a member */
-	tenancy_check_run_as(t.name, t.owner, t.run_as);
-	if (t.running_id != 0)
+	tenancy_check_run_as(t->name, t->owner, t->run_as);
+	if (t->running_id != 0)
 	{
-		changed = on_running_pass(&t, "UPDATE backfill.partition SET state = 'pending',"
+		changed = on_running_pass(t, "UPDATE backfill.partition SET state = 'pending',"
 								  " failures = 0, holder_pid = NULL, holder_start = NULL,"
 								  " finished_at = NULL"
 								  " WHERE run_id = $1 AND state = 'failed' ") > 0;
 	}
-	else if (t.last_id != 0 && strcmp(t.last_status, "failed") == 0)
+	else if (t->last_id != 0 && strcmp(t->last_status, "failed") == 0)
 	{
-		retry_failed_pass(&t);
+		retry_failed_pass(t);
 		changed = true;
 	}
 	if (changed)
 		backfill_wake_scheduler_at_commit();
-	SPI_finish();
-	PG_RETURN_BOOL(changed);
+	return changed;
 }
+
+CONTROL_ENTRY(backfill_retry, retry_pass)
 
 /*
  * Withdraw a declaration.  Refused while a pass runs (CONFLICT), and once

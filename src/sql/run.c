@@ -210,30 +210,18 @@ lock_declaration(const char *name, RunDeclaration *d)
 				(errcode(ERRCODE_BACKFILL_UNKNOWN),
 				 errmsg("backfill \"%s\" is not declared", name),
 				 errhint("Declare it first with backfill_declare(name => '%s', ...).", name)));
-	d->owner = DatumGetObjectId(catalog_getdatum(0, 1, &isnull));
+	d->owner = catalog_getoid(0, 1);
 	d->checksum = catalog_gettext(0, 2);
-	d->environments = catalog_getdatum(0, 3, &isnull);
-	if (!isnull)
-		d->environments = PointerGetDatum(PG_DETOAST_DATUM_COPY(d->environments));
+	d->environments = catalog_getcopy(0, 3);
 	d->envlist = catalog_gettext(0, 4);
 	shape = catalog_getdatum(0, 5, &isnull);
 	d->shape = isnull ? NULL : DatumGetJsonbPCopy(shape);
 	d->scope_expr = catalog_gettext(0, 6);
-	d->run_as = DatumGetObjectId(catalog_getdatum(0, 7, &isnull));
+	d->run_as = catalog_getoid(0, 7);
 	d->unmet = catalog_gettext(0, 8);
 	d->search_path = catalog_gettext(0, 9);
 	d->requires_backfill = catalog_gettext(0, 10);
 	catalog_leave(&scope);
-}
-
-/* a bigint column of the first row, 0 for NULL */
-static int64
-int64_or_zero(int col)
-{
-	bool		isnull;
-	Datum		d = catalog_getdatum(0, col, &isnull);
-
-	return isnull ? 0 : DatumGetInt64(d);
 }
 
 /*
@@ -259,9 +247,9 @@ read_ledger_state(const char *ledger_name, Oid owner, LedgerState *state)
 						"      AND l.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $2),"
 						"  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.ledger_name = $1)",
 						2, types, values, NULL);
-	state->running_id = int64_or_zero(1);
-	state->completed_id = int64_or_zero(2);
-	state->previous_id = int64_or_zero(3);
+	state->running_id = catalog_getint64(0, 1);
+	state->completed_id = catalog_getint64(0, 2);
+	state->previous_id = catalog_getint64(0, 3);
 	catalog_leave(&scope);
 }
 
