@@ -6,6 +6,7 @@ MODULE_big = pg_backfill
 OBJS = \
 	src/pg_backfill.o \
 	src/shmem.o \
+	src/jsonobj.o \
 	src/sql/declare.o \
 	src/sql/run.o \
 	src/sql/control.o \

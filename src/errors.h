@@ -53,4 +53,20 @@
 /* the server is a standby: what would write belongs on the primary */
 #define ERRCODE_BACKFILL_STANDBY		MAKE_SQLSTATE('B','F','0','2','6')
 
+/*
+ * In a PG_CATCH block of a backend, before raising the caught error again
+ * as one of the above: the error, copied into cxt (the context the TRY
+ * began in), and the error state cleared.
+ */
+static inline ErrorData *
+backfill_take_error(MemoryContext cxt)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	return edata;
+}
+
 #endif							/* BACKFILL_ERRORS_H */

@@ -44,6 +44,7 @@
 #include "errors.h"
 #include "batch.h"
 #include "health.h"
+#include "jsonobj.h"
 #include "xact.h"
 
 /* the checkpoint statements' plans, prepared once per lane (catalog.c) */
@@ -309,18 +310,6 @@ begin_batch(Pass *pass, Claim *claim)
 	enable_timeout_after(STATEMENT_TIMEOUT, pass->batch_timeout_ms);
 }
 
-/* the value of a JSON object's key, NULL when absent */
-static JsonbValue *
-page_field(Jsonb *page, const char *key)
-{
-	JsonbValue	kv;
-
-	kv.type = jbvString;
-	kv.val.string.val = (char *) key;
-	kv.val.string.len = strlen(key);
-	return findJsonbValueFromContainer(&page->root, JB_FOBJECT, &kv);
-}
-
 /*
  * One page of a pages source: ask the function for the page after the
  * cursor, run the action on its rows, checkpoint the next cursor (never
@@ -358,9 +347,8 @@ batch_run_page(Pass *pass, Claim *claim)
 		elog(ERROR, "pages function of backfill \"%s\" returned no row", pass->name);
 	result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	page = isnull ? NULL : DatumGetJsonbP(result);
-	rows = (page && JB_ROOT_IS_OBJECT(page) && !JB_ROOT_IS_SCALAR(page)) ?
-		page_field(page, "rows") : NULL;
-	next = rows ? page_field(page, "next") : NULL;
+	rows = (page && jsonobj_is_object(page)) ? jsonobj_field(page, "rows") : NULL;
+	next = rows ? jsonobj_field(page, "next") : NULL;
 	if (rows == NULL || rows->type != jbvBinary || !JsonContainerIsArray(rows->val.binary.data) ||
 		next == NULL || (next->type != jbvString && next->type != jbvNull))
 		ereport(ERROR,

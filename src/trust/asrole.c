@@ -126,16 +126,10 @@ char *
 asrole_query(Oid role, const char *search_path, const char *sql, int nargs,
 			 Oid *types, Datum *values, const char *nulls, ErrorData **error)
 {
-	AsRoleQuery q;
+	AsRoleQuery q = {.sql = sql, .nargs = nargs, .types = types, .values = values,
+	.nulls = nulls, .result_cxt = CurrentMemoryContext};
 	ErrorData  *caught;
 
-	q.sql = sql;
-	q.nargs = nargs;
-	q.types = types;
-	q.values = values;
-	q.nulls = nulls;
-	q.result_cxt = CurrentMemoryContext;
-	q.result = NULL;
 	caught = asrole_call(role, search_path, run_query, &q, error != NULL);
 	if (error != NULL)
 		*error = caught;

@@ -29,7 +29,10 @@
 #include "compat.h"
 #include "catalog.h"
 #include "errors.h"
+#include "jsonobj.h"
 #include "scope.h"
+
+#define SHAPE_HINT	"Map each input key to a SQL type name: '{\"tenant_id\": \"integer\"}'."
 
 /* each key of the shape names a type: returns the type's OID */
 static Oid
@@ -44,7 +47,7 @@ shape_type(const char *name, const char *key, JsonbValue *v)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
 				 errmsg("input shape of backfill \"%s\" gives key \"%s\" no type name", name, key),
-				 errhint("Map each input key to a SQL type name: '{\"tenant_id\": \"integer\"}'.")));
+				 errhint(SHAPE_HINT)));
 	typname = pnstrdup(v->val.string.val, v->val.string.len);
 	typid = InvalidOid;
 	/* either way an unknown type ends in the error below, never goes on */
@@ -72,10 +75,9 @@ shape_type(const char *name, const char *key, JsonbValue *v)
 void
 scope_check_declaration(const char *name, Jsonb *shape, const char *scope)
 {
-	JsonbIterator *it;
-	JsonbValue	v;
-	JsonbIteratorToken tok;
-	int			nkeys = 0;
+	char	  **keys;
+	JsonbValue *values;
+	int			nkeys;
 
 	if ((shape == NULL) != (scope == NULL || scope[0] == '\0'))
 		ereport(ERROR,
@@ -89,113 +91,85 @@ scope_check_declaration(const char *name, Jsonb *shape, const char *scope)
 	if (shape == NULL)
 		return;
 
-	if (!JB_ROOT_IS_OBJECT(shape) || JB_ROOT_IS_SCALAR(shape))
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-				 errmsg("input shape of backfill \"%s\" is not a JSON object", name),
-				 errhint("Map each input key to a SQL type name: '{\"tenant_id\": \"integer\"}'.")));
-
-	it = JsonbIteratorInit(&shape->root);
-	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
-	{
-		if (tok == WJB_KEY)
-		{
-			char	   *key = pnstrdup(v.val.string.val, v.val.string.len);
-
-			tok = JsonbIteratorNext(&it, &v, true);
-			(void) shape_type(name, key, &v);
-			nkeys++;
-		}
-	}
+	jsonobj_require(shape, ERRCODE_BACKFILL_SOURCE_INVALID, "input shape", name, SHAPE_HINT);
+	nkeys = jsonobj_pairs(shape, &keys, &values);
+	for (int i = 0; i < nkeys; i++)
+		(void) shape_type(name, keys[i], &values[i]);
 	if (nkeys == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
 				 errmsg("input shape of backfill \"%s\" has no keys", name),
-				 errhint("Map each input key to a SQL type name: '{\"tenant_id\": \"integer\"}'.")));
+				 errhint(SHAPE_HINT)));
+}
+
+/*
+ * The input's value of a key must read as its type: cast as SQL, the
+ * value a parameter.
+ */
+static void
+check_input_value(const char *name, Jsonb *input, const char *key, Oid typid)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		Oid			types[2] = {JSONBOID, TEXTOID};
+		Datum		values[2] = {JsonbPGetDatum(input), CStringGetTextDatum(key)};
+		char	   *sql = psprintf("SELECT ($1 OPERATOR(pg_catalog.->>) $2)::%s",
+								   format_type_extended(typid, -1, FORMAT_TYPE_FORCE_QUALIFY));
+
+		if (SPI_execute_with_args(sql, 2, types, values, NULL, true, 1) != SPI_OK_SELECT)
+			elog(ERROR, "could not cast an input value");
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata = backfill_take_error(cxt);
+
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("input key \"%s\" of backfill \"%s\" is not a valid %s", key, name,
+						format_type_be(typid)),
+				 errdetail("%s", edata->message),
+				 errhint("Pass a value of the type the input shape declares.")));
+	}
+	PG_END_TRY();
 }
 
 /*
  * Check the input against the shape: the same keys, each value castable to
- * its type.  The casts run as SQL with the value as a parameter.
+ * its type.
  */
 static void
 check_input(const char *name, Jsonb *shape, Jsonb *input)
 {
-	JsonbIterator *it;
-	JsonbValue	v;
-	JsonbIteratorToken tok;
-	int			nshape = 0;
-	int			ninput = 0;
+	char	  **keys;
+	JsonbValue *types;
+	char	  **input_keys;
+	JsonbValue *input_values;
+	int			nshape;
+	int			ninput;
 
 	if (input == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
 				 errmsg("backfill \"%s\" is scoped: each run needs an input", name),
 				 errhint("Pass input => '{...}' with the keys its shape declares.")));
-	if (!JB_ROOT_IS_OBJECT(input) || JB_ROOT_IS_SCALAR(input))
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
-				 errmsg("input of backfill \"%s\" is not a JSON object", name),
-				 errhint("Pass input => '{\"key\": value}'.")));
+	jsonobj_require(input, ERRCODE_BACKFILL_OPTION_INVALID, "input", name,
+					"Pass input => '{\"key\": value}'.");
 
-	it = JsonbIteratorInit(&input->root);
-	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
-		if (tok == WJB_KEY)
-			ninput++;
-
-	it = JsonbIteratorInit(&shape->root);
-	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	ninput = jsonobj_pairs(input, &input_keys, &input_values);
+	nshape = jsonobj_pairs(shape, &keys, &types);
+	for (int i = 0; i < nshape; i++)
 	{
-		char	   *key;
-		Oid			typid;
-		JsonbValue *found;
-		JsonbValue	kv;
-		MemoryContext cxt = CurrentMemoryContext;
+		Oid			typid = shape_type(name, keys[i], &types[i]);
+		JsonbValue *found = jsonobj_field(input, keys[i]);
 
-		if (tok != WJB_KEY)
-			continue;
-		key = pnstrdup(v.val.string.val, v.val.string.len);
-		tok = JsonbIteratorNext(&it, &v, true);
-		typid = shape_type(name, key, &v);
-		nshape++;
-
-		kv.type = jbvString;
-		kv.val.string.val = key;
-		kv.val.string.len = strlen(key);
-		found = findJsonbValueFromContainer(&input->root, JB_FOBJECT, &kv);
 		if (found == NULL || found->type == jbvNull)
 			ereport(ERROR,
 					(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
-					 errmsg("input of backfill \"%s\" lacks key \"%s\"", name, key),
+					 errmsg("input of backfill \"%s\" lacks key \"%s\"", name, keys[i]),
 					 errhint("Give every key the input shape declares a value.")));
-
-		/* the value must read as its type */
-		PG_TRY();
-		{
-			Oid			types[2] = {JSONBOID, TEXTOID};
-			Datum		values[2] = {JsonbPGetDatum(input), CStringGetTextDatum(key)};
-			char	   *sql = psprintf("SELECT ($1 OPERATOR(pg_catalog.->>) $2)::%s",
-										   format_type_extended(typid, -1,
-																FORMAT_TYPE_FORCE_QUALIFY));
-
-			if (SPI_execute_with_args(sql, 2, types, values, NULL, true, 1) != SPI_OK_SELECT)
-				elog(ERROR, "could not cast an input value");
-		}
-		PG_CATCH();
-		{
-			ErrorData  *edata;
-
-			MemoryContextSwitchTo(cxt);
-			edata = CopyErrorData();
-			FlushErrorState();
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
-					 errmsg("input key \"%s\" of backfill \"%s\" is not a valid %s", key, name,
-							format_type_be(typid)),
-					 errdetail("%s", edata->message),
-					 errhint("Pass a value of the type the input shape declares.")));
-		}
-		PG_END_TRY();
+		check_input_value(name, input, keys[i], typid);
 	}
 	if (ninput != nshape)
 		ereport(ERROR,
@@ -270,12 +244,8 @@ scope_ledger_name(const char *name, Jsonb *shape, const char *scope, Jsonb *inpu
 	 * evaluated as the owner with the declaration's search_path, never as
 	 * the caller, and rolled back (asrole.c).
 	 */
-	e.name = name;
-	e.shape = shape;
-	e.scope = scope;
-	e.input = input;
-	e.result_cxt = CurrentMemoryContext;
-	e.ledger_name = NULL;
+	e = (ScopeEval) {.name = name, .shape = shape, .scope = scope, .input = input,
+	.result_cxt = CurrentMemoryContext};
 	(void) asrole_call(owner, search_path, scope_evaluate, &e, false);
 	return e.ledger_name;
 }

@@ -36,6 +36,7 @@
 
 #include "compat.h"
 #include "errors.h"
+#include "jsonobj.h"
 #include "tenancy.h"
 
 Oid
@@ -154,11 +155,8 @@ apply_setting(const char *name, const char *key, const char *value, bool change)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
+		ErrorData  *edata = backfill_take_error(cxt);
 
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
 				 errmsg("setting \"%s\" of backfill \"%s\" cannot be set to \"%s\"",
@@ -173,9 +171,9 @@ apply_setting(const char *name, const char *key, const char *value, bool change)
 void
 tenancy_check_settings(const char *name, Jsonb *settings, const char *tenant)
 {
-	JsonbIterator *it;
-	JsonbValue	v;
-	JsonbIteratorToken tok;
+	char	  **keys;
+	JsonbValue *values;
+	int			n;
 
 	if (tenant != NULL && strcmp(tenant, "none") != 0)
 		ereport(ERROR,
@@ -186,36 +184,30 @@ tenancy_check_settings(const char *name, Jsonb *settings, const char *tenant)
 						 "tenant => 'none' declares a run across tenants.")));
 	if (settings == NULL)
 		return;
-	if (!JB_ROOT_IS_OBJECT(settings) || JB_ROOT_IS_SCALAR(settings))
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
-				 errmsg("settings of backfill \"%s\" is not a JSON object", name),
-				 errhint("Pass settings => '{\"app.tenant_id\": \"42\"}'.")));
+	jsonobj_require(settings, ERRCODE_BACKFILL_OPTION_INVALID, "settings", name,
+					"Pass settings => '{\"app.tenant_id\": \"42\"}'.");
 
-	it = JsonbIteratorInit(&settings->root);
-	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	n = jsonobj_pairs(settings, &keys, &values);
+	for (int i = 0; i < n; i++)
 	{
-		char	   *key;
+		const char *key = keys[i];
+		JsonbValue *v = &values[i];
 
-		if (tok != WJB_KEY)
-			continue;
-		key = pnstrdup(v.val.string.val, v.val.string.len);
 		if (strchr(key, '.') == NULL || strncmp(key, "backfill.", 9) == 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
 					 errmsg("setting \"%s\" of backfill \"%s\" is not allowed", key, name),
 					 errdetail("Batches may set only custom settings such as app.tenant_id."),
 					 errhint("Use a dotted name your row-level security policies read.")));
-		tok = JsonbIteratorNext(&it, &v, true);
-		if (v.type != jbvString)
+		if (v->type != jbvString)
 			ereport(ERROR,
 					(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
 					 errmsg("setting \"%s\" of backfill \"%s\" is not a string", key, name),
 					 errhint("Write the value as a JSON string, or \":key\" for an input key.")));
 		/* an input key's value is known only at run time; the lane checks it */
-		if (v.val.string.len > 0 && v.val.string.val[0] == ':')
+		if (v->val.string.len > 0 && v->val.string.val[0] == ':')
 			continue;
-		apply_setting(name, key, pnstrdup(v.val.string.val, v.val.string.len), false);
+		apply_setting(name, key, pnstrdup(v->val.string.val, v->val.string.len), false);
 	}
 }
 
@@ -257,45 +249,38 @@ tenancy_check_rls(const char *name, Oid relid, const char *relation, Oid run_as,
 						 "to a tenant with settings.")));
 }
 
+/* A setting's ":key" value: the text of that input key ("" when absent or null). */
+static char *
+input_setting_value(Jsonb *input, const char *key)
+{
+	JsonbValue *found = jsonobj_field(input, key);
+
+	if (found == NULL || found->type == jbvNull)
+		return "";
+	if (found->type == jbvString)
+		return pnstrdup(found->val.string.val, found->val.string.len);
+	if (found->type == jbvNumeric)
+		return DatumGetCString(DirectFunctionCall1(numeric_out,
+												   NumericGetDatum(found->val.numeric)));
+	return found->type == jbvBool ? (found->val.boolean ? "true" : "false") : "";
+}
+
 void
 tenancy_apply_settings(const char *name, Jsonb *settings, Jsonb *input)
 {
-	JsonbIterator *it;
-	JsonbValue	v;
-	JsonbIteratorToken tok;
+	char	  **keys;
+	JsonbValue *values;
+	int			n;
 
 	if (settings == NULL)
 		return;
-	it = JsonbIteratorInit(&settings->root);
-	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	n = jsonobj_pairs(settings, &keys, &values);
+	for (int i = 0; i < n; i++)
 	{
-		char	   *key;
-		char	   *value;
+		char	   *value = pnstrdup(values[i].val.string.val, values[i].val.string.len);
 
-		if (tok != WJB_KEY)
-			continue;
-		key = pnstrdup(v.val.string.val, v.val.string.len);
-		tok = JsonbIteratorNext(&it, &v, true);
-		value = pnstrdup(v.val.string.val, v.val.string.len);
 		if (value[0] == ':' && input != NULL)
-		{
-			JsonbValue	kv;
-			JsonbValue *found;
-
-			kv.type = jbvString;
-			kv.val.string.val = value + 1;
-			kv.val.string.len = strlen(value + 1);
-			found = findJsonbValueFromContainer(&input->root, JB_FOBJECT, &kv);
-			if (found == NULL || found->type == jbvNull)
-				value = "";
-			else if (found->type == jbvString)
-				value = pnstrdup(found->val.string.val, found->val.string.len);
-			else if (found->type == jbvNumeric)
-				value = DatumGetCString(DirectFunctionCall1(numeric_out,
-															NumericGetDatum(found->val.numeric)));
-			else
-				value = found->type == jbvBool ? (found->val.boolean ? "true" : "false") : "";
-		}
-		apply_setting(name, key, value, true);
+			value = input_setting_value(input, value + 1);
+		apply_setting(name, keys[i], value, true);
 	}
 }
