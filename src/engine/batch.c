@@ -105,6 +105,107 @@ key_operator(Oid keytype, int16 strategy)
 }
 
 /*
+ * One of the lane's plans, prepared and kept for the lane's life; what
+ * names it in the error when it cannot be prepared.
+ */
+static SPIPlanPtr
+prepare_kept(Pass *pass, const char *what, const char *sql, int nargs, Oid *types,
+			 int cursor_options)
+{
+	SPIPlanPtr	plan = SPI_prepare_cursor(sql, nargs, types, cursor_options);
+
+	if (plan == NULL)
+		elog(ERROR, "could not prepare the %s of backfill \"%s\": %s",
+			 what, pass->name, SPI_result_code_string(SPI_result));
+	SPI_keepplan(plan);
+	return plan;
+}
+
+/*
+ * A pages source: the pages function ($1 cursor, $2 input) and the action
+ * ($1 the page's rows), planned for each page's rows.
+ */
+static void
+prepare_pages(Pass *pass)
+{
+	Oid			page_types[2] = {TEXTOID, JSONBOID};
+	Oid			rows_type[1] = {JSONBOID};
+
+	pass->page_plan = prepare_kept(pass, "pages function",
+								   psprintf("SELECT %s($1, $2)", function_name(pass->pages_fn)),
+								   2, page_types, 0);
+	pass->action_plan = prepare_kept(pass, "action", pass->action, 1, rows_type,
+									 CURSOR_OPT_CUSTOM_PLAN);
+}
+
+/*
+ * Does the key type have min and max aggregates (integers, text, times,
+ * ...)?  Then the key scan answers just the batch's first key, last key
+ * and count; otherwise (uuid, say) it returns the keys and the lane reads
+ * the first and the last.
+ */
+static bool
+key_type_aggregated(Oid keytype)
+{
+	Oid			types[1] = {REGTYPEOID};
+	Datum		values[1] = {ObjectIdGetDatum(keytype)};
+	bool		isnull;
+
+	if (SPI_execute_with_args("SELECT pg_catalog.to_regprocedure("
+							  "         pg_catalog.format('pg_catalog.min(%s)', $1))"
+							  " IS NOT NULL AND"
+							  " pg_catalog.to_regprocedure("
+							  "         pg_catalog.format('pg_catalog.max(%s)', $1)) IS NOT NULL",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look up the min and max of a key type");
+	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+/*
+ * The key scan of one variant: bit 1, a lower bound ($2, exclusive); bit 2,
+ * an upper bound ($3, inclusive); $1 the batch size.
+ */
+static char *
+key_scan_sql(Pass *pass, int variant, const char *key, const char *gt, const char *le)
+{
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	if (pass->keys_aggregated)
+		appendStringInfo(&sql, "SELECT pg_catalog.min(%s), pg_catalog.max(%s),"
+						 " pg_catalog.count(*) FROM (", key, key);
+	appendStringInfo(&sql, "SELECT %s FROM %s WHERE ", key, pass->relation);
+	if (variant & 1)
+		appendStringInfo(&sql, "%s %s $2 AND ", key, gt);
+	if (variant & 2)
+		appendStringInfo(&sql, "%s %s $3 AND ", key, le);
+	/* between newlines: a trailing "--" comment in it cannot reach further */
+	appendStringInfo(&sql, "(\n%s\n) ORDER BY %s LIMIT $1", pass->predicate, key);
+	if (pass->keys_aggregated)
+		appendStringInfo(&sql, ") keys");
+	return sql.data;
+}
+
+/* A table: the four variants of the key scan, and the action ($1, $2 the range). */
+static void
+prepare_table(Pass *pass)
+{
+	const char *key = quote_identifier(pass->key);
+	char	   *gt = key_operator(pass->keytype, BTGreaterStrategyNumber);
+	char	   *le = key_operator(pass->keytype, BTLessEqualStrategyNumber);
+	Oid			key_types[3] = {INT8OID, pass->keytype, pass->keytype};
+	Oid			action_types[2] = {pass->keytype, pass->keytype};
+
+	pass->keys_aggregated = key_type_aggregated(pass->keytype);
+	for (int variant = 0; variant < 4; variant++)
+		pass->keys_plan[variant] = prepare_kept(pass, "key scan",
+												key_scan_sql(pass, variant, key, gt, le),
+												3, key_types, 0);
+	/* the plan cache chooses, as for PL/pgSQL: a generic plan once it is no worse */
+	pass->action_plan = prepare_kept(pass, "action", pass->action, 2, action_types, 0);
+}
+
+/*
  * Prepare the lane's plans, as the declaring role, in a transaction of its
  * own.  The plans are kept for the lane's life; the plan cache replans them
  * when the table changes.  A failed attempt may be made again (lane.c).
@@ -112,93 +213,26 @@ key_operator(Oid keytype, int16 strategy)
 void
 batch_prepare(Pass *pass)
 {
-	const char *key;
-	char	   *gt;
-	char	   *le;
-	Oid			key_types[3] = {INT8OID, pass->keytype, pass->keytype};
-	Oid			action_types[2] = {pass->keytype, pass->keytype};
-
 	worker_begin_xact("pg_backfill lane: preparing");
 	batch_free_plans(pass);
 	if (OidIsValid(pass->pages_fn))
-	{
-		Oid			page_types[2] = {TEXTOID, JSONBOID};
-		Oid			rows_type[1] = {JSONBOID};
-
-		pass->page_plan = SPI_prepare(psprintf("SELECT %s($1, $2)",
-											   function_name(pass->pages_fn)),
-									  2, page_types);
-		if (pass->page_plan == NULL)
-			elog(ERROR, "could not prepare the pages function of backfill \"%s\": %s",
-				 pass->name, SPI_result_code_string(SPI_result));
-		SPI_keepplan(pass->page_plan);
-		pass->action_plan = SPI_prepare_cursor(pass->action, 1, rows_type,
-											   CURSOR_OPT_CUSTOM_PLAN);
-		if (pass->action_plan == NULL)
-			elog(ERROR, "could not prepare the action of backfill \"%s\": %s",
-				 pass->name, SPI_result_code_string(SPI_result));
-		SPI_keepplan(pass->action_plan);
-		worker_commit_xact();
-		return;
-	}
-	key = quote_identifier(pass->key);
-
-	/*
-	 * When the key type has min and max aggregates (integers, text, times,
-	 * ...), the key scan answers just the batch's first key, last key and
-	 * count; otherwise (uuid, say) it returns the keys and the lane reads
-	 * the first and the last.
-	 */
-	{
-		Oid			t[1] = {REGTYPEOID};
-		Datum		v[1] = {ObjectIdGetDatum(pass->keytype)};
-		bool		isnull;
-
-		if (SPI_execute_with_args("SELECT pg_catalog.to_regprocedure("
-								  "         pg_catalog.format('pg_catalog.min(%s)', $1))"
-								  " IS NOT NULL AND"
-								  " pg_catalog.to_regprocedure("
-								  "         pg_catalog.format('pg_catalog.max(%s)', $1)) IS NOT NULL",
-								  1, t, v, NULL, true, 1) != SPI_OK_SELECT)
-			elog(ERROR, "could not look up the min and max of a key type");
-		pass->keys_aggregated = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
-														   SPI_tuptable->tupdesc, 1, &isnull));
-	}
-
-	gt = key_operator(pass->keytype, BTGreaterStrategyNumber);
-	le = key_operator(pass->keytype, BTLessEqualStrategyNumber);
-	for (int variant = 0; variant < 4; variant++)
-	{
-		StringInfoData sql;
-		SPIPlanPtr	plan;
-
-		initStringInfo(&sql);
-		if (pass->keys_aggregated)
-			appendStringInfo(&sql, "SELECT pg_catalog.min(%s), pg_catalog.max(%s),"
-							 " pg_catalog.count(*) FROM (", key, key);
-		appendStringInfo(&sql, "SELECT %s FROM %s WHERE ", key, pass->relation);
-		if (variant & 1)
-			appendStringInfo(&sql, "%s %s $2 AND ", key, gt);
-		if (variant & 2)
-			appendStringInfo(&sql, "%s %s $3 AND ", key, le);
-		/* between newlines: a trailing "--" comment in it cannot reach further */
-		appendStringInfo(&sql, "(\n%s\n) ORDER BY %s LIMIT $1", pass->predicate, key);
-		if (pass->keys_aggregated)
-			appendStringInfo(&sql, ") keys");
-		plan = SPI_prepare(sql.data, 3, key_types);
-		if (plan == NULL)
-			elog(ERROR, "could not prepare the key scan of backfill \"%s\": %s",
-				 pass->name, SPI_result_code_string(SPI_result));
-		SPI_keepplan(plan);
-		pass->keys_plan[variant] = plan;
-	}
-	/* the plan cache chooses, as for PL/pgSQL: a generic plan once it is no worse */
-	pass->action_plan = SPI_prepare(pass->action, 2, action_types);
-	if (pass->action_plan == NULL)
-		elog(ERROR, "could not prepare the action of backfill \"%s\": %s",
-			 pass->name, SPI_result_code_string(SPI_result));
-	SPI_keepplan(pass->action_plan);
+		prepare_pages(pass);
+	else
+		prepare_table(pass);
 	worker_commit_xact();
+}
+
+/*
+ * A checkpoint found the partition no longer this lane's (the pass was
+ * cancelled): the batch rolls back.
+ */
+static void
+lost_lease(Pass *pass, Claim *claim)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_CONFLICT),
+			 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
+					pass->name, claim->part_no)));
 }
 
 /* Mark the claimed partition done: nothing in it matches any more. */
@@ -220,10 +254,7 @@ checkpoint_partition_done(Pass *pass, Claim *claim)
 					 " WHERE run_id = $1 AND part_no = $2 AND state = 'running'"
 					 "   AND holder_pid = $3 AND holder_start = $4",
 					 4, types, values, NULL, SPI_OK_UPDATE) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_CONFLICT),
-				 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
-						pass->name, claim->part_no)));
+		lost_lease(pass, claim);
 	catalog_leave(&scope);
 }
 
@@ -274,10 +305,7 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 					 "   JOIN backfill.run r ON r.run_id = c.run_id"
 					 "   LEFT JOIN backfill.declaration d ON d.name = l.declaration",
 					 8, types, values, NULL, SPI_OK_SELECT) != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_CONFLICT),
-				 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
-						pass->name, claim->part_no)));
+		lost_lease(pass, claim);
 	status = catalog_gettext(0, 1);
 	checksum = catalog_gettext(0, 2);
 	if (checksum == NULL || strcmp(checksum, pass->checksum) != 0)
