@@ -186,6 +186,15 @@ catalog_getint64(int row, int col)
 	return isnull ? 0 : DatumGetInt64(d);
 }
 
+bool
+catalog_getbool(int row, int col)
+{
+	bool		isnull;
+	Datum		d = catalog_getdatum(row, col, &isnull);
+
+	return isnull ? false : DatumGetBool(d);
+}
+
 Datum
 catalog_getcopy(int row, int col)
 {

@@ -40,8 +40,9 @@ extern int	catalog_exec_latest(const char *sql, int nargs, Oid *types, Datum *va
 								const char *nulls);
 extern Datum catalog_getdatum(int row, int col, bool *isnull);
 extern char *catalog_gettext(int row, int col);
-/* a column as int8 or oid, 0 or InvalidOid for NULL */
+/* a column as int8, oid or bool: 0, InvalidOid or false for NULL */
 extern int64 catalog_getint64(int row, int col);
+extern bool catalog_getbool(int row, int col);
 extern Oid	catalog_getoid(int row, int col);
 /* a varlena column copied out of SPI's memory, detoasted; 0 for NULL */
 extern Datum catalog_getcopy(int row, int col);

@@ -149,7 +149,6 @@ key_type_aggregated(Oid keytype)
 {
 	Oid			types[1] = {REGTYPEOID};
 	Datum		values[1] = {ObjectIdGetDatum(keytype)};
-	bool		isnull;
 
 	if (SPI_execute_with_args("SELECT pg_catalog.to_regprocedure("
 							  "         pg_catalog.format('pg_catalog.min(%s)', $1))"
@@ -158,7 +157,7 @@ key_type_aggregated(Oid keytype)
 							  "         pg_catalog.format('pg_catalog.max(%s)', $1)) IS NOT NULL",
 							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not look up the min and max of a key type");
-	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	return catalog_getbool(0, 1);
 }
 
 /*

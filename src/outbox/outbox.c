@@ -113,6 +113,36 @@ check_topic_emitter(Datum topic, Oid emitter)
 					 TextDatumGetCString(topic), GetUserNameFromId(emitter, false))));
 }
 
+/* Refuse a message that lacks what (a key, a payload). */
+static void
+refuse_missing(const char *topic, const char *what, const char *detail, const char *hint)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+			 errmsg("outbox message of topic \"%s\" needs %s", topic, what),
+			 detail ? errdetail("%s", detail) : 0,
+			 errhint("%s", hint)));
+}
+
+/* A message has a topic, a key and a payload. */
+static void
+check_emit_arguments(FunctionCallInfo fcinfo)
+{
+	char	   *topic;
+
+	if (PG_ARGISNULL(0) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(0)) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("outbox message needs a topic"),
+				 errhint("Name the topic whose sink delivers it, e.g. 'orders.changed'.")));
+	topic = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	if (PG_ARGISNULL(1))
+		refuse_missing(topic, "a key",
+					   "Messages of one key are delivered in the order they were emitted.",
+					   "Use the changed row's key, e.g. its id as text.");
+	if (PG_ARGISNULL(2))
+		refuse_missing(topic, "a payload", NULL, "Pass a jsonb payload, e.g. to_jsonb(the_row).");
+}
 
 Datum
 backfill_outbox_emit(PG_FUNCTION_ARGS)
@@ -125,25 +155,7 @@ backfill_outbox_emit(PG_FUNCTION_ARGS)
 	bool		isnull;
 	int64		id;
 
-	if (PG_ARGISNULL(0) || VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(0)) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
-				 errmsg("outbox message needs a topic"),
-				 errhint("Name the topic whose sink delivers it, e.g. 'orders.changed'.")));
-	if (PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
-				 errmsg("outbox message of topic \"%s\" needs a key",
-						text_to_cstring(PG_GETARG_TEXT_PP(0))),
-				 errdetail("Messages of one key are delivered in the order they were emitted."),
-				 errhint("Use the changed row's key, e.g. its id as text.")));
-	if (PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
-				 errmsg("outbox message of topic \"%s\" needs a payload",
-						text_to_cstring(PG_GETARG_TEXT_PP(0))),
-				 errhint("Pass a jsonb payload, e.g. to_jsonb(the_row).")));
-
+	check_emit_arguments(fcinfo);
 	check_not_standby("emit to outbox topic", text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = PG_GETARG_DATUM(1);

@@ -795,7 +795,6 @@ relay_has_work(void)
 {
 	Oid			types[1] = {INT4OID};
 	Datum		values[1] = {Int32GetDatum(backfill_outbox_dead_retention)};
-	bool		isnull;
 
 	if (!outbox_has_owners())
 		return false;			/* not updated to 0.3: nothing is delivered */
@@ -811,7 +810,7 @@ relay_has_work(void)
 							  "                    WHERE s.topic = o.topic))",
 							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not look for outbox work");
-	return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	return catalog_getbool(0, 1);
 }
 
 void

@@ -147,6 +147,51 @@ parse_migrations_table(const char *spec, char **table, char **column)
 }
 
 /*
+ * The migrations table's oid: an unqualified table is looked up in schema
+ * public, never through a search_path.  A lookup in the catalogs, without
+ * privilege checks: the read itself, as the role, is what privileges
+ * decide.  InvalidOid when there is no such table.
+ */
+static Oid
+migrations_table_oid(const char *table)
+{
+	char	   *schema;
+	char	   *relname;
+	Oid			nspid;
+
+	DeconstructQualifiedName(compat_qualified_name_list(table), &schema, &relname);
+	nspid = get_namespace_oid(schema ? schema : "public", true);
+	return OidIsValid(nspid) ? get_relname_relid(relname, nspid) : InvalidOid;
+}
+
+/*
+ * Does the column of the migrations relation list the id?  Read as role
+ * (asrole.c).  When the read fails, *unreadable says why.
+ */
+static bool
+migration_listed(Oid role, const char *relation, const char *column, const char *id,
+				 char **unreadable)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(id)};
+	char	   *sql = psprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE %s::pg_catalog.text"
+							   " OPERATOR(pg_catalog.=) $1)", relation, quote_identifier(column));
+	ErrorData  *error = NULL;
+	char	   *applied;
+	bool		listed;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	applied = asrole_query(role, NULL, sql, 1, types, values, NULL, &error);
+	/* both live in SPI's memory: keep what is needed */
+	*unreadable = error ? MemoryContextStrdup(cxt, error->message) : NULL;
+	listed = applied != NULL && strcmp(applied, "t") == 0;
+	SPI_finish();
+	return listed;
+}
+
+/*
  * backfill.migration_unapplied(id text [, role oid]): NULL when the schema
  * migration is applied, else why not.  The table is read as role (default:
  * the calling role), which the caller must have the privileges of.
@@ -157,20 +202,12 @@ backfill_migration_unapplied(PG_FUNCTION_ARGS)
 	char	   *id = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	Oid			role = PG_NARGS() > 1 ? PG_GETARG_OID(1) : GetUserId();
 	const char *spec = GetConfigOption("backfill.migrations_table", false, false);
-	MemoryContext cxt = CurrentMemoryContext;
 	char	   *table;
 	char	   *column;
-	char	   *schema;
-	char	   *relname;
-	Oid			nspid;
 	Oid			relid;
 	char	   *relation;
-	char	   *sql;
-	char	   *applied;
-	ErrorData  *error = NULL;
-	char	   *unreadable = NULL;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
+	char	   *unreadable;
+	bool		listed;
 
 	if (!has_privs_of_role(GetUserId(), role))
 		ereport(ERROR,
@@ -184,15 +221,7 @@ backfill_migration_unapplied(PG_FUNCTION_ARGS)
 		PG_RETURN_TEXT_P(cstring_to_text(psprintf("migration %s: backfill.migrations_table %s "
 												  "is not \"table(column)\"", id,
 												  quote_literal_cstr(spec ? spec : ""))));
-
-	/*
-	 * An unqualified table is looked up in schema public, never through a
-	 * search_path.  A lookup in the catalogs, without privilege checks: the
-	 * read itself, as role, is what privileges decide.
-	 */
-	DeconstructQualifiedName(compat_qualified_name_list(table), &schema, &relname);
-	nspid = get_namespace_oid(schema ? schema : "public", true);
-	relid = OidIsValid(nspid) ? get_relname_relid(relname, nspid) : InvalidOid;
+	relid = migrations_table_oid(table);
 	if (!OidIsValid(relid))
 		PG_RETURN_TEXT_P(cstring_to_text(psprintf("migration %s is not applied: table %s does "
 												  "not exist", id, table)));
@@ -204,23 +233,11 @@ backfill_migration_unapplied(PG_FUNCTION_ARGS)
 												  "%s %s", id, role_name(role), relation,
 												  unreadable)));
 
-	sql = psprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE %s::pg_catalog.text"
-				   " OPERATOR(pg_catalog.=) $1)", relation, quote_identifier(column));
-	values[0] = CStringGetTextDatum(id);
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	applied = asrole_query(role, NULL, sql, 1, types, values, NULL, &error);
-	/* both live in SPI's memory: keep what is needed */
-	if (error != NULL)
-		unreadable = MemoryContextStrdup(cxt, error->message);
-	if (applied != NULL)
-		applied = MemoryContextStrdup(cxt, applied);
-	SPI_finish();
-
+	listed = migration_listed(role, relation, column, id, &unreadable);
 	if (unreadable != NULL)
 		PG_RETURN_TEXT_P(cstring_to_text(psprintf("migration %s cannot be checked as role %s: %s",
 												  id, role_name(role), unreadable)));
-	if (applied == NULL || strcmp(applied, "t") != 0)
+	if (!listed)
 		PG_RETURN_TEXT_P(cstring_to_text(psprintf("migration %s is not applied (no such %s in %s)",
 												  id, column, relation)));
 	PG_RETURN_NULL();
