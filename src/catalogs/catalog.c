@@ -177,40 +177,52 @@ catalog_gettext(int row, int col)
 	return SPI_getvalue(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col);
 }
 
-int64
-catalog_getint64(int row, int col)
+/* a column of the current SPI row, or if_null */
+static Datum
+column_or(int row, int col, Datum if_null)
 {
 	bool		isnull;
 	Datum		d = catalog_getdatum(row, col, &isnull);
 
-	return isnull ? 0 : DatumGetInt64(d);
+	return isnull ? if_null : d;
+}
+
+int64
+catalog_getint64(int row, int col)
+{
+	return DatumGetInt64(column_or(row, col, Int64GetDatum(0)));
 }
 
 bool
 catalog_getbool(int row, int col)
 {
-	bool		isnull;
-	Datum		d = catalog_getdatum(row, col, &isnull);
-
-	return isnull ? false : DatumGetBool(d);
-}
-
-Datum
-catalog_getcopy(int row, int col)
-{
-	bool		isnull;
-	Datum		d = catalog_getdatum(row, col, &isnull);
-
-	return isnull ? (Datum) 0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(d));
+	return DatumGetBool(column_or(row, col, BoolGetDatum(false)));
 }
 
 Oid
 catalog_getoid(int row, int col)
 {
-	bool		isnull;
-	Datum		d = catalog_getdatum(row, col, &isnull);
+	return DatumGetObjectId(column_or(row, col, ObjectIdGetDatum(InvalidOid)));
+}
 
-	return isnull ? InvalidOid : DatumGetObjectId(d);
+Datum
+catalog_getcopy(int row, int col)
+{
+	Datum		d = column_or(row, col, (Datum) 0);
+
+	return d == (Datum) 0 ? d : PointerGetDatum(PG_DETOAST_DATUM_COPY(d));
+}
+
+/*
+ * A yes-or-no query, read-only, with the caller's privileges: its first
+ * column (false for NULL).  what is what the error says could not be done.
+ */
+bool
+catalog_ask(const char *what, const char *sql, int nargs, Oid *types, Datum *values)
+{
+	if (SPI_execute_with_args(sql, nargs, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not %s", what);
+	return catalog_getbool(0, 1);
 }
 
 void

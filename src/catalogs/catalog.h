@@ -46,6 +46,9 @@ extern bool catalog_getbool(int row, int col);
 extern Oid	catalog_getoid(int row, int col);
 /* a varlena column copied out of SPI's memory, detoasted; 0 for NULL */
 extern Datum catalog_getcopy(int row, int col);
+/* a yes-or-no query (read-only, as the current user); its error says what failed */
+extern bool catalog_ask(const char *what, const char *sql, int nargs, Oid *types,
+						Datum *values);
 
 /* a function's schema-qualified, quoted name, to call it in SQL */
 extern char *function_name(Oid fn);

@@ -150,14 +150,13 @@ key_type_aggregated(Oid keytype)
 	Oid			types[1] = {REGTYPEOID};
 	Datum		values[1] = {ObjectIdGetDatum(keytype)};
 
-	if (SPI_execute_with_args("SELECT pg_catalog.to_regprocedure("
-							  "         pg_catalog.format('pg_catalog.min(%s)', $1))"
-							  " IS NOT NULL AND"
-							  " pg_catalog.to_regprocedure("
-							  "         pg_catalog.format('pg_catalog.max(%s)', $1)) IS NOT NULL",
-							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not look up the min and max of a key type");
-	return catalog_getbool(0, 1);
+	return catalog_ask("look up the min and max of a key type",
+					   "SELECT pg_catalog.to_regprocedure("
+					   "         pg_catalog.format('pg_catalog.min(%s)', $1))"
+					   " IS NOT NULL AND"
+					   " pg_catalog.to_regprocedure("
+					   "         pg_catalog.format('pg_catalog.max(%s)', $1)) IS NOT NULL",
+					   1, types, values);
 }
 
 /*

@@ -798,19 +798,18 @@ relay_has_work(void)
 
 	if (!outbox_has_owners())
 		return false;			/* not updated to 0.3: nothing is delivered */
-	if (SPI_execute_with_args("SELECT EXISTS (SELECT 1 FROM backfill.outbox o"
-							  "   WHERE o.state = 'pending' AND o.next_attempt_at <= pg_catalog.now()"
-							  "     AND EXISTS (SELECT 1 FROM backfill.outbox_sink s"
-							  "                  WHERE s.topic = o.topic))"
-							  " OR EXISTS (SELECT 1 FROM backfill.outbox WHERE state = 'dead'"
-							  "   AND dead_at < pg_catalog.now() - pg_catalog.make_interval(secs => $1))"
-							  " OR EXISTS (SELECT 1 FROM backfill.outbox o WHERE o.state = 'pending'"
-							  "   AND o.created_at < pg_catalog.now() - pg_catalog.make_interval(secs => $1)"
-							  "   AND NOT EXISTS (SELECT 1 FROM backfill.outbox_sink s"
-							  "                    WHERE s.topic = o.topic))",
-							  1, types, values, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not look for outbox work");
-	return catalog_getbool(0, 1);
+	return catalog_ask("look for outbox work",
+					   "SELECT EXISTS (SELECT 1 FROM backfill.outbox o"
+					   "   WHERE o.state = 'pending' AND o.next_attempt_at <= pg_catalog.now()"
+					   "     AND EXISTS (SELECT 1 FROM backfill.outbox_sink s"
+					   "                  WHERE s.topic = o.topic))"
+					   " OR EXISTS (SELECT 1 FROM backfill.outbox WHERE state = 'dead'"
+					   "   AND dead_at < pg_catalog.now() - pg_catalog.make_interval(secs => $1))"
+					   " OR EXISTS (SELECT 1 FROM backfill.outbox o WHERE o.state = 'pending'"
+					   "   AND o.created_at < pg_catalog.now() - pg_catalog.make_interval(secs => $1)"
+					   "   AND NOT EXISTS (SELECT 1 FROM backfill.outbox_sink s"
+					   "                    WHERE s.topic = o.topic))",
+					   1, types, values);
 }
 
 void
