@@ -28,6 +28,7 @@ use JSON::PP;
 use FindBin;
 use lib "$FindBin::RealBin/lib";
 use BackfillTest;
+use WebhookReceiver;
 
 # the killed relay must make the postmaster restart the backends
 my $node = BackfillTest::node('outbox', crash_restart => 1);
@@ -360,55 +361,14 @@ isnt(sq($node, q{SELECT coalesce(string_agg(pid::text, ','), '') FROM pg_stat_ac
 # ==================================================================
 # 5. Webhook with an HMAC-SHA256 signature
 # ==================================================================
-my $python = -x '/usr/bin/python3' ? '/usr/bin/python3' : 'python3';
-my $receiver = "$tmp/receiver.py";
-my $hooklog = "$tmp/hooks.jsonl";
-my $ready = "$tmp/receiver.ready";
-open(my $rfh, '>', $receiver) or die "could not write $receiver: $!";
-print $rfh <<'PY';
-import hashlib, hmac, json, sys
-from http.server import HTTPServer, BaseHTTPRequestHandler
-
-port, secret, logpath, ready = int(sys.argv[1]), sys.argv[2].encode(), sys.argv[3], sys.argv[4]
-
-class Hook(BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers.get('Content-Length', '0')))
-        sig = self.headers.get('X-Backfill-Signature', '')
-        want = 'sha256=' + hmac.new(secret, body, hashlib.sha256).hexdigest()
-        valid = hmac.compare_digest(sig, want)
-        rec = {'valid': valid, 'path': self.path, 'id': self.headers.get('X-Backfill-Id'),
-               'content_type': self.headers.get('Content-Type'),
-               'body': body.decode('utf-8', 'replace')}
-        with open(logpath, 'a') as f:
-            f.write(json.dumps(rec) + '\n')
-        self.send_response(200 if valid else 401)
-        self.send_header('Content-Length', '0')
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-server = HTTPServer(('127.0.0.1', port), Hook)
-open(ready, 'w').close()
-server.serve_forever()
-PY
-close($rfh);
-my $port = PostgreSQL::Test::Cluster::get_free_port();
-my ($rout, $rerr) = ('', '');
-my $rh = IPC::Run::start(
-	[ 'timeout', '120', $python, $receiver, $port, 's3cret', $hooklog, $ready ],
-	'>', \$rout, '2>', \$rerr);
-$deadline = time() + 20;
-usleep(50_000) until -e $ready || time() > $deadline;
-ok(-e $ready, "the webhook receiver listens on 127.0.0.1:$port") or diag($rerr);
+my $hook = WebhookReceiver->start($tmp, secret => 's3cret', lifetime => 120);
+my $port = $hook->port;
+ok($hook->ready, "the webhook receiver listens on 127.0.0.1:$port") or diag($hook->stderr);
 
 sub hook_records
 {
 	my ($path) = @_;
-	return () unless -e $hooklog;
-	return grep { $_->{path} eq $path }
-	  map { decode_json($_) } grep { /\S/ } split /\n/, slurp_file($hooklog);
+	return grep { $_->{path} eq $path } $hook->records;
 }
 
 sq($node, qq{SELECT backfill_outbox_sink('hook', 'webhook', 'http://127.0.0.1:$port/hook', 's3cret',
@@ -447,7 +407,7 @@ like($b_error, qr/HTTP 401/, 'last_error mentions HTTP 401');
 my @bad = hook_records('/bad');
 is(scalar(@bad), 2, 'the receiver got 2 requests for it');
 is(scalar(grep { !$_->{valid} } @bad), 2, 'both with a signature it rejected');
-$rh->kill_kill;
+$hook->stop;
 
 # ==================================================================
 # 6. NOTIFY sink

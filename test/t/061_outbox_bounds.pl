@@ -26,6 +26,7 @@ use JSON::PP;
 use FindBin;
 use lib "$FindBin::RealBin/lib";
 use BackfillTest;
+use WebhookReceiver;
 
 # the killed relay must make the postmaster restart the backends
 my $node = BackfillTest::node('outbox_bounds', crash_restart => 1);
@@ -146,65 +147,14 @@ is(sq($node, q{SELECT count(*) FROM backfill.outbox WHERE topic = 'ok' AND state
 # ==================================================================
 # 5. A webhook call holds no transaction and no row lock
 # ==================================================================
-my $python = -x '/usr/bin/python3' ? '/usr/bin/python3' : 'python3';
-my $receiver = "$tmp/receiver.py";
-my $hooklog = "$tmp/hooks.jsonl";
-my $ready = "$tmp/receiver.ready";
-open(my $rfh, '>', $receiver) or die "could not write $receiver: $!";
-print $rfh <<'PY';
-import json, os, sys, threading, time
-from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
-
-port, logpath, dirpath, ready = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-lock = threading.Lock()
-seen = {}
-
-class Hook(BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers.get('Content-Length', '0'))))
-        mid = self.headers.get('X-Backfill-Id')
-        with lock:
-            seen[mid] = seen.get(mid, 0) + 1
-            n = seen[mid]
-            with open(logpath, 'a') as f:
-                f.write(json.dumps({'id': mid, 'path': self.path, 'n': n}) + '\n')
-        # the first call of a message whose payload says "hold" waits until released
-        if body['payload'].get('hold') and n == 1:
-            release = os.path.join(dirpath, 'release_' + mid)
-            deadline = time.time() + 90
-            while not os.path.exists(release) and time.time() < deadline:
-                time.sleep(0.05)
-        try:
-            self.send_response(200)
-            self.send_header('Content-Length', '0')
-            self.end_headers()
-        except Exception:
-            pass
-
-    def log_message(self, *args):
-        pass
-
-ThreadingHTTPServer.daemon_threads = True
-server = ThreadingHTTPServer(('127.0.0.1', port), Hook)
-open(ready, 'w').close()
-server.serve_forever()
-PY
-close($rfh);
-my $port = PostgreSQL::Test::Cluster::get_free_port();
-my ($rout, $rerr) = ('', '');
-my $rh = IPC::Run::start(
-	[ 'timeout', '300', $python, $receiver, $port, $hooklog, $tmp, $ready ],
-	'>', \$rout, '2>', \$rerr);
-my $deadline = time() + 20;
-usleep(50_000) until -e $ready || time() > $deadline;
-ok(-e $ready, "the webhook receiver listens on 127.0.0.1:$port") or diag($rerr);
+my $hook = WebhookReceiver->start($tmp, lifetime => 300);
+my $port = $hook->port;
+ok($hook->ready, "the webhook receiver listens on 127.0.0.1:$port") or diag($hook->stderr);
 
 sub hook_calls
 {
 	my ($id) = @_;
-	return () unless -e $hooklog;
-	return grep { $_->{id} eq $id }
-	  map { decode_json($_) } grep { /\S/ } split /\n/, slurp_file($hooklog);
+	return grep { $_->{id} eq $id } $hook->records;
 }
 
 sub hook_count
@@ -240,14 +190,12 @@ is( sq($node, q{SELECT count(*), count(*) FILTER (WHERE xact_start IS NULL AND b
                   FROM pg_stat_activity WHERE backend_type = 'pg_backfill relay'}),
 	'1|1', 'during the call the relay has no transaction open');
 is(hook_count($w2), 0, 'the next message of the key waits behind the one in flight');
-open(my $rel, '>', "$tmp/release_$w1") or die;
-close($rel);
+$hook->release($w1);
 ok( poll_until($node, "SELECT string_agg(state || ' ' || attempts, ',' ORDER BY id)
                         FROM backfill.outbox WHERE id IN ($w1, $w2)",
 		'delivered 1,delivered 1', 30),
 	'both were delivered, each on its first attempt');
-my @order = map { $_->{id} } grep { $_->{id} eq $w1 || $_->{id} eq $w2 }
-  map { decode_json($_) } grep { /\S/ } split /\n/, slurp_file($hooklog);
+my @order = map { $_->{id} } grep { $_->{id} eq $w1 || $_->{id} eq $w2 } $hook->records;
 is(join(',', @order), "$w1,$w2", 'each was sent once, in emit order');
 
 # ==================================================================
@@ -266,9 +214,8 @@ ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $c1", 'delive
 is(hook_count($c1), 2, 'it was sent again: at least once');
 is(sq($node, "SELECT attempts FROM backfill.outbox WHERE id = $c1"), '2',
 	'both attempts are counted');
-open($rel, '>', "$tmp/release_$c1") or die;
-close($rel);
-$rh->kill_kill;
+$hook->release($c1);
+$hook->stop;
 
 $node->stop;
 done_testing();
