@@ -208,6 +208,41 @@ fail_unbound_passes(void)
 }
 
 /*
+ * Row i of the running passes (read_running_passes): what the pass needs,
+ * in result_cxt.
+ */
+static RunNeed *
+need_from_row(uint64 i, MemoryContext result_cxt)
+{
+	HeapTuple	tup = SPI_tuptable->vals[i];
+	TupleDesc	desc = SPI_tuptable->tupdesc;
+	bool		isnull;
+	int			max_parallel = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
+	char	   *phase = SPI_getvalue(tup, desc, 4);
+	int			live = (int) DatumGetInt64(SPI_getbinval(tup, desc, 5, &isnull));
+	int			claimable = (int) DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
+	RunNeed    *need = MemoryContextAllocZero(result_cxt, sizeof(RunNeed));
+	char	   *problem;
+
+	need->run_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
+	need->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
+	need->lanes_live = live;
+	need->check_drift = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
+	need->name = MemoryContextStrdup(result_cxt, SPI_getvalue(tup, desc, 8));
+	problem = tenancy_login_problem(need->owner);
+	need->login_problem = problem ? MemoryContextStrdup(result_cxt, problem) : NULL;
+	if (strcmp(phase, "queued") == 0)
+		need->lanes_wanted = max_parallel;
+	else if (claimable > 0)
+		need->lanes_wanted = Min(max_parallel, live + claimable);
+	else if (live == 0)
+		need->lanes_wanted = 1; /* all done, nobody finished the pass */
+	else
+		need->lanes_wanted = 0;
+	return need;
+}
+
+/*
  * Read the running passes and how many lanes each wants.  Runs in its own
  * transaction; the result is allocated in the caller's memory context.
  */
@@ -249,39 +284,11 @@ read_running_passes(MemoryContext result_cxt)
 
 		for (uint64 i = 0; i < SPI_processed; i++)
 		{
-			HeapTuple	tup = SPI_tuptable->vals[i];
-			TupleDesc	desc = SPI_tuptable->tupdesc;
-			bool		isnull;
-			int			max_parallel = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
-			char	   *phase = SPI_getvalue(tup, desc, 4);
-			int			live = (int) DatumGetInt64(SPI_getbinval(tup, desc, 5, &isnull));
-			int			claimable = (int) DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
-			RunNeed    *need = MemoryContextAllocZero(result_cxt, sizeof(RunNeed));
+			RunNeed    *need = need_from_row(i, result_cxt);
+			MemoryContext old = MemoryContextSwitchTo(result_cxt);
 
-			need->run_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-			need->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
-			need->lanes_live = live;
-			need->check_drift = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
-			need->name = MemoryContextStrdup(result_cxt, SPI_getvalue(tup, desc, 8));
-			{
-				char	   *problem = tenancy_login_problem(need->owner);
-
-				need->login_problem = problem ? MemoryContextStrdup(result_cxt, problem) : NULL;
-			}
-			if (strcmp(phase, "queued") == 0)
-				need->lanes_wanted = max_parallel;
-			else if (claimable > 0)
-				need->lanes_wanted = Min(max_parallel, live + claimable);
-			else if (live == 0)
-				need->lanes_wanted = 1; /* all done, nobody finished the pass */
-			else
-				need->lanes_wanted = 0;
-			{
-				MemoryContext old = MemoryContextSwitchTo(result_cxt);
-
-				needs = lappend(needs, need);
-				MemoryContextSwitchTo(old);
-			}
+			needs = lappend(needs, need);
+			MemoryContextSwitchTo(old);
 		}
 	}
 
@@ -594,34 +601,24 @@ ask_for_fair_share(List *needs, LaneCensus *census)
 }
 
 /*
- * One look at the database: start the lanes that running passes want,
- * sharing backfill.max_workers fairly between roles.  Returns how long to
- * sleep before looking again.
+ * Which passes may get a lane now: those with fewer than they want whose
+ * role can log in, whose requirement has not drifted, and whose restart
+ * delay has passed.  A pass that cannot log in and has no lane left fails.
+ * Lowers *sleep_ms to the end of the nearest restart delay.
  */
-static long
-scheduler_tick(MemoryContext scratch)
+static void
+mark_eligible(List *needs, LaneCensus *census, TimestampTz now, long *sleep_ms)
 {
-	List	   *needs = read_running_passes(scratch);
 	ListCell   *lc;
-	TimestampTz now = GetCurrentTimestamp();
-	long		sleep_ms = backfill_naptime * 1000L;
-	LaneCensus *census = palloc0(sizeof(LaneCensus));
-	RunNeed    *need;
-	bool		waiting = false;
-
-	/* every live lane of the cluster, whoever started it */
-	backfill_lane_sweep();
-	census->n = backfill_lane_snapshot(census->lanes);
 
 	foreach(lc, memos)
 		((RunMemo *) lfirst(lc))->seen = false;
 
 	foreach(lc, needs)
 	{
-		RunMemo    *memo;
+		RunNeed    *need = lfirst(lc);
+		RunMemo    *memo = memo_for(need->run_id);
 
-		need = lfirst(lc);
-		memo = memo_for(need->run_id);
 		memo->seen = true;
 		need->have = Max(census_count(census, MyDatabaseId, InvalidOid, need->run_id),
 						 need->lanes_live);
@@ -643,11 +640,18 @@ scheduler_tick(MemoryContext scratch)
 			continue;
 		if (memo->next_start > now)
 		{
-			sleep_ms = Min(sleep_ms, backoff_ms_until(now, memo->next_start));
+			*sleep_ms = Min(*sleep_ms, backoff_ms_until(now, memo->next_start));
 			continue;
 		}
 		need->eligible = true;
 	}
+}
+
+/* Start lanes, round-robin over the eligible passes, while slots are free. */
+static void
+start_lanes(List *needs, LaneCensus *census)
+{
+	RunNeed    *need;
 
 	while (census->n < backfill_max_workers &&
 		   (need = next_pass_for_a_lane(needs, census)) != NULL)
@@ -659,24 +663,30 @@ scheduler_tick(MemoryContext scratch)
 		/* waiting for the lane's start may have eaten a wake meant for the next tick */
 		SetLatch(MyLatch);
 	}
+}
+
+/* does an eligible pass still have fewer lanes than it wants? */
+static bool
+passes_waiting(List *needs)
+{
+	ListCell   *lc;
 
 	foreach(lc, needs)
 	{
-		need = lfirst(lc);
+		RunNeed    *need = lfirst(lc);
+
 		if (need->eligible && need->have < need->lanes_wanted)
-			waiting = true;
+			return true;
 	}
-	if (waiting)
-	{
-		ask_for_fair_share(needs, census);
-		sleep_ms = Min(sleep_ms, 1000L);
-	}
+	return false;
+}
 
-	start_relay_if_needed();
-	if (outbox_pending && relay == NULL)
-		sleep_ms = Min(sleep_ms, 1000L);
+/* Forget the memos of passes that have ended and have no lane left. */
+static void
+forget_ended_passes(void)
+{
+	ListCell   *lc;
 
-	/* forget passes that have ended */
 	foreach(lc, memos)
 	{
 		RunMemo    *memo = lfirst(lc);
@@ -687,6 +697,38 @@ scheduler_tick(MemoryContext scratch)
 			memos = foreach_delete_current(memos, lc);
 		}
 	}
+}
+
+/*
+ * One look at the database: start the lanes that running passes want,
+ * sharing backfill.max_workers fairly between roles, and the relay.
+ * Returns how long to sleep before looking again.
+ */
+static long
+scheduler_tick(MemoryContext scratch)
+{
+	List	   *needs = read_running_passes(scratch);
+	TimestampTz now = GetCurrentTimestamp();
+	long		sleep_ms = backfill_naptime * 1000L;
+	LaneCensus *census = palloc0(sizeof(LaneCensus));
+
+	/* every live lane of the cluster, whoever started it */
+	backfill_lane_sweep();
+	census->n = backfill_lane_snapshot(census->lanes);
+
+	mark_eligible(needs, census, now, &sleep_ms);
+	start_lanes(needs, census);
+	if (passes_waiting(needs))
+	{
+		ask_for_fair_share(needs, census);
+		sleep_ms = Min(sleep_ms, 1000L);
+	}
+
+	start_relay_if_needed();
+	if (outbox_pending && relay == NULL)
+		sleep_ms = Min(sleep_ms, 1000L);
+
+	forget_ended_passes();
 	return sleep_ms;
 }
 
