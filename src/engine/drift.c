@@ -73,6 +73,91 @@ predicate_matches(Oid run_as, const char *search_path, const char *relation,
 	return answer != NULL && strcmp(answer, "t") == 0;
 }
 
+/* the required backfill B of a waiting pass of A, as drift reads it */
+typedef struct Required
+{
+	char	   *a_name;
+	Oid			a_owner;
+	char	   *b_name;
+	char	   *b_relation;
+	char	   *b_predicate;
+	Oid			b_run_as;
+	char	   *b_checksum;
+	Oid			b_owner;
+	char	   *b_search_path;
+	int64		b_last;			/* B's newest pass */
+	Datum		b_environments;
+	char	   *b_envlist;
+} Required;
+
+/*
+ * Read B, the table backfill the waiting pass's declaration requires.
+ * False when there is none to check: no such declaration, a pages or
+ * scoped one, or one whose oids no longer carry its names.
+ */
+static bool
+read_required(int64 waiting_run_id, Required *r)
+{
+	CatalogScope scope;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(waiting_run_id)};
+	bool		found;
+
+	catalog_enter(&scope);
+	found = catalog_exec("SELECT b.name, b.relation, b.predicate, b.run_as, b.checksum, b.owner,"
+						 "  b.search_path, a.name,"
+						 "  (SELECT pg_catalog.max(l.run_id) FROM backfill.ledger l"
+						 "    WHERE l.ledger_name = b.name),"
+						 "  a.owner, b.environments, pg_catalog.array_to_string(b.environments, ', ')"
+						 " FROM backfill.ledger la"
+						 " JOIN backfill.declaration a ON a.name = la.declaration"
+						 " JOIN backfill.declaration b ON b.name = a.requires_backfill"
+						 " WHERE la.run_id = $1 AND b.relid IS NOT NULL AND b.scope IS NULL"
+						 /* never as a role the required backfill does not name */
+						 "   AND (SELECT i.code FROM backfill.identity_problem(b.name, b.relid,"
+						 "          b.relation, b.owner, b.owner_name, b.run_as, b.run_as_name) i)"
+						 "       IS NULL",
+						 1, types, values, NULL, SPI_OK_SELECT) == 1;
+	if (found)
+	{
+		r->b_name = catalog_gettext(0, 1);
+		r->b_relation = catalog_gettext(0, 2);
+		r->b_predicate = catalog_gettext(0, 3);
+		r->b_run_as = catalog_getoid(0, 4);
+		r->b_checksum = catalog_gettext(0, 5);
+		r->b_owner = catalog_getoid(0, 6);
+		r->b_search_path = catalog_gettext(0, 7);
+		r->a_name = catalog_gettext(0, 8);
+		r->b_last = catalog_getint64(0, 9);
+		r->a_owner = catalog_getoid(0, 10);
+		r->b_environments = catalog_getcopy(0, 11);
+		r->b_envlist = catalog_gettext(0, 12);
+	}
+	catalog_leave(&scope);
+	return found;
+}
+
+/*
+ * If B may be reopened on A's behalf and its predicate matches a row,
+ * enqueue a forced pass of B.  Returns true when it did.
+ */
+static bool
+reopen_if_drifted(Required *r)
+{
+	int64		run_id;
+
+	check_reopen_allowed(r->a_name, r->a_owner, r->b_name, r->b_owner, r->b_run_as,
+						 r->b_environments, r->b_envlist);
+	if (!predicate_matches(r->b_run_as, r->b_search_path, r->b_relation, r->b_predicate))
+		return false;
+	run_id = enqueue_pass(r->b_name, r->b_name, r->b_checksum, true, r->b_last, r->b_owner, NULL);
+	ereport(LOG,
+			(errmsg("backfill \"%s\" reopened as run " INT64_FORMAT
+					": its predicate matches rows again", r->b_name, run_id),
+			 errdetail("Backfill \"%s\" requires it and waits for the new pass.", r->a_name)));
+	return true;
+}
+
 /*
  * Returns true when the backfill that waiting_run_id requires was reopened,
  * so the waiting pass must not start yet.  Runs its own transaction.
@@ -87,61 +172,10 @@ drift_reopen_required(int64 waiting_run_id)
 
 	PG_TRY();
 	{
-		CatalogScope scope;
-		Oid			types[1] = {INT8OID};
-		Datum		values[1] = {Int64GetDatum(waiting_run_id)};
-		bool		isnull;
+		Required	r;
 
-		catalog_enter(&scope);
-		if (catalog_exec("SELECT b.name, b.relation, b.predicate, b.run_as, b.checksum, b.owner,"
-						 "  b.search_path, a.name,"
-						 "  (SELECT pg_catalog.max(l.run_id) FROM backfill.ledger l"
-						 "    WHERE l.ledger_name = b.name),"
-						 "  a.owner, b.environments, pg_catalog.array_to_string(b.environments, ', ')"
-						 " FROM backfill.ledger la"
-						 " JOIN backfill.declaration a ON a.name = la.declaration"
-						 " JOIN backfill.declaration b ON b.name = a.requires_backfill"
-						 " WHERE la.run_id = $1 AND b.relid IS NOT NULL AND b.scope IS NULL"
-						 /* never as a role the required backfill does not name */
-						 "   AND (SELECT i.code FROM backfill.identity_problem(b.name, b.relid,"
-						 "          b.relation, b.owner, b.owner_name, b.run_as, b.run_as_name) i)"
-						 "       IS NULL",
-						 1, types, values, NULL, SPI_OK_SELECT) == 1)
-		{
-			char	   *b_name = catalog_gettext(0, 1);
-			char	   *b_relation = catalog_gettext(0, 2);
-			char	   *b_predicate = catalog_gettext(0, 3);
-			Oid			b_run_as = DatumGetObjectId(catalog_getdatum(0, 4, &isnull));
-			char	   *b_checksum = catalog_gettext(0, 5);
-			Oid			b_owner = DatumGetObjectId(catalog_getdatum(0, 6, &isnull));
-			char	   *b_search_path = catalog_gettext(0, 7);
-			char	   *a_name = catalog_gettext(0, 8);
-			int64		b_last = DatumGetInt64(catalog_getdatum(0, 9, &isnull));
-			Oid			a_owner = DatumGetObjectId(catalog_getdatum(0, 10, &isnull));
-			Datum		b_environments = catalog_getdatum(0, 11, &isnull);
-			char	   *b_envlist = catalog_gettext(0, 12);
-
-			if (!isnull)
-				b_environments = PointerGetDatum(PG_DETOAST_DATUM_COPY(b_environments));
-			catalog_leave(&scope);
-
-			check_reopen_allowed(a_name, a_owner, b_name, b_owner, b_run_as,
-								 b_environments, b_envlist);
-			if (predicate_matches(b_run_as, b_search_path, b_relation, b_predicate))
-			{
-				int64		run_id = enqueue_pass(b_name, b_name, b_checksum, true, b_last,
-												  b_owner, NULL);
-
-				ereport(LOG,
-						(errmsg("backfill \"%s\" reopened as run " INT64_FORMAT
-								": its predicate matches rows again", b_name, run_id),
-						 errdetail("Backfill \"%s\" requires it and waits for the new pass.",
-								   a_name)));
-				reopened = true;
-			}
-		}
-		else
-			catalog_leave(&scope);
+		if (read_required(waiting_run_id, &r))
+			reopened = reopen_if_drifted(&r);
 	}
 	PG_CATCH();
 	{
