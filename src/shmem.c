@@ -186,6 +186,7 @@ backfill_shmem_attach_scheduler(int slot, pid_t *holder)
 	return true;
 }
 
+/* Set the latch of the database's scheduler, if one holds its slot (at commit). */
 static void
 backfill_wake_scheduler(Oid dboid)
 {
