@@ -73,6 +73,24 @@ predicate_matches(Oid run_as, const char *search_path, const char *relation,
 	return answer != NULL && strcmp(answer, "t") == 0;
 }
 
+/*
+ * B, the table backfill that the declaration of the waiting pass ($1)
+ * requires; never one whose oids no longer carry the roles it names.
+ */
+#define REQUIRED_SQL \
+	"SELECT b.name, b.relation, b.predicate, b.run_as, b.checksum, b.owner," \
+	"  b.search_path, a.name," \
+	"  (SELECT pg_catalog.max(l.run_id) FROM backfill.ledger l" \
+	"    WHERE l.ledger_name = b.name)," \
+	"  a.owner, b.environments, pg_catalog.array_to_string(b.environments, ', ')" \
+	" FROM backfill.ledger la" \
+	" JOIN backfill.declaration a ON a.name = la.declaration" \
+	" JOIN backfill.declaration b ON b.name = a.requires_backfill" \
+	" WHERE la.run_id = $1 AND b.relid IS NOT NULL AND b.scope IS NULL" \
+	"   AND (SELECT i.code FROM backfill.identity_problem(b.name, b.relid," \
+	"          b.relation, b.owner, b.owner_name, b.run_as, b.run_as_name) i)" \
+	"       IS NULL"
+
 /* the required backfill B of a waiting pass of A, as drift reads it */
 typedef struct Required
 {
@@ -104,20 +122,7 @@ read_required(int64 waiting_run_id, Required *r)
 	bool		found;
 
 	catalog_enter(&scope);
-	found = catalog_exec("SELECT b.name, b.relation, b.predicate, b.run_as, b.checksum, b.owner,"
-						 "  b.search_path, a.name,"
-						 "  (SELECT pg_catalog.max(l.run_id) FROM backfill.ledger l"
-						 "    WHERE l.ledger_name = b.name),"
-						 "  a.owner, b.environments, pg_catalog.array_to_string(b.environments, ', ')"
-						 " FROM backfill.ledger la"
-						 " JOIN backfill.declaration a ON a.name = la.declaration"
-						 " JOIN backfill.declaration b ON b.name = a.requires_backfill"
-						 " WHERE la.run_id = $1 AND b.relid IS NOT NULL AND b.scope IS NULL"
-						 /* never as a role the required backfill does not name */
-						 "   AND (SELECT i.code FROM backfill.identity_problem(b.name, b.relid,"
-						 "          b.relation, b.owner, b.owner_name, b.run_as, b.run_as_name) i)"
-						 "       IS NULL",
-						 1, types, values, NULL, SPI_OK_SELECT) == 1;
+	found = catalog_exec(REQUIRED_SQL, 1, types, values, NULL, SPI_OK_SELECT) == 1;
 	if (found)
 	{
 		r->b_name = catalog_gettext(0, 1);
