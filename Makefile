@@ -11,6 +11,7 @@ OBJS = \
 	src/sql/run.o \
 	src/sql/control.o \
 	src/catalogs/catalog.o \
+	src/catalogs/declaration.o \
 	src/catalogs/identity.o \
 	src/trust/asrole.o \
 	src/trust/requires.o \

@@ -23,11 +23,10 @@
 #include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
-#include "common/cryptohash.h"
 #include "common/keywords.h"
-#include "common/sha2.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
@@ -51,6 +50,7 @@
 #include "compat.h"
 #include "pg_backfill.h"
 #include "catalog.h"
+#include "declaration.h"
 #include "declare.h"
 #include "errors.h"
 #include "requires.h"
@@ -68,71 +68,6 @@ typedef struct DeclaredSource
 	char	   *key;			/* key column name */
 	Oid			keytype;
 } DeclaredSource;
-
-/*
- * Collapse white space outside string literals and quoted identifiers, so
- * that re-indenting a statement does not change its checksum.
- */
-static void
-append_normalized(StringInfo buf, const char *sql)
-{
-	char		quote = 0;
-	bool		pending_space = false;
-	bool		at_start = true;
-
-	for (const char *p = sql; *p; p++)
-	{
-		if (quote == 0 && isspace((unsigned char) *p))
-		{
-			pending_space = !at_start;
-			continue;
-		}
-		if (pending_space)
-			appendStringInfoChar(buf, ' ');
-		pending_space = false;
-		at_start = false;
-		if (quote == 0 && (*p == '\'' || *p == '"'))
-			quote = *p;
-		else if (quote != 0 && *p == quote)
-			quote = 0;
-		appendStringInfoChar(buf, *p);
-	}
-	appendStringInfoChar(buf, '\n');
-}
-
-char *
-declaration_checksum(const char *relation, const char *key,
-					 const char *predicate, const char *action, const char *extra)
-{
-	StringInfoData buf;
-	pg_cryptohash_ctx *ctx;
-	uint8		digest[PG_SHA256_DIGEST_LENGTH];
-	char	   *hex = palloc(PG_SHA256_DIGEST_LENGTH * 2 + 1);
-
-	initStringInfo(&buf);
-	appendStringInfo(&buf, "pg_backfill declaration v1\nrelation %s\nkey %s\n",
-					 relation ? relation : "", key ? key : "");
-	appendStringInfoString(&buf, "predicate ");
-	append_normalized(&buf, predicate ? predicate : "");
-	appendStringInfoString(&buf, "action ");
-	append_normalized(&buf, action);
-	/* the rest of what decides what is done: source, scope, tenancy */
-	if (extra != NULL)
-		append_normalized(&buf, extra);
-
-	ctx = pg_cryptohash_create(PG_SHA256);
-	if (pg_cryptohash_init(ctx) < 0 ||
-		pg_cryptohash_update(ctx, (uint8 *) buf.data, buf.len) < 0 ||
-		pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
-		elog(ERROR, "could not compute the sha256 checksum of a declaration: %s",
-			 pg_cryptohash_error(ctx));
-	pg_cryptohash_free(ctx);
-
-	for (int i = 0; i < PG_SHA256_DIGEST_LENGTH; i++)
-		sprintf(hex + 2 * i, "%02x", digest[i]);
-	pfree(buf.data);
-	return hex;
-}
 
 /*
  * Refuse a backfill whose lanes could not log in (tenancy_login_problem):
@@ -569,367 +504,437 @@ resolve_function(const char *name, const char *option, const char *fname, int na
 	return fn;
 }
 
-#define ARG_TEXT(n) (PG_ARGISNULL(n) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(n)))
-
-Datum
-backfill_declare(PG_FUNCTION_ARGS)
+/*
+ * backfill_declare's arguments, found by name: the SQL signature must
+ * carry exactly the arguments of declaration_columns, with their types.
+ */
+typedef struct DeclareArgs
 {
-	char	   *name = ARG_TEXT(0);
-	char	   *relation = ARG_TEXT(1);
-	char	   *predicate = ARG_TEXT(2);
-	char	   *action = ARG_TEXT(3);
-	char	   *key = ARG_TEXT(4);
-	DeclaredSource src;
-	int			batch_size;
-	double		rate;
-	int			max_parallel;
-	int			max_attempts;
-	int			batch_timeout_ms;
-	int			backoff_base_ms;
-	int			backoff_cap_ms;
-	int			lock_timeout_ms;
-	int			target_batch_ms;
-	int			min_batch_size;
-	int			max_batch_size;
-	Datum		environments;
-	bool		environments_null;
-	char	   *checksum;
-	StringInfoData sql;
-	CatalogScope scope;
-	Oid			owner = GetUserId();
-	Jsonb	   *input_shape = PG_ARGISNULL(17) ? NULL : PG_GETARG_JSONB_P(17);
-	char	   *scope_expr = ARG_TEXT(18);
-	char	   *pages = ARG_TEXT(19);
-	char	   *count_function = ARG_TEXT(20);
-	char	   *requires = ARG_TEXT(21);
-	char	   *requires_backfill = ARG_TEXT(22);
-	char	   *run_as_name = ARG_TEXT(23);
-	Jsonb	   *settings = PG_ARGISNULL(24) ? NULL : PG_GETARG_JSONB_P(24);
-	char	   *tenant = ARG_TEXT(25);
-	Oid			run_as;
-	Oid			pages_fn = InvalidOid;
-	Oid			count_fn = InvalidOid;
-	char	   *declared_search_path;
+	FunctionCallInfo fcinfo;
+	int			nargs;
+	char	  **names;
+} DeclareArgs;
 
-	check_backfill_name(name);
-	check_not_standby("declare backfill", name);
+static void
+declare_args_open(FunctionCallInfo fcinfo, DeclareArgs *a)
+{
+	HeapTuple	proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
+	Oid		   *types;
+	char	   *modes;
+	int			found = 0;
 
-	/* the options */
-	if (PG_ARGISNULL(5))
+	if (!HeapTupleIsValid(proc))
+		elog(ERROR, "cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
+	a->fcinfo = fcinfo;
+	a->nargs = get_func_arg_info(proc, &types, &a->names, &modes);
+	ReleaseSysCache(proc);
+
+	for (int i = 0; i < a->nargs; i++)
+	{
+		const DeclarationColumn *col;
+
+		col = a->names ? declaration_column_of_argument(a->names[i]) : NULL;
+		if (col == NULL || col->argtype != types[i])
+			elog(ERROR, "argument %d (%s) of backfill_declare is not one of the declaration's columns",
+				 i + 1, a->names ? a->names[i] : "unnamed");
+	}
+	for (int i = 0; i < declaration_ncolumns; i++)
+		found += declaration_columns[i].argument != NULL;
+	if (found != a->nargs)
+		elog(ERROR, "backfill_declare has %d arguments; the declaration's columns name %d",
+			 a->nargs, found);
+}
+
+static int
+arg_number(const DeclareArgs *a, const char *argument)
+{
+	for (int i = 0; i < a->nargs; i++)
+		if (strcmp(a->names[i], argument) == 0)
+			return i;
+	elog(ERROR, "backfill_declare has no argument \"%s\"", argument);
+	return -1;					/* keep the compiler quiet */
+}
+
+static bool
+arg_isnull(const DeclareArgs *a, const char *argument)
+{
+	return a->fcinfo->args[arg_number(a, argument)].isnull;
+}
+
+static Datum
+arg_datum(const DeclareArgs *a, const char *argument)
+{
+	return a->fcinfo->args[arg_number(a, argument)].value;
+}
+
+static char *
+arg_text(const DeclareArgs *a, const char *argument)
+{
+	return arg_isnull(a, argument) ? NULL : TextDatumGetCString(arg_datum(a, argument));
+}
+
+static Jsonb *
+arg_jsonb(const DeclareArgs *a, const char *argument)
+{
+	return arg_isnull(a, argument) ? NULL : DatumGetJsonbP(arg_datum(a, argument));
+}
+
+/* the signature's default of an argument, as SQL text without its quotes */
+static char *
+arg_default(const char *argument)
+{
+	const char *def = declaration_column_of_argument(argument)->argdefault;
+	size_t		len = strlen(def);
+
+	if (len >= 2 && def[0] == '\'' && def[len - 1] == '\'')
+		return pnstrdup(def + 1, len - 2);
+	return pstrdup(def);
+}
+
+/* an integer option; NULL takes the signature's default */
+static int
+arg_int_or_default(const DeclareArgs *a, const char *argument)
+{
+	if (arg_isnull(a, argument))
+		return pg_strtoint32(arg_default(argument));
+	return DatumGetInt32(arg_datum(a, argument));
+}
+
+/* an interval option in milliseconds; NULL takes the signature's default */
+static int
+arg_ms_or_default(const DeclareArgs *a, const char *name, const char *argument, int64 max_ms)
+{
+	Interval   *iv;
+
+	if (arg_isnull(a, argument))
+		iv = DatumGetIntervalP(DirectFunctionCall3(interval_in,
+												   CStringGetDatum(arg_default(argument)),
+												   ObjectIdGetDatum(InvalidOid),
+												   Int32GetDatum(-1)));
+	else
+		iv = DatumGetIntervalP(arg_datum(a, argument));
+	return interval_to_ms(name, argument, iv, max_ms);
+}
+
+/* batch_size and batch_timeout have defaults, but an explicit NULL is refused */
+static void
+refuse_null_option(const DeclareArgs *a, const char *name, const char *argument)
+{
+	if (arg_isnull(a, argument))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
-				 errmsg("batch_size of backfill \"%s\" must not be NULL", name),
-				 errhint("Pass batch_size => 1000, or leave it out for the default.")));
-	batch_size = PG_GETARG_INT32(5);
-	check_int_option(name, "batch_size", batch_size, 1, 1000000,
+				 errmsg("%s of backfill \"%s\" must not be NULL", argument, name),
+				 errhint("Pass %s => %s, or leave it out for the default.", argument,
+						 declaration_column_of_argument(argument)->argdefault)));
+}
+
+/* batch size, rate, lanes and attempts */
+static void
+read_batch_options(const DeclareArgs *a, Declaration *d)
+{
+	const char *name = d->name;
+
+	refuse_null_option(a, name, "batch_size");
+	d->batch_size = DatumGetInt32(arg_datum(a, "batch_size"));
+	check_int_option(name, "batch_size", d->batch_size, 1, 1000000,
 					 "Rows per batch; 1000 to 10000 suits most tables.");
 
-	rate = PG_ARGISNULL(6) ? backfill_default_rate : PG_GETARG_FLOAT8(6);
-	if (isnan(rate) || isinf(rate) || rate <= 0 || rate > 100000)
+	d->rate = arg_isnull(a, "rate") ? backfill_default_rate :
+		DatumGetFloat8(arg_datum(a, "rate"));
+	if (isnan(d->rate) || isinf(d->rate) || d->rate <= 0 || d->rate > 100000)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
 				 errmsg("rate of backfill \"%s\" must be above 0 and at most 100000", name),
 				 errdetail("The rate is batches per second; pacing cannot be switched off."),
 				 errhint("Pass rate => 0.5 for one batch every two seconds, or rate => 50 to go fast.")));
 
-	max_parallel = PG_ARGISNULL(7) ? 1 : PG_GETARG_INT32(7);
-	check_int_option(name, "max_parallel", max_parallel, 1, 64,
+	d->max_parallel = arg_int_or_default(a, "max_parallel");
+	check_int_option(name, "max_parallel", d->max_parallel, 1, 64,
 					 "The number of lanes that may work on the backfill at once.");
-	max_attempts = PG_ARGISNULL(8) ? 5 : PG_GETARG_INT32(8);
-	check_int_option(name, "max_attempts", max_attempts, 1, 100,
+	d->max_attempts = arg_int_or_default(a, "max_attempts");
+	check_int_option(name, "max_attempts", d->max_attempts, 1, 100,
 					 "How often a failing batch is tried before the pass fails.");
-	if (PG_ARGISNULL(9))
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
-				 errmsg("batch_timeout of backfill \"%s\" must not be NULL", name),
-				 errhint("Pass batch_timeout => '1 minute', or leave it out for the default.")));
-	batch_timeout_ms = interval_to_ms(name, "batch_timeout", PG_GETARG_INTERVAL_P(9),
-									  INT64CONST(86400000));
-	environments = text_array_or_null(PG_ARGISNULL(10) ? NULL : PG_GETARG_ARRAYTYPE_P(10),
-									  name, &environments_null);
-	backoff_base_ms = PG_ARGISNULL(11) ? 1000 :
-		interval_to_ms(name, "backoff_base", PG_GETARG_INTERVAL_P(11), INT64CONST(3600000));
-	backoff_cap_ms = PG_ARGISNULL(12) ? 60000 :
-		interval_to_ms(name, "backoff_cap", PG_GETARG_INTERVAL_P(12), INT64CONST(86400000));
-	if (backoff_cap_ms < backoff_base_ms)
+}
+
+/* the batch's timeouts, where it may run, and the retries' backoff */
+static void
+read_timing_options(const DeclareArgs *a, Declaration *d)
+{
+	const char *name = d->name;
+	bool		environments_null;
+
+	refuse_null_option(a, name, "batch_timeout");
+	d->batch_timeout_ms = arg_ms_or_default(a, name, "batch_timeout", INT64CONST(86400000));
+	if (!arg_isnull(a, "environments"))
+		d->environments = DatumGetArrayTypeP(
+			text_array_or_null(DatumGetArrayTypeP(arg_datum(a, "environments")),
+							   name, &environments_null));
+	d->backoff_base_ms = arg_ms_or_default(a, name, "backoff_base", INT64CONST(3600000));
+	d->backoff_cap_ms = arg_ms_or_default(a, name, "backoff_cap", INT64CONST(86400000));
+	if (d->backoff_cap_ms < d->backoff_base_ms)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
 				 errmsg("backoff_cap of backfill \"%s\" is below its backoff_base", name),
 				 errhint("The cap bounds the doubling delay between attempts; make it at least the base.")));
+	d->lock_timeout_ms = arg_ms_or_default(a, name, "lock_timeout", INT64CONST(3600000));
+}
 
-	lock_timeout_ms = PG_ARGISNULL(13) ? 2000 :
-		interval_to_ms(name, "lock_timeout", PG_GETARG_INTERVAL_P(13), INT64CONST(3600000));
-	target_batch_ms = PG_ARGISNULL(14) ? 0 :
-		interval_to_ms(name, "target_batch_time", PG_GETARG_INTERVAL_P(14), INT64CONST(600000));
-	min_batch_size = PG_ARGISNULL(15) ? Min(batch_size, 100) : PG_GETARG_INT32(15);
-	check_int_option(name, "min_batch_size", min_batch_size, 1, 1000000,
+/* the adaptive batch size: its target time and bounds */
+static void
+read_adaptive_options(const DeclareArgs *a, Declaration *d)
+{
+	const char *name = d->name;
+
+	d->target_batch_ms = arg_isnull(a, "target_batch_time") ? 0 :
+		arg_ms_or_default(a, name, "target_batch_time", INT64CONST(600000));
+	d->min_batch_size = arg_isnull(a, "min_batch_size") ? Min(d->batch_size, 100) :
+		DatumGetInt32(arg_datum(a, "min_batch_size"));
+	check_int_option(name, "min_batch_size", d->min_batch_size, 1, 1000000,
 					 "The adaptive batch size never goes below it.");
-	max_batch_size = PG_ARGISNULL(16) ? Max(batch_size, 100000) : PG_GETARG_INT32(16);
-	check_int_option(name, "max_batch_size", max_batch_size, 1, 1000000,
+	d->max_batch_size = arg_isnull(a, "max_batch_size") ? Max(d->batch_size, 100000) :
+		DatumGetInt32(arg_datum(a, "max_batch_size"));
+	check_int_option(name, "max_batch_size", d->max_batch_size, 1, 1000000,
 					 "The adaptive batch size never goes above it.");
-	if (batch_size < min_batch_size || batch_size > max_batch_size)
+	if (d->batch_size < d->min_batch_size || d->batch_size > d->max_batch_size)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
 				 errmsg("batch_size of backfill \"%s\" is outside min_batch_size..max_batch_size", name),
 				 errdetail("batch_size is %d; the bounds are %d and %d.",
-						   batch_size, min_batch_size, max_batch_size),
+						   d->batch_size, d->min_batch_size, d->max_batch_size),
 				 errhint("The batch size starts at batch_size and adapts within the bounds; "
 						 "make batch_size lie between them.")));
+}
 
-	/* scope, tenancy and requirements */
-	scope_check_declaration(name, input_shape, scope_expr);
-	tenancy_check_settings(name, settings, tenant);
-	run_as = tenancy_run_as(name, run_as_name);
-	if (requires != NULL && requires[0] == '\0')
+/* scope, tenancy, run_as and requirements; returns run_as's name */
+static char *
+read_trust_options(const DeclareArgs *a, Declaration *d)
+{
+	const char *name = d->name;
+	char	   *run_as_name = arg_text(a, "run_as");
+
+	d->input_shape = arg_jsonb(a, "input");
+	d->scope = arg_text(a, "scope");
+	d->settings = arg_jsonb(a, "settings");
+	d->tenant = arg_text(a, "tenant");
+	d->requires = arg_text(a, "requires");
+	d->requires_backfill = arg_text(a, "requires_backfill");
+
+	scope_check_declaration(name, d->input_shape, d->scope);
+	tenancy_check_settings(name, d->settings, d->tenant);
+	d->run_as = tenancy_run_as(name, run_as_name);
+	if (d->requires != NULL && d->requires[0] == '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
 				 errmsg("requires of backfill \"%s\" is an empty migration id", name),
 				 errhint("Name the schema migration that must be applied first, or leave requires out.")));
-	if (requires_backfill != NULL && strcmp(requires_backfill, name) == 0)
+	if (d->requires_backfill != NULL && strcmp(d->requires_backfill, name) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
 				 errmsg("backfill \"%s\" cannot require itself", name),
 				 errhint("Name another backfill that must complete first.")));
+	return run_as_name ? run_as_name : GetUserNameFromId(d->run_as, false);
+}
 
-	if (action == NULL || action[0] == '\0')
+/* a pages source: the pages function and its optional count function */
+static void
+resolve_pages_source(const DeclareArgs *a, Declaration *d)
+{
+	const char *name = d->name;
+	Oid			page_args[2] = {TEXTOID, JSONBOID};
+	Oid			count_args[1] = {JSONBOID};
+	char	   *count_function = arg_text(a, "count_function");
+
+	if (!arg_isnull(a, "relation") || !arg_isnull(a, "key") || !arg_isnull(a, "predicate"))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-				 errmsg("backfill \"%s\" has no action", name),
+				 errmsg("backfill \"%s\" names both a relation and a pages source", name),
+				 errdetail("A pages source has no relation, key or predicate: the function "
+						   "decides what each page holds."),
+				 errhint("Pass either relation (with predicate) or pages (with an optional "
+						 "count_function), not both.")));
+	d->pages_fn = resolve_function(name, "pages", arg_text(a, "pages"), 2, page_args,
+								   JSONBOID, JSONBOID, d->run_as,
+								   "A pages function takes (cursor text, input jsonb) and returns "
+								   "jsonb: {\"rows\": [...], \"next\": \"cursor\" or null}.");
+	if (count_function != NULL)
+		d->count_fn = resolve_function(name, "count", count_function, 1, count_args, INT8OID,
+									   INT4OID, d->run_as,
+									   "A count function takes (input jsonb) and returns the "
+									   "bigint number of rows still to do.");
+}
+
+/* a table source: the relation (rewritable by run_as too), its key and predicate */
+static void
+resolve_table_source(const DeclareArgs *a, Declaration *d, const char *run_as_name)
+{
+	const char *name = d->name;
+	char	   *relation = arg_text(a, "relation");
+	DeclaredSource src;
+
+	if (!arg_isnull(a, "count_function"))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" has a count function but no pages source", name),
+				 errhint("For a relation the predicate is the count; leave count_function out.")));
+	if (relation == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" names no source", name),
+				 errhint("Pass relation => 'schema.table' (with predicate), or pages => "
+						 "'page_function' for a remote source.")));
+	memset(&src, 0, sizeof(src));
+	resolve_relation(name, relation, &src);
+	if (d->run_as != GetUserId() &&
+		(pg_class_aclcheck(src.relid, d->run_as, ACL_SELECT) != ACLCHECK_OK ||
+		 pg_class_aclcheck(src.relid, d->run_as, ACL_UPDATE) != ACLCHECK_OK))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+				 errmsg("role \"%s\" may not rewrite \"%s\" for backfill \"%s\"",
+						run_as_name, src.relation, name),
+				 errhint("GRANT SELECT, UPDATE ON %s TO %s;", src.relation,
+						 quote_identifier(run_as_name))));
+	resolve_key(name, arg_text(a, "key"), &src);
+	d->relid = src.relid;
+	d->relation = src.relation;
+	d->key_column = src.key;
+	d->key_type = src.keytype;
+	d->predicate = arg_text(a, "predicate");
+	if (d->predicate == NULL || d->predicate[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" has no predicate", name),
+				 errdetail("The predicate selects the rows that still need work; it is also "
+						   "how the pass proves it is done."),
+				 errhint("Pass predicate => 'total IS NULL', true for rows still to do.")));
+	tenancy_check_rls(name, d->relid, d->relation, d->run_as, d->settings, d->tenant);
+}
+
+/* the predicate, the scope and the action parse and plan as the caller */
+static void
+check_statements(const Declaration *d)
+{
+	Oid			keytype = OidIsValid(d->pages_fn) ? JSONBOID : d->key_type;
+	StringInfoData sql;
+
+	if (!OidIsValid(d->pages_fn))
+	{
+		initStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT 1 FROM %s WHERE (\n%s\n)", d->relation, d->predicate);
+		check_predicate_not_volatile(d->name,
+									 check_statement(d->name, "the predicate", sql.data, keytype,
+													 d->predicate,
+													 "Write a boolean SQL expression over the "
+													 "table's columns, such as 'c IS NULL'."));
+	}
+	if (d->scope != NULL)
+	{
+		initStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT 1 FROM (SELECT $1::jsonb AS input) s WHERE (\n(\n%s\n) IS NOT NULL\n)",
+						 d->scope);
+		check_statement(d->name, "the scope", sql.data, JSONBOID, d->scope,
+						"Write an expression over input, such as input->>'tenant_id'.");
+	}
+	check_statement(d->name, "the action", d->action, keytype, NULL,
+					OidIsValid(d->pages_fn) ?
+					"Write one DML statement; $1 is the page's rows as a jsonb array." :
+					"Write one DML statement; $1 and $2 are the first and last key of the batch; "
+					"wrap anything else in a function and SELECT it.");
+}
+
+/*
+ * Inside the catalog scope, with the row locked: a name declared by a role
+ * the caller is not a member of is refused, and so is a new checksum while
+ * a pass runs.  Lanes waiting out the old rate read the new one at once.
+ */
+static void
+check_redeclaration(const Declaration *d)
+{
+	Declaration old;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(d->name)};
+	bool		running;
+	bool		isnull;
+
+	if (!declaration_lock(d->name, &old))
+		return;
+	catalog_exec("SELECT EXISTS (SELECT 1 FROM backfill.ledger l"
+				 "                WHERE l.declaration = $1 AND l.status = 'running')",
+				 1, types, values, NULL, SPI_OK_SELECT);
+	running = DatumGetBool(catalog_getdatum(0, 1, &isnull));
+
+	if (!has_privs_of_role(d->owner, old.owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_DUPLICATE),
+				 errmsg("backfill \"%s\" is already declared by role \"%s\"", d->name,
+						GetUserNameFromId(old.owner, true) ?
+						GetUserNameFromId(old.owner, true) : "(dropped)"),
+				 errhint("Choose another name, or re-declare it as a member of that role.")));
+	if (running)
+		backfill_wake_lanes_at_commit(0, false);
+	if (running && strcmp(old.checksum, d->checksum) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_CHANGED),
+				 errmsg("backfill \"%s\" cannot be redefined while a pass is running", d->name),
+				 errdetail("The running pass started with checksum %s; the new definition has %s.",
+						   old.checksum, d->checksum),
+				 errhint("Wait for the pass to end, or cancel it, then declare again.")));
+}
+
+/*
+ * backfill_declare(name, relation, predicate, action, ...): everything is
+ * resolved and checked as the caller, in the steps above, before the row
+ * is written as the extension's owner.
+ */
+Datum
+backfill_declare(PG_FUNCTION_ARGS)
+{
+	DeclareArgs args;
+	Declaration decl;
+	char	   *run_as_name;
+	CatalogScope scope;
+
+	declare_args_open(fcinfo, &args);
+	memset(&decl, 0, sizeof(decl));
+	decl.name = arg_text(&args, "name");
+	decl.owner = GetUserId();
+	check_backfill_name(decl.name);
+	check_not_standby("declare backfill", decl.name);
+
+	read_batch_options(&args, &decl);
+	read_timing_options(&args, &decl);
+	read_adaptive_options(&args, &decl);
+	run_as_name = read_trust_options(&args, &decl);
+
+	decl.action = arg_text(&args, "action");
+	if (decl.action == NULL || decl.action[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" has no action", decl.name),
 				 errhint("Pass action => 'UPDATE t SET c = a * 2 WHERE id BETWEEN $1 AND $2 AND c IS NULL'.")));
 
 	/* the source: a local relation or a pages function, exactly one */
-	memset(&src, 0, sizeof(src));
-	if (pages != NULL)
-	{
-		Oid			page_args[2] = {TEXTOID, JSONBOID};
-		Oid			count_args[1] = {JSONBOID};
-
-		if (relation != NULL || key != NULL || predicate != NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-					 errmsg("backfill \"%s\" names both a relation and a pages source", name),
-					 errdetail("A pages source has no relation, key or predicate: the function "
-							   "decides what each page holds."),
-					 errhint("Pass either relation (with predicate) or pages (with an optional "
-							 "count_function), not both.")));
-		pages_fn = resolve_function(name, "pages", pages, 2, page_args, JSONBOID, JSONBOID, run_as,
-									"A pages function takes (cursor text, input jsonb) and returns "
-									"jsonb: {\"rows\": [...], \"next\": \"cursor\" or null}.");
-		if (count_function != NULL)
-			count_fn = resolve_function(name, "count", count_function, 1, count_args, INT8OID,
-										INT4OID, run_as,
-										"A count function takes (input jsonb) and returns the "
-										"bigint number of rows still to do.");
-		src.keytype = JSONBOID;
-	}
+	if (!arg_isnull(&args, "pages"))
+		resolve_pages_source(&args, &decl);
 	else
-	{
-		if (count_function != NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-					 errmsg("backfill \"%s\" has a count function but no pages source", name),
-					 errhint("For a relation the predicate is the count; leave count_function out.")));
-		if (relation == NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-					 errmsg("backfill \"%s\" names no source", name),
-					 errhint("Pass relation => 'schema.table' (with predicate), or pages => "
-							 "'page_function' for a remote source.")));
-		resolve_relation(name, relation, &src);
-		if (run_as != GetUserId() &&
-			(pg_class_aclcheck(src.relid, run_as, ACL_SELECT) != ACLCHECK_OK ||
-			 pg_class_aclcheck(src.relid, run_as, ACL_UPDATE) != ACLCHECK_OK))
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_PRIVILEGE),
-					 errmsg("role \"%s\" may not rewrite \"%s\" for backfill \"%s\"",
-							run_as_name, src.relation, name),
-					 errhint("GRANT SELECT, UPDATE ON %s TO %s;", src.relation,
-							 quote_identifier(run_as_name))));
-		resolve_key(name, key, &src);
-		if (predicate == NULL || predicate[0] == '\0')
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-					 errmsg("backfill \"%s\" has no predicate", name),
-					 errdetail("The predicate selects the rows that still need work; it is also "
-							   "how the pass proves it is done."),
-					 errhint("Pass predicate => 'total IS NULL', true for rows still to do.")));
-		tenancy_check_rls(name, src.relid, src.relation, run_as, settings, tenant);
-	}
+		resolve_table_source(&args, &decl, run_as_name);
 
-	check_role_can_login(name, run_as);
-	{
-		StringInfoData extra;
-
-		initStringInfo(&extra);
-		appendStringInfo(&extra, "pages %s count %s input %s scope %s settings %s run_as %s",
-						 OidIsValid(pages_fn) ? format_procedure(pages_fn) : "",
-						 OidIsValid(count_fn) ? format_procedure(count_fn) : "",
-						 input_shape ? JsonbToCString(NULL, &input_shape->root, 0) : "",
-						 scope_expr ? scope_expr : "",
-						 settings ? JsonbToCString(NULL, &settings->root, 0) : "",
-						 GetUserNameFromId(run_as, false));
-		checksum = declaration_checksum(src.relation, src.key, predicate, action, extra.data);
-	}
+	check_role_can_login(decl.name, decl.run_as);
+	decl.checksum = declaration_checksum(&decl);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 
 	/* only a backfill of a role the declarer is a member of (checked at run too) */
-	requires_check_backfill(name, owner, requires_backfill);
+	requires_check_backfill(decl.name, decl.owner, decl.requires_backfill);
+	check_statements(&decl);
 
-	if (pages_fn == InvalidOid)
-	{
-		initStringInfo(&sql);
-		appendStringInfo(&sql, "SELECT 1 FROM %s WHERE (\n%s\n)", src.relation, predicate);
-		check_predicate_not_volatile(name,
-									 check_statement(name, "the predicate", sql.data, src.keytype,
-													 predicate,
-													 "Write a boolean SQL expression over the "
-													 "table's columns, such as 'c IS NULL'."));
-	}
-	if (scope_expr != NULL)
-	{
-		initStringInfo(&sql);
-		appendStringInfo(&sql, "SELECT 1 FROM (SELECT $1::jsonb AS input) s WHERE (\n(\n%s\n) IS NOT NULL\n)",
-						 scope_expr);
-		check_statement(name, "the scope", sql.data, JSONBOID, scope_expr,
-						"Write an expression over input, such as input->>'tenant_id'.");
-	}
-	check_statement(name, "the action", action, src.keytype, NULL,
-					pages_fn ? "Write one DML statement; $1 is the page's rows as a jsonb array." :
-					"Write one DML statement; $1 and $2 are the first and last key of the batch; "
-					"wrap anything else in a function and SELECT it.");
-
-	/* store it, as the extension's owner, with the declarer's search_path */
-	declared_search_path = pstrdup(GetConfigOption("search_path", false, false));
+	/* stored as the extension's owner; lanes resolve names as the declarer did */
+	decl.search_path = pstrdup(GetConfigOption("search_path", false, false));
 	catalog_enter(&scope);
-	{
-		Oid			types[1] = {TEXTOID};
-		Datum		values[1] = {CStringGetTextDatum(name)};
-
-		if (catalog_exec("SELECT d.owner, d.checksum,"
-						 "       EXISTS (SELECT 1 FROM backfill.ledger l"
-						 "                WHERE l.declaration = d.name AND l.status = 'running')"
-						 "  FROM backfill.declaration d WHERE d.name = $1 FOR UPDATE",
-						 1, types, values, NULL, SPI_OK_SELECT) > 0)
-		{
-			bool		isnull;
-			Oid			old_owner = DatumGetObjectId(catalog_getdatum(0, 1, &isnull));
-			char	   *old_checksum = catalog_gettext(0, 2);
-			bool		running = DatumGetBool(catalog_getdatum(0, 3, &isnull));
-
-			if (!has_privs_of_role(owner, old_owner))
-				ereport(ERROR,
-						(errcode(ERRCODE_BACKFILL_DUPLICATE),
-						 errmsg("backfill \"%s\" is already declared by role \"%s\"", name,
-								GetUserNameFromId(old_owner, true) ?
-								GetUserNameFromId(old_owner, true) : "(dropped)"),
-						 errhint("Choose another name, or re-declare it as a member of that role.")));
-			/* lanes waiting out the old rate read the new one at once */
-			if (running)
-				backfill_wake_lanes_at_commit(0, false);
-			if (running && strcmp(old_checksum, checksum) != 0)
-				ereport(ERROR,
-						(errcode(ERRCODE_BACKFILL_CHANGED),
-						 errmsg("backfill \"%s\" cannot be redefined while a pass is running", name),
-						 errdetail("The running pass started with checksum %s; the new definition has %s.",
-								   old_checksum, checksum),
-						 errhint("Wait for the pass to end, or cancel it, then declare again.")));
-		}
-	}
-	{
-		Oid			types[31] = {TEXTOID, OIDOID, TEXTOID, NAMEOID, OIDOID, TEXTOID,
-			TEXTOID, INT4OID, FLOAT8OID, INT4OID, INT4OID, INT4OID, INT4OID, INT4OID,
-			TEXTARRAYOID, OIDOID, TEXTOID, INT4OID, INT4OID, INT4OID, INT4OID,
-		OIDOID, OIDOID, JSONBOID, TEXTOID, TEXTOID, TEXTOID, OIDOID, JSONBOID, TEXTOID, TEXTOID};
-		Datum		values[31];
-		char		nulls[31];
-		NameData	keyname;
-
-		memset(nulls, ' ', sizeof(nulls));
-		namestrcpy(&keyname, src.key ? src.key : "");
-		values[0] = CStringGetTextDatum(name);
-		values[1] = ObjectIdGetDatum(src.relid);
-		nulls[1] = OidIsValid(src.relid) ? ' ' : 'n';
-		values[2] = src.relation ? CStringGetTextDatum(src.relation) : (Datum) 0;
-		nulls[2] = src.relation ? ' ' : 'n';
-		values[3] = NameGetDatum(&keyname);
-		nulls[3] = src.key ? ' ' : 'n';
-		values[4] = ObjectIdGetDatum(src.keytype);
-		nulls[4] = pages_fn ? 'n' : ' ';
-		values[5] = predicate ? CStringGetTextDatum(predicate) : (Datum) 0;
-		nulls[5] = predicate ? ' ' : 'n';
-		values[6] = CStringGetTextDatum(action);
-		values[7] = Int32GetDatum(batch_size);
-		values[8] = Float8GetDatum(rate);
-		values[9] = Int32GetDatum(max_parallel);
-		values[10] = Int32GetDatum(max_attempts);
-		values[11] = Int32GetDatum(backoff_base_ms);
-		values[12] = Int32GetDatum(backoff_cap_ms);
-		values[13] = Int32GetDatum(batch_timeout_ms);
-		values[14] = environments;
-		nulls[14] = environments_null ? 'n' : ' ';
-		values[15] = ObjectIdGetDatum(owner);
-		values[16] = CStringGetTextDatum(checksum);
-		values[17] = Int32GetDatum(lock_timeout_ms);
-		values[18] = Int32GetDatum(target_batch_ms);
-		nulls[18] = target_batch_ms == 0 ? 'n' : ' ';
-		values[19] = Int32GetDatum(min_batch_size);
-		values[20] = Int32GetDatum(max_batch_size);
-		values[21] = ObjectIdGetDatum(pages_fn);
-		nulls[21] = pages_fn ? ' ' : 'n';
-		values[22] = ObjectIdGetDatum(count_fn);
-		nulls[22] = count_fn ? ' ' : 'n';
-		values[23] = input_shape ? JsonbPGetDatum(input_shape) : (Datum) 0;
-		nulls[23] = input_shape ? ' ' : 'n';
-		values[24] = scope_expr ? CStringGetTextDatum(scope_expr) : (Datum) 0;
-		nulls[24] = scope_expr ? ' ' : 'n';
-		values[25] = requires ? CStringGetTextDatum(requires) : (Datum) 0;
-		nulls[25] = requires ? ' ' : 'n';
-		values[26] = requires_backfill ? CStringGetTextDatum(requires_backfill) : (Datum) 0;
-		nulls[26] = requires_backfill ? ' ' : 'n';
-		values[27] = ObjectIdGetDatum(run_as);
-		values[28] = settings ? JsonbPGetDatum(settings) : (Datum) 0;
-		nulls[28] = settings ? ' ' : 'n';
-		values[29] = tenant ? CStringGetTextDatum(tenant) : (Datum) 0;
-		nulls[29] = tenant ? ' ' : 'n';
-		/* the lanes resolve the predicate's and action's names as the declarer did */
-		values[30] = CStringGetTextDatum(declared_search_path);
-
-		catalog_exec("INSERT INTO backfill.declaration AS d"
-					 " (name, relid, relation, key_column, key_type, predicate, action,"
-					 "  batch_size, rate, max_parallel, max_attempts, backoff_base_ms,"
-					 "  backoff_cap_ms, batch_timeout_ms, environments, owner, checksum,"
-					 "  lock_timeout_ms, target_batch_ms, min_batch_size, max_batch_size,"
-					 "  pages_fn, count_fn, input_shape, scope, requires, requires_backfill,"
-					 "  run_as, settings, tenant, search_path)"
-					 " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,"
-					 "         $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27,"
-					 "         $28, $29, $30, $31)"
-					 " ON CONFLICT (name) DO UPDATE SET"
-					 "  relid = EXCLUDED.relid, relation = EXCLUDED.relation,"
-					 "  key_column = EXCLUDED.key_column, key_type = EXCLUDED.key_type,"
-					 "  predicate = EXCLUDED.predicate, action = EXCLUDED.action,"
-					 "  batch_size = EXCLUDED.batch_size, rate = EXCLUDED.rate,"
-					 "  max_parallel = EXCLUDED.max_parallel, max_attempts = EXCLUDED.max_attempts,"
-					 "  backoff_base_ms = EXCLUDED.backoff_base_ms,"
-					 "  backoff_cap_ms = EXCLUDED.backoff_cap_ms,"
-					 "  batch_timeout_ms = EXCLUDED.batch_timeout_ms,"
-					 "  environments = EXCLUDED.environments, checksum = EXCLUDED.checksum,"
-					 "  lock_timeout_ms = EXCLUDED.lock_timeout_ms,"
-					 "  target_batch_ms = EXCLUDED.target_batch_ms,"
-					 "  min_batch_size = EXCLUDED.min_batch_size,"
-					 "  max_batch_size = EXCLUDED.max_batch_size,"
-					 "  pages_fn = EXCLUDED.pages_fn, count_fn = EXCLUDED.count_fn,"
-					 "  input_shape = EXCLUDED.input_shape, scope = EXCLUDED.scope,"
-					 "  requires = EXCLUDED.requires, requires_backfill = EXCLUDED.requires_backfill,"
-					 "  run_as = EXCLUDED.run_as, settings = EXCLUDED.settings,"
-					 "  tenant = EXCLUDED.tenant, search_path = EXCLUDED.search_path,"
-					 "  updated_at = now()",
-					 31, types, values, nulls, SPI_OK_INSERT);
-	}
+	check_redeclaration(&decl);
+	declaration_store(&decl);
 	catalog_leave(&scope);
 
 	SPI_finish();
-	PG_RETURN_TEXT_P(cstring_to_text(checksum));
+	PG_RETURN_TEXT_P(cstring_to_text(decl.checksum));
 }

@@ -10,11 +10,6 @@
 
 #include "postgres.h"
 
-/* the lanes' view of the checksum, recomputed from a stored declaration */
-extern char *declaration_checksum(const char *relation, const char *key,
-								  const char *predicate, const char *action,
-								  const char *extra);
-
 /* the role must be able to connect: lanes log in as it */
 extern void check_role_can_login(const char *name, Oid roleid);
 

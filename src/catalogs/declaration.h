@@ -1,0 +1,127 @@
+/*-------------------------------------------------------------------------
+ *
+ * declaration.h
+ *	  A backfill's declaration as one table of columns: the row of
+ *	  backfill.declaration in C, and how it is stored, loaded and
+ *	  checksummed.
+ *
+ * Adding an option is one row in declaration_columns (declaration.c), a
+ * field here, an argument of backfill_declare in the upgrade script, and
+ * its validation in declare.c.  The INSERT ... ON CONFLICT, the SELECT
+ * lists and the checksum are built from the table.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef BACKFILL_DECLARATION_H
+#define BACKFILL_DECLARATION_H
+
+#include "postgres.h"
+
+#include "utils/array.h"
+#include "utils/jsonb.h"
+
+/* one row of backfill.declaration; NULL pointers, InvalidOid and 0 stand for NULL */
+typedef struct Declaration
+{
+	char	   *name;
+
+	/* the source: a table read by key ... */
+	Oid			relid;
+	char	   *relation;		/* schema-qualified, quoted */
+	char	   *key_column;
+	Oid			key_type;
+	char	   *predicate;
+	/* ... or a pages function */
+	Oid			pages_fn;
+	Oid			count_fn;
+
+	char	   *action;
+
+	/* pacing, retries and timeouts */
+	int32		batch_size;
+	double		rate;			/* batches per second */
+	int32		max_parallel;
+	int32		max_attempts;
+	int32		backoff_base_ms;
+	int32		backoff_cap_ms;
+	int32		batch_timeout_ms;
+	int32		lock_timeout_ms;
+	int32		target_batch_ms;	/* 0: a fixed batch size (stored NULL) */
+	int32		min_batch_size;
+	int32		max_batch_size;
+
+	/* where, for whom and after what it runs */
+	ArrayType  *environments;
+	Jsonb	   *input_shape;
+	char	   *scope;
+	char	   *requires;
+	char	   *requires_backfill;
+	Oid			run_as;
+	Jsonb	   *settings;
+	char	   *tenant;
+	char	   *search_path;	/* the declarer's, which the lanes use */
+	Oid			owner;
+	char	   *checksum;
+} Declaration;
+
+/* how the C side holds a column */
+typedef enum DeclarationField
+{
+	DECL_TEXT,					/* char * */
+	DECL_NAME,					/* char *, stored as name */
+	DECL_OID,					/* Oid (regclass, regtype, regprocedure, regrole) */
+	DECL_INT4,					/* int32 */
+	DECL_FLOAT8,				/* double */
+	DECL_JSONB,					/* Jsonb * */
+	DECL_TEXT_ARRAY				/* ArrayType * of text */
+} DeclarationField;
+
+/* how a column enters the checksum, in the order of the table */
+typedef enum DeclarationChecksum
+{
+	DECL_NOT_SUMMED,			/* tuning: changing it keeps the checksum */
+	DECL_SUM_LINE,				/* "label value\n" as it is */
+	DECL_SUM_STATEMENT,			/* "label " and the value, white space normalized */
+	DECL_SUM_WORD				/* "label value" on the closing line, normalized */
+} DeclarationChecksum;
+
+typedef struct DeclarationColumn
+{
+	const char *column;			/* in backfill.declaration */
+	Oid			sqltype;		/* its type there */
+	DeclarationField field;		/* how struct Declaration holds it */
+	size_t		offset;			/* offsetof(Declaration, ...) */
+	bool		not_null;		/* NOT NULL there; if not, a 0 / NULL value stores NULL */
+	DeclarationChecksum sum;	/* whether and how it enters the checksum */
+	const char *sum_label;		/* its word in the checksum */
+	const char *argument;		/* the backfill_declare argument it comes from, or NULL */
+	Oid			argtype;		/* that argument's type */
+	const char *argdefault;		/* its default in the signature; NULL: required */
+} DeclarationColumn;
+
+extern const DeclarationColumn declaration_columns[];
+extern const int declaration_ncolumns;
+
+/* the column that an argument of backfill_declare fills, or NULL */
+extern const DeclarationColumn *declaration_column_of_argument(const char *argument);
+
+/* sha256 (hex) of the normalized definition: the columns that enter it */
+extern char *declaration_checksum(const Declaration *decl);
+
+/* INSERT ... ON CONFLICT (name) DO UPDATE, inside a catalog scope */
+extern void declaration_store(const Declaration *decl);
+
+/* "alias.name, alias.relid, ...": every column, to read back by name */
+extern char *declaration_select_list(const char *alias);
+
+/*
+ * Read the columns of declaration_select_list from row "row" of
+ * SPI_tuptable by their names, copying into cxt.  False when the row's
+ * name is NULL (an outer join found no declaration).
+ */
+extern bool declaration_read(int row, Declaration *decl, MemoryContext cxt);
+
+/* lock a declaration's row (FOR UPDATE) and read it; false if there is none */
+extern bool declaration_lock(const char *name, Declaration *decl);
+
+#endif							/* BACKFILL_DECLARATION_H */
