@@ -29,6 +29,7 @@
 
 #include "pg_backfill.h"
 #include "catalog.h"
+#include "declaration.h"
 #include "declare.h"
 #include "errors.h"
 #include "identity.h"
@@ -194,33 +195,34 @@ static void
 lock_declaration(const char *name, RunDeclaration *d)
 {
 	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(name)};
-	bool		isnull;
-	Datum		shape;
+	Declaration decl;
+	Oid			types[2] = {TEXTOID, TEXTARRAYOID};
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
 
 	catalog_enter(&scope);
-	if (catalog_exec("SELECT d.owner, d.checksum, d.environments,"
-					 "  pg_catalog.array_to_string(d.environments, ', '), d.input_shape, d.scope,"
-					 "  d.run_as, backfill.unmet_requirement(d.name), d.search_path,"
-					 "  d.requires_backfill"
-					 "  FROM backfill.declaration d WHERE d.name = $1 FOR UPDATE OF d",
-					 1, types, values, NULL, SPI_OK_SELECT) == 0)
+	if (!declaration_lock(name, &decl))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_UNKNOWN),
 				 errmsg("backfill \"%s\" is not declared", name),
 				 errhint("Declare it first with backfill_declare(name => '%s', ...).", name)));
-	d->owner = catalog_getoid(0, 1);
-	d->checksum = catalog_gettext(0, 2);
-	d->environments = catalog_getcopy(0, 3);
-	d->envlist = catalog_gettext(0, 4);
-	shape = catalog_getdatum(0, 5, &isnull);
-	d->shape = isnull ? NULL : DatumGetJsonbPCopy(shape);
-	d->scope_expr = catalog_gettext(0, 6);
-	d->run_as = catalog_getoid(0, 7);
-	d->unmet = catalog_gettext(0, 8);
-	d->search_path = catalog_gettext(0, 9);
-	d->requires_backfill = catalog_gettext(0, 10);
+	d->owner = decl.owner;
+	d->checksum = decl.checksum;
+	d->environments = PointerGetDatum(decl.environments);
+	d->shape = decl.input_shape;
+	d->scope_expr = decl.scope;
+	d->run_as = decl.run_as;
+	d->search_path = decl.search_path;
+	d->requires_backfill = decl.requires_backfill;
+
+	values[0] = CStringGetTextDatum(name);
+	values[1] = d->environments;
+	if (decl.environments == NULL)
+		nulls[1] = 'n';
+	catalog_exec("SELECT backfill.unmet_requirement($1), pg_catalog.array_to_string($2, ', ')",
+				 2, types, values, nulls, SPI_OK_SELECT);
+	d->unmet = catalog_gettext(0, 1);
+	d->envlist = catalog_gettext(0, 2);
 	catalog_leave(&scope);
 }
 
