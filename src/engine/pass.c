@@ -25,6 +25,7 @@
 #include "utils/memutils.h"
 
 #include "catalog.h"
+#include "declaration.h"
 #include "errors.h"
 #include "identity.h"
 #include "pass.h"
@@ -88,139 +89,62 @@ lane_identity_ok(Pass *pass, Oid run_as)
 }
 
 /*
- * Load the pass.  Returns false when there is nothing to do: the pass has
- * ended.  A pass whose declaration is gone or changed fails here, at once.
+ * Is the owner still a member of run_as?  If not (a REVOKE since the run
+ * started), the pass fails, ending the transaction.
  */
-bool
-pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
+static bool
+lane_run_as_ok(Pass *pass, Oid owner, Oid run_as)
 {
-	CatalogScope scope;
-	Oid			types[1] = {INT8OID};
-	Datum		values[1] = {Int64GetDatum(run_id)};
-	bool		isnull;
-	char	   *status;
-	char	   *current_checksum;
-	bool		ok = true;
-	char	   *search_path = NULL;
-	Oid			owner = InvalidOid;
-	Oid			run_as = InvalidOid;
+	char	   *refused = tenancy_run_as_refused(owner, run_as);
 
-	memset(pass, 0, sizeof(Pass));
-	pass->cxt = cxt;
-	pass->run_id = run_id;
+	if (refused == NULL)
+		return true;
+	/* the transaction's memory goes with it */
+	refused = pass_strdup(pass, psprintf("permission denied to run backfill \"%s\" "
+										 "as its run_as role: %s", pass->name, refused));
+	worker_commit_xact();
+	pass_fail(pass, -1, ERRCODE_BACKFILL_PRIVILEGE, refused);
+	return false;
+}
 
-	worker_begin_xact("pg_backfill lane: loading the pass");
-	catalog_enter(&scope);
-	if (catalog_exec("SELECT l.status, l.declaration, l.ledger_name, l.checksum, d.checksum,"
-					 "  d.relid, d.key_column, d.key_type, d.predicate, d.action,"
-					 "  d.batch_size, d.rate, d.max_attempts, d.backoff_base_ms,"
-					 "  d.backoff_cap_ms, d.batch_timeout_ms, d.max_parallel, d.lock_timeout_ms,"
-					 "  coalesce(d.target_batch_ms, 0), d.min_batch_size, d.max_batch_size,"
-					 "  r.input, d.settings, d.pages_fn, d.count_fn, d.search_path,"
-					 "  d.owner, d.run_as"
-					 " FROM backfill.ledger l"
-					 " JOIN backfill.run r ON r.run_id = l.run_id"
-					 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
-					 " WHERE l.run_id = $1",
-					 1, types, values, NULL, SPI_OK_SELECT) == 0)
-		ok = false;
-	else
-	{
-		status = catalog_gettext(0, 1);
-		pass->name = pass_strdup(pass, catalog_gettext(0, 2));
-		pass->ledger_name = pass_strdup(pass, catalog_gettext(0, 3));
-		pass->checksum = pass_strdup(pass, catalog_gettext(0, 4));
-		current_checksum = catalog_gettext(0, 5);
-		if (strcmp(status, "running") != 0)
-			ok = false;
-		else if (current_checksum == NULL || strcmp(current_checksum, pass->checksum) != 0)
-		{
-			catalog_leave(&scope);
-			worker_commit_xact();
-			pass_fail(pass, -1, ERRCODE_BACKFILL_CHANGED,
-					  current_checksum == NULL ?
-					  "the declaration was dropped while the pass was running" :
-					  "the declaration changed since the pass started");
-			return false;
-		}
-		else
-		{
-			pass->relid = DatumGetObjectId(catalog_getdatum(0, 6, &isnull));
-			pass->key = pass_strdup(pass, catalog_gettext(0, 7));
-			pass->keytype = DatumGetObjectId(catalog_getdatum(0, 8, &isnull));
-			pass->predicate = pass_strdup(pass, catalog_gettext(0, 9));
-			pass->action = pass_strdup(pass, catalog_gettext(0, 10));
-			pass->batch_size = DatumGetInt32(catalog_getdatum(0, 11, &isnull));
-			pass->rate = DatumGetFloat8(catalog_getdatum(0, 12, &isnull));
-			pass->max_attempts = DatumGetInt32(catalog_getdatum(0, 13, &isnull));
-			pass->backoff_base_ms = DatumGetInt32(catalog_getdatum(0, 14, &isnull));
-			pass->backoff_cap_ms = DatumGetInt32(catalog_getdatum(0, 15, &isnull));
-			pass->batch_timeout_ms = DatumGetInt32(catalog_getdatum(0, 16, &isnull));
-			pass->max_parallel = DatumGetInt32(catalog_getdatum(0, 17, &isnull));
-			pass->lock_timeout_ms = DatumGetInt32(catalog_getdatum(0, 18, &isnull));
-			pass->target_batch_ms = DatumGetInt32(catalog_getdatum(0, 19, &isnull));
-			pass->min_batch_size = DatumGetInt32(catalog_getdatum(0, 20, &isnull));
-			pass->max_batch_size = DatumGetInt32(catalog_getdatum(0, 21, &isnull));
-			{
-				MemoryContext old = MemoryContextSwitchTo(pass->cxt);
-				Datum		d;
+/* the declaration's columns a lane works with (read into the pass's context) */
+static void
+pass_take_declaration(Pass *pass, const Declaration *d)
+{
+	pass->relid = d->relid;
+	pass->key = d->key_column;
+	pass->keytype = d->key_type;
+	pass->predicate = d->predicate;
+	pass->action = d->action;
+	pass->batch_size = d->batch_size;
+	pass->rate = d->rate;
+	pass->max_attempts = d->max_attempts;
+	pass->backoff_base_ms = d->backoff_base_ms;
+	pass->backoff_cap_ms = d->backoff_cap_ms;
+	pass->batch_timeout_ms = d->batch_timeout_ms;
+	pass->max_parallel = d->max_parallel;
+	pass->lock_timeout_ms = d->lock_timeout_ms;
+	pass->target_batch_ms = d->target_batch_ms;
+	pass->min_batch_size = d->min_batch_size;
+	pass->max_batch_size = d->max_batch_size;
+	pass->settings = d->settings;
+	pass->pages_fn = d->pages_fn;
+	pass->count_fn = d->count_fn;
+}
 
-				d = catalog_getdatum(0, 22, &isnull);
-				pass->input = isnull ? NULL : DatumGetJsonbPCopy(d);
-				d = catalog_getdatum(0, 23, &isnull);
-				pass->settings = isnull ? NULL : DatumGetJsonbPCopy(d);
-				MemoryContextSwitchTo(old);
-			}
-			pass->pages_fn = DatumGetObjectId(catalog_getdatum(0, 24, &isnull));
-			if (isnull)
-				pass->pages_fn = InvalidOid;
-			pass->count_fn = DatumGetObjectId(catalog_getdatum(0, 25, &isnull));
-			if (isnull)
-				pass->count_fn = InvalidOid;
-			search_path = pass_strdup(pass, catalog_gettext(0, 26));
-			owner = DatumGetObjectId(catalog_getdatum(0, 27, &isnull));
-			run_as = DatumGetObjectId(catalog_getdatum(0, 28, &isnull));
-			catalog_exec("UPDATE backfill.run SET lane_starts = lane_starts + 1,"
-						 " updated_at = pg_catalog.now() WHERE run_id = $1",
-						 1, types, values, NULL, SPI_OK_UPDATE);
-		}
-	}
-	catalog_leave(&scope);
+/*
+ * The relation's name as it is now, and the key type's I/O, to keep cursors
+ * as text (a pages source's cursor is text).  A dropped relation fails the
+ * pass, ending the transaction, and returns false.
+ */
+static bool
+pass_resolve_source(Pass *pass)
+{
+	bool		varlena;
 
-	/* the lane logged in as the role the declaration names, and it is still that role */
-	if (ok && !lane_identity_ok(pass, run_as))
-		return false;
-
-	/* a REVOKE since the run started takes effect here: the pass fails, once */
-	if (ok)
-	{
-		char	   *refused = tenancy_run_as_refused(owner, run_as);
-
-		if (refused != NULL)
-		{
-			/* the transaction's memory goes with it */
-			refused = pass_strdup(pass, psprintf("permission denied to run backfill \"%s\" "
-												 "as its run_as role: %s", pass->name,
-												 refused));
-			worker_commit_xact();
-			pass_fail(pass, -1, ERRCODE_BACKFILL_PRIVILEGE, refused);
-			return false;
-		}
-	}
-
-	if (ok && OidIsValid(pass->pages_fn))
-	{
-		/* a pages source: the cursor is text */
+	if (OidIsValid(pass->pages_fn))
 		pass->keytype = TEXTOID;
-		getTypeInputInfo(TEXTOID, &pass->key_input, &pass->key_ioparam);
-		{
-			bool		varlena;
-
-			getTypeOutputInfo(TEXTOID, &pass->key_output, &varlena);
-		}
-		get_typlenbyval(TEXTOID, &pass->key_len, &pass->key_byval);
-	}
-	else if (ok)
+	else
 	{
 		char	   *relname = get_rel_name(pass->relid);
 		char	   *nspname = relname ? get_namespace_name(get_rel_namespace(pass->relid)) : NULL;
@@ -236,14 +160,106 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 		old = MemoryContextSwitchTo(pass->cxt);
 		pass->relation = quote_qualified_identifier(nspname, relname);
 		MemoryContextSwitchTo(old);
-		getTypeInputInfo(pass->keytype, &pass->key_input, &pass->key_ioparam);
-		{
-			bool		varlena;
-
-			getTypeOutputInfo(pass->keytype, &pass->key_output, &varlena);
-		}
-		get_typlenbyval(pass->keytype, &pass->key_len, &pass->key_byval);
 	}
+	getTypeInputInfo(pass->keytype, &pass->key_input, &pass->key_ioparam);
+	getTypeOutputInfo(pass->keytype, &pass->key_output, &varlena);
+	get_typlenbyval(pass->keytype, &pass->key_len, &pass->key_byval);
+	return true;
+}
+
+/* a column of the first row of the last catalog statement, by name, as text */
+static char *
+column_text(const char *column)
+{
+	return catalog_gettext(0, SPI_fnumber(SPI_tuptable->tupdesc, column));
+}
+
+/*
+ * Load the pass into cxt.  Returns false when there is nothing to do: the
+ * pass has ended.  A pass whose declaration is gone or changed fails here,
+ * at once.  The declaration's columns are read by name (declaration.c);
+ * the ledger's and the run's carry names of their own.
+ */
+bool
+pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
+{
+	CatalogScope scope;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(run_id)};
+	bool		isnull;
+	char	   *status;
+	Declaration decl;
+	bool		ok = true;
+	char	   *search_path = NULL;
+	Oid			owner = InvalidOid;
+	Oid			run_as = InvalidOid;
+
+	memset(pass, 0, sizeof(Pass));
+	pass->cxt = cxt;
+	pass->run_id = run_id;
+
+	worker_begin_xact("pg_backfill lane: loading the pass");
+	catalog_enter(&scope);
+	if (catalog_exec(psprintf("SELECT l.status AS ledger_status, l.declaration AS ledger_declaration,"
+							  "  l.ledger_name, l.checksum AS ledger_checksum, r.input AS run_input, %s"
+							  " FROM backfill.ledger l"
+							  " JOIN backfill.run r ON r.run_id = l.run_id"
+							  " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
+							  " WHERE l.run_id = $1", declaration_select_list("d")),
+					 1, types, values, NULL, SPI_OK_SELECT) == 0)
+		ok = false;
+	else
+	{
+		status = column_text("ledger_status");
+		pass->name = pass_strdup(pass, column_text("ledger_declaration"));
+		pass->ledger_name = pass_strdup(pass, column_text("ledger_name"));
+		pass->checksum = pass_strdup(pass, column_text("ledger_checksum"));
+		(void) declaration_read(0, &decl, pass->cxt);
+		if (strcmp(status, "running") != 0)
+			ok = false;
+		else if (decl.checksum == NULL || strcmp(decl.checksum, pass->checksum) != 0)
+		{
+			catalog_leave(&scope);
+			worker_commit_xact();
+			pass_fail(pass, -1, ERRCODE_BACKFILL_CHANGED,
+					  decl.checksum == NULL ?
+					  "the declaration was dropped while the pass was running" :
+					  "the declaration changed since the pass started");
+			return false;
+		}
+		else
+		{
+			Datum		input = catalog_getdatum(0, SPI_fnumber(SPI_tuptable->tupdesc,
+																"run_input"), &isnull);
+
+			pass_take_declaration(pass, &decl);
+			if (!isnull)
+			{
+				MemoryContext old = MemoryContextSwitchTo(pass->cxt);
+
+				pass->input = DatumGetJsonbPCopy(input);
+				MemoryContextSwitchTo(old);
+			}
+			search_path = decl.search_path;
+			owner = decl.owner;
+			run_as = decl.run_as;
+			catalog_exec("UPDATE backfill.run SET lane_starts = lane_starts + 1,"
+						 " updated_at = pg_catalog.now() WHERE run_id = $1",
+						 1, types, values, NULL, SPI_OK_UPDATE);
+		}
+	}
+	catalog_leave(&scope);
+
+	/* the lane logged in as the role the declaration names, and it is still that role */
+	if (ok && !lane_identity_ok(pass, run_as))
+		return false;
+
+	/* a REVOKE since the run started takes effect here: the pass fails, once */
+	if (ok && !lane_run_as_ok(pass, owner, run_as))
+		return false;
+
+	if (ok && !pass_resolve_source(pass))
+		return false;
 	worker_commit_xact();
 
 	/* the names in the predicate and action resolve as they did for the declarer */
