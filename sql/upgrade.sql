@@ -1,6 +1,7 @@
 --
 -- upgrade: 0.1 installs, keeps its declarations and history through
--- ALTER EXTENSION ... UPDATE, and 0.2 adds the outbox
+-- ALTER EXTENSION ... UPDATE, 0.2 adds the outbox, 0.4 the defaults of
+-- backfill_declare
 --
 SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS pg_backfill CASCADE;
@@ -63,6 +64,29 @@ SELECT l.status, l.error_code,
 -- and from now on the catalog refuses a second running pass
 INSERT INTO backfill.ledger (ledger_name, declaration, checksum, owner)
 VALUES ('upgrade_dup', 'upgrade_dup', 'x', 10);
+
+-- and on to 0.4: backfill_declare's arguments but the name have defaults;
+-- the declaration and its checksum unchanged
+ALTER EXTENSION pg_backfill UPDATE TO '0.4';
+SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
+SELECT name, checksum = :'checksum_before' AS same_checksum
+  FROM backfill.declaration WHERE name = 'upgrade_fill';
+SELECT backfill_declare('upgrade_fill', 'upgrade_items', 'c IS NULL',
+       'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2') = :'checksum_before'
+       AS same_checksum_declared_again;
+SELECT p.proname, p.pronargs, p.pronargdefaults,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_can_execute,
+       obj_description(p.oid, 'pg_proc') AS comment
+  FROM pg_proc p WHERE p.proname = 'backfill_declare';
+-- a pages source, declared without relation and predicate
+CREATE FUNCTION upgrade_pages(cursor text, input jsonb) RETURNS jsonb
+LANGUAGE sql AS $$ SELECT '{"rows": [], "next": null}'::jsonb $$;
+SELECT length(backfill_declare(name => 'upgrade_pages', pages => 'upgrade_pages',
+       action => 'SELECT pg_catalog.jsonb_array_length($1)')) AS checksum_length;
+SELECT name, relation, predicate, pages_fn FROM backfill.declaration
+ WHERE name = 'upgrade_pages';
+SELECT backfill_drop('upgrade_pages');
+DROP FUNCTION upgrade_pages(text, jsonb);
 
 -- a fresh install gets the same objects as the upgraded one
 SET client_min_messages = warning;

@@ -1,0 +1,44 @@
+/* pg_backfill--0.3--0.4.sql: backfill_declare's signature follows its column table */
+
+\echo Use "ALTER EXTENSION pg_backfill UPDATE TO '0.4'" to load this file. \quit
+
+/*
+ * Every argument of backfill_declare but the name now has a default, the
+ * one its row of the declaration's column table gives (declaration.c).
+ * relation and predicate had none, so a pages source declared without
+ * them, as the README shows, was "function does not exist"; action must
+ * follow them.  What a source kind requires is refused in C when it is
+ * missing, with its SQLSTATE and hint.  Names and types are unchanged:
+ * the library of 0.4 reads the arguments by name, also under 0.3's
+ * signature.  CREATE OR REPLACE keeps the function's grants and comment.
+ */
+CREATE OR REPLACE FUNCTION backfill_declare(
+    name             text,
+    relation         text DEFAULT NULL,
+    predicate        text DEFAULT NULL,
+    action           text DEFAULT NULL,
+    key              text DEFAULT NULL,
+    batch_size       integer DEFAULT 1000,
+    rate             double precision DEFAULT NULL,
+    max_parallel     integer DEFAULT 1,
+    max_attempts     integer DEFAULT 5,
+    batch_timeout    interval DEFAULT '1 minute',
+    environments     text[] DEFAULT NULL,
+    backoff_base     interval DEFAULT '1 second',
+    backoff_cap      interval DEFAULT '1 minute',
+    lock_timeout     interval DEFAULT '2 seconds',
+    target_batch_time interval DEFAULT NULL,
+    min_batch_size   integer DEFAULT NULL,
+    max_batch_size   integer DEFAULT NULL,
+    input            jsonb DEFAULT NULL,
+    scope            text DEFAULT NULL,
+    pages            text DEFAULT NULL,
+    count_function   text DEFAULT NULL,
+    requires         text DEFAULT NULL,
+    requires_backfill text DEFAULT NULL,
+    run_as           text DEFAULT NULL,
+    settings         jsonb DEFAULT NULL,
+    tenant           text DEFAULT NULL)
+RETURNS text
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_declare';
