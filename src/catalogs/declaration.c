@@ -118,9 +118,8 @@ const DeclarationColumn declaration_columns[] = {
 
 const int	declaration_ncolumns = lengthof(declaration_columns);
 
-/* one column per field of struct Declaration */
-StaticAssertDecl(lengthof(declaration_columns) == 31,
-				 "declaration_columns must list every field of struct Declaration");
+StaticAssertDecl(lengthof(declaration_columns) == DECLARATION_NCOLUMNS,
+				 "declaration_columns must have one row per field of struct Declaration");
 
 /*
  * Columns a re-declaration keeps: the conflict key, and the owner (a

@@ -5,10 +5,12 @@
  *	  backfill.declaration in C, and how it is stored, loaded and
  *	  checksummed.
  *
- * Adding an option is one row in declaration_columns (declaration.c), a
- * field here, an argument of backfill_declare in the upgrade script, and
- * its validation in declare.c.  The INSERT ... ON CONFLICT, the SELECT
- * lists and the checksum are built from the table.
+ * Adding an option is one row in declaration_columns (declaration.c) and
+ * a field here, its column and its argument of backfill_declare in the
+ * upgrade script, and its validation in declare.c.  The INSERT ... ON
+ * CONFLICT, the SELECT lists and the checksum are built from the table,
+ * and backfill_declare refuses to run under a signature whose arguments
+ * the table does not name.
  *
  *-------------------------------------------------------------------------
  */
@@ -63,6 +65,9 @@ typedef struct Declaration
 	Oid			owner;
 	char	   *checksum;
 } Declaration;
+
+/* the fields above: declaration_columns has one row for each */
+#define DECLARATION_NCOLUMNS 31
 
 /* how the C side holds a column */
 typedef enum DeclarationField
