@@ -278,6 +278,30 @@ declaration_checksum(const Declaration *decl)
 	return hex;
 }
 
+/* the type a field travels as: reg* columns take a plain oid */
+static Oid
+field_param_type(DeclarationField field)
+{
+	switch (field)
+	{
+		case DECL_TEXT:
+			return TEXTOID;
+		case DECL_NAME:
+			return NAMEOID;
+		case DECL_OID:
+			return OIDOID;
+		case DECL_INT4:
+			return INT4OID;
+		case DECL_FLOAT8:
+			return FLOAT8OID;
+		case DECL_JSONB:
+			return JSONBOID;
+		case DECL_TEXT_ARRAY:
+			return TEXTARRAYOID;
+	}
+	return InvalidOid;			/* keep the compiler quiet */
+}
+
 /* a field as an SPI parameter: its type, its value, ' ' or 'n' */
 static Oid
 column_param(const Declaration *decl, const DeclarationColumn *col, Datum *value, char *null)
@@ -327,25 +351,7 @@ column_param(const Declaration *decl, const DeclarationColumn *col, Datum *value
 	*null = (isnull && !col->not_null) ? 'n' : ' ';
 	if (isnull && col->not_null && col->field != DECL_INT4 && col->field != DECL_OID)
 		elog(ERROR, "declaration column \"%s\" must not be NULL", col->column);
-
-	switch (col->field)
-	{
-		case DECL_TEXT:
-			return TEXTOID;
-		case DECL_NAME:
-			return NAMEOID;
-		case DECL_OID:
-			return OIDOID;
-		case DECL_INT4:
-			return INT4OID;
-		case DECL_FLOAT8:
-			return FLOAT8OID;
-		case DECL_JSONB:
-			return JSONBOID;
-		case DECL_TEXT_ARRAY:
-			return TEXTARRAYOID;
-	}
-	return InvalidOid;			/* keep the compiler quiet */
+	return field_param_type(col->field);
 }
 
 /* the INSERT ... ON CONFLICT (name) DO UPDATE of every column */
