@@ -35,85 +35,52 @@
 #include "catalog.h"
 #include "declaration.h"
 
-#define COL(c, type, field, member, not_null) \
-	#c, type, field, offsetof(Declaration, member), not_null
+/* a column's name is its field's name in struct Declaration */
+#define COL(c, type, field, not_null) #c, type, field, offsetof(Declaration, c), not_null
 
 /*
- * The table.  The rows that enter the checksum come first, in the
- * checksum's order; argdefault is the default the SQL signature gives
- * the argument (pg_backfill--0.3--0.4.sql), NULL where it has none.
+ * The table, one row per column: column, SQL type, field, NOT NULL; how it
+ * enters the checksum and its label there; the backfill_declare argument,
+ * its type and its default in the signature (pg_backfill--0.3--0.4.sql;
+ * NULL where it has none).  The rows that enter the checksum come first,
+ * in the checksum's order.
  */
 const DeclarationColumn declaration_columns[] = {
-	{COL(name, TEXTOID, DECL_TEXT, name, true),
-	DECL_NOT_SUMMED, NULL, "name", TEXTOID, NULL},
-	{COL(relation, TEXTOID, DECL_TEXT, relation, false),
-	DECL_SUM_LINE, "relation", "relation", TEXTOID, "NULL"},
-	{COL(key_column, NAMEOID, DECL_NAME, key_column, false),
-	DECL_SUM_LINE, "key", "key", TEXTOID, "NULL"},
-	{COL(predicate, TEXTOID, DECL_TEXT, predicate, false),
-	DECL_SUM_STATEMENT, "predicate", "predicate", TEXTOID, "NULL"},
-	{COL(action, TEXTOID, DECL_TEXT, action, true),
-	DECL_SUM_STATEMENT, "action", "action", TEXTOID, "NULL"},
-	{COL(pages_fn, REGPROCEDUREOID, DECL_OID, pages_fn, false),
-	DECL_SUM_WORD, "pages", "pages", TEXTOID, "NULL"},
-	{COL(count_fn, REGPROCEDUREOID, DECL_OID, count_fn, false),
-	DECL_SUM_WORD, "count", "count_function", TEXTOID, "NULL"},
-	{COL(input_shape, JSONBOID, DECL_JSONB, input_shape, false),
-	DECL_SUM_WORD, "input", "input", JSONBOID, "NULL"},
-	{COL(scope, TEXTOID, DECL_TEXT, scope, false),
-	DECL_SUM_WORD, "scope", "scope", TEXTOID, "NULL"},
-	{COL(settings, JSONBOID, DECL_JSONB, settings, false),
-	DECL_SUM_WORD, "settings", "settings", JSONBOID, "NULL"},
-	{COL(run_as, REGROLEOID, DECL_OID, run_as, true),
-	DECL_SUM_WORD, "run_as", "run_as", TEXTOID, "NULL"},
-
+	{COL(name, TEXTOID, DECL_TEXT, true), DECL_NOT_SUMMED, NULL, "name", TEXTOID, NULL},
+	{COL(relation, TEXTOID, DECL_TEXT, false), DECL_SUM_LINE, "relation", "relation", TEXTOID, "NULL"},
+	{COL(key_column, NAMEOID, DECL_NAME, false), DECL_SUM_LINE, "key", "key", TEXTOID, "NULL"},
+	{COL(predicate, TEXTOID, DECL_TEXT, false), DECL_SUM_STATEMENT, "predicate", "predicate", TEXTOID, "NULL"},
+	{COL(action, TEXTOID, DECL_TEXT, true), DECL_SUM_STATEMENT, "action", "action", TEXTOID, "NULL"},
+	{COL(pages_fn, REGPROCEDUREOID, DECL_OID, false), DECL_SUM_WORD, "pages", "pages", TEXTOID, "NULL"},
+	{COL(count_fn, REGPROCEDUREOID, DECL_OID, false), DECL_SUM_WORD, "count", "count_function", TEXTOID, "NULL"},
+	{COL(input_shape, JSONBOID, DECL_JSONB, false), DECL_SUM_WORD, "input", "input", JSONBOID, "NULL"},
+	{COL(scope, TEXTOID, DECL_TEXT, false), DECL_SUM_WORD, "scope", "scope", TEXTOID, "NULL"},
+	{COL(settings, JSONBOID, DECL_JSONB, false), DECL_SUM_WORD, "settings", "settings", JSONBOID, "NULL"},
+	{COL(run_as, REGROLEOID, DECL_OID, true), DECL_SUM_WORD, "run_as", "run_as", TEXTOID, "NULL"},
 	/* resolved from the relation and key */
-	{COL(relid, REGCLASSOID, DECL_OID, relid, false),
-	DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
-	{COL(key_type, REGTYPEOID, DECL_OID, key_type, false),
-	DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
-
+	{COL(relid, REGCLASSOID, DECL_OID, false), DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
+	{COL(key_type, REGTYPEOID, DECL_OID, false), DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
 	/* tuning: a re-declaration may change these under a running pass */
-	{COL(batch_size, INT4OID, DECL_INT4, batch_size, true),
-	DECL_NOT_SUMMED, NULL, "batch_size", INT4OID, "1000"},
-	{COL(rate, FLOAT8OID, DECL_FLOAT8, rate, true),
-	DECL_NOT_SUMMED, NULL, "rate", FLOAT8OID, "NULL"},
-	{COL(max_parallel, INT4OID, DECL_INT4, max_parallel, true),
-	DECL_NOT_SUMMED, NULL, "max_parallel", INT4OID, "1"},
-	{COL(max_attempts, INT4OID, DECL_INT4, max_attempts, true),
-	DECL_NOT_SUMMED, NULL, "max_attempts", INT4OID, "5"},
-	{COL(batch_timeout_ms, INT4OID, DECL_INT4, batch_timeout_ms, true),
-	DECL_NOT_SUMMED, NULL, "batch_timeout", INTERVALOID, "'1 minute'"},
-	{COL(environments, TEXTARRAYOID, DECL_TEXT_ARRAY, environments, false),
-	DECL_NOT_SUMMED, NULL, "environments", TEXTARRAYOID, "NULL"},
-	{COL(backoff_base_ms, INT4OID, DECL_INT4, backoff_base_ms, true),
-	DECL_NOT_SUMMED, NULL, "backoff_base", INTERVALOID, "'1 second'"},
-	{COL(backoff_cap_ms, INT4OID, DECL_INT4, backoff_cap_ms, true),
-	DECL_NOT_SUMMED, NULL, "backoff_cap", INTERVALOID, "'1 minute'"},
-	{COL(lock_timeout_ms, INT4OID, DECL_INT4, lock_timeout_ms, true),
-	DECL_NOT_SUMMED, NULL, "lock_timeout", INTERVALOID, "'2 seconds'"},
-	{COL(target_batch_ms, INT4OID, DECL_INT4, target_batch_ms, false),
-	DECL_NOT_SUMMED, NULL, "target_batch_time", INTERVALOID, "NULL"},
-	{COL(min_batch_size, INT4OID, DECL_INT4, min_batch_size, true),
-	DECL_NOT_SUMMED, NULL, "min_batch_size", INT4OID, "NULL"},
-	{COL(max_batch_size, INT4OID, DECL_INT4, max_batch_size, true),
-	DECL_NOT_SUMMED, NULL, "max_batch_size", INT4OID, "NULL"},
-
+	{COL(batch_size, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "batch_size", INT4OID, "1000"},
+	{COL(rate, FLOAT8OID, DECL_FLOAT8, true), DECL_NOT_SUMMED, NULL, "rate", FLOAT8OID, "NULL"},
+	{COL(max_parallel, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "max_parallel", INT4OID, "1"},
+	{COL(max_attempts, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "max_attempts", INT4OID, "5"},
+	{COL(batch_timeout_ms, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "batch_timeout", INTERVALOID, "'1 minute'"},
+	{COL(environments, TEXTARRAYOID, DECL_TEXT_ARRAY, false), DECL_NOT_SUMMED, NULL, "environments", TEXTARRAYOID, "NULL"},
+	{COL(backoff_base_ms, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "backoff_base", INTERVALOID, "'1 second'"},
+	{COL(backoff_cap_ms, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "backoff_cap", INTERVALOID, "'1 minute'"},
+	{COL(lock_timeout_ms, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "lock_timeout", INTERVALOID, "'2 seconds'"},
+	{COL(target_batch_ms, INT4OID, DECL_INT4, false), DECL_NOT_SUMMED, NULL, "target_batch_time", INTERVALOID, "NULL"},
+	{COL(min_batch_size, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "min_batch_size", INT4OID, "NULL"},
+	{COL(max_batch_size, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "max_batch_size", INT4OID, "NULL"},
 	/* requirements and tenancy */
-	{COL(requires, TEXTOID, DECL_TEXT, requires, false),
-	DECL_NOT_SUMMED, NULL, "requires", TEXTOID, "NULL"},
-	{COL(requires_backfill, TEXTOID, DECL_TEXT, requires_backfill, false),
-	DECL_NOT_SUMMED, NULL, "requires_backfill", TEXTOID, "NULL"},
-	{COL(tenant, TEXTOID, DECL_TEXT, tenant, false),
-	DECL_NOT_SUMMED, NULL, "tenant", TEXTOID, "NULL"},
-
+	{COL(requires, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "requires", TEXTOID, "NULL"},
+	{COL(requires_backfill, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "requires_backfill", TEXTOID, "NULL"},
+	{COL(tenant, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "tenant", TEXTOID, "NULL"},
 	/* set by backfill_declare itself */
-	{COL(search_path, TEXTOID, DECL_TEXT, search_path, true),
-	DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
-	{COL(owner, REGROLEOID, DECL_OID, owner, true),
-	DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
-	{COL(checksum, TEXTOID, DECL_TEXT, checksum, true),
-	DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
+	{COL(search_path, TEXTOID, DECL_TEXT, true), DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
+	{COL(owner, REGROLEOID, DECL_OID, true), DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
+	{COL(checksum, TEXTOID, DECL_TEXT, true), DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
 };
 
 const int	declaration_ncolumns = lengthof(declaration_columns);
