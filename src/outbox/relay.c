@@ -103,6 +103,7 @@
 /* one message and its sink, as a delivery sees them */
 typedef struct Delivery
 {
+	MemoryContext cxt;			/* the message's: what outlives a transaction */
 	int64		id;
 	char	   *topic;
 	char	   *key;
@@ -473,11 +474,11 @@ call_function_sink(Delivery *d)
 
 /* a text column of the current SPI row, copied out of SPI's memory */
 static char *
-kept_text(int col)
+kept_text(Delivery *d, int col)
 {
 	char	   *value = catalog_gettext(0, col);
 
-	return value ? MemoryContextStrdup(worker_outer_cxt, value) : NULL;
+	return value ? MemoryContextStrdup(d->cxt, value) : NULL;
 }
 
 /*
@@ -507,21 +508,21 @@ read_delivery(Delivery *d)
 					 " FOR UPDATE OF o SKIP LOCKED",
 					 1, types, values, NULL, SPI_OK_SELECT) == 0)
 		return false;
-	d->topic = kept_text(1);
-	d->key = kept_text(2);
+	d->topic = kept_text(d, 1);
+	d->key = kept_text(d, 2);
 	d->payload = PointerGetDatum(PG_DETOAST_DATUM_COPY(catalog_getdatum(0, 3, &isnull)));
-	d->body = kept_text(4);
+	d->body = kept_text(d, 4);
 	d->emitted_by = catalog_getoid(0, 5);	/* InvalidOid: emitted before 0.3 */
-	d->kind = kept_text(6);
-	d->target = kept_text(7);
+	d->kind = kept_text(d, 6);
+	d->target = kept_text(d, 7);
 	d->target_fn = catalog_getoid(0, 8);
-	d->secret = kept_text(9);
+	d->secret = kept_text(d, 9);
 	d->timeout_ms = DatumGetInt32(catalog_getdatum(0, 10, &isnull));
 	d->run_as = DatumGetObjectId(catalog_getdatum(0, 11, &isnull));
-	d->search_path = kept_text(12);
+	d->search_path = kept_text(d, 12);
 	d->grantees = catalog_getdatum(0, 13, &d->grantees_null);
 	d->run_as_named = DatumGetBool(catalog_getdatum(0, 14, &isnull));
-	d->run_as_name = kept_text(15);
+	d->run_as_name = kept_text(d, 15);
 	return true;
 }
 
@@ -563,7 +564,7 @@ lease_webhook(Delivery *d)
 				 2, types, values, NULL, SPI_OK_UPDATE_RETURNING);
 	attempt = DatumGetInt32(catalog_getdatum(0, 1, &isnull));
 	if (d->secret != NULL)
-		d->signature = MemoryContextStrdup(worker_outer_cxt,
+		d->signature = MemoryContextStrdup(d->cxt,
 										   webhook_signature(d->body, d->secret));
 	return attempt;
 }
@@ -653,6 +654,7 @@ deliver_message(int64 id, MemoryContext msgcxt)
 	volatile DeliveryStep step = DELIVERY_SKIPPED;
 	char	   *volatile error = NULL;
 
+	d->cxt = msgcxt;
 	d->id = id;
 	PG_TRY();
 	{

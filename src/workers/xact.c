@@ -24,12 +24,13 @@
 
 #include "xact.h"
 
-MemoryContext worker_outer_cxt = NULL;
+/* the memory context worker_begin_xact was called in, restored at commit */
+static MemoryContext outer_cxt = NULL;
 
 void
 worker_begin_xact(const char *activity)
 {
-	worker_outer_cxt = CurrentMemoryContext;
+	outer_cxt = CurrentMemoryContext;
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -47,7 +48,7 @@ worker_commit_xact(void)
 	/* let autovacuum see the rows this worker changed */
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
-	MemoryContextSwitchTo(worker_outer_cxt);
+	MemoryContextSwitchTo(outer_cxt);
 }
 
 ErrorData *

@@ -10,9 +10,6 @@
 
 #include "postgres.h"
 
-/* the memory context worker_begin_xact was called in, restored at commit */
-extern MemoryContext worker_outer_cxt;
-
 extern void worker_begin_xact(const char *activity);
 extern void worker_commit_xact(void);
 
