@@ -1,5 +1,5 @@
 /*
- * pg_backfill: command-line client of the pg_backfill extension.
+ * pg_backfill.c: command-line client of the pg_backfill extension.
  *
  *   pg_backfill [-d CONNINFO] COMMAND [ARGS]
  *
