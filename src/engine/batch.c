@@ -333,6 +333,15 @@ begin_batch(Pass *pass, Claim *claim)
 	/* a lane never queues long behind the application's locks */
 	(void) set_config_option("lock_timeout", psprintf("%d", pass->lock_timeout_ms),
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	/*
+	 * The batch and its checkpoint commit together: a crash that loses the
+	 * commit loses both, and the batch is done again.  So the lane need not
+	 * wait for the commit to reach disk (a transaction that emitted outbox
+	 * messages is made synchronous by backfill_outbox_emit).  The
+	 * declaration's settings, applied after this, may still say otherwise.
+	 */
+	(void) set_config_option("synchronous_commit", "off",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 	enable_timeout_after(STATEMENT_TIMEOUT, pass->batch_timeout_ms);
 }
 

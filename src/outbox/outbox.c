@@ -157,6 +157,12 @@ backfill_outbox_emit(PG_FUNCTION_ARGS)
 
 	check_emit_arguments(fcinfo);
 	check_not_standby("emit to outbox topic", text_to_cstring(PG_GETARG_TEXT_PP(0)));
+	/*
+	 * The relay must never deliver a message a crash can still take back:
+	 * whatever the session says, this transaction's commit waits for disk
+	 * (a lane's batches are asynchronous otherwise).
+	 */
+	ForceSyncCommit();
 	values[0] = PG_GETARG_DATUM(0);
 	values[1] = PG_GETARG_DATUM(1);
 	values[2] = PG_GETARG_DATUM(2);

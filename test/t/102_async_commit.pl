@@ -1,0 +1,237 @@
+# 102_async_commit.pl -- batches commit asynchronously, and nothing is done twice
+#
+# A batch and its checkpoint commit in one transaction, so a lane need not
+# wait for that commit to reach disk: a crash loses the batch together with
+# its checkpoint, and the batch is simply done again.  Lanes therefore run
+# their batches with synchronous_commit = off (declaration option
+# async_commit, default on).  What stays synchronous: the transaction that
+# ends a pass (its ledger row), and every transaction that emitted outbox
+# messages (a relay must never deliver what a crash can still take back).
+#
+# "Not on disk yet" is made certain rather than likely: the test stops the
+# WAL writer (SIGSTOP), so an asynchronous commit stays in WAL buffers until
+# a crash throws them away, while a synchronous one flushes WAL itself.
+# After each crash the server comes back first with no database served
+# (lanes held off), and the test compares what survived:
+#   - rows done (n = 1) == rows the surviving checkpoints count, and fewer
+#     than were visible before the crash: batches were lost with their
+#     checkpoints, to be redone;
+#   - then lanes resume; at the end every row was done exactly once by the
+#     non-idempotent action, the ledger counts every row once.
+# Also: kill -9 of a lane under asynchronous commits; the ending ledger row
+# and emitting transactions survive a crash with the WAL writer stopped;
+# async_commit => false makes batches synchronous.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
+
+my $ROWS = 200_000;
+
+# WAL stays in shared buffers unless the WAL writer writes it: large
+# buffers, no background writer, no checkpoint, no autovacuum
+my $node = BackfillTest::node(
+	'async_commit',
+	crash_restart => 1,
+	extra_conf    => join("\n",
+		'wal_buffers = 64MB',
+		'bgwriter_lru_maxpages = 0',
+		'checkpoint_timeout = 1h',
+		'max_wal_size = 4GB',
+		'autovacuum = off'));
+
+$node->safe_psql('postgres', qq{
+	CREATE EXTENSION pg_backfill;
+	CREATE TABLE t (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0, sc text);
+	INSERT INTO t (id) SELECT g FROM generate_series(1, $ROWS) g;
+	ANALYZE t;
+	SELECT backfill_declare(name => 'ac', relation => 't', predicate => 'n = 0',
+		action => \$\$UPDATE t SET n = n + 1, sc = pg_catalog.current_setting('synchronous_commit')
+		            WHERE id BETWEEN \$1 AND \$2\$\$,
+		batch_size => 200, rate => 100, max_parallel => 2);
+});
+
+sub walwriter_pid
+{
+	my $pid;
+	BackfillTest::poll_until($node,
+		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walwriter'}, '1', 60);
+	$pid = $node->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'});
+	return $pid;
+}
+
+sub done_rows { return $node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE n > 0'); }
+
+# wait until the visible rows pass $at
+sub wait_rows
+{
+	my ($at, $what) = @_;
+	my $deadline = time() + 120;
+	my $done = 0;
+	while (time() < $deadline)
+	{
+		$done = done_rows();
+		return $done if $done >= $at;
+		usleep(100_000);
+	}
+	BAIL_OUT("$what: only $done rows done after 120 s; server log:\n"
+		  . slurp_file($node->logfile));
+}
+
+# a restart with no database served: no lane runs while the test looks
+sub start_held
+{
+	$node->append_conf('postgresql.conf', "backfill.database_names = 'nosuchdb'\n");
+	$node->start;
+}
+
+sub start_serving
+{
+	$node->append_conf('postgresql.conf', "backfill.database_names = 'postgres'\n");
+	$node->restart;
+}
+
+# the WAL writer stopped; $go: what may happen meanwhile; then an immediate
+# shutdown, and the server back with no lane
+sub crash_with_wal_unwritten
+{
+	my ($go) = @_;
+	my $ww = walwriter_pid();
+	is(kill('STOP', $ww), 1, 'the WAL writer is stopped');
+	my $seen = $go->();
+	# the postmaster SIGKILLs a child that does not exit on SIGQUIT
+	$node->stop('immediate');
+	kill('CONT', $ww);
+	start_held();
+	return $seen;
+}
+
+my $run = $node->safe_psql('postgres', q{SELECT backfill_run('ac')});
+like($run, qr/^\d+$/, 'backfill_run returned a run id');
+
+# ------------------------------------------------------------------
+# 1. immediate shutdown with asynchronous commits not yet on disk
+# ------------------------------------------------------------------
+wait_rows(10_000, 'first stretch');
+my $before = crash_with_wal_unwritten(
+	sub {
+		my $at = done_rows();
+		# 20 batches of 200 rows commit while no WAL is written
+		return wait_rows($at + 4_000, 'with the WAL writer stopped');
+	});
+my $after = done_rows();
+my $checkpointed = $node->safe_psql('postgres',
+	"SELECT coalesce(sum(rows), 0) FROM backfill.partition WHERE run_id = $run");
+note("rows visible before the crash: $before; after recovery: $after; checkpointed: $checkpointed");
+cmp_ok($after, '<', $before, 'commits not yet on disk were lost: batches will be redone');
+is($checkpointed, $after, 'the surviving checkpoints count exactly the surviving rows');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE n > 1'),
+	'0', 'no row was done twice before the crash');
+is($node->safe_psql('postgres', "SELECT status FROM backfill.ledger WHERE run_id = $run"),
+	'running', 'the pass is still running after the crash');
+is($node->safe_psql('postgres',
+		q{SELECT count(*) FROM t WHERE n > 0 AND sc IS DISTINCT FROM 'off'}),
+	'0', 'every batch ran with synchronous_commit = off');
+start_serving();
+
+# ------------------------------------------------------------------
+# 2. kill -9 of a lane, asynchronous commits
+# ------------------------------------------------------------------
+my $at = wait_rows($after + 30_000, 'after the restart');
+my $lane = $node->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane' LIMIT 1});
+like($lane, qr/^\d+$/, 'a lane is running');
+is(kill('KILL', $lane), 1, 'SIGKILL delivered to a lane');
+ok(wait_for_server($node, 60), 'server accepts connections again after the crash');
+
+# ------------------------------------------------------------------
+# 3. the transaction that ends the pass is synchronous: the WAL writer
+#    stopped before the end, the ledger's completed row survives a crash
+# ------------------------------------------------------------------
+wait_rows($ROWS - 20_000, 'near the end');
+crash_with_wal_unwritten(
+	sub {
+		ok(pass_ended($node, $run, 180), 'the pass ended with the WAL writer stopped');
+		return 0;
+	});
+is($node->safe_psql('postgres', "SELECT status FROM backfill.ledger WHERE run_id = $run"),
+	'completed', 'the completed ledger row survived a crash right after it');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE n <> 1'),
+	'0', 'every row was updated exactly once by the non-idempotent action (n = 1)');
+is($node->safe_psql('postgres', 'SELECT count(*), sum(n) FROM t'),
+	"$ROWS|$ROWS", "$ROWS rows, n sums to $ROWS");
+is($node->safe_psql('postgres', "SELECT rows FROM backfill.ledger WHERE run_id = $run"),
+	$ROWS, "the ledger counts exactly $ROWS rows");
+my $log = slurp_file($node->logfile);
+like($log, qr/\(PID $lane\) was terminated by signal 9/, 'the server log shows the lane killed');
+like($log, qr/backfill "ac" run $run: resuming partition \d+ from its checkpoint/,
+	'the server log shows partitions resumed from their checkpoints');
+start_serving();
+
+# ------------------------------------------------------------------
+# 4. a transaction that emitted outbox messages is synchronous
+# ------------------------------------------------------------------
+$node->safe_psql('postgres', q{
+	CREATE TABLE e (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	INSERT INTO e (id) SELECT g FROM generate_series(1, 20000) g;
+	ANALYZE e;
+	SELECT backfill_declare(name => 'emits', relation => 'e', predicate => 'n = 0',
+		action => $$WITH u AS (UPDATE e SET n = n + 1 WHERE id BETWEEN $1 AND $2 RETURNING id)
+		           SELECT backfill_outbox_emit('e.done', u.id::text, '{}') FROM u$$,
+		batch_size => 100, rate => 50, max_parallel => 1);
+});
+my $run2 = $node->safe_psql('postgres', q{SELECT backfill_run('emits')});
+BackfillTest::poll_until($node, 'SELECT count(*) >= 1000 FROM e WHERE n > 0', 't', 120)
+  or BAIL_OUT('the emitting pass did not start');
+my $emitted = crash_with_wal_unwritten(
+	sub {
+		my $from = $node->safe_psql('postgres', 'SELECT count(*) FROM e WHERE n > 0');
+		BackfillTest::poll_until($node, "SELECT count(*) >= $from + 1000 FROM e WHERE n > 0",
+			't', 120);
+		return $node->safe_psql('postgres', q{SELECT count(*) FROM backfill.outbox WHERE topic = 'e.done'});
+	});
+my $kept = $node->safe_psql('postgres', q{SELECT count(*) FROM backfill.outbox WHERE topic = 'e.done'});
+note("messages visible before the crash: $emitted; after recovery: $kept");
+cmp_ok($emitted, '>=', 2000, 'messages were emitted while the WAL writer was stopped');
+cmp_ok($kept, '>=', $emitted, 'every message seen before the crash survived it');
+is($node->safe_psql('postgres',
+		q{SELECT count(*) FROM e WHERE n > 0} ),
+	$node->safe_psql('postgres',
+		"SELECT coalesce(sum(rows), 0) FROM backfill.partition WHERE run_id = $run2"),
+	'the emitting pass\'s rows and checkpoints agree');
+start_serving();
+ok(pass_ended($node, $run2, 180), 'the emitting pass ended');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM e WHERE n <> 1'), '0',
+	'every row of the emitting pass was done exactly once');
+is($node->safe_psql('postgres',
+		q{SELECT count(*), count(DISTINCT key) FROM backfill.outbox WHERE topic = 'e.done'}),
+	'20000|20000', 'one message per row, none lost and none twice');
+
+# ------------------------------------------------------------------
+# 5. async_commit => false: batches commit synchronously
+# ------------------------------------------------------------------
+$node->safe_psql('postgres', q{
+	CREATE TABLE s (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0, sc text);
+	INSERT INTO s (id) SELECT g FROM generate_series(1, 2000) g;
+	SELECT backfill_declare(name => 'sync', relation => 's', predicate => 'n = 0',
+		action => $$UPDATE s SET n = n + 1, sc = pg_catalog.current_setting('synchronous_commit')
+		           WHERE id BETWEEN $1 AND $2$$,
+		batch_size => 100, rate => 100, async_commit => false);
+});
+my $run3 = $node->safe_psql('postgres', q{SELECT backfill_run('sync')});
+ok(pass_ended($node, $run3, 120), 'the synchronous pass ended');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM s WHERE n = 1 AND sc = 'on'}),
+	'2000', 'with async_commit => false every batch ran with synchronous_commit = on');
+is($node->safe_psql('postgres',
+		q{SELECT async_commit FROM backfill.declaration WHERE name = 'sync'}),
+	'f', 'the declaration shows async_commit = false');
+
+$node->stop;
+done_testing();
