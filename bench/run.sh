@@ -5,7 +5,8 @@
 #
 # env:
 #   REPS=1                    repetitions per case (the tables show the median when > 1)
-#   BATCHES="1000 10000"      batch sizes of the loop and pg_backfill cases
+#   BATCHES="200 1000 10000"  batch sizes of the loop and pg_backfill cases (asynchronous
+#                             lane commits; one more case at the smallest, synchronous)
 #   PGBASE=/tmp/pg_backfill_bench   throwaway cluster (wiped at start; data removed at exit
 #                             unless KEEP=1; server.log stays)
 #   PGPORT=55470  PGBIN=/usr/lib/postgresql/15/bin
@@ -19,7 +20,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 N=${1:-5000000}
 REPS=${REPS:-1}
-BATCHES=${BATCHES:-"1000 10000"}
+BATCHES=${BATCHES:-"200 1000 10000"}
 PGBASE=${PGBASE:-/tmp/pg_backfill_bench}
 PGPORT=${PGPORT:-55470}
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
@@ -99,11 +100,12 @@ run_case() {  # kind lanes batch rep
     key="$kind:$lanes:$b"
     Q -f "$HERE/sql/fresh_items.sql"
     case $kind in
-        bf)
-            name="bench_${lanes}_${b}_${rep}"
+        bf|bfsync)
+            name="bench_${kind}_${lanes}_${b}_${rep}"
             Q -c "SELECT backfill_declare(name => '$name', relation => 'items', predicate => 'c IS NULL',
                       action => 'UPDATE items SET c = a * 2 WHERE id BETWEEN \$1 AND \$2 AND c IS NULL',
-                      batch_size => $b, rate => 100000, max_parallel => $lanes)" >/dev/null
+                      batch_size => $b, rate => 100000, max_parallel => $lanes,
+                      async_commit => $([ "$kind" = bf ] && echo true || echo false))" >/dev/null
             rm -f "$TMP/stop" "$TMP/samples"; : >"$TMP/samples"
             sampler "$TMP/samples" & SAMPLER_PID=$!
             ;;
@@ -113,14 +115,14 @@ run_case() {  # kind lanes batch rep
     case $kind in
         single) Q -c "UPDATE items SET c = a * 2 WHERE c IS NULL" >/dev/null ;;
         loop)   Q -c "CALL bench_keyset_loop($b)" >/dev/null ;;
-        bf)     out=$(Q -F'|' <<SQL
+        bf|bfsync) out=$(Q -F'|' <<SQL
 SELECT backfill_run('$name') AS run_id \gset
 SELECT :run_id, backfill_wait(:run_id, '30 min');
 SQL
 ) ;;
     esac
     t1=$(now)
-    if [ "$kind" = bf ]; then
+    if [ "$kind" != single ] && [ "$kind" != loop ]; then
         touch "$TMP/stop"; wait "$SAMPLER_PID" || true; SAMPLER_PID=
         local run_id=${out%%|*} status=${out#*|}
         [ "$status" = completed ] || die "backfill $name (run $run_id) ended as '$status', not 'completed'"
@@ -155,7 +157,7 @@ SQL
         "$parts" "$plan" "$lstarts" "$batches" "$server_s" "$startup_s" \
         "$rf" "$rl" "$af" "$al" "$hwm" "$ns" "$np" >>"$RES"
     local extra=""
-    [ "$kind" = bf ] && extra=" | partitions $parts ($plan), lane starts $lstarts, batches $batches, \
+    [ "$kind" = bf ] || [ "$kind" = bfsync ] && extra=" | partitions $parts ($plan), lane starts $lstarts, batches $batches, \
 run->first claim ${startup_s}s, lane RSS ${rf}->${rl} kB (anon ${af}->${al} kB), peak HWM ${hwm} kB, $np pid(s), $ns samples"
     say "$(printf '%-7s lanes=%-2s batch=%-6s rep=%s: %7.2f s  %8.0f rows/s  WAL %5.0f B/row  verify ok%s' \
         "$kind" "$lanes" "$b" "$rep" "$secs" "$(echo "$N / $secs" | bc -l)" "$(echo "$wal / $N" | bc -l)" "$extra")"
@@ -165,6 +167,9 @@ run->first claim ${startup_s}s, lane RSS ${rf}->${rl} kB (anon ${af}->${al} kB),
 CASES=("single:-:-")
 for b in $BATCHES; do CASES+=("loop:-:$b"); done
 for l in 1 2; do for b in $BATCHES; do CASES+=("bf:$l:$b"); done; done
+B_SMALL=$(tr ' ' '\n' <<<"$BATCHES" | sort -n | head -1)
+B_LARGE=$(tr ' ' '\n' <<<"$BATCHES" | sort -n | tail -1)
+CASES+=("bfsync:1:$B_SMALL")
 
 T_ALL=$(now)
 for c in "${CASES[@]}"; do
@@ -199,6 +204,7 @@ for c in "${CASES[@]}"; do
         single) label="single UPDATE (1 txn)"; xl="-" ;;
         loop)   label="PL/pgSQL keyset loop, COMMIT per batch"; xl="1.00x" ;;
         bf)     label="pg_backfill"; xl=$(ratio "${S_LOOP[$b]}" "$s") ;;
+        bfsync) label="pg_backfill, async_commit => false"; xl=$(ratio "${S_LOOP[$b]}" "$s") ;;
     esac
     printf '| %s | %s | %s | %.2f | %s | %s | %s | %.0f |\n' "$label" "$lanes" "$b" "$s" \
         "$(fmt_int "$(echo "$N / $s" | bc -l)")" "$(ratio "$S_SINGLE" "$s")" "$xl" "$(echo "$w / $N" | bc -l)"
@@ -211,7 +217,7 @@ echo "| lanes | batch | partitions | plan_method | lane starts | lane pids seen 
 echo "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---|---|---:|"
 for c in "${CASES[@]}"; do
     IFS=: read -r kind lanes b <<<"$c"
-    [ "$kind" = bf ] || continue
+    [ "$kind" = bf ] || [ "$kind" = bfsync ] || continue
     IFS=$'\t' read -r _ _ _ _ _ secs _ _ _ _ parts plan lstarts batches server_s startup_s rf rl af al hwm ns np \
         < <(awk -F'\t' -v k="$c" '$1 == k && $5 == 1' "$RES")
     printf '| %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %s -> %s | %s -> %s | %s |\n' \
@@ -227,9 +233,14 @@ for b in $BATCHES; do
     echo "- 1 lane >= 0.95x single, batch $b: ${x}x -> $(verdict "$x" 0.95)"
 done
 for b in $BATCHES; do
+    [ "$b" -le 1000 ] || continue
     x=$(ratio "${S_LOOP[$b]}" "$(med "bf:1:$b" 6)"); x=${x%x}
-    echo "- 1 lane no more than 5% below the PL/pgSQL loop (>= 0.95x loop), batch $b: ${x}x -> $(verdict "$x" 0.95)"
+    echo "- 1 lane >= 1.15x the PL/pgSQL loop, batch $b: ${x}x -> $(verdict "$x" 1.15)"
 done
+x=$(ratio "$(med "bf:1:$B_LARGE" 6)" "$(med "bf:1:$B_SMALL" 6)"); x=${x%x}
+echo "- batch $B_SMALL >= 0.9x the rows/s of batch $B_LARGE (1 lane, asynchronous commits): ${x}x -> $(verdict "$x" 0.9)"
+x=$(ratio "$(med "bfsync:1:$B_SMALL" 6)" "$(med "bf:1:$B_SMALL" 6)"); x=${x%x}
+echo "- asynchronous / synchronous lane commits, batch $B_SMALL, 1 lane: ${x}x (information)"
 for b in $BATCHES; do
     x=$(ratio "$S_SINGLE" "$(med "bf:2:$b" 6)"); x=${x%x}
     echo "- 2 lanes >= 1.7x single, batch $b: ${x}x -> $(verdict "$x" 1.7)"
