@@ -5,6 +5,7 @@ MODULE_big = pg_backfill
 # processes, outbox/ messages and their relay; headers sit beside their file
 OBJS = \
 	src/pg_backfill.o \
+	src/config.o \
 	src/shmem.o \
 	src/jsonobj.o \
 	src/sql/declare.o \
@@ -17,6 +18,7 @@ OBJS = \
 	src/trust/requires.o \
 	src/trust/scope.o \
 	src/trust/tenancy.o \
+	src/engine/enqueue.o \
 	src/engine/pass.o \
 	src/engine/batch.o \
 	src/engine/pacing.o \
@@ -26,8 +28,8 @@ OBJS = \
 	src/workers/launcher.o \
 	src/workers/scheduler.o \
 	src/workers/lane.o \
-	src/workers/xact.o \
-	src/workers/worker.o \
+	src/xact.o \
+	src/worker.o \
 	src/outbox/outbox.o \
 	src/outbox/relay.o
 

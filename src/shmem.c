@@ -38,7 +38,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "pg_backfill.h"
+#include "config.h"
 #include "shmem.h"
 
 /* an entry reserved for a lane that never said its pid is freed after this */

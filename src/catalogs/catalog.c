@@ -31,7 +31,7 @@
 #include "utils/snapmgr.h"
 
 #include "compat.h"
-#include "pg_backfill.h"
+#include "config.h"
 #include "catalog.h"
 #include "errors.h"
 

@@ -34,7 +34,7 @@
 #include "declare.h"
 #include "drift.h"
 #include "requires.h"
-#include "run.h"
+#include "enqueue.h"
 #include "tenancy.h"
 #include "xact.h"
 

@@ -20,7 +20,7 @@
 #include "miscadmin.h"
 #include "utils/timestamp.h"
 
-#include "pg_backfill.h"
+#include "config.h"
 #include "catalog.h"
 #include "health.h"
 

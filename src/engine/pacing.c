@@ -32,7 +32,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "pg_backfill.h"
+#include "config.h"
 #include "backoff.h"
 #include "catalog.h"
 #include "health.h"

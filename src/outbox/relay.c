@@ -83,7 +83,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "pg_backfill.h"
+#include "config.h"
 #include "catalog.h"
 #include "errors.h"
 #include "outbox.h"

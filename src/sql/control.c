@@ -30,7 +30,7 @@
 #include "declare.h"
 #include "errors.h"
 #include "identity.h"
-#include "run.h"
+#include "enqueue.h"
 #include "shmem.h"
 #include "tenancy.h"
 

@@ -48,7 +48,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
-#include "pg_backfill.h"
+#include "config.h"
 #include "catalog.h"
 #include "declaration.h"
 #include "declare.h"

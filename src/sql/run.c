@@ -4,11 +4,9 @@
  *	  backfill_run() and backfill_wait(): enqueueing a pass and waiting for
  *	  its end.
  *
- * backfill_run writes the pass's ledger row (status running) and its run
- * row (phase queued) in the caller's transaction, and asks for the
- * database's scheduler to be woken when that transaction commits.  A
- * transaction that rolls back takes the rows with it, so the pass never
- * starts.
+ * backfill_run checks what the declaration requires and enqueues the pass
+ * (enqueue.c) in the caller's transaction: a transaction that rolls back
+ * takes the pass with it, so it never starts.
  *
  *-------------------------------------------------------------------------
  */
@@ -27,7 +25,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
-#include "pg_backfill.h"
+#include "config.h"
 #include "catalog.h"
 #include "declaration.h"
 #include "declare.h"
@@ -35,119 +33,13 @@
 #include "identity.h"
 #include "launcher.h"
 #include "requires.h"
-#include "run.h"
+#include "enqueue.h"
 #include "scope.h"
 #include "shmem.h"
 #include "tenancy.h"
 
 PG_FUNCTION_INFO_V1(backfill_run);
 PG_FUNCTION_INFO_V1(backfill_wait);
-
-/*
- * Refuse, before anything is written, a pass the declaration's
- * environments do not allow here.  envlist is NULL when it allows all.
- */
-void
-check_environment(const char *name, Datum environments, const char *envlist)
-{
-	ArrayType  *arr;
-	Datum	   *elems;
-	bool	   *nulls;
-	int			n;
-
-	if (envlist == NULL)
-		return;
-	arr = DatumGetArrayTypeP(environments);
-	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
-	for (int i = 0; i < n; i++)
-		if (!nulls[i] && strcmp(TextDatumGetCString(elems[i]), backfill_environment) == 0)
-			return;
-	ereport(ERROR,
-			(errcode(ERRCODE_BACKFILL_ENVIRONMENT),
-			 errmsg("backfill \"%s\" may not run in environment \"%s\"", name,
-					backfill_environment),
-			 errdetail("It is declared for: %s.", envlist),
-			 errhint("Run it where backfill.environment is one of those, or declare it "
-					 "with this environment in its list.")));
-}
-
-/*
- * The catalog holds at most one running pass per ledger name (the unique
- * index ledger_one_running_idx).  Callers check under the declaration's
- * lock first; an enqueue that still collides (a writer that took no such
- * lock) gets this error instead of the index's.  Returns when the error
- * being handled is another one.
- */
-static void
-refuse_second_running_pass(MemoryContext cxt, const char *name, const char *ledger_name)
-{
-	MemoryContext errcxt = MemoryContextSwitchTo(cxt);
-	ErrorData  *edata = CopyErrorData();
-
-	if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION || edata->constraint_name == NULL ||
-		strcmp(edata->constraint_name, "ledger_one_running_idx") != 0)
-	{
-		FreeErrorData(edata);
-		MemoryContextSwitchTo(errcxt);
-		return;
-	}
-	FlushErrorState();
-	ereport(ERROR,
-			(errcode(ERRCODE_BACKFILL_CONCURRENT),
-			 errmsg("backfill \"%s\" is already running", ledger_name),
-			 errdetail("A pass of it was enqueued by a concurrent transaction; a backfill has "
-					   "at most one running pass."),
-			 errhint("SELECT backfill_status('%s'); shows the running pass; "
-					 "backfill_wait() waits for it.", name)));
-}
-
-/*
- * Write the ledger row (status running) and the run row of a new pass, in
- * the caller's transaction and SPI connection.  Returns the run id.
- */
-int64
-enqueue_pass(const char *ledger_name, const char *name, const char *checksum, bool force,
-			 int64 previous_id, Oid owner, Jsonb *input)
-{
-	CatalogScope scope;
-	Oid			types[7] = {TEXTOID, TEXTOID, BOOLOID, INT8OID, OIDOID, TEXTOID, JSONBOID};
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	bool		isnull;
-	int64		run_id;
-	MemoryContext cxt = CurrentMemoryContext;
-
-	values[0] = CStringGetTextDatum(ledger_name);
-	values[1] = CStringGetTextDatum(checksum);
-	values[2] = BoolGetDatum(force);
-	values[3] = Int64GetDatum(previous_id);
-	nulls[3] = previous_id == 0 ? 'n' : ' ';
-	values[4] = ObjectIdGetDatum(owner);
-	values[5] = CStringGetTextDatum(name);
-	values[6] = input ? JsonbPGetDatum(input) : (Datum) 0;
-	nulls[6] = input ? ' ' : 'n';
-	catalog_enter(&scope);
-	PG_TRY();
-	{
-		catalog_exec("WITH l AS ("
-					 "  INSERT INTO backfill.ledger"
-					 "   (ledger_name, declaration, checksum, forced, previous_run_id, owner)"
-					 "  VALUES ($1, $6, $2, $3, $4, $5) RETURNING run_id)"
-					 " INSERT INTO backfill.run (run_id, input) SELECT run_id, $7 FROM l"
-					 " RETURNING run_id",
-					 7, types, values, nulls, SPI_OK_INSERT_RETURNING);
-	}
-	PG_CATCH();
-	{
-		refuse_second_running_pass(cxt, name, ledger_name);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	run_id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
-	catalog_leave(&scope);
-	backfill_wake_scheduler_at_commit();
-	return run_id;
-}
 
 /* what backfill_run reads of the declaration, with its row locked */
 typedef struct RunDeclaration

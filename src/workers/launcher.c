@@ -37,7 +37,7 @@
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
 
-#include "pg_backfill.h"
+#include "config.h"
 #include "backoff.h"
 #include "launcher.h"
 #include "worker.h"

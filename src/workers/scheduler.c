@@ -48,7 +48,7 @@
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
 
-#include "pg_backfill.h"
+#include "config.h"
 #include "backoff.h"
 #include "catalog.h"
 #include "drift.h"

@@ -166,8 +166,9 @@ for my $c (grep { /\.c$/ } @files)
 		next if $len <= 100;
 		# the comment block above the return type says why it is long
 		my $k = $j - 1;
-		$k-- while $k > 0 && $lines[$k] !~ m{\*/};
+		$k-- if $k > 0 && $lines[$k] !~ m{\*/};
 		my $comment = '';
+		$k = -1 unless $lines[$k] =~ m{\*/};
 		while ($k >= 0 && $lines[$k] =~ m{^\s*(?:/\*|\*)})
 		{
 			$comment = "$lines[$k] $comment";

@@ -1,12 +1,12 @@
 /*-------------------------------------------------------------------------
  *
- * run.h
- *	  Enqueueing passes: what backfill_run and backfill_retry share.
+ * enqueue.h
+ *	  The start of a pass: may it run here, and its ledger and run rows.
  *
  *-------------------------------------------------------------------------
  */
-#ifndef BACKFILL_RUN_H
-#define BACKFILL_RUN_H
+#ifndef BACKFILL_ENQUEUE_H
+#define BACKFILL_ENQUEUE_H
 
 #include "postgres.h"
 
@@ -16,4 +16,4 @@ extern void check_environment(const char *name, Datum environments, const char *
 extern int64 enqueue_pass(const char *ledger_name, const char *name, const char *checksum,
 						  bool force, int64 previous_id, Oid owner, Jsonb *input);
 
-#endif							/* BACKFILL_RUN_H */
+#endif							/* BACKFILL_ENQUEUE_H */

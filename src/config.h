@@ -1,12 +1,12 @@
 /*-------------------------------------------------------------------------
  *
- * pg_backfill.h
- *	  Settings and limits shared by every module of pg_backfill.
+ * config.h
+ *	  Settings (GUCs) and limits shared by every module of pg_backfill.
  *
  *-------------------------------------------------------------------------
  */
-#ifndef PG_BACKFILL_H
-#define PG_BACKFILL_H
+#ifndef BACKFILL_CONFIG_H
+#define BACKFILL_CONFIG_H
 
 #include "postgres.h"
 
@@ -19,7 +19,7 @@
 /* the most databases one cluster's launcher serves */
 #define BACKFILL_MAX_DATABASES	16
 
-/* GUCs (pg_backfill.c) */
+/* GUCs (config.c) */
 extern char *backfill_database_names;
 extern char *backfill_environment;
 extern int	backfill_max_workers;
@@ -33,4 +33,8 @@ extern char *backfill_input;
 extern int	backfill_outbox_retention;
 extern int	backfill_outbox_dead_retention;
 
-#endif							/* PG_BACKFILL_H */
+/* config.c: defined by _PG_init, in this order */
+extern void config_define_session_settings(void);
+extern void config_define_worker_settings(void);
+
+#endif							/* BACKFILL_CONFIG_H */

@@ -1,0 +1,178 @@
+/*-------------------------------------------------------------------------
+ *
+ * config.c
+ *	  The settings of pg_backfill (backfill.*): their variables, ranges,
+ *	  defaults and who may change them.
+ *
+ * Those a session may use without the library preloaded are defined first
+ * (config_define_session_settings), the workers' after the preload check
+ * (config_define_worker_settings).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "utils/guc.h"
+
+#include "config.h"
+
+char	   *backfill_database_names = NULL;
+char	   *backfill_environment = NULL;
+int			backfill_max_workers = 4;
+int			backfill_max_workers_per_role = 0;
+double		backfill_default_rate = 5.0;
+int			backfill_naptime = 10;
+int			backfill_max_replication_lag = 1024 * 1024;	/* kB */
+int			backfill_max_dead_tuples = -1;
+int			backfill_throttle_delay = 1000;	/* ms */
+static char *backfill_migrations_table = NULL;	/* read with GetConfigOption */
+char	   *backfill_input = NULL;
+int			backfill_outbox_retention = 7 * 24 * 3600;	/* s */
+int			backfill_outbox_dead_retention = 3 * 24 * 3600;	/* s */
+
+
+/* where a backfill may run, and what it waits for (settings of any session) */
+static void
+define_declaration_settings(void)
+{
+	DefineCustomRealVariable("backfill.default_rate",
+							 "Batches per second a backfill runs at when it declares no rate.",
+							 "Slow on purpose; a declaration raises it with rate => n. "
+							 "Fractions are allowed; pacing cannot be switched off.",
+							 &backfill_default_rate,
+							 5.0, 0.001, 100000.0,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomStringVariable("backfill.environment",
+							   "Name of the environment this server is (production, staging...).",
+							   "A declaration that lists environments runs only where this "
+							   "setting is one of them.",
+							   &backfill_environment,
+							   "",
+							   PGC_SUSET, 0,
+							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("backfill.migrations_table",
+							   "Where applied schema migrations are listed, as table(column).",
+							   "A declaration's requires => 'id' is applied once the column holds "
+							   "that id: schema_migrations(version) for Rails, "
+							   "flyway_schema_history(version) for Flyway, "
+							   "django_migrations(name) for Django.",
+							   &backfill_migrations_table,
+							   "schema_migrations(version)",
+							   PGC_SUSET, 0,
+							   NULL, NULL, NULL);
+}
+
+/* when lanes hold back for the server's health */
+static void
+define_health_settings(void)
+{
+	DefineCustomIntVariable("backfill.max_replication_lag",
+							"Replay lag of any standby above which lanes hold back.",
+							"Measured in WAL bytes between this server and the standby's "
+							"replay position; -1 switches the check off.",
+							&backfill_max_replication_lag,
+							1024 * 1024, -1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.max_dead_tuples",
+							"Dead tuples in a backfill's table above which lanes hold back.",
+							"Lanes wait for (auto)vacuum to bring the count under it; "
+							"-1 switches the check off.",
+							&backfill_max_dead_tuples,
+							-1, -1, INT_MAX,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.throttle_delay",
+							"How long a lane holds back before it looks at the server's health again.",
+							NULL,
+							&backfill_throttle_delay,
+							1000, 10, 600000,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
+
+/* how long the outbox keeps messages (a reload changes them) */
+static void
+define_outbox_settings(void)
+{
+	DefineCustomIntVariable("backfill.outbox_retention",
+							"How long delivered outbox messages are kept before the relay prunes them.",
+							NULL,
+							&backfill_outbox_retention,
+							7 * 24 * 3600, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.outbox_dead_retention",
+							"How long dead outbox messages, and those of topics with no sink, are kept.",
+							"The relay prunes them after this long, so no role can grow "
+							"backfill.outbox without bound.",
+							&backfill_outbox_dead_retention,
+							3 * 24 * 3600, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+}
+
+/* the workers: which databases, how many lanes, how often they look (a restart or a reload) */
+void
+config_define_worker_settings(void)
+{
+	DefineCustomStringVariable("backfill.database_names",
+							   "Databases whose backfills pg_backfill runs (comma-separated).",
+							   "The launcher keeps a scheduler running for each that exists.",
+							   &backfill_database_names,
+							   "postgres",
+							   PGC_POSTMASTER, GUC_LIST_INPUT,
+							   NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.max_workers",
+							"Most lanes (background workers) all backfills may use at once.",
+							"Lanes also count against max_worker_processes.",
+							&backfill_max_workers,
+							4, 1, 128,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.max_workers_per_role",
+							"Most lanes the backfills of one role may use at once (0: no fixed limit).",
+							"Whatever this says, when every lane is taken and another role's pass "
+							"waits, a role holding more than its share gives a lane up after its "
+							"batch.",
+							&backfill_max_workers_per_role,
+							0, 0, 128,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.naptime",
+							"Seconds the launcher and the schedulers sleep when nothing wakes them.",
+							"A committed backfill_run wakes its scheduler at once; the "
+							"naptime bounds how late a crashed lane is noticed.",
+							&backfill_naptime,
+							10, 1, 3600,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+}
+
+/* the settings a session reads: declarations, health, the outbox, a pass's input */
+void
+config_define_session_settings(void)
+{
+	define_declaration_settings();
+	define_health_settings();
+	define_outbox_settings();
+	/* set by a lane to the input of a scoped pass; read with backfill_input() */
+	DefineCustomStringVariable("backfill.input",
+							   "The input of the scoped pass this lane runs.",
+							   NULL,
+							   &backfill_input,
+							   "",
+							   PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
+							   NULL, NULL, NULL);
+}
