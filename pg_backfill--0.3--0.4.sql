@@ -1,4 +1,4 @@
-/* pg_backfill--0.3--0.4.sql: backfill_declare's signature follows its column table */
+/* pg_backfill--0.3--0.4.sql: backfill_declare's signature follows its column table; async_commit */
 
 \echo Use "ALTER EXTENSION pg_backfill UPDATE TO '0.4'" to load this file. \quit
 
@@ -8,11 +8,31 @@
  * relation and predicate had none, so a pages source declared without
  * them, as the README shows, was "function does not exist"; action must
  * follow them.  What a source kind requires is refused in C when it is
- * missing, with its SQLSTATE and hint.  Names and types are unchanged:
- * the library of 0.4 reads the arguments by name, also under 0.3's
- * signature.  CREATE OR REPLACE keeps the function's grants and comment.
+ * missing, with its SQLSTATE and hint.  The library reads the arguments
+ * by name (declaration.c's table names each), also under an older
+ * signature, where the options it lacks take their defaults.
  */
-CREATE OR REPLACE FUNCTION backfill_declare(
+
+/*
+ * async_commit: a lane's batch and its checkpoint commit together, so a
+ * batch need not wait for its commit to reach disk (a crash loses both,
+ * and the batch is done again).  On by default; off for an action with
+ * effects outside the database.  The end of a pass and every transaction
+ * that emitted outbox messages stay synchronous.
+ */
+ALTER TABLE backfill.declaration ADD COLUMN async_commit boolean NOT NULL DEFAULT true;
+
+/*
+ * A new argument is a new signature: the function of 0.3 is dropped (no
+ * object depends on it; EXECUTE stays with PUBLIC, the default) and
+ * created again with async_commit last.
+ */
+DROP FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
+                               integer, integer, interval, text[], interval, interval,
+                               interval, interval, integer, integer, jsonb, text, text,
+                               text, text, text, text, jsonb, text);
+
+CREATE FUNCTION backfill_declare(
     name             text,
     relation         text DEFAULT NULL,
     predicate        text DEFAULT NULL,
@@ -38,7 +58,14 @@ CREATE OR REPLACE FUNCTION backfill_declare(
     requires_backfill text DEFAULT NULL,
     run_as           text DEFAULT NULL,
     settings         jsonb DEFAULT NULL,
-    tenant           text DEFAULT NULL)
+    tenant           text DEFAULT NULL,
+    async_commit     boolean DEFAULT true)
 RETURNS text
 LANGUAGE C CALLED ON NULL INPUT VOLATILE
 AS 'MODULE_PATHNAME', 'backfill_declare';
+
+COMMENT ON FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
+                                     integer, integer, interval, text[], interval, interval,
+                                     interval, interval, integer, integer, jsonb, text, text,
+                                     text, text, text, text, jsonb, text, boolean) IS
+'declare (or update) a backfill; returns the checksum of its definition';

@@ -23,6 +23,7 @@
 
 #include <ctype.h>
 
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "common/cryptohash.h"
 #include "common/sha2.h"
@@ -30,6 +31,7 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/regproc.h"
 
 #include "catalog.h"
@@ -73,6 +75,7 @@ const DeclarationColumn declaration_columns[] = {
 	{COL(target_batch_ms, INT4OID, DECL_INT4, false), DECL_NOT_SUMMED, NULL, "target_batch_time", INTERVALOID, "NULL"},
 	{COL(min_batch_size, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "min_batch_size", INT4OID, "NULL"},
 	{COL(max_batch_size, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "max_batch_size", INT4OID, "NULL"},
+	{COL(async_commit, BOOLOID, DECL_BOOL, true), DECL_NOT_SUMMED, NULL, "async_commit", BOOLOID, "true"},
 	/* requirements and tenancy */
 	{COL(requires, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "requires", TEXTOID, "NULL"},
 	{COL(requires_backfill, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "requires_backfill", TEXTOID, "NULL"},
@@ -109,6 +112,20 @@ declaration_column_of_argument(const char *argument)
 }
 
 #define FIELD(decl, col, type) ((type *) ((char *) (decl) + (col)->offset))
+
+/*
+ * Whether backfill.declaration has the column: a library newer than the
+ * catalog (before ALTER EXTENSION ... UPDATE) neither stores a column the
+ * catalog lacks nor reads it (it reads as its default).
+ */
+static bool
+column_present(const DeclarationColumn *col)
+{
+	Oid			nsp = get_namespace_oid("backfill", false);
+	Oid			relid = get_relname_relid("declaration", nsp);
+
+	return OidIsValid(relid) && get_attnum(relid, col->column) != InvalidAttrNumber;
+}
 
 /*
  * Collapse white space outside string literals and quoted identifiers, so
@@ -261,6 +278,8 @@ field_param_type(DeclarationField field)
 			return INT4OID;
 		case DECL_FLOAT8:
 			return FLOAT8OID;
+		case DECL_BOOL:
+			return BOOLOID;
 		case DECL_JSONB:
 			return JSONBOID;
 		case DECL_TEXT_ARRAY:
@@ -306,6 +325,9 @@ column_param(const Declaration *decl, const DeclarationColumn *col, Datum *value
 		case DECL_FLOAT8:
 			*value = Float8GetDatum(*FIELD(decl, col, double));
 			break;
+		case DECL_BOOL:
+			*value = BoolGetDatum(*FIELD(decl, col, bool));
+			break;
 		case DECL_JSONB:
 			isnull = (*FIELD(decl, col, Jsonb *) == NULL);
 			*value = PointerGetDatum(*FIELD(decl, col, Jsonb *));
@@ -323,24 +345,27 @@ column_param(const Declaration *decl, const DeclarationColumn *col, Datum *value
 
 /* the INSERT ... ON CONFLICT (name) DO UPDATE of every column */
 static char *
-store_statement(void)
+store_statement(const bool *present)
 {
 	StringInfoData sql;
+
+	int			n = 0;
 
 	initStringInfo(&sql);
 	appendStringInfoString(&sql, "INSERT INTO backfill.declaration AS d (");
 	for (int i = 0; i < declaration_ncolumns; i++)
-		appendStringInfo(&sql, "%s%s", i > 0 ? ", " : "",
-						 quote_identifier(declaration_columns[i].column));
+		if (present[i])
+			appendStringInfo(&sql, "%s%s", n++ > 0 ? ", " : "",
+							 quote_identifier(declaration_columns[i].column));
 	appendStringInfoString(&sql, ") VALUES (");
-	for (int i = 0; i < declaration_ncolumns; i++)
-		appendStringInfo(&sql, "%s$%d", i > 0 ? ", " : "", i + 1);
+	for (int i = 1; i <= n; i++)
+		appendStringInfo(&sql, "%s$%d", i > 1 ? ", " : "", i);
 	appendStringInfoString(&sql, ") ON CONFLICT (name) DO UPDATE SET ");
 	for (int i = 0; i < declaration_ncolumns; i++)
 	{
 		const char *c = quote_identifier(declaration_columns[i].column);
 
-		if (!kept_on_redeclaration(&declaration_columns[i]))
+		if (present[i] && !kept_on_redeclaration(&declaration_columns[i]))
 			appendStringInfo(&sql, "%s = EXCLUDED.%s, ", c, c);
 	}
 	appendStringInfoString(&sql, "updated_at = pg_catalog.now()");
@@ -354,9 +379,19 @@ declaration_store(const Declaration *decl)
 	Datum		values[lengthof(declaration_columns)];
 	char		nulls[lengthof(declaration_columns)];
 
+	bool		present[lengthof(declaration_columns)];
+	int			n = 0;
+
 	for (int i = 0; i < declaration_ncolumns; i++)
-		types[i] = column_param(decl, &declaration_columns[i], &values[i], &nulls[i]);
-	catalog_exec(store_statement(), declaration_ncolumns, types, values, nulls, SPI_OK_INSERT);
+	{
+		present[i] = column_present(&declaration_columns[i]);
+		if (present[i])
+		{
+			types[n] = column_param(decl, &declaration_columns[i], &values[n], &nulls[n]);
+			n++;
+		}
+	}
+	catalog_exec(store_statement(present), n, types, values, nulls, SPI_OK_INSERT);
 }
 
 char *
@@ -366,8 +401,16 @@ declaration_select_list(const char *alias)
 
 	initStringInfo(&sql);
 	for (int i = 0; i < declaration_ncolumns; i++)
-		appendStringInfo(&sql, "%s%s.%s", i > 0 ? ", " : "", alias,
-						 quote_identifier(declaration_columns[i].column));
+	{
+		const DeclarationColumn *col = &declaration_columns[i];
+
+		appendStringInfoString(&sql, i > 0 ? ", " : "");
+		if (column_present(col))
+			appendStringInfo(&sql, "%s.%s", alias, quote_identifier(col->column));
+		else
+			appendStringInfo(&sql, "(%s)::%s AS %s", col->argdefault ? col->argdefault : "NULL",
+							 format_type_be(col->sqltype), quote_identifier(col->column));
+	}
 	return sql.data;
 }
 
@@ -401,6 +444,9 @@ read_column(HeapTuple tuple, TupleDesc tupdesc, const DeclarationColumn *col,
 			break;
 		case DECL_FLOAT8:
 			*FIELD(decl, col, double) = DatumGetFloat8(d);
+			break;
+		case DECL_BOOL:
+			*FIELD(decl, col, bool) = DatumGetBool(d);
 			break;
 		case DECL_JSONB:
 			*FIELD(decl, col, Jsonb *) = DatumGetJsonbPCopy(d);

@@ -7,7 +7,10 @@
  *
  * Adding an option is one row in declaration_columns (declaration.c) and
  * a field here, its column and its argument of backfill_declare in the
- * upgrade script, and its validation in declare.c.  The INSERT ... ON
+ * upgrade script, and its validation in declare.c.  Until that script has
+ * run (a new library under an older catalog), a column the catalog lacks
+ * reads as its default and is not stored, and an argument the signature
+ * lacks takes its default.  The INSERT ... ON
  * CONFLICT, the SELECT lists and the checksum are built from the table,
  * and backfill_declare refuses to run under a signature whose arguments
  * the table does not name.
@@ -51,6 +54,7 @@ typedef struct Declaration
 	int32		target_batch_ms;	/* 0: a fixed batch size (stored NULL) */
 	int32		min_batch_size;
 	int32		max_batch_size;
+	bool		async_commit;	/* batches commit without waiting for disk */
 
 	/* where, for whom and after what it runs */
 	ArrayType  *environments;
@@ -67,7 +71,7 @@ typedef struct Declaration
 } Declaration;
 
 /* the fields above: declaration_columns has one row for each */
-#define DECLARATION_NCOLUMNS 31
+#define DECLARATION_NCOLUMNS 32
 
 /* how the C side holds a column */
 typedef enum DeclarationField
@@ -77,6 +81,7 @@ typedef enum DeclarationField
 	DECL_OID,					/* Oid (regclass, regtype, regprocedure, regrole) */
 	DECL_INT4,					/* int32 */
 	DECL_FLOAT8,				/* double */
+	DECL_BOOL,					/* bool */
 	DECL_JSONB,					/* Jsonb * */
 	DECL_TEXT_ARRAY				/* ArrayType * of text */
 } DeclarationField;

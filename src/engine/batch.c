@@ -338,10 +338,12 @@ begin_batch(Pass *pass, Claim *claim)
 	 * commit loses both, and the batch is done again.  So the lane need not
 	 * wait for the commit to reach disk (a transaction that emitted outbox
 	 * messages is made synchronous by backfill_outbox_emit).  The
-	 * declaration's settings, applied after this, may still say otherwise.
+	 * declaration's settings, applied after this, may still say otherwise;
+	 * async_commit => false keeps the session's synchronous_commit.
 	 */
-	(void) set_config_option("synchronous_commit", "off",
-							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	if (pass->async_commit)
+		(void) set_config_option("synchronous_commit", "off",
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 	enable_timeout_after(STATEMENT_TIMEOUT, pass->batch_timeout_ms);
 }
 

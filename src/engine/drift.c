@@ -31,7 +31,6 @@
 
 #include "asrole.h"
 #include "catalog.h"
-#include "declare.h"
 #include "drift.h"
 #include "requires.h"
 #include "enqueue.h"

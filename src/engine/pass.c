@@ -124,6 +124,7 @@ pass_take_declaration(Pass *pass, const Declaration *d)
 	pass->batch_timeout_ms = d->batch_timeout_ms;
 	pass->max_parallel = d->max_parallel;
 	pass->lock_timeout_ms = d->lock_timeout_ms;
+	pass->async_commit = d->async_commit;
 	pass->target_batch_ms = d->target_batch_ms;
 	pass->min_batch_size = d->min_batch_size;
 	pass->max_batch_size = d->max_batch_size;

@@ -39,6 +39,7 @@ typedef struct Pass
 	int			backoff_cap_ms;
 	int			batch_timeout_ms;
 	int			lock_timeout_ms;
+	bool		async_commit;	/* batches commit without waiting for disk */
 	int			target_batch_ms;	/* 0: fixed batch size */
 	int			min_batch_size;
 	int			max_batch_size;

@@ -27,7 +27,6 @@
 #include "utils/jsonb.h"
 
 #include "catalog.h"
-#include "declare.h"
 #include "errors.h"
 #include "identity.h"
 #include "enqueue.h"

@@ -51,7 +51,6 @@
 #include "config.h"
 #include "catalog.h"
 #include "declaration.h"
-#include "declare.h"
 #include "errors.h"
 #include "requires.h"
 #include "scope.h"
@@ -68,35 +67,6 @@ typedef struct DeclaredSource
 	char	   *key;			/* key column name */
 	Oid			keytype;
 } DeclaredSource;
-
-/*
- * Refuse a backfill whose lanes could not log in (tenancy_login_problem):
- * at declaration, and whenever a pass is enqueued.
- */
-void
-check_role_can_login(const char *name, Oid roleid)
-{
-	char	   *problem = tenancy_login_problem(roleid);
-	char	   *rolname = GetUserNameFromId(roleid, true);
-
-	if (problem == NULL)
-		return;
-	if (rolname == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
-				 errmsg("the role that runs backfill \"%s\" no longer exists", name),
-				 errdetail("Lanes connect as the role that declared the backfill (or its "
-						   "run_as); %s.", problem),
-				 errhint("Declare the backfill again as an existing role.")));
-	ereport(ERROR,
-			(errcode(ERRCODE_BACKFILL_PRIVILEGE),
-			 errmsg("role \"%s\" cannot run backfill \"%s\" because it cannot log in",
-					rolname, name),
-			 errdetail("Lanes connect as the role that declared the backfill (or its run_as), "
-					   "never as a superuser; %s.", problem),
-			 errhint("ALTER ROLE %s LOGIN and GRANT CONNECT on the database to it, or declare "
-					 "the backfill as a role that can log in.", quote_identifier(rolname))));
-}
 
 /* Raise a SOURCE_INVALID error that carries an error caught from below. */
 static void
@@ -521,8 +491,6 @@ declare_args_open(FunctionCallInfo fcinfo, DeclareArgs *a)
 	HeapTuple	proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
 	Oid		   *types;
 	char	   *modes;
-	int			found = 0;
-
 	if (!HeapTupleIsValid(proc))
 		elog(ERROR, "cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
 	a->fcinfo = fcinfo;
@@ -538,27 +506,30 @@ declare_args_open(FunctionCallInfo fcinfo, DeclareArgs *a)
 			elog(ERROR, "argument %d (%s) of backfill_declare is not one of the declaration's columns",
 				 i + 1, a->names ? a->names[i] : "unnamed");
 	}
-	for (int i = 0; i < declaration_ncolumns; i++)
-		found += declaration_columns[i].argument != NULL;
-	if (found != a->nargs)
-		elog(ERROR, "backfill_declare has %d arguments; the declaration's columns name %d",
-			 a->nargs, found);
 }
 
+/*
+ * The position of an argument, -1 when the signature has none: an older
+ * signature (before ALTER EXTENSION ... UPDATE) lacks the newest options,
+ * which then take their defaults.
+ */
 static int
 arg_number(const DeclareArgs *a, const char *argument)
 {
 	for (int i = 0; i < a->nargs; i++)
 		if (strcmp(a->names[i], argument) == 0)
 			return i;
-	elog(ERROR, "backfill_declare has no argument \"%s\"", argument);
-	return -1;					/* keep the compiler quiet */
+	if (declaration_column_of_argument(argument) == NULL)
+		elog(ERROR, "backfill_declare has no argument \"%s\"", argument);
+	return -1;
 }
 
 static bool
 arg_isnull(const DeclareArgs *a, const char *argument)
 {
-	return a->fcinfo->args[arg_number(a, argument)].isnull;
+	int			i = arg_number(a, argument);
+
+	return i < 0 || a->fcinfo->args[i].isnull;
 }
 
 static Datum
@@ -628,7 +599,7 @@ refuse_null_option(const DeclareArgs *a, const char *name, const char *argument)
 						 declaration_column_of_argument(argument)->argdefault)));
 }
 
-/* batch size, rate, lanes and attempts */
+/* batch size, rate, lanes, attempts, and how a batch commits */
 static void
 read_batch_options(const DeclareArgs *a, Declaration *d)
 {
@@ -654,6 +625,9 @@ read_batch_options(const DeclareArgs *a, Declaration *d)
 	d->max_attempts = arg_int_or_default(a, "max_attempts");
 	check_int_option(name, "max_attempts", d->max_attempts, 1, 100,
 					 "How often a failing batch is tried before the pass fails.");
+	/* NULL takes the default: a batch's commit need not wait for disk */
+	d->async_commit = arg_isnull(a, "async_commit") ||
+		DatumGetBool(arg_datum(a, "async_commit"));
 }
 
 /* the batch's timeouts, where it may run, and the retries' backoff */

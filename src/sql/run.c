@@ -28,7 +28,6 @@
 #include "config.h"
 #include "catalog.h"
 #include "declaration.h"
-#include "declare.h"
 #include "errors.h"
 #include "identity.h"
 #include "launcher.h"

@@ -284,3 +284,32 @@ tenancy_apply_settings(const char *name, Jsonb *settings, Jsonb *input)
 		apply_setting(name, keys[i], value, true);
 	}
 }
+
+/*
+ * Refuse a backfill whose lanes could not log in (tenancy_login_problem):
+ * at declaration, and whenever a pass is enqueued.
+ */
+void
+check_role_can_login(const char *name, Oid roleid)
+{
+	char	   *problem = tenancy_login_problem(roleid);
+	char	   *rolname = GetUserNameFromId(roleid, true);
+
+	if (problem == NULL)
+		return;
+	if (rolname == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+				 errmsg("the role that runs backfill \"%s\" no longer exists", name),
+				 errdetail("Lanes connect as the role that declared the backfill (or its "
+						   "run_as); %s.", problem),
+				 errhint("Declare the backfill again as an existing role.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+			 errmsg("role \"%s\" cannot run backfill \"%s\" because it cannot log in",
+					rolname, name),
+			 errdetail("Lanes connect as the role that declared the backfill (or its run_as), "
+					   "never as a superuser; %s.", problem),
+			 errhint("ALTER ROLE %s LOGIN and GRANT CONNECT on the database to it, or declare "
+					 "the backfill as a role that can log in.", quote_identifier(rolname))));
+}

@@ -35,4 +35,7 @@ extern void tenancy_check_rls(const char *name, Oid relid, const char *relation,
 /* in a lane: apply the settings for the rest of the session (BF011 if one is refused) */
 extern void tenancy_apply_settings(const char *name, Jsonb *settings, Jsonb *input);
 
+/* the role must be able to connect: lanes log in as it */
+extern void check_role_can_login(const char *name, Oid roleid);
+
 #endif							/* BACKFILL_TENANCY_H */

@@ -31,11 +31,27 @@ $$;
 
 SELECT * FROM no_plan();
 
+-- async_commit: on unless declared off; NULL takes the default
+SELECT lives_ok(
+    $$SELECT backfill_declare(name => 'bf140_sync', relation => 'bf140_t', predicate => 'c IS NULL',
+                              action => 'UPDATE bf140_t SET c = 1 WHERE id BETWEEN $1 AND $2',
+                              async_commit => false)$$,
+    'a backfill is declared with async_commit => false');
+SELECT is((SELECT async_commit FROM backfill.declaration WHERE name = 'bf140_sync'), false,
+          'async_commit => false is stored');
+SELECT lives_ok(
+    $$SELECT backfill_declare(name => 'bf140_sync', relation => 'bf140_t', predicate => 'c IS NULL',
+                              action => 'UPDATE bf140_t SET c = 1 WHERE id BETWEEN $1 AND $2',
+                              async_commit => NULL)$$,
+    're-declared with async_commit => NULL');
+SELECT is((SELECT async_commit FROM backfill.declaration WHERE name = 'bf140_sync'), true,
+          'async_commit => NULL takes the default, on');
+
 -- the signature: the name is the only argument without a default
 SELECT results_eq(
     $$SELECT pronargs::int, pronargdefaults::int FROM pg_proc WHERE proname = 'backfill_declare'$$,
-    $$VALUES (26, 25)$$,
-    'backfill_declare has 26 arguments, 25 of them with a default');
+    $$VALUES (27, 26)$$,
+    'backfill_declare has 27 arguments, 26 of them with a default');
 
 -- a pages source as the README declares it: no relation, no predicate
 SELECT lives_ok(
@@ -46,10 +62,10 @@ SELECT results_eq(
     $$SELECT relid IS NULL, relation IS NULL, key_column IS NULL, key_type IS NULL,
              predicate IS NULL, pages_fn::text, count_fn IS NULL, batch_size, max_parallel,
              max_attempts, batch_timeout_ms, backoff_base_ms, backoff_cap_ms, lock_timeout_ms,
-             target_batch_ms IS NULL, min_batch_size, max_batch_size
+             target_batch_ms IS NULL, min_batch_size, max_batch_size, async_commit
         FROM backfill.declaration WHERE name = 'bf140_pages'$$,
     $$VALUES (true, true, true, true, true, 'bf140_page(text,jsonb)', true, 1000, 1, 5,
-              60000, 1000, 60000, 2000, true, 100, 100000)$$,
+              60000, 1000, 60000, 2000, true, 100, 100000, true)$$,
     'it is stored as a pages source, with the options'' defaults');
 SELECT lives_ok(
     $$SELECT backfill_declare(name => 'bf140_pages_count', pages => 'bf140_page',
