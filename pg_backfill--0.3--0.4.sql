@@ -23,10 +23,21 @@
 ALTER TABLE backfill.declaration ADD COLUMN async_commit boolean NOT NULL DEFAULT true;
 
 /*
- * A new argument is a new signature: the function of 0.3 is dropped (no
- * object depends on it; EXECUTE stays with PUBLIC, the default) and
- * created again with async_commit last.
+ * A new argument is a new signature: the function of 0.3 is dropped and
+ * created again with async_commit last.  An object of yours that depends
+ * on it (a SQL function with BEGIN ATOMIC that calls it, say) makes this
+ * update fail with PostgreSQL's "other objects depend on it": drop it,
+ * update, create it again.  The privileges on the old function (an
+ * operator may have revoked EXECUTE from PUBLIC and granted it to some
+ * roles) are kept aside here and given to the new one below.
  */
+SELECT pg_catalog.set_config('pg_backfill.upgrade_declare_acl', coalesce(p.proacl::text, ''), true)
+  FROM pg_catalog.pg_proc p
+ WHERE p.oid = 'backfill_declare(text, text, text, text, text, integer, double precision,
+                integer, integer, interval, text[], interval, interval, interval, interval,
+                integer, integer, jsonb, text, text, text, text, text, text, jsonb,
+                text)'::pg_catalog.regprocedure;
+
 DROP FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
                                integer, integer, interval, text[], interval, interval,
                                interval, interval, integer, integer, jsonb, text, text,
@@ -69,3 +80,28 @@ COMMENT ON FUNCTION backfill_declare(text, text, text, text, text, integer, doub
                                      interval, interval, integer, integer, jsonb, text, text,
                                      text, text, text, text, jsonb, text, boolean) IS
 'declare (or update) a backfill; returns the checksum of its definition';
+
+/* the old function's privileges, given to the new one (none kept: the defaults) */
+DO $$
+DECLARE
+    acl pg_catalog.aclitem[] :=
+        NULLIF(pg_catalog.current_setting('pg_backfill.upgrade_declare_acl', true), '');
+    fn text := 'backfill_declare(text, text, text, text, text, integer, double precision, '
+               'integer, integer, interval, text[], interval, interval, interval, interval, '
+               'integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean)';
+    item record;
+BEGIN
+    IF acl IS NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', fn);
+    FOR item IN SELECT a.grantee, a.is_grantable FROM pg_catalog.aclexplode(acl) a
+                 WHERE a.privilege_type = 'EXECUTE'
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', fn,
+            CASE WHEN item.grantee = 0 THEN 'PUBLIC'
+                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(item.grantee)) END,
+            CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;

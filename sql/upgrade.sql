@@ -66,8 +66,29 @@ INSERT INTO backfill.ledger (ledger_name, declaration, checksum, owner)
 VALUES ('upgrade_dup', 'upgrade_dup', 'x', 10);
 
 -- and on to 0.4: backfill_declare's arguments but the name have defaults;
--- the declaration and its checksum unchanged
+-- the declaration and its checksum unchanged; an operator's privileges on
+-- backfill_declare carried over to its new signature
+CREATE ROLE upgrade_declarer;
+REVOKE EXECUTE ON FUNCTION backfill_declare(text, text, text, text, text, integer,
+    double precision, integer, integer, interval, text[], interval, interval, interval,
+    interval, integer, integer, jsonb, text, text, text, text, text, text, jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION backfill_declare(text, text, text, text, text, integer,
+    double precision, integer, integer, interval, text[], interval, interval, interval,
+    interval, integer, integer, jsonb, text, text, text, text, text, text, jsonb, text)
+    TO upgrade_declarer;
 ALTER EXTENSION pg_backfill UPDATE TO '0.4';
+SELECT has_function_privilege('public', p.oid, 'EXECUTE') AS public_can_execute,
+       has_function_privilege('upgrade_declarer', p.oid, 'EXECUTE') AS granted_can_execute
+  FROM pg_proc p WHERE p.proname = 'backfill_declare';
+GRANT EXECUTE ON FUNCTION backfill_declare(text, text, text, text, text, integer,
+    double precision, integer, integer, interval, text[], interval, interval, interval,
+    interval, integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean)
+    TO PUBLIC;
+REVOKE ALL ON FUNCTION backfill_declare(text, text, text, text, text, integer,
+    double precision, integer, integer, interval, text[], interval, interval, interval,
+    interval, integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean)
+    FROM upgrade_declarer;
+DROP ROLE upgrade_declarer;
 SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
 SELECT name, checksum = :'checksum_before' AS same_checksum
   FROM backfill.declaration WHERE name = 'upgrade_fill';

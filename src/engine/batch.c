@@ -337,12 +337,12 @@ begin_batch(Pass *pass, Claim *claim)
 	 * The batch and its checkpoint commit together: a crash that loses the
 	 * commit loses both, and the batch is done again.  So the lane need not
 	 * wait for the commit to reach disk (a transaction that emitted outbox
-	 * messages is made synchronous by backfill_outbox_emit).  The
-	 * declaration's settings, applied after this, may still say otherwise;
-	 * async_commit => false keeps the session's synchronous_commit.
+	 * messages is made synchronous by backfill_outbox_emit).
+	 * async_commit => false makes the batch synchronous, also for a role or
+	 * database whose synchronous_commit is off.
 	 */
-	if (pass->async_commit)
-		(void) set_config_option("synchronous_commit", "off",
+	if (pass->async_commit || synchronous_commit == SYNCHRONOUS_COMMIT_OFF)
+		(void) set_config_option("synchronous_commit", pass->async_commit ? "off" : "on",
 								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 	enable_timeout_after(STATEMENT_TIMEOUT, pass->batch_timeout_ms);
 }

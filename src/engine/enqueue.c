@@ -13,6 +13,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "utils/array.h"
@@ -99,6 +100,11 @@ enqueue_pass(const char *ledger_name, const char *name, const char *checksum, bo
 	int64		run_id;
 	MemoryContext cxt = CurrentMemoryContext;
 
+	/*
+	 * A pass that was answered with a run id survives a crash, whatever the
+	 * caller's (or the role's) synchronous_commit says.
+	 */
+	ForceSyncCommit();
 	values[0] = CStringGetTextDatum(ledger_name);
 	values[1] = CStringGetTextDatum(checksum);
 	values[2] = BoolGetDatum(force);

@@ -14,6 +14,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -561,6 +562,11 @@ ledger_end(int64 run_id, const char *status, const char *code, const char *messa
 	Datum		values[4];
 	char		nulls[4] = {' ', ' ', code ? ' ' : 'n', message ? ' ' : 'n'};
 
+	/*
+	 * The end of a pass is never taken back by a crash once seen: whatever
+	 * the lane role's synchronous_commit, this transaction waits for disk.
+	 */
+	ForceSyncCommit();
 	values[0] = Int64GetDatum(run_id);
 	values[1] = CStringGetTextDatum(status);
 	values[2] = code ? CStringGetTextDatum(code) : (Datum) 0;

@@ -126,6 +126,8 @@ target_load(const char *name, Target *t, bool missing_ok, const char *control)
 
 	check_backfill_name(name);
 	check_not_standby("control backfill", name);
+	/* what a control answers must survive a crash, whatever the session's synchronous_commit */
+	ForceSyncCommit();
 	memset(t, 0, sizeof(Target));
 	t->name = pstrdup(name);
 	values[0] = CStringGetTextDatum(name);

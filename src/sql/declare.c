@@ -14,6 +14,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include <math.h>
 
 #include "access/htup_details.h"
@@ -852,6 +853,15 @@ check_redeclaration(const Declaration *d)
 				 errdetail("The running pass started with checksum %s; the new definition has %s.",
 						   old.checksum, d->checksum),
 				 errhint("Wait for the pass to end, or cancel it, then declare again.")));
+	/* a lane reads async_commit when it starts */
+	if (running && old.async_commit != d->async_commit)
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\": async_commit => %s applies to lanes started from now on",
+						d->name, d->async_commit ? "true" : "false"),
+				 errdetail("The lanes of the running pass keep committing %s.",
+						   old.async_commit ? "asynchronously" : "synchronously"),
+				 errhint("Pause and resume the pass to apply it now: its lanes start again "
+						 "and read it.")));
 }
 
 /*
@@ -873,6 +883,8 @@ backfill_declare(PG_FUNCTION_ARGS)
 	decl.owner = GetUserId();
 	check_backfill_name(decl.name);
 	check_not_standby("declare backfill", decl.name);
+	/* a declaration that returned its checksum survives a crash (synchronous_commit aside) */
+	ForceSyncCommit();
 
 	read_batch_options(&args, &decl);
 	read_timing_options(&args, &decl);

@@ -18,9 +18,11 @@
 #     checkpoints, to be redone;
 #   - then lanes resume; at the end every row was done exactly once by the
 #     non-idempotent action, the ledger counts every row once.
-# Also: kill -9 of a lane under asynchronous commits; the ending ledger row
-# and emitting transactions survive a crash with the WAL writer stopped;
-# async_commit => false makes batches synchronous.
+# Also: kill -9 of a lane under asynchronous commits; the ending ledger row,
+# emitting transactions and a control's answer survive a crash with the WAL
+# writer stopped, also when the role's own synchronous_commit is off (from
+# part 2 on: every session and lane of the test's role); async_commit =>
+# false makes batches synchronous under that role setting too.
 use strict;
 use warnings;
 
@@ -136,14 +138,30 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE n > 1'),
 	'0', 'no row was done twice before the crash');
 is($node->safe_psql('postgres', "SELECT status FROM backfill.ledger WHERE run_id = $run"),
 	'running', 'the pass is still running after the crash');
+
 is($node->safe_psql('postgres',
 		q{SELECT count(*) FROM t WHERE n > 0 AND sc IS DISTINCT FROM 'off'}),
 	'0', 'every batch ran with synchronous_commit = off');
+
+# a control's answer is durable, whatever its session's synchronous_commit:
+# paused with no lane running and the WAL writer stopped, then a crash
+crash_with_wal_unwritten(
+	sub {
+		is($node->safe_psql('postgres',
+				q{SET synchronous_commit = off; SELECT backfill_pause('ac')}),
+			't', 'backfill_pause answered true (its session\'s synchronous_commit off)');
+		return 0;
+	});
+is($node->safe_psql('postgres', "SELECT paused FROM backfill.run WHERE run_id = $run"),
+	't', 'the answered pause survived the crash');
 start_serving();
+is($node->safe_psql('postgres', q{SELECT backfill_resume('ac')}), 't', 'the pass is resumed');
 
 # ------------------------------------------------------------------
-# 2. kill -9 of a lane, asynchronous commits
+# 2. kill -9 of a lane, asynchronous commits; from here on the role's own
+#    synchronous_commit is off (lanes started after the crash read it)
 # ------------------------------------------------------------------
+$node->safe_psql('postgres', 'ALTER ROLE postgres SET synchronous_commit = off');
 my $at = wait_rows($after + 30_000, 'after the restart');
 my $lane = $node->safe_psql('postgres',
 	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane' LIMIT 1});
@@ -197,6 +215,7 @@ my $emitted = crash_with_wal_unwritten(
 			't', 120);
 		return $node->safe_psql('postgres', q{SELECT count(*) FROM backfill.outbox WHERE topic = 'e.done'});
 	});
+
 my $kept = $node->safe_psql('postgres', q{SELECT count(*) FROM backfill.outbox WHERE topic = 'e.done'});
 note("messages visible before the crash: $emitted; after recovery: $kept");
 cmp_ok($emitted, '>=', 2000, 'messages were emitted while the WAL writer was stopped');
@@ -228,10 +247,12 @@ $node->safe_psql('postgres', q{
 my $run3 = $node->safe_psql('postgres', q{SELECT backfill_run('sync')});
 ok(pass_ended($node, $run3, 120), 'the synchronous pass ended');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM s WHERE n = 1 AND sc = 'on'}),
-	'2000', 'with async_commit => false every batch ran with synchronous_commit = on');
+	'2000', 'with async_commit => false every batch ran with synchronous_commit = on, '
+	  . 'though the role\'s is off');
 is($node->safe_psql('postgres',
 		q{SELECT async_commit FROM backfill.declaration WHERE name = 'sync'}),
 	'f', 'the declaration shows async_commit = false');
 
+$node->safe_psql('postgres', 'ALTER ROLE postgres RESET synchronous_commit');
 $node->stop;
 done_testing();
