@@ -315,7 +315,7 @@ action_is_dml(List *stmts)
  */
 static SPIPlanPtr
 check_statement(const char *name, const char *what, const char *sql, Oid keytype,
-				const char *expression_text, const char *hint)
+				int nparams, const char *expression_text, const char *hint)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	Oid			argtypes[2] = {keytype, keytype};
@@ -336,7 +336,7 @@ check_statement(const char *name, const char *what, const char *sql, Oid keytype
 			ereport(ERROR,
 					(errmsg("the action must be SELECT, INSERT, UPDATE, DELETE or MERGE"),
 					 errdetail("It runs inside each batch's transaction, which commits the checkpoint.")));
-		plan = SPI_prepare(sql, 2, argtypes);
+		plan = SPI_prepare(sql, nparams, argtypes);
 		if (plan == NULL)
 			elog(ERROR, "%s", SPI_result_code_string(SPI_result));
 	}
@@ -797,7 +797,7 @@ check_statements(const Declaration *d)
 		appendStringInfo(&sql, "SELECT 1 FROM %s WHERE (\n%s\n)", d->relation, d->predicate);
 		check_predicate_not_volatile(d->name,
 									 check_statement(d->name, "the predicate", sql.data, keytype,
-													 d->predicate,
+													 0, d->predicate,
 													 "Write a boolean SQL expression over the "
 													 "table's columns, such as 'c IS NULL'."));
 	}
@@ -806,10 +806,12 @@ check_statements(const Declaration *d)
 		initStringInfo(&sql);
 		appendStringInfo(&sql, "SELECT 1 FROM (SELECT $1::jsonb AS input) s WHERE (\n(\n%s\n) IS NOT NULL\n)",
 						 d->scope);
-		check_statement(d->name, "the scope", sql.data, JSONBOID, d->scope,
+		check_statement(d->name, "the scope", sql.data, JSONBOID, 1, d->scope,
 						"Write an expression over input, such as input->>'tenant_id'.");
 	}
-	check_statement(d->name, "the action", d->action, keytype, NULL,
+	/* a page's action gets the rows ($1); a batch's the first and last key ($1, $2) */
+	check_statement(d->name, "the action", d->action, keytype,
+					OidIsValid(d->pages_fn) ? 1 : 2, NULL,
 					OidIsValid(d->pages_fn) ?
 					"Write one DML statement; $1 is the page's rows as a jsonb array." :
 					"Write one DML statement; $1 and $2 are the first and last key of the batch; "

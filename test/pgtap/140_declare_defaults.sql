@@ -31,6 +31,21 @@ $$;
 
 SELECT * FROM no_plan();
 
+-- a page's action gets one parameter, the page's rows: $2 is refused at declaration
+SELECT results_eq(
+    $$SELECT state, message LIKE '%bf140_pages_p2%', hint LIKE '%$1 is the page''s rows%'
+        FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_pages_p2',
+                 pages => 'bf140_page', action => 'SELECT $2::int + 1')$q$)$$,
+    $$VALUES ('BF001', true, true)$$,
+    'a pages action that uses $2 is refused (BF001) with the hint naming $1');
+SELECT is((SELECT count(*)::int FROM backfill.declaration WHERE name = 'bf140_pages_p2'), 0,
+          'and nothing is stored');
+-- a batch's action gets two: $3 is refused
+SELECT is((SELECT state FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_p3',
+                 relation => 'bf140_t', predicate => 'c IS NULL',
+                 action => 'UPDATE bf140_t SET c = $3 WHERE id BETWEEN $1 AND $2')$q$)),
+          'BF001', 'a table action that uses $3 is refused (BF001)');
+
 -- async_commit: on unless declared off; NULL takes the default
 SELECT lives_ok(
     $$SELECT backfill_declare(name => 'bf140_sync', relation => 'bf140_t', predicate => 'c IS NULL',
