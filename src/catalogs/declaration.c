@@ -114,17 +114,19 @@ declaration_column_of_argument(const char *argument)
 #define FIELD(decl, col, type) ((type *) ((char *) (decl) + (col)->offset))
 
 /*
- * Whether backfill.declaration has the column: a library newer than the
- * catalog (before ALTER EXTENSION ... UPDATE) neither stores a column the
- * catalog lacks nor reads it (it reads as its default).
+ * Which columns of the table backfill.declaration has: a library newer
+ * than the catalog (before ALTER EXTENSION ... UPDATE) neither stores a
+ * column the catalog lacks nor reads it (it reads as its default).
  */
-static bool
-column_present(const DeclarationColumn *col)
+static void
+columns_present(bool *present)
 {
-	Oid			nsp = get_namespace_oid("backfill", false);
-	Oid			relid = get_relname_relid("declaration", nsp);
+	Oid			relid = get_relname_relid("declaration",
+										  get_namespace_oid("backfill", false));
 
-	return OidIsValid(relid) && get_attnum(relid, col->column) != InvalidAttrNumber;
+	for (int i = 0; i < declaration_ncolumns; i++)
+		present[i] = OidIsValid(relid) &&
+			get_attnum(relid, declaration_columns[i].column) != InvalidAttrNumber;
 }
 
 /*
@@ -378,13 +380,12 @@ declaration_store(const Declaration *decl)
 	Oid			types[lengthof(declaration_columns)];
 	Datum		values[lengthof(declaration_columns)];
 	char		nulls[lengthof(declaration_columns)];
-
 	bool		present[lengthof(declaration_columns)];
 	int			n = 0;
 
+	columns_present(present);
 	for (int i = 0; i < declaration_ncolumns; i++)
 	{
-		present[i] = column_present(&declaration_columns[i]);
 		if (present[i])
 		{
 			types[n] = column_param(decl, &declaration_columns[i], &values[n], &nulls[n]);
@@ -398,14 +399,16 @@ char *
 declaration_select_list(const char *alias)
 {
 	StringInfoData sql;
+	bool		present[lengthof(declaration_columns)];
 
+	columns_present(present);
 	initStringInfo(&sql);
 	for (int i = 0; i < declaration_ncolumns; i++)
 	{
 		const DeclarationColumn *col = &declaration_columns[i];
 
 		appendStringInfoString(&sql, i > 0 ? ", " : "");
-		if (column_present(col))
+		if (present[i])
 			appendStringInfo(&sql, "%s.%s", alias, quote_identifier(col->column));
 		else
 			appendStringInfo(&sql, "(%s)::%s AS %s", col->argdefault ? col->argdefault : "NULL",
