@@ -47,7 +47,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep time);
 
-our @EXPORT = qw(poll_until holds_for wait_for_server sq pass_ended wait_pass_end ledger);
+our @EXPORT = qw(poll_until holds_for wait_for_server sq pass_ended wait_pass_end ledger
+  each_row_done_once);
 our @EXPORT_OK = qw(node);
 
 # seconds between two polls of poll_until; a test may set it
@@ -150,6 +151,20 @@ sub wait_pass_end
 	my ($node, $run_id, $timeout) = @_;
 	pass_ended($node, $run_id, $timeout);
 	return ledger($node, $run_id, 'status');
+}
+
+# The checks of a pass whose non-idempotent action is n = n + 1 on $table
+# ($rows rows): every row has n = 1, and the ledger counts each once.
+sub each_row_done_once
+{
+	my ($node, $table, $rows, $run_id) = @_;
+	Test::More::is($node->safe_psql('postgres', "SELECT count(*) FROM $table WHERE n <> 1"),
+		'0', 'every row was updated exactly once by the non-idempotent action (n = 1)');
+	Test::More::is($node->safe_psql('postgres', "SELECT count(*), sum(n) FROM $table"),
+		"$rows|$rows", "$rows rows, n sums to $rows");
+	Test::More::is(ledger($node, $run_id, 'rows'), $rows,
+		"the ledger counts exactly $rows rows");
+	return;
 }
 
 sub ledger
