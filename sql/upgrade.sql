@@ -99,6 +99,25 @@ SELECT p.proname, p.pronargs, p.pronargdefaults,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_can_execute,
        obj_description(p.oid, 'pg_proc') AS comment
   FROM pg_proc p WHERE p.proname = 'backfill_declare';
+-- and on to 0.5: revert, revert_predicate, max_failed_rows and watch; a
+-- privilege taken from PUBLIC stays taken; checksums unchanged
+REVOKE EXECUTE ON FUNCTION backfill_declare(text, text, text, text, text, integer,
+    double precision, integer, integer, interval, text[], interval, interval, interval,
+    interval, integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean)
+    FROM PUBLIC;
+ALTER EXTENSION pg_backfill UPDATE TO '0.5';
+SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
+SELECT p.pronargs, p.pronargdefaults,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_can_execute
+  FROM pg_proc p WHERE p.proname = 'backfill_declare';
+GRANT EXECUTE ON FUNCTION backfill_declare(text, text, text, text, text, integer,
+    double precision, integer, integer, interval, text[], interval, interval, interval,
+    interval, integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean,
+    text, text, integer, interval) TO PUBLIC;
+SELECT backfill_declare('upgrade_fill', 'upgrade_items', 'c IS NULL',
+       'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2') = :'checksum_before'
+       AS same_checksum_under_05;
+SELECT max_failed_rows, revert, watch_ms FROM backfill.declaration WHERE name = 'upgrade_fill';
 -- a pages source, declared without relation and predicate
 CREATE FUNCTION upgrade_pages(cursor text, input jsonb) RETURNS jsonb
 LANGUAGE sql AS $$ SELECT '{"rows": [], "next": null}'::jsonb $$;

@@ -76,6 +76,11 @@ const DeclarationColumn declaration_columns[] = {
 	{COL(min_batch_size, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "min_batch_size", INT4OID, "NULL"},
 	{COL(max_batch_size, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "max_batch_size", INT4OID, "NULL"},
 	{COL(async_commit, BOOLOID, DECL_BOOL, true), DECL_NOT_SUMMED, NULL, "async_commit", BOOLOID, "true"},
+	/* the rest of a backfill's life (pg_backfill--0.4--0.5.sql) */
+	{COL(revert, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "revert", TEXTOID, "NULL"},
+	{COL(revert_predicate, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "revert_predicate", TEXTOID, "NULL"},
+	{COL(max_failed_rows, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "max_failed_rows", INT4OID, "0"},
+	{COL(watch_ms, INT4OID, DECL_INT4, false), DECL_NOT_SUMMED, NULL, "watch", INTERVALOID, "NULL"},
 	/* requirements and tenancy */
 	{COL(requires, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "requires", TEXTOID, "NULL"},
 	{COL(requires_backfill, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "requires_backfill", TEXTOID, "NULL"},

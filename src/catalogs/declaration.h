@@ -41,6 +41,8 @@ typedef struct Declaration
 	Oid			count_fn;
 
 	char	   *action;
+	char	   *revert;			/* undoes the action for a range (issue 14) */
+	char	   *revert_predicate;	/* the rows a revert pass visits */
 
 	/* pacing, retries and timeouts */
 	int32		batch_size;
@@ -55,6 +57,8 @@ typedef struct Declaration
 	int32		min_batch_size;
 	int32		max_batch_size;
 	bool		async_commit;	/* batches commit without waiting for disk */
+	int32		max_failed_rows;	/* isolated rows a pass tolerates */
+	int32		watch_ms;		/* 0: no drift watch (stored NULL) */
 
 	/* where, for whom and after what it runs */
 	ArrayType  *environments;
@@ -71,7 +75,7 @@ typedef struct Declaration
 } Declaration;
 
 /* the fields above: declaration_columns has one row for each */
-#define DECLARATION_NCOLUMNS 32
+#define DECLARATION_NCOLUMNS 36
 
 /* how the C side holds a column */
 typedef enum DeclarationField

@@ -680,6 +680,25 @@ read_adaptive_options(const DeclareArgs *a, Declaration *d)
 						 "make batch_size lie between them.")));
 }
 
+/*
+ * The rest of a backfill's life: how many isolated rows a pass tolerates,
+ * the SQL that undoes it, and how often a completed backfill is watched
+ * for drift.  (The revert's statements are checked with the source.)
+ */
+static void
+read_lifecycle_options(const DeclareArgs *a, Declaration *d)
+{
+	const char *name = d->name;
+
+	d->max_failed_rows = arg_int_or_default(a, "max_failed_rows");
+	check_int_option(name, "max_failed_rows", d->max_failed_rows, 0, 1000000,
+					 "How many rows that fail on their own a pass skips and records; 0 fails the pass at the first.");
+	d->revert = arg_text(a, "revert");
+	d->revert_predicate = arg_text(a, "revert_predicate");
+	d->watch_ms = arg_isnull(a, "watch") ? 0 :
+		arg_ms_or_default(a, name, "watch", INT64CONST(86400000));
+}
+
 /* scope, tenancy, run_as and requirements; returns run_as's name */
 static char *
 read_trust_options(const DeclareArgs *a, Declaration *d)
@@ -891,6 +910,7 @@ backfill_declare(PG_FUNCTION_ARGS)
 	read_batch_options(&args, &decl);
 	read_timing_options(&args, &decl);
 	read_adaptive_options(&args, &decl);
+	read_lifecycle_options(&args, &decl);
 	run_as_name = read_trust_options(&args, &decl);
 
 	decl.action = arg_text(&args, "action");
