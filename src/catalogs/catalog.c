@@ -13,6 +13,8 @@
  */
 #include "postgres.h"
 
+#include <ctype.h>
+
 #include "access/genam.h"
 #include "access/xlog.h"
 #include "access/htup_details.h"
@@ -250,6 +252,26 @@ check_backfill_name(const char *name)
 							   "from its scope in the ledger) are not allowed."),
 					 errhint("Use letters, digits, '_', '-' or '.'.")));
 	}
+}
+
+/*
+ * A name being declared: a valid name, and not one that looks like
+ * another in every report (" orders_fill" beside "orders_fill"): no white
+ * space at either end.  Names declared before this rule stay usable.
+ */
+void
+check_new_backfill_name(const char *name)
+{
+	size_t		len;
+
+	check_backfill_name(name);
+	len = strlen(name);
+	if (isspace((unsigned char) name[0]) || isspace((unsigned char) name[len - 1]))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_NAME_INVALID),
+				 errmsg("backfill name \"%s\" begins or ends with white space", name),
+				 errdetail("Reports show the name as it is; white space at its ends cannot be seen."),
+				 errhint("Use letters, digits, '_', '-' or '.'.")));
 }
 
 /*

@@ -902,7 +902,7 @@ backfill_declare(PG_FUNCTION_ARGS)
 	memset(&decl, 0, sizeof(decl));
 	decl.name = arg_text(&args, "name");
 	decl.owner = GetUserId();
-	check_backfill_name(decl.name);
+	check_new_backfill_name(decl.name);
 	check_not_standby("declare backfill", decl.name);
 	/* a declaration that returned its checksum survives a crash (synchronous_commit aside) */
 	ForceSyncCommit();

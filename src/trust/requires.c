@@ -263,7 +263,20 @@ requires_check_backfill(const char *name, Oid owner, const char *required)
 		required_owner = DatumGetObjectId(catalog_getdatum(0, 1, &isnull));
 	catalog_leave(&scope);
 
-	if (found && !has_privs_of_role(owner, required_owner))
+	/*
+	 * A name nobody has declared yet would be anyone's to take: a role the
+	 * declarer is no member of could declare it and make every run of this
+	 * backfill refused.  So the required backfill must exist first.
+	 */
+	if (!found)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_UNKNOWN),
+				 errmsg("backfill \"%s\" requires backfill \"%s\", which is not declared",
+						name, required),
+				 errdetail("A required backfill must be declared before the backfills that require it."),
+				 errhint("Declare backfill \"%s\" first, then declare \"%s\" again.",
+						 required, name)));
+	if (!has_privs_of_role(owner, required_owner))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
 				 errmsg("backfill \"%s\" may not require backfill \"%s\"", name, required),

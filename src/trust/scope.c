@@ -28,6 +28,7 @@
 #include "asrole.h"
 #include "compat.h"
 #include "catalog.h"
+#include "config.h"
 #include "errors.h"
 #include "jsonobj.h"
 #include "scope.h"
@@ -190,6 +191,35 @@ typedef struct ScopeEval
 	char	   *ledger_name;
 } ScopeEval;
 
+/*
+ * A scope's value names a history in the ledger ("name:value"): it is
+ * shown by backfill_status, the CLI and the metrics, one line each, so it
+ * has no control characters, and it is bounded like a name.
+ */
+static void
+check_scope_value(const char *name, const char *value)
+{
+	size_t		len = strlen(value);
+
+	if (len > BACKFILL_NAME_MAXLEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("the scope of backfill \"%s\" is too long for this input", name),
+				 errdetail("The scope's value has %zu bytes; at most %d are allowed.",
+						   len, BACKFILL_NAME_MAXLEN),
+				 errhint("Make the scope name the pass by a short value, such as a tenant's id.")));
+	for (const char *p = value; *p; p++)
+		if ((unsigned char) *p < ' ' || *p == 0x7f)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+					 errmsg("the scope of backfill \"%s\" contains a control character for this input",
+							name),
+					 errdetail("The scope's value names the pass's history in the ledger, "
+							   "one line in every report."),
+					 errhint("Strip control characters in the scope expression, e.g. with "
+							 "pg_catalog.regexp_replace(..., '[[:cntrl:]]', '', 'g').")));
+}
+
 /* check the input and evaluate the scope: run through asrole_call */
 static void
 scope_evaluate(void *arg)
@@ -218,6 +248,7 @@ scope_evaluate(void *arg)
 				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
 				 errmsg("the scope of backfill \"%s\" is empty for this input", e->name),
 				 errhint("The scope names the pass's history; give an input it can name.")));
+	check_scope_value(e->name, value);
 	e->ledger_name = MemoryContextStrdup(e->result_cxt, psprintf("%s:%s", e->name, value));
 	SPI_finish();
 }
