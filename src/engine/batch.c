@@ -49,6 +49,7 @@
 
 /* the checkpoint statements' plans, prepared once per lane (catalog.c) */
 static SPIPlanPtr checkpoint_plan = NULL;
+static SPIPlanPtr checkpoint_tid_plan = NULL;
 static SPIPlanPtr done_plan = NULL;
 
 /* Free the plans an earlier, failed attempt at batch_prepare kept. */
@@ -257,6 +258,57 @@ checkpoint_partition_done(Pass *pass, Claim *claim)
 }
 
 /*
+ * The checkpoint: the partition's row updated, the pass's state read back.
+ * WHERE_TID is empty, or the condition that finds the row by its TID ($9).
+ */
+#define CHECKPOINT_SQL(WHERE_TID) \
+	"WITH c AS (" \
+	"  UPDATE backfill.partition p SET cursor = $3, rows = p.rows + $4," \
+	"    batches = p.batches + 1, failures = 0, last_error = NULL," \
+	"    renewed_at = pg_catalog.now(), batch_size = $7, last_batch_ms = $8, throttle = NULL" \
+	"  WHERE " WHERE_TID " p.run_id = $1 AND p.part_no = $2 AND p.state = 'running'" \
+	"    AND p.holder_pid = $5 AND p.holder_start = $6" \
+	"  RETURNING p.run_id, p.ctid)" \
+	" SELECT l.status, d.checksum, d.rate, d.batch_size, r.paused, c.ctid" \
+	"   FROM c JOIN backfill.ledger l ON l.run_id = c.run_id" \
+	"   JOIN backfill.run r ON r.run_id = c.run_id" \
+	"   LEFT JOIN backfill.declaration d ON d.name = l.declaration"
+
+/*
+ * Update the partition's row, at the version the lane's last checkpoint
+ * wrote when it still is the row (a TID scan), else by its key; true when
+ * the lane still holds the lease.
+ *
+ * Every checkpoint leaves a dead version of the row behind.  While
+ * something holds back the xmin horizon (a long transaction, a waiting
+ * backfill_wait, autovacuum analyzing the big table), pruning cannot
+ * remove them, and a lookup by key walks all of them: a batch would cost
+ * more the further the pass has come.  The TID goes to the newest
+ * version at once.  It is only a hint: when anything else updated the
+ * row since (a control, a throttle, another lane), the TID scan finds no
+ * row with these conditions and the key finds the row as it is now.
+ */
+static bool
+checkpoint_update(Claim *claim, Oid *types, Datum *values)
+{
+	bool		found = false;
+	bool		isnull;
+
+	if (ItemPointerIsValid(&claim->checkpoint_tid))
+	{
+		values[8] = PointerGetDatum(&claim->checkpoint_tid);
+		found = catalog_exec_cached(&checkpoint_tid_plan, CHECKPOINT_SQL("p.ctid = $9 AND"),
+									9, types, values, NULL, SPI_OK_SELECT) == 1;
+	}
+	if (!found)
+		found = catalog_exec_cached(&checkpoint_plan, CHECKPOINT_SQL(""),
+									8, types, values, NULL, SPI_OK_SELECT) == 1;
+	if (found)
+		claim->checkpoint_tid = *(ItemPointer) DatumGetPointer(catalog_getdatum(0, 6, &isnull));
+	return found;
+}
+
+/*
  * Write the checkpoint of a batch and read back what may have changed
  * meanwhile: the pass's status, whether it is paused, and the
  * declaration's checksum, rate and batch size.
@@ -265,9 +317,9 @@ static BatchOutcome
 checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 {
 	CatalogScope scope;
-	Oid			types[8] = {INT8OID, INT4OID, TEXTOID, INT8OID, INT4OID, TIMESTAMPTZOID,
-	INT4OID, FLOAT8OID};
-	Datum		values[8];
+	Oid			types[9] = {INT8OID, INT4OID, TEXTOID, INT8OID, INT4OID, TIMESTAMPTZOID,
+	INT4OID, FLOAT8OID, TIDOID};
+	Datum		values[9];
 	char	   *status;
 	char	   *checksum;
 	bool		paused;
@@ -290,19 +342,7 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	 * batch.
 	 */
 	catalog_enter(&scope);
-	if (catalog_exec_cached(&checkpoint_plan,
-							"WITH c AS ("
-					 "  UPDATE backfill.partition p SET cursor = $3, rows = p.rows + $4,"
-					 "    batches = p.batches + 1, failures = 0, last_error = NULL,"
-					 "    renewed_at = pg_catalog.now(), batch_size = $7, last_batch_ms = $8, throttle = NULL"
-					 "  WHERE p.run_id = $1 AND p.part_no = $2 AND p.state = 'running'"
-					 "    AND p.holder_pid = $5 AND p.holder_start = $6"
-					 "  RETURNING p.run_id)"
-					 " SELECT l.status, d.checksum, d.rate, d.batch_size, r.paused"
-					 "   FROM c JOIN backfill.ledger l ON l.run_id = c.run_id"
-					 "   JOIN backfill.run r ON r.run_id = c.run_id"
-					 "   LEFT JOIN backfill.declaration d ON d.name = l.declaration",
-					 8, types, values, NULL, SPI_OK_SELECT) != 1)
+	if (!checkpoint_update(claim, types, values))
 		lost_lease(pass, claim);
 	status = catalog_gettext(0, 1);
 	checksum = catalog_gettext(0, 2);

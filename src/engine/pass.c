@@ -463,6 +463,7 @@ pass_claim(Pass *pass, Claim *claim)
 		found = true;
 		claim->part_no = DatumGetInt32(catalog_getdatum(0, 1, &isnull));
 		claim->rows = DatumGetInt64(catalog_getdatum(0, 4, &isnull));
+		ItemPointerSetInvalid(&claim->checkpoint_tid);
 		if (DatumGetBool(catalog_getdatum(0, 5, &isnull)))
 		{
 			int			dead_pid = DatumGetInt32(catalog_getdatum(0, 6, &isnull));

@@ -12,6 +12,7 @@
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "storage/itemptr.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
@@ -73,6 +74,8 @@ typedef struct Claim
 	bool		has_hi;			/* upper bound, inclusive */
 	Datum		hi;
 	int64		rows;
+	ItemPointerData checkpoint_tid; /* where the last checkpoint left the
+									 * partition's row; a hint (batch.c) */
 
 	/* pacing (pacing.c) */
 	int			batch_size;		/* this lane's current batch size */

@@ -377,6 +377,12 @@ backfill_lane_main(Datum main_arg)
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.roleoid, 0);
 	SetConfigOption("application_name", "pg_backfill lane", PGC_USERSET, PGC_S_OVERRIDE);
 	/*
+	 * No JIT: a batch's statements are too small for it, and compiling the
+	 * convergence count of a big table would keep megabytes in the lane
+	 * (a declaration's settings may still turn it on).
+	 */
+	SetConfigOption("jit", "off", PGC_USERSET, PGC_S_SESSION);
+	/*
 	 * A role whose sessions are read-only can do no batch.  The lane's own
 	 * bookkeeping must still write, to record why the pass ends.
 	 */
