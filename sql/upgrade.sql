@@ -99,8 +99,22 @@ SELECT p.proname, p.pronargs, p.pronargdefaults,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_can_execute,
        obj_description(p.oid, 'pg_proc') AS comment
   FROM pg_proc p WHERE p.proname = 'backfill_declare';
+-- a pages source with a count function declared under 0.4 (regprocedure
+-- columns), and one whose function is dropped before the update
+CREATE FUNCTION upgrade_pages04(cursor text, input jsonb) RETURNS jsonb
+LANGUAGE sql AS $$ SELECT '{"rows": [], "next": null}'::jsonb $$;
+CREATE FUNCTION upgrade_count04(input jsonb) RETURNS bigint LANGUAGE sql AS $$ SELECT 0::bigint $$;
+CREATE FUNCTION upgrade_gone04(cursor text, input jsonb) RETURNS jsonb
+LANGUAGE sql AS $$ SELECT '{"rows": [], "next": null}'::jsonb $$;
+SELECT backfill_declare(name => 'upgrade_pages04', pages => 'upgrade_pages04',
+       count_function => 'upgrade_count04',
+       action => 'SELECT pg_catalog.jsonb_array_length($1)') AS checksum_pages04 \gset
+SELECT length(backfill_declare(name => 'upgrade_gone04', pages => 'upgrade_gone04',
+       action => 'SELECT pg_catalog.jsonb_array_length($1)')) AS checksum_length;
+DROP FUNCTION upgrade_gone04(text, jsonb);
 -- and on to 0.5: revert, revert_predicate, max_failed_rows and watch; a
--- privilege taken from PUBLIC stays taken; checksums unchanged
+-- privilege taken from PUBLIC stays taken; checksums unchanged; the pages
+-- and count functions stored by name (text), which pg_upgrade carries
 REVOKE EXECUTE ON FUNCTION backfill_declare(text, text, text, text, text, integer,
     double precision, integer, integer, interval, text[], interval, interval, interval,
     interval, integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean)
@@ -118,6 +132,34 @@ SELECT backfill_declare('upgrade_fill', 'upgrade_items', 'c IS NULL',
        'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2') = :'checksum_before'
        AS same_checksum_under_05;
 SELECT max_failed_rows, revert, watch_ms FROM backfill.declaration WHERE name = 'upgrade_fill';
+SELECT a.attname, a.atttypid::regtype FROM pg_attribute a
+ WHERE a.attrelid = 'backfill.declaration'::regclass AND a.attname IN ('pages_fn', 'count_fn')
+ ORDER BY a.attname;
+SELECT count(*) AS columns_pg_upgrade_refuses
+  FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+  JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'backfill' AND a.attnum > 0 AND NOT a.attisdropped
+   AND a.atttypid IN ('regcollation'::regtype, 'regconfig'::regtype, 'regdictionary'::regtype,
+                      'regnamespace'::regtype, 'regoper'::regtype, 'regoperator'::regtype,
+                      'regproc'::regtype, 'regprocedure'::regtype);
+SELECT name, CASE WHEN pages_fn ~ '^[0-9]+$' THEN '(its oid)' ELSE pages_fn END AS pages_fn,
+       count_fn
+  FROM backfill.declaration WHERE name LIKE 'upgrade%04' ORDER BY name;
+SELECT backfill_declare(name => 'upgrade_pages04', pages => 'upgrade_pages04',
+       count_function => 'upgrade_count04',
+       action => 'SELECT pg_catalog.jsonb_array_length($1)') = :'checksum_pages04'
+       AS same_pages_checksum_under_05;
+SELECT pages_fn, count_fn FROM backfill.declaration WHERE name = 'upgrade_pages04';
+SELECT d.name, i.code, i.message FROM backfill.declaration d,
+       backfill.identity_problem(d.name, d.relid, d.relation, d.owner, d.owner_name,
+                                 d.run_as, d.run_as_name) i
+ WHERE d.name LIKE 'upgrade%04' ORDER BY d.name;
+\set VERBOSITY terse
+SELECT backfill_run('upgrade_gone04');
+\set VERBOSITY default
+SELECT backfill_drop('upgrade_pages04'), backfill_drop('upgrade_gone04');
+DROP FUNCTION upgrade_pages04(text, jsonb);
+DROP FUNCTION upgrade_count04(jsonb);
 -- a pages source, declared without relation and predicate
 CREATE FUNCTION upgrade_pages(cursor text, input jsonb) RETURNS jsonb
 LANGUAGE sql AS $$ SELECT '{"rows": [], "next": null}'::jsonb $$;

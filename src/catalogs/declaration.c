@@ -53,8 +53,8 @@ const DeclarationColumn declaration_columns[] = {
 	{COL(key_column, NAMEOID, DECL_NAME, false), DECL_SUM_LINE, "key", "key", TEXTOID, "NULL"},
 	{COL(predicate, TEXTOID, DECL_TEXT, false), DECL_SUM_STATEMENT, "predicate", "predicate", TEXTOID, "NULL"},
 	{COL(action, TEXTOID, DECL_TEXT, true), DECL_SUM_STATEMENT, "action", "action", TEXTOID, "NULL"},
-	{COL(pages_fn, REGPROCEDUREOID, DECL_OID, false), DECL_SUM_WORD, "pages", "pages", TEXTOID, "NULL"},
-	{COL(count_fn, REGPROCEDUREOID, DECL_OID, false), DECL_SUM_WORD, "count", "count_function", TEXTOID, "NULL"},
+	{COL(pages_fn, TEXTOID, DECL_FUNCTION, false), DECL_SUM_WORD, "pages", "pages", TEXTOID, "NULL"},
+	{COL(count_fn, TEXTOID, DECL_FUNCTION, false), DECL_SUM_WORD, "count", "count_function", TEXTOID, "NULL"},
 	{COL(input_shape, JSONBOID, DECL_JSONB, false), DECL_SUM_WORD, "input", "input", JSONBOID, "NULL"},
 	{COL(scope, TEXTOID, DECL_TEXT, false), DECL_SUM_WORD, "scope", "scope", TEXTOID, "NULL"},
 	{COL(settings, JSONBOID, DECL_JSONB, false), DECL_SUM_WORD, "settings", "settings", JSONBOID, "NULL"},
@@ -190,11 +190,15 @@ checksum_text(const Declaration *decl, const DeclarationColumn *col)
 
 				if (!OidIsValid(oid))
 					return "";
-				if (col->sqltype == REGPROCEDUREOID)
-					return format_procedure(oid);
 				if (col->sqltype == REGROLEOID)
 					return GetUserNameFromId(oid, false);
 				break;
+			}
+		case DECL_FUNCTION:
+			{
+				Oid			oid = *FIELD(decl, col, Oid);
+
+				return OidIsValid(oid) ? format_procedure(oid) : "";
 			}
 		default:
 			break;
@@ -269,12 +273,18 @@ declaration_checksum(const Declaration *decl)
 	return hex;
 }
 
-/* the type a field travels as: reg* columns take a plain oid */
+/*
+ * The type a field travels as: reg* columns take a plain oid; a function
+ * travels as regprocedure, which its text column takes as its output under
+ * the catalog scope's search_path (schema-qualified).
+ */
 static Oid
 field_param_type(DeclarationField field)
 {
 	switch (field)
 	{
+		case DECL_FUNCTION:
+			return REGPROCEDUREOID;
 		case DECL_TEXT:
 			return TEXTOID;
 		case DECL_NAME:
@@ -322,6 +332,7 @@ column_param(const Declaration *decl, const DeclarationColumn *col, Datum *value
 				break;
 			}
 		case DECL_OID:
+		case DECL_FUNCTION:
 			*value = ObjectIdGetDatum(*FIELD(decl, col, Oid));
 			isnull = !OidIsValid(*FIELD(decl, col, Oid));
 			break;
@@ -400,6 +411,24 @@ declaration_store(const Declaration *decl)
 	catalog_exec(store_statement(present), n, types, values, nulls, SPI_OK_INSERT);
 }
 
+/*
+ * A function column read back as the oid its stored name resolves to, or
+ * NULL when nothing has that name (backfill.identity_problem refuses to
+ * run such a declaration).  A name that is only digits is the oid of a
+ * function dropped before the column held names (pg_backfill 0.4), which
+ * to_regprocedure would not parse.  The text of a regprocedure column (a
+ * catalog before 0.5) is its name under the scope's search_path.
+ */
+static char *
+function_select(const char *alias, const char *column)
+{
+	const char *c = quote_identifier(column);
+
+	return psprintf("(CASE WHEN %s.%s::pg_catalog.text OPERATOR(pg_catalog.~) '^[0-9]+$'"
+					" THEN NULL ELSE pg_catalog.to_regprocedure(%s.%s::pg_catalog.text)"
+					" END)::pg_catalog.oid AS %s", alias, c, alias, c, c);
+}
+
 char *
 declaration_select_list(const char *alias)
 {
@@ -413,8 +442,12 @@ declaration_select_list(const char *alias)
 		const DeclarationColumn *col = &declaration_columns[i];
 
 		appendStringInfoString(&sql, i > 0 ? ", " : "");
-		if (present[i])
+		if (present[i] && col->field == DECL_FUNCTION)
+			appendStringInfoString(&sql, function_select(alias, col->column));
+		else if (present[i])
 			appendStringInfo(&sql, "%s.%s", alias, quote_identifier(col->column));
+		else if (col->field == DECL_FUNCTION)
+			appendStringInfo(&sql, "NULL::pg_catalog.oid AS %s", quote_identifier(col->column));
 		else
 			appendStringInfo(&sql, "(%s)::%s AS %s", col->argdefault ? col->argdefault : "NULL",
 							 format_type_be(col->sqltype), quote_identifier(col->column));
@@ -445,6 +478,7 @@ read_column(HeapTuple tuple, TupleDesc tupdesc, const DeclarationColumn *col,
 			*FIELD(decl, col, char *) = pstrdup(NameStr(*DatumGetName(d)));
 			break;
 		case DECL_OID:
+		case DECL_FUNCTION:
 			*FIELD(decl, col, Oid) = DatumGetObjectId(d);
 			break;
 		case DECL_INT4:

@@ -82,7 +82,8 @@ typedef enum DeclarationField
 {
 	DECL_TEXT,					/* char * */
 	DECL_NAME,					/* char *, stored as name */
-	DECL_OID,					/* Oid (regclass, regtype, regprocedure, regrole) */
+	DECL_OID,					/* Oid (regclass, regtype, regrole) */
+	DECL_FUNCTION,				/* Oid, stored as the function's name (text) */
 	DECL_INT4,					/* int32 */
 	DECL_FLOAT8,				/* double */
 	DECL_BOOL,					/* bool */

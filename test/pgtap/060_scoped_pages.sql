@@ -197,7 +197,7 @@ SELECT lives_ok($$SELECT backfill_declare(name => 'bf060_copy', relation => NULL
               ' ON CONFLICT (id) DO NOTHING',
     pages => 'bf060_page', count_function => 'bf060_count', rate => 1000)$$,
     'a pages source with a count function is declared');
-SELECT results_eq($$SELECT relid, pages_fn::text, count_fn::text FROM backfill.declaration
+SELECT results_eq($$SELECT relid, pages_fn::regprocedure::text, count_fn::regprocedure::text FROM backfill.declaration
                      WHERE name = 'bf060_copy'$$,
                   $$VALUES (NULL::regclass, 'bf060_page(text,jsonb)', 'bf060_count(jsonb)')$$,
                   'it stores the pages and count functions and no relation');

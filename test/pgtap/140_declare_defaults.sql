@@ -75,7 +75,7 @@ SELECT lives_ok(
     'a pages source is declared without relation and predicate');
 SELECT results_eq(
     $$SELECT relid IS NULL, relation IS NULL, key_column IS NULL, key_type IS NULL,
-             predicate IS NULL, pages_fn::text, count_fn IS NULL, batch_size, max_parallel,
+             predicate IS NULL, pages_fn::regprocedure::text, count_fn IS NULL, batch_size, max_parallel,
              max_attempts, batch_timeout_ms, backoff_base_ms, backoff_cap_ms, lock_timeout_ms,
              target_batch_ms IS NULL, min_batch_size, max_batch_size, async_commit
         FROM backfill.declaration WHERE name = 'bf140_pages'$$,
@@ -87,7 +87,7 @@ SELECT lives_ok(
                               count_function => 'bf140_count',
                               action => 'SELECT pg_catalog.jsonb_array_length($1)')$$,
     'a pages source with a count function, also without relation and predicate');
-SELECT is((SELECT count_fn::text FROM backfill.declaration WHERE name = 'bf140_pages_count'),
+SELECT is((SELECT count_fn::regprocedure::text FROM backfill.declaration WHERE name = 'bf140_pages_count'),
           'bf140_count(jsonb)', 'its count function is stored');
 
 -- a table source still takes its arguments by position and by name
