@@ -17,6 +17,9 @@
 #                             restart the backends, as it does in production)
 #         extra_conf => '...' more postgresql.conf lines
 #         init => { ... }     options for $node->init (allows_streaming => 1)
+#         install_path => dir another PostgreSQL installation (dir/bin/...)
+#                             than the one on PATH (pg_upgrade's new server)
+#         start => 0          configured but not started
 #   BackfillTest::have_pg_cron()  true when pg_cron is installed for the
 #       server on PATH (a hand-built PostgreSQL may lack it).
 #   Exported by default:
@@ -65,7 +68,8 @@ sub node
 {
 	my ($name, %opts) = @_;
 	$opts{cron} = 0 if $opts{cron} && !have_pg_cron();
-	my $node = PostgreSQL::Test::Cluster->new($name);
+	my $node = PostgreSQL::Test::Cluster->new($name,
+		defined $opts{install_path} ? (install_path => $opts{install_path}) : ());
 	$node->init(%{ $opts{init} // {} });
 	my $conf =
 	    "shared_preload_libraries = '"
@@ -83,7 +87,7 @@ sub node
 		$conf .= "\n" unless $conf =~ /\n\z/;
 	}
 	$node->append_conf('postgresql.conf', $conf);
-	$node->start;
+	$node->start unless defined $opts{start} && !$opts{start};
 	return $node;
 }
 
