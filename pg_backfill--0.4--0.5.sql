@@ -199,4 +199,166 @@ BEGIN
 END
 $$;
 
+/*
+ * On a hot standby the outbox's writers are refused like the other writers
+ * (check_not_standby in catalog.c: BF026, with the way out), before any
+ * statement fails with a bare "read-only transaction" error.  The bodies
+ * are those of 0.3 with the check first.
+ */
+CREATE FUNCTION backfill.refuse_on_standby(what text, name text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF pg_catalog.pg_is_in_recovery() THEN
+        RAISE EXCEPTION 'cannot % "%" on a standby', what, name
+              USING ERRCODE = 'BF026',
+                    DETAIL = 'This server is in recovery: pg_backfill''s catalogs are read-only '
+                             'copies of the primary''s, and no lane runs here.',
+                    HINT = 'Run it on the primary. backfill_status, backfill_pending, '
+                           'backfill_partitions and the ledger can be read here.';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION backfill_outbox_sink(topic text, kind text, target text,
+                                     secret text DEFAULT NULL,
+                                     timeout interval DEFAULT '5 seconds',
+                                     max_attempts integer DEFAULT 10,
+                                     backoff_base interval DEFAULT '1 second',
+                                     backoff_cap interval DEFAULT '5 minutes')
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    fn regprocedure;
+    owner oid;
+BEGIN
+    PERFORM backfill.refuse_on_standby('set the sink of outbox topic', topic);
+    IF topic IS NULL OR topic = '' THEN
+        RAISE EXCEPTION 'outbox sink needs a topic'
+              USING ERRCODE = 'BF011', HINT = 'Name the topic whose messages go to this sink.';
+    END IF;
+    IF kind IS NULL OR kind NOT IN ('notify', 'function', 'webhook') THEN
+        RAISE EXCEPTION 'outbox sink of topic "%" has unknown kind "%"', topic, kind
+              USING ERRCODE = 'BF011', HINT = 'Use notify, function or webhook.';
+    END IF;
+    IF target IS NULL OR target = '' THEN
+        RAISE EXCEPTION 'outbox sink of topic "%" has no target', topic
+              USING ERRCODE = 'BF011',
+                    HINT = 'A channel for notify, a function name for function, a URL for webhook.';
+    END IF;
+    IF kind = 'webhook' AND target !~ '^https?://' THEN
+        RAISE EXCEPTION 'outbox sink of topic "%" is not an http(s) URL', topic
+              USING ERRCODE = 'BF011', HINT = 'Write the webhook as http://host:port/path.';
+    END IF;
+    -- the topic belongs to the role that set its sink: only its members set it again
+    SELECT s.run_as INTO owner FROM backfill.outbox_sink s
+     WHERE s.topic = backfill_outbox_sink.topic FOR UPDATE;
+    IF FOUND AND NOT pg_catalog.pg_has_role(current_user, owner, 'USAGE') THEN
+        RAISE EXCEPTION 'permission denied for outbox topic "%"', topic
+              USING ERRCODE = 'BF016',
+                    DETAIL = pg_catalog.format('The topic belongs to role %s, which set its sink.',
+                                               owner::regrole),
+                    HINT = 'Ask a member of that role, or have it GRANT the role to you.';
+    END IF;
+    IF kind = 'function' THEN
+        -- resolved here, in the caller's search_path, and stored qualified
+        -- and by oid; a sink of four arguments also gets the emitting role
+        fn := pg_catalog.to_regprocedure(target || '(text, text, jsonb, regrole)');
+        IF fn IS NULL THEN
+            fn := pg_catalog.to_regprocedure(target || '(text, text, jsonb)');
+        END IF;
+        IF fn IS NULL THEN
+            RAISE EXCEPTION 'outbox sink function %(text, text, jsonb) of topic "%" does not exist',
+                  target, topic
+                  USING ERRCODE = 'BF011',
+                        HINT = 'Create a function (topic text, key text, payload jsonb'
+                               ' [, emitted_by regrole]) first.';
+        END IF;
+        -- the relay runs it with this role's privileges: its owner must
+        -- have them already (this role itself, or a role with its
+        -- privileges), never a role that could CREATE OR REPLACE it into
+        -- something that runs with more privilege than it has
+        IF NOT pg_catalog.pg_has_role(
+                  (SELECT p.proowner FROM pg_catalog.pg_proc p WHERE p.oid = fn),
+                  current_user, 'USAGE') THEN
+            RAISE EXCEPTION 'outbox sink function % of topic "%" belongs to role %',
+                  fn, topic, (SELECT p.proowner::regrole FROM pg_catalog.pg_proc p WHERE p.oid = fn)
+                  USING ERRCODE = 'BF016',
+                        DETAIL = pg_catalog.format('The relay would run it as role %s, and its '
+                                 'owner could change what it does.', current_user),
+                        HINT = 'Use a function owned by your role.';
+        END IF;
+        SELECT pg_catalog.format('%I.%I', n.nspname, p.proname) INTO target
+          FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+         WHERE p.oid = fn;
+    END IF;
+    INSERT INTO backfill.outbox_sink AS s
+           (topic, kind, target, target_fn, secret, timeout_ms, max_attempts, backoff_base_ms,
+            backoff_cap_ms, run_as, search_path)
+    VALUES (topic, kind, target, fn, secret,
+            -- operators qualified: the caller's search_path is in force here
+            (extract(epoch FROM timeout) OPERATOR(pg_catalog.*) 1000)::integer, max_attempts,
+            (extract(epoch FROM backoff_base) OPERATOR(pg_catalog.*) 1000)::integer,
+            (extract(epoch FROM backoff_cap) OPERATOR(pg_catalog.*) 1000)::integer,
+            (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname = current_user),
+            pg_catalog.current_setting('search_path'))
+    ON CONFLICT ON CONSTRAINT outbox_sink_pkey DO UPDATE
+       SET kind = EXCLUDED.kind, target = EXCLUDED.target, target_fn = EXCLUDED.target_fn,
+           secret = EXCLUDED.secret,
+           timeout_ms = EXCLUDED.timeout_ms, max_attempts = EXCLUDED.max_attempts,
+           backoff_base_ms = EXCLUDED.backoff_base_ms, backoff_cap_ms = EXCLUDED.backoff_cap_ms,
+           run_as = EXCLUDED.run_as, search_path = EXCLUDED.search_path;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION backfill_outbox_grant(topic text, role regrole)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM backfill.refuse_on_standby('grant outbox topic', topic);
+    IF role IS NULL THEN
+        RAISE EXCEPTION 'outbox grant of topic "%" needs a role', topic
+              USING ERRCODE = 'BF011', HINT = 'Name the role that may emit into the topic.';
+    END IF;
+    PERFORM backfill._outbox_topic_owner(topic);
+    INSERT INTO backfill.outbox_grant (topic, grantee, granted_by)
+    VALUES (topic, role, (SELECT r.oid FROM pg_roles r WHERE r.rolname = current_user))
+    ON CONFLICT DO NOTHING;
+    RETURN FOUND;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION backfill_outbox_revoke(topic text, role regrole)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM backfill.refuse_on_standby('revoke outbox topic', topic);
+    PERFORM backfill._outbox_topic_owner(topic);
+    DELETE FROM backfill.outbox_grant g
+     WHERE g.topic = backfill_outbox_revoke.topic AND g.grantee = backfill_outbox_revoke.role;
+    RETURN FOUND;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION backfill_outbox_requeue(id bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM backfill.refuse_on_standby('requeue outbox message', id::text);
+    UPDATE backfill.outbox o
+       SET state = 'pending', attempts = 0, next_attempt_at = now(), dead_at = NULL
+     WHERE o.id = backfill_outbox_requeue.id AND o.state = 'dead';
+    RETURN FOUND;
+END
+$$;
+
 /* ---- speed (issue 13) ---- */

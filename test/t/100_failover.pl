@@ -131,7 +131,8 @@ for my $family (sort keys %metrics)
 	is($rc, 0, "standby: metrics query $family works read-only") or diag($err);
 }
 
-# what would write is refused with its own SQLSTATE and a hint
+# what would write is refused with its own SQLSTATE and a hint: the
+# backfills' controls and every writer of the outbox
 for my $call (
 	q{SELECT backfill_run('fill_t')},
 	q{SELECT backfill_run('fill_t', force => true)},
@@ -141,7 +142,11 @@ for my $call (
 	q{SELECT backfill_retry('fill_t')},
 	q{SELECT backfill_drop('fill_t')},
 	q{SELECT backfill_declare('fill_t2', 't', 'NOT done', 'UPDATE t SET done = true WHERE id BETWEEN $1 AND $2')},
-	q{SELECT backfill_outbox_emit('topic', 'k', '{}')})
+	q{SELECT backfill_outbox_emit('topic', 'k', '{}')},
+	q{SELECT backfill_outbox_sink('topic', 'notify', 'chan')},
+	q{SELECT backfill_outbox_grant('topic', 'postgres')},
+	q{SELECT backfill_outbox_revoke('topic', 'postgres')},
+	q{SELECT backfill_outbox_requeue(1)})
 {
 	($rc, $out, $err) = $standby->psql('postgres',
 		"\\set VERBOSITY verbose\n$call");
