@@ -3,11 +3,14 @@
 #
 # pgbench (a small read/write workload, TPC-B-like, scale 10) runs for DURATION seconds
 #   1. alone;
-#   2. beside a paced pg_backfill pass over `items` (1 lane, batch 1000, rate 20 batches/s);
+#   2. beside a paced pg_backfill pass over `items` (1 lane, batch 1000, rate 20 batches/s),
+#      with the foreground throttle (backfill.foreground_throttle, on by default);
+#   2b. the same with backfill.foreground_throttle = off (what the throttle buys);
 #   3. beside an unpaced pass (rate 100000, max_parallel 2), as a contrast;
 #   4. beside the PL/pgSQL keyset loop (sql/procs.sql, batch 1000), the hand-written contrast.
 # It prints pgbench's tps, p50 and p99 latency (exact, from pgbench's per-transaction log) for
-# each case, and the target line: paced backfill p99 within 1.2x of pgbench alone.
+# each case, and the target line: paced backfill p99 within 1.2x of pgbench alone (with the
+# rows/s the pass did in the window), and the same ratio with the throttle off.
 #
 #   bench/foreground.sh                 N = 2,000,000 rows in items, DURATION = 30 s (about 5 minutes)
 #   N=500000 DURATION=10 bench/foreground.sh     quick check (the paced pass must still outlast pgbench)
@@ -123,10 +126,12 @@ run_case() {  # case label
     reset_tables
     l0=$(loadavg | cut -d' ' -f1)
     case $c in
-        paced|unpaced)
+        paced|paced_nofg|unpaced)
             local rate=$PACED_RATE lanes=1
             [ "$c" = unpaced ] && { rate=100000; lanes=2; }
             name="fg_$c"
+            # the foreground throttle (on by default) off for this case only; lanes start after the reload
+            [ "$c" = paced_nofg ] && Q -c "ALTER SYSTEM SET backfill.foreground_throttle = off" -c "SELECT pg_reload_conf()" >/dev/null
             Q -c "SELECT backfill_declare(name => '$name', relation => 'items', predicate => 'c IS NULL',
                       action => 'UPDATE items SET c = a * 2 WHERE id BETWEEN \$1 AND \$2 AND c IS NULL',
                       batch_size => $PACED_BATCH, rate => $rate, max_parallel => $lanes)" >/dev/null
@@ -141,7 +146,7 @@ run_case() {  # case label
     esac
     run_pgbench "$c"
     case $c in
-        paced|unpaced)
+        paced|paced_nofg|unpaced)
             local status
             status=$(Q -c "SELECT status FROM backfill_status('$name')")
             if [ "$status" = running ]; then
@@ -150,12 +155,13 @@ run_case() {  # case label
             else
                 note="pass ended '$status' before pgbench did"
             fi
+            [ "$c" = paced_nofg ] && Q -c "ALTER SYSTEM RESET backfill.foreground_throttle" -c "SELECT pg_reload_conf()" >/dev/null
             touch "$stop"; wait "$sampler" || true
             local ns nt
             ns=$(wc -l <"$TMP/throttle_$c"); nt=$(grep -vc '^-$' "$TMP/throttle_$c" || true)
             note="$note; throttle engaged in $nt of $ns 1-s samples"
             if [ "$nt" -gt 0 ]; then
-                note="$note ($(grep -v '^-$' "$TMP/throttle_$c" | sort | uniq -c | awk '{printf "%s%s x%s", (NR>1?", ":""), $2, $1}'))"
+                note="$note ($(grep -v '^-$' "$TMP/throttle_$c" | sed 's/ [0-9.]* client sessions at work/ N client sessions at work/' | sort | uniq -c | awk '{n=$1; $1=""; sub(/^ /, ""); printf "%s%s x%s", (NR>1?", ":""), $0, n}'))"
             fi
             ;;
         loop)
@@ -184,6 +190,7 @@ fi
 say "cases: pgbench -c $CLIENTS -j $THREADS -T $DURATION, alone and beside three backfills over $N rows"
 run_case alone    "pgbench alone"
 run_case paced    "beside pg_backfill, paced (1 lane, batch $PACED_BATCH, rate $PACED_RATE/s)"
+run_case paced_nofg "beside pg_backfill, paced, backfill.foreground_throttle = off"
 run_case unpaced  "beside pg_backfill, unpaced (2 lanes, batch $PACED_BATCH, rate 100000/s)"
 run_case loop     "beside PL/pgSQL keyset loop (batch $PACED_BATCH, unpaced)"
 LOAD_END=$(loadavg)
@@ -213,7 +220,10 @@ X=$(xalone "$(awk -F'\t' '$1 == "paced" { print $5 }' "$RES")")
 V=$(awk -v x="$X" -v t="$TARGET" 'BEGIN { if (x == "-") print "n/a"; else if (x + 0 <= t) print "MET"; else print "NOT MET" }')
 PACED_NOTE=$(awk -F'\t' '$1 == "paced" { print $10 }' "$RES")
 case $PACED_NOTE in *"before pgbench did"*) V="$V (but the paced pass ended before pgbench did: raise N)" ;; esac
-echo "paced backfill: p99 within ${TARGET}x of pgbench alone -> $V (${X}x)"
+rps() { awk -F'\t' -v c="$1" -v d="$DURATION" '$1 == c { if ($7 == "-") print "-"; else printf "%.0f", $7 / d }' "$RES"; }
+echo "paced backfill: p99 within ${TARGET}x of pgbench alone -> $V (${X}x; $(rps paced) rows/s in the window)"
+XN=$(xalone "$(awk -F'\t' '$1 == "paced_nofg" { print $5 }' "$RES")")
+echo "paced backfill, foreground throttle off: p99 ${XN}x pgbench alone ($(rps paced_nofg) rows/s in the window) (information: what the throttle buys)"
 echo
 [ "$(date -u -r "$SOFILE" +%FT%TZ 2>/dev/null || echo unknown)" = "$SOSTAMP" ] ||
     echo "NOTE: $SOFILE was reinstalled during this run; the server kept the build installed at $SOSTAMP."

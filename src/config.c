@@ -27,6 +27,7 @@ int			backfill_naptime = 10;
 int			backfill_max_replication_lag = 1024 * 1024;	/* kB */
 int			backfill_max_dead_tuples = -1;
 int			backfill_throttle_delay = 1000;	/* ms */
+bool		backfill_foreground_throttle = true;
 static char *backfill_migrations_table = NULL;	/* read with GetConfigOption */
 char	   *backfill_input = NULL;
 int			backfill_outbox_retention = 7 * 24 * 3600;	/* s */
@@ -96,6 +97,16 @@ define_health_settings(void)
 							1000, 10, 600000,
 							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("backfill.foreground_throttle",
+							 "Whether lanes back off while the application keeps the server's cores busy.",
+							 "A lane counts the client sessions running a statement; at half "
+							 "the cores or more it halves the share of time it works, and "
+							 "wins it back step by step once they are fewer.",
+							 &backfill_foreground_throttle,
+							 true,
+							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
 }
 
 /* how long the outbox keeps messages (a reload changes them) */

@@ -29,6 +29,7 @@ extern int	backfill_naptime;
 extern int	backfill_max_replication_lag;
 extern int	backfill_max_dead_tuples;
 extern int	backfill_throttle_delay;
+extern bool backfill_foreground_throttle;
 extern char *backfill_input;
 extern int	backfill_outbox_retention;
 extern int	backfill_outbox_dead_retention;

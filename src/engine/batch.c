@@ -258,14 +258,16 @@ checkpoint_partition_done(Pass *pass, Claim *claim)
 }
 
 /*
- * The checkpoint: the partition's row updated, the pass's state read back.
- * WHERE_TID is empty, or the condition that finds the row by its TID ($9).
+ * The checkpoint: the partition's row updated, the pass's state read back;
+ * $9 is why the lane holds back (the foreground throttle, pacing.c), or
+ * NULL.  WHERE_TID is empty, or the condition that finds the row by its
+ * TID ($10).
  */
 #define CHECKPOINT_SQL(WHERE_TID) \
 	"WITH c AS (" \
 	"  UPDATE backfill.partition p SET cursor = $3, rows = p.rows + $4," \
 	"    batches = p.batches + 1, failures = 0, last_error = NULL," \
-	"    renewed_at = pg_catalog.now(), batch_size = $7, last_batch_ms = $8, throttle = NULL" \
+	"    renewed_at = pg_catalog.now(), batch_size = $7, last_batch_ms = $8, throttle = $9" \
 	"  WHERE " WHERE_TID " p.run_id = $1 AND p.part_no = $2 AND p.state = 'running'" \
 	"    AND p.holder_pid = $5 AND p.holder_start = $6" \
 	"  RETURNING p.run_id, p.ctid)" \
@@ -289,20 +291,20 @@ checkpoint_partition_done(Pass *pass, Claim *claim)
  * row with these conditions and the key finds the row as it is now.
  */
 static bool
-checkpoint_update(Claim *claim, Oid *types, Datum *values)
+checkpoint_update(Claim *claim, Oid *types, Datum *values, const char *nulls)
 {
 	bool		found = false;
 	bool		isnull;
 
 	if (ItemPointerIsValid(&claim->checkpoint_tid))
 	{
-		values[8] = PointerGetDatum(&claim->checkpoint_tid);
-		found = catalog_exec_cached(&checkpoint_tid_plan, CHECKPOINT_SQL("p.ctid = $9 AND"),
-									9, types, values, NULL, SPI_OK_SELECT) == 1;
+		values[9] = PointerGetDatum(&claim->checkpoint_tid);
+		found = catalog_exec_cached(&checkpoint_tid_plan, CHECKPOINT_SQL("p.ctid = $10 AND"),
+									10, types, values, nulls, SPI_OK_SELECT) == 1;
 	}
 	if (!found)
 		found = catalog_exec_cached(&checkpoint_plan, CHECKPOINT_SQL(""),
-									8, types, values, NULL, SPI_OK_SELECT) == 1;
+									9, types, values, nulls, SPI_OK_SELECT) == 1;
 	if (found)
 		claim->checkpoint_tid = *(ItemPointer) DatumGetPointer(catalog_getdatum(0, 6, &isnull));
 	return found;
@@ -317,9 +319,10 @@ static BatchOutcome
 checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 {
 	CatalogScope scope;
-	Oid			types[9] = {INT8OID, INT4OID, TEXTOID, INT8OID, INT4OID, TIMESTAMPTZOID,
-	INT4OID, FLOAT8OID, TIDOID};
-	Datum		values[9];
+	Oid			types[10] = {INT8OID, INT4OID, TEXTOID, INT8OID, INT4OID, TIMESTAMPTZOID,
+	INT4OID, FLOAT8OID, TEXTOID, TIDOID};
+	Datum		values[10];
+	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	char	   *status;
 	char	   *checksum;
 	bool		paused;
@@ -333,6 +336,8 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	values[5] = TimestampTzGetDatum(LANE_START());
 	values[6] = Int32GetDatum(claim->batch_size);
 	values[7] = Float8GetDatum(claim->last_batch_ms);
+	values[8] = CStringGetTextDatum(claim->foreground_reason);
+	nulls[8] = claim->foreground_reason[0] ? ' ' : 'n';
 
 	/*
 	 * One statement writes the checkpoint and reads back the pass's state.
@@ -342,7 +347,7 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	 * batch.
 	 */
 	catalog_enter(&scope);
-	if (!checkpoint_update(claim, types, values))
+	if (!checkpoint_update(claim, types, values, nulls))
 		lost_lease(pass, claim);
 	status = catalog_gettext(0, 1);
 	checksum = catalog_gettext(0, 2);
@@ -358,6 +363,7 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	pass->batch_size = DatumGetInt32(catalog_getdatum(0, 4, &isnull));
 	paused = DatumGetBool(catalog_getdatum(0, 5, &isnull));
 	health_read_if_due(&claim->health, pass->relid);
+	health_sample_foreground(&claim->health);
 	catalog_leave(&scope);
 	if (strcmp(status, "running") != 0)
 		return BATCH_STOP;

@@ -12,6 +12,15 @@
  * between sleeps (pacing.c).  Reading it costs more than a small batch, so
  * a batch reads it at most once per backfill.throttle_delay.
  *
+ * The foreground is sampled apart, more often and more cheaply: how many
+ * client sessions (not this one, not other workers) are running a
+ * statement on a core or waiting for one of the resources a lane competes
+ * for (a lock, an LWLock such as WAL insertion, a buffer pin, I/O).  A
+ * session sleeping, waiting for its client or for an extension does not
+ * count.  Samples are smoothed (EWMA) so that one busy instant is not a
+ * busy foreground.  They are read as the extension's owner: a superuser,
+ * or a member of pg_read_all_stats, sees every session's state.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -26,6 +35,11 @@
 
 static SPIPlanPtr health_plan = NULL;
 static TimestampTz health_due = 0;
+static SPIPlanPtr foreground_plan = NULL;
+static TimestampTz foreground_due = 0;
+
+/* weight of a new sample of the foreground */
+#define FOREGROUND_EWMA 0.3
 
 void
 health_read(Health *health, Oid relid)
@@ -60,6 +74,32 @@ health_read_if_due(Health *health, Oid relid)
 		return;
 	health_due = TimestampTzPlusMilliseconds(now, backfill_throttle_delay);
 	health_read(health, relid);
+}
+
+void
+health_sample_foreground(Health *health)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	Oid			types[1] = {INT4OID};
+	Datum		values[1];
+	bool		isnull;
+	int			at_work;
+
+	health->foreground_fresh = false;
+	if (now < foreground_due)
+		return;
+	foreground_due = TimestampTzPlusMilliseconds(now, FOREGROUND_SAMPLE_MS);
+	values[0] = Int32GetDatum(MyProcPid);
+	catalog_exec_cached(&foreground_plan,
+						"SELECT pg_catalog.count(*)::pg_catalog.int4 FROM pg_catalog.pg_stat_activity a"
+						" WHERE a.backend_type = 'client backend' AND a.state = 'active'"
+						"   AND a.pid <> $1"
+						"   AND (a.wait_event_type IS NULL"
+						"        OR a.wait_event_type IN ('Lock', 'LWLock', 'BufferPin', 'IO'))",
+						1, types, values, NULL, SPI_OK_SELECT);
+	at_work = DatumGetInt32(catalog_getdatum(0, 1, &isnull));
+	health->foreground = FOREGROUND_EWMA * at_work + (1.0 - FOREGROUND_EWMA) * health->foreground;
+	health->foreground_fresh = true;
 }
 
 char *

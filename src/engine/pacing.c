@@ -24,9 +24,22 @@
  * throttle_delay.  Either way it says why in backfill_status
  * (partition.throttle).
  *
+ * Foreground (backfill.foreground_throttle): every batch samples how many
+ * client sessions are at work (health.c).  While they are as many as half
+ * the cores (at least one), each fresh sample halves the share of its time
+ * the lane works, down to 1/64: after a batch that took d, the lane waits
+ * d * (1/share - 1).  Once they are fewer, each sample gives an eighth
+ * back (additive increase, multiplicative decrease).  The lane keeps
+ * working at its lowest share, so a busy server still sees the pass move;
+ * the checkpoint says why it holds back.  Lowering the lane's OS priority
+ * instead made the foreground slower: a descheduled backend that holds an
+ * LWLock (WAL insertion, a buffer) stalls every session that needs it.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include <unistd.h>
 
 #include "miscadmin.h"
 #include "utils/builtins.h"
@@ -47,6 +60,74 @@ pacing_start(Pass *pass, Claim *claim)
 	claim->health.blocking = 0;
 	claim->health.lag_bytes = 0;
 	claim->health.dead_tuples = 0;
+	claim->health.foreground = 0;
+	claim->health.foreground_fresh = false;
+	claim->foreground_share = 1.0;
+	claim->foreground_reason[0] = '\0';
+}
+
+/* the foreground throttle's bounds and steps (see the header) */
+#define FOREGROUND_MIN_SHARE	(1.0 / 64)
+#define FOREGROUND_STEP_BACK	(1.0 / 8)
+#define FOREGROUND_MAX_WAIT_MS	10000
+
+/* the cores of this machine, as the foreground throttle counts them */
+static int
+machine_cores(void)
+{
+	static int	cores = 0;
+
+	if (cores == 0)
+	{
+		long		n = sysconf(_SC_NPROCESSORS_ONLN);
+
+		cores = n > 0 ? (int) n : 1;
+	}
+	return cores;
+}
+
+/*
+ * AIMD on the lane's share of time after a fresh sample of the
+ * foreground; says why in the reason the next checkpoint writes.
+ */
+static void
+foreground_adjust(Claim *claim)
+{
+	int			cores = machine_cores();
+	double		busy_at = Max(1.0, cores / 2.0);
+	int			was = (int) (1.0 / claim->foreground_share + 0.5);
+	int			now;
+
+	if (!backfill_foreground_throttle)
+		claim->foreground_share = 1.0;
+	else if (!claim->health.foreground_fresh)
+		return;
+	else if (claim->health.foreground >= busy_at)
+		claim->foreground_share = Max(claim->foreground_share / 2.0, FOREGROUND_MIN_SHARE);
+	else
+		claim->foreground_share = Min(claim->foreground_share + FOREGROUND_STEP_BACK, 1.0);
+
+	now = (int) (1.0 / claim->foreground_share + 0.5);
+	if (now == 1)
+		claim->foreground_reason[0] = '\0';
+	else if (now != was || claim->foreground_reason[0] == '\0')
+		snprintf(claim->foreground_reason, sizeof(claim->foreground_reason),
+				 "foreground: %.1f client sessions at work on %d cores: the lane works 1/%d "
+				 "of the time", claim->health.foreground, cores, now);
+}
+
+/* When the next batch may start by the foreground throttle (0: at once). */
+static TimestampTz
+foreground_not_before(Claim *claim, TimestampTz started)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	double		wait_ms;
+
+	foreground_adjust(claim);
+	if (claim->foreground_share >= 1.0)
+		return 0;
+	wait_ms = (now - started) / 1000.0 * (1.0 / claim->foreground_share - 1.0);
+	return TimestampTzPlusMilliseconds(now, (int64) Min(wait_ms, FOREGROUND_MAX_WAIT_MS));
 }
 
 static void
@@ -219,13 +300,15 @@ pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started)
 	BatchOutcome outcome;
 
 	adapt_batch_size(pass, claim);
+	not_before = foreground_not_before(claim, started);
 
 	if (claim->health.blocking > 0)
 	{
 		said = psprintf("locks: %d session(s) waited on the last batch",
 						claim->health.blocking);
 		set_throttle(pass, claim, said);
-		not_before = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backfill_throttle_delay);
+		not_before = Max(not_before,
+						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backfill_throttle_delay));
 	}
 	outcome = wait_for_rate(pass, started, not_before);
 	if (outcome != BATCH_DONE)
@@ -247,6 +330,6 @@ pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started)
 			break;
 	}
 	if (said != NULL && reason == NULL && claim->health.blocking == 0)
-		set_throttle(pass, claim, NULL);
+		set_throttle(pass, claim, claim->foreground_reason[0] ? claim->foreground_reason : NULL);
 	return BATCH_DONE;
 }

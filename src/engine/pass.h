@@ -82,6 +82,8 @@ typedef struct Claim
 	int64		last_keys;		/* keys in the last batch */
 	double		last_batch_ms;	/* how long its key scan and action took */
 	Health		health;			/* as the last batch read it (health.c) */
+	double		foreground_share;	/* of its time the lane works (1: all) */
+	char		foreground_reason[128]; /* why it works less, or "" */
 } Claim;
 
 /* how a batch ended */

@@ -1,0 +1,142 @@
+# 150_foreground_throttle.pl -- a lane backs off while the foreground is busy
+#
+# Issue 13, item 2.  Every batch samples how many client sessions are at
+# work (running a statement on a core, or waiting for a lock, an LWLock, a
+# buffer pin or I/O).  While they are as many as half the cores (at least
+# one), the lane halves the share of its time it works, down to 1/64, and
+# says so in backfill_status.throttle; once they are fewer it wins an eighth
+# back per sample.  backfill.foreground_throttle = off turns it off.
+#
+# The foreground here is synthetic: sessions running a CPU loop (more of
+# them than half the cores) until a flag row tells them to stop.  No timing
+# is asserted, only what the lane says and that the pass moves and ends:
+#   - with the load: the throttle reason appears and the lane's share falls
+#     to 1/8 or less (its wait after each batch rises), and rows are still
+#     done meanwhile;
+#   - after the load: the reason clears and the pass completes, every row
+#     done exactly once;
+#   - with backfill.foreground_throttle = off, the same load never shows
+#     the reason, and the pass completes.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
+
+my $ROWS = 12_000;
+
+my $cores = `nproc 2>/dev/null` || 1;
+chomp $cores;
+$cores = 1 unless $cores =~ /^\d+$/ && $cores > 0;
+my $LOAD = int($cores / 2) + 2;    # more client sessions at work than half the cores
+
+my $node = BackfillTest::node('fgthrottle', extra_conf => 'autovacuum = off');
+
+$node->safe_psql('postgres', qq{
+	CREATE EXTENSION pg_backfill;
+	CREATE TABLE load_ctl (stop boolean NOT NULL);
+	INSERT INTO load_ctl VALUES (false);
+	CREATE FUNCTION busy() RETURNS bigint LANGUAGE plpgsql AS \$\$
+	DECLARE rounds bigint := 0;
+	BEGIN
+		LOOP
+			EXIT WHEN (SELECT stop FROM load_ctl);
+			PERFORM pg_catalog.count(*) FROM pg_catalog.generate_series(1, 20000);
+			rounds := rounds + 1;
+		END LOOP;
+		RETURN rounds;
+	END \$\$;
+	CREATE TABLE t (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	INSERT INTO t (id) SELECT g FROM generate_series(1, $ROWS) g;
+	CREATE TABLE t2 (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	INSERT INTO t2 (id) SELECT g FROM generate_series(1, $ROWS) g;
+	ANALYZE t; ANALYZE t2;
+	SELECT backfill_declare(name => 'fg', relation => 't', predicate => 'n = 0',
+		action => \$\$UPDATE t SET n = n + 1 WHERE id BETWEEN \$1 AND \$2\$\$,
+		batch_size => 50, rate => 20);
+	SELECT backfill_declare(name => 'fg_off', relation => 't2', predicate => 'n = 0',
+		action => \$\$UPDATE t2 SET n = n + 1 WHERE id BETWEEN \$1 AND \$2\$\$,
+		batch_size => 50, rate => 20);
+});
+
+# $LOAD sessions running busy() until load_ctl.stop
+sub start_load
+{
+	sq($node, 'UPDATE load_ctl SET stop = false');
+	my @sessions;
+	for my $i (1 .. $LOAD)
+	{
+		my $s = $node->background_psql('postgres');
+		$s->query_until(qr/loading/, "\\echo loading\nSELECT busy();\n");
+		push @sessions, $s;
+	}
+	ok(poll_until($node, q{SELECT count(*) FROM pg_stat_activity
+	                        WHERE state = 'active' AND query = 'SELECT busy();'}, "$LOAD", 60),
+		"$LOAD client sessions at work ($cores cores)");
+	return @sessions;
+}
+
+sub stop_load
+{
+	sq($node, 'UPDATE load_ctl SET stop = true');
+	$_->quit for @_;
+	ok(poll_until($node, q{SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT busy();'
+	                         AND state = 'active'}, '0', 60), 'the load stopped');
+}
+
+my $throttle = q{SELECT coalesce(throttle, '') FROM backfill_status('fg')};
+
+# ------------------------------------------------------------------
+# (1) the throttle engages under load, holds the lane back, clears after
+# ------------------------------------------------------------------
+my $run = sq($node, q{SELECT backfill_run('fg')});
+ok(poll_until($node, q{SELECT rows > 0 FROM backfill_status('fg')}, 't', 60),
+	'fg: the pass is under way');
+is(sq($node, $throttle), '', 'fg: no throttle while the server is quiet');
+
+my @load = start_load();
+my $seen = '';
+{
+	my $deadline = time() + 60;
+	while (time() < $deadline)
+	{
+		$seen = sq($node, $throttle);
+		last if $seen =~ m{the lane works 1/(\d+) } && $1 >= 8;
+		select(undef, undef, undef, 0.1);
+	}
+}
+like($seen, qr{^foreground: [\d.]+ client sessions at work on $cores cores: the lane works 1/\d+ of the time$},
+	"fg: backfill_status.throttle says why the lane holds back ($seen)");
+ok($seen =~ m{1/(\d+) } && $1 >= 8, 'fg: the lane works 1/8 of its time or less: its wait after each batch rose');
+my $rows_held = sq($node, q{SELECT rows FROM backfill_status('fg')});
+ok(poll_until($node, "SELECT rows > $rows_held FROM backfill_status('fg')", 't', 60),
+	"fg: the held-back lane still does rows (more than $rows_held)");
+isnt(sq($node, q{SELECT status FROM backfill_status('fg')}), 'completed',
+	'fg: the pass had not ended under the load');
+
+stop_load(@load);
+ok(poll_until($node, $throttle, '', 60), 'fg: the throttle clears once the load is gone');
+is(wait_pass_end($node, $run, 120), 'completed', 'fg: the pass completed');
+each_row_done_once($node, 't', $ROWS, $run);
+
+# ------------------------------------------------------------------
+# (2) backfill.foreground_throttle = off: the same load, no throttle
+# ------------------------------------------------------------------
+sq($node, q{ALTER SYSTEM SET backfill.foreground_throttle = off; SELECT pg_reload_conf();});
+@load = start_load();
+$run = sq($node, q{SELECT backfill_run('fg_off')});
+ok(poll_until($node, q{SELECT rows > 0 FROM backfill_status('fg_off')}, 't', 60),
+	'fg_off: the pass is under way beside the load');
+is(holds_for($node, q{SELECT coalesce(throttle, '') !~ '^foreground' FROM backfill_status('fg_off')},
+		't', 4),
+	undef, 'fg_off: with backfill.foreground_throttle off the lane never says foreground');
+stop_load(@load);
+is(wait_pass_end($node, $run, 120), 'completed', 'fg_off: the pass completed');
+each_row_done_once($node, 't2', $ROWS, $run);
+
+$node->stop;
+done_testing();
