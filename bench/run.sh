@@ -11,6 +11,9 @@
 #                             unless KEEP=1; server.log stays)
 #   PGPORT=55470  PGBIN=/usr/lib/postgresql/15/bin
 #   CSV=bench/results/bench.csv     one row per measured case is appended at the end
+#   N_BIG=                    also run pg_backfill at batch 1000 with 1 and 2 lanes on N_BIG rows
+#                             (20000000 for issue 13's scale target: rows/s within 10% of N,
+#                             lane RssAnon flat within 1 MB); unset: those target lines say n/a
 #
 # Every case starts from a fresh copy of items_src (sql/fresh_items.sql: create, insert in
 # id order, primary key, VACUUM ANALYZE, CHECKPOINT). Wall time is client-side around the
@@ -38,6 +41,7 @@ case $PGBASE in /|/tmp|/tmp/|"") echo "run.sh: refusing PGBASE=$PGBASE" >&2; exi
 
 TMP=$(mktemp -d /tmp/pg_backfill_bench_run.XXXXXX)
 SAMPLER_PID=
+KEY_PREFIX=                # "big:" while the N_BIG scale cases run
 
 ME=run.sh
 . "$HERE/lib.sh"
@@ -97,11 +101,11 @@ RES=$TMP/results.tsv
 run_case() {  # kind lanes batch rep
     local kind=$1 lanes=$2 b=$3 rep=$4 key name out t0 t1 secs lsn0 av0 ck0 h0 lsn1 av1 ck1 h1 wal bad
     local parts=- plan=- lstarts=- batches=- server_s=- startup_s=- rf=- rl=- af=- al=- hwm=- ns=0 np=0
-    key="$kind:$lanes:$b"
+    key="${KEY_PREFIX}$kind:$lanes:$b"
     Q -f "$HERE/sql/fresh_items.sql"
     case $kind in
         bf|bfsync)
-            name="bench_${kind}_${lanes}_${b}_${rep}"
+            name="bench_${KEY_PREFIX//:/_}${kind}_${lanes}_${b}_${rep}"
             Q -c "SELECT backfill_declare(name => '$name', relation => 'items', predicate => 'c IS NULL',
                       action => 'UPDATE items SET c = a * 2 WHERE id BETWEEN \$1 AND \$2 AND c IS NULL',
                       batch_size => $b, rate => 100000, max_parallel => $lanes,
@@ -176,6 +180,20 @@ for c in "${CASES[@]}"; do
     IFS=: read -r kind lanes b <<<"$c"
     for rep in $(seq 1 "$REPS"); do run_case "$kind" "$lanes" "$b" "$rep"; done
 done
+
+# ------------------------------------------------------------------ scale (issue 13): N_BIG rows
+# With N_BIG set (20000000 for the issue's target), items_src is rebuilt with N_BIG rows and
+# pg_backfill runs again at batch 1000 with 1 and 2 lanes (keys big:bf:<lanes>:1000); the
+# targets compare their rows/s with the same cases at N, and their lanes' RssAnon first -> last.
+if [ -n "${N_BIG:-}" ]; then
+    N_MAIN=$N; N=$N_BIG
+    say "scale cases: building items_src with N_BIG=$N rows"
+    Q -v n="$N" -f "$HERE/sql/make_src.sql"
+    KEY_PREFIX=big:
+    for l in 1 2; do run_case bf "$l" 1000 1; done
+    KEY_PREFIX=
+    N=$N_MAIN
+fi
 TOTAL=$(echo "$(now) - $T_ALL" | bc -l)
 
 # ------------------------------------------------------------------ report
@@ -256,6 +274,25 @@ if [[ $af =~ ^[0-9]+$ && $al =~ ^[0-9]+$ ]]; then
 else
     echo "- lane RSS (1 lane, batch $rb): no samples (the pass ended before the first sample) -> n/a"
 fi
+for l in 1 2; do
+    if [ -z "${N_BIG:-}" ]; then
+        echo "- $(fmt_int 20000000) vs $(fmt_int "$N") rows/s within 10%, $l lane(s), batch 1000: n/a (run with N_BIG=20000000)"
+        continue
+    fi
+    sb=$(first "big:bf:$l:1000" 6); ss=$(med "bf:$l:1000" 6)
+    x=$(awk -v nb="$N_BIG" -v sb="$sb" -v n="$N" -v ss="$ss" 'BEGIN { if (sb == "" || ss == "") print "-"; else printf "%.2f", (nb / sb) / (n / ss) }')
+    echo "- $(fmt_int "$N_BIG") vs $(fmt_int "$N") rows/s within 10%, $l lane(s), batch 1000:" \
+         "$(awk -v a="$N_BIG" -v s="$sb" 'BEGIN { if (s == "") print "-"; else printf "%.0f", a / s }') vs" \
+         "$(awk -v a="$N" -v s="$ss" 'BEGIN { if (s == "") print "-"; else printf "%.0f", a / s }') rows/s = ${x}x -> $(verdict "$x" 0.9)"
+    IFS=$'\t' read -r af al ns < <(awk -F'\t' -v k="big:bf:$l:1000" 'BEGIN{OFS="\t"} $1 == k { print $19, $20, $22 }' "$RES")
+    if [[ $af =~ ^[0-9]+$ && $al =~ ^[0-9]+$ ]]; then
+        g=$((al - af))
+        echo "- lane private memory flat (within 1024 kB) at $(fmt_int "$N_BIG") rows, $l lane(s), batch 1000 ($ns samples):" \
+             "RssAnon $af -> $al kB (growth $g kB) -> $([ "$g" -le 1024 ] && echo MET || echo "NOT MET")"
+    else
+        echo "- lane private memory at $(fmt_int "$N_BIG") rows, $l lane(s): no samples -> n/a"
+    fi
+done
 echo
 [ "$(date -u -r "$SOFILE" +%FT%TZ 2>/dev/null || echo unknown)" = "$SOSTAMP" ] ||
     echo "NOTE: $SOFILE was reinstalled during this run; the server kept the build installed at $SOSTAMP."
@@ -266,11 +303,14 @@ mkdir -p "$(dirname "$CSV")"
 [ -s "$CSV" ] || echo "ts,n,pg,commit,case,lanes,batch,rep,secs,rows_per_s,x_single,x_loop,wal_bytes,wal_b_per_row,autovacuums,checkpoints,heap_after,partitions,plan_method,lane_starts,batches,ledger_secs,startup_secs,rss_first_kb,rss_last_kb,anon_first_kb,anon_last_kb,hwm_peak_kb,samples,lane_pids,so_installed" >"$CSV"
 TS=$(date -u +%FT%TZ)
 while IFS=$'\t' read -r key kind lanes b rep secs wal av ck heap parts plan lstarts batches server_s startup_s rf rl af al hwm ns np; do
-    xs=$(ratio "$S_SINGLE" "$secs"); xl=-
-    [ "$kind" = single ] || xl=$(ratio "${S_LOOP[$b]}" "$secs")
+    n=$N
+    # the scale cases: their own N, their ratios against the cases at N (rows/s, not time)
+    [[ $key == big:* ]] && { n=$N_BIG; kind=bf_scale; secs_n=$(echo "$secs * $N / $N_BIG" | bc -l); } || secs_n=$secs
+    xs=$(ratio "$S_SINGLE" "$secs_n"); xl=-
+    [ "$kind" = single ] || xl=$(ratio "${S_LOOP[$b]}" "$secs_n")
     printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%.0f,%s,%s,%s,%.1f,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' \
-        "$TS" "$N" "$PGVER" "$EXTCOMMIT" "$kind" "$lanes" "$b" "$rep" "$secs" "$(echo "$N / $secs" | bc -l)" \
-        "${xs%x}" "${xl%x}" "$wal" "$(echo "$wal / $N" | bc -l)" "$av" "$ck" "$heap" \
+        "$TS" "$n" "$PGVER" "$EXTCOMMIT" "$kind" "$lanes" "$b" "$rep" "$secs" "$(echo "$n / $secs" | bc -l)" \
+        "${xs%x}" "${xl%x}" "$wal" "$(echo "$wal / $n" | bc -l)" "$av" "$ck" "$heap" \
         "$parts" "$plan" "$lstarts" "$batches" "$server_s" "$startup_s" "$rf" "$rl" "$af" "$al" "$hwm" "$ns" "$np" "$SOSTAMP" >>"$CSV"
 done <"$RES"
 echo "Appended $(wc -l <"$RES") rows to $CSV"
