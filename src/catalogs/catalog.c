@@ -80,6 +80,58 @@ catalog_owner(void)
 	return owner;
 }
 
+/* the version of the extension's catalogs in this database (pg_extension) */
+static char *
+catalog_version(void)
+{
+	Oid			extoid = get_extension_oid(BACKFILL_EXTENSION_NAME, false);
+	char	   *version = NULL;
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(extoid));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple))
+	{
+		bool		isnull;
+		Datum		d = heap_getattr(tuple, Anum_pg_extension_extversion,
+									 RelationGetDescr(rel), &isnull);
+
+		if (!isnull)
+			version = TextDatumGetCString(d);
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return version;
+}
+
+/*
+ * A pass is started or steered only on the catalogs this library was
+ * built for: after the library was updated and before ALTER EXTENSION ...
+ * UPDATE, a column or table it writes may not exist yet.  Declarations and
+ * the reports work across versions; this refuses, with the way out, what
+ * would otherwise fail on a missing column.
+ */
+void
+check_catalog_current(const char *what, const char *name)
+{
+	char	   *version = catalog_version();
+
+	if (version == NULL || strcmp(version, BACKFILL_CATALOG_VERSION) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_CATALOG_VERSION),
+				 errmsg("cannot %s \"%s\": the catalogs of pg_backfill are at version %s",
+						what, name, version ? version : "unknown"),
+				 errdetail("The installed library is version %s and needs its catalogs at that version.",
+						   BACKFILL_CATALOG_VERSION),
+				 errhint("Run ALTER EXTENSION pg_backfill UPDATE; in this database.")));
+}
+
 void
 catalog_enter(CatalogScope *scope)
 {
@@ -142,6 +194,19 @@ catalog_exec_cached(SPIPlanPtr *cache, const char *sql, int nargs, Oid *types,
 }
 
 /*
+ * A catalog statement's answer is read by row and column; a row it did not
+ * answer (the catalogs changed under a worker, say) is an error, never a
+ * read past the end of the answer.
+ */
+static void
+check_row(int row, int col)
+{
+	if (SPI_tuptable == NULL || row < 0 || (uint64) row >= SPI_processed ||
+		col < 1 || col > SPI_tuptable->tupdesc->natts)
+		elog(ERROR, "pg_backfill catalog statement answered no row %d, column %d", row, col);
+}
+
+/*
  * A SELECT that sees every transaction committed so far, also in a
  * REPEATABLE READ or SERIALIZABLE transaction, whose own snapshot may be
  * older than the row lock it has just waited for.  Callers take a lock
@@ -169,6 +234,7 @@ catalog_exec_latest(const char *sql, int nargs, Oid *types, Datum *values,
 Datum
 catalog_getdatum(int row, int col, bool *isnull)
 {
+	check_row(row, col);
 	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col, isnull);
 }
 
@@ -176,6 +242,7 @@ catalog_getdatum(int row, int col, bool *isnull)
 char *
 catalog_gettext(int row, int col)
 {
+	check_row(row, col);
 	return SPI_getvalue(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, col);
 }
 

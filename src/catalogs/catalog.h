@@ -56,6 +56,7 @@ extern char *function_name(Oid fn);
 /* the backfill name checks every entry point shares */
 extern void check_backfill_name(const char *name);
 extern void check_new_backfill_name(const char *name);
+extern void check_catalog_current(const char *what, const char *name);
 
 /* refuse what would write the catalogs on a hot standby (BF026) */
 extern void check_not_standby(const char *what, const char *name);

@@ -205,7 +205,9 @@ read_pass_state(Pass *pass, bool reread)
 	bool		paused;
 	Datum		d;
 
-	catalog_exec(PASS_STATE_SQL, 1, types, values, NULL, SPI_OK_SELECT);
+	/* no row: the catalog is not the pass's any more (the extension dropped and created again) */
+	if (catalog_exec(PASS_STATE_SQL, 1, types, values, NULL, SPI_OK_SELECT) == 0)
+		return BATCH_STOP;
 	running = DatumGetBool(catalog_getdatum(0, 1, &isnull));
 	paused = DatumGetBool(catalog_getdatum(0, 2, &isnull));
 	d = catalog_getdatum(0, 3, &isnull);

@@ -126,6 +126,7 @@ target_load(const char *name, Target *t, bool missing_ok, const char *control)
 
 	check_backfill_name(name);
 	check_not_standby("control backfill", name);
+	check_catalog_current("control backfill", name);
 	/* what a control answers must survive a crash, whatever the session's synchronous_commit */
 	ForceSyncCommit();
 	memset(t, 0, sizeof(Target));

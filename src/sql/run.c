@@ -211,6 +211,7 @@ backfill_run(PG_FUNCTION_ARGS)
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	check_backfill_name(name);
 	check_not_standby("run backfill", name);
+	check_catalog_current("run backfill", name);
 	check_database_served(name);
 
 	if (SPI_connect() != SPI_OK_CONNECT)

@@ -86,6 +86,8 @@ is_deeply([ sort keys %data ], \@scripts, 'the Makefile installs every script, a
 
 my ($cliver) = slurp('cli/cli.h') =~ /^#define BACKFILL_CLI_VERSION "([^"]+)"/m;
 is($cliver, $meta->{version}, 'the CLI reports the release version');
+my ($catver) = slurp('src/config.h') =~ /^#define BACKFILL_CATALOG_VERSION "([^"]+)"/m;
+is($catver, $default, 'the library starts passes on catalogs of default_version (config.h)');
 
 # ---- Debian
 my ($debver) = slurp('debian/changelog') =~ /^pg-backfill \(([^)]+)\)/;
