@@ -21,6 +21,8 @@ OBJS = \
 	src/engine/enqueue.o \
 	src/engine/pass.o \
 	src/engine/batch.o \
+	src/engine/poison.o \
+	src/engine/work.o \
 	src/engine/pacing.o \
 	src/engine/health.o \
 	src/engine/backoff.o \

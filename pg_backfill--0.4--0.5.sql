@@ -104,6 +104,229 @@ $$;
 
 /* ---- poison rows (issue 14, part 1) and finalize (part 4) ---- */
 
+/*
+ * A pass may end with rows it could not do: the rows that failed on their
+ * own once their batch was bisected, recorded and skipped (up to the
+ * declaration's max_failed_rows).  Such a pass is not "completed".
+ */
+ALTER TABLE backfill.ledger DROP CONSTRAINT ledger_status_check;
+ALTER TABLE backfill.ledger ADD CONSTRAINT ledger_status_check
+    CHECK (status IN ('running', 'completed', 'completed_with_failures', 'failed',
+                      'cancelled'));
+
+-- A row that failed alone: recorded and skipped in the transaction that moved the cursor past it.
+CREATE TABLE backfill.failed_row (
+    run_id           bigint NOT NULL REFERENCES backfill.run (run_id),
+    part_no          integer NOT NULL,
+    key              text NOT NULL,          -- the key as the cursor writes it
+    after_key        text,                   -- the cursor before it; NULL: the open start
+    sqlstate         text NOT NULL,
+    message          text NOT NULL,
+    attempts         integer NOT NULL,       -- failed batches while it was isolated
+    at               timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (run_id, part_no, key)
+);
+REVOKE ALL ON backfill.failed_row FROM PUBLIC;
+GRANT SELECT ON backfill.failed_row TO PUBLIC;
+ALTER TABLE backfill.failed_row ENABLE ROW LEVEL SECURITY;
+CREATE POLICY failed_row_member ON backfill.failed_row FOR SELECT
+    USING (EXISTS (SELECT 1 FROM backfill.ledger l WHERE l.run_id = failed_row.run_id));
+
+/*
+ * backfill_failed_rows: the rows the newest pass of a backfill recorded and
+ * skipped (backfill_retry takes exactly these, and the failed partitions).
+ */
+CREATE FUNCTION backfill_failed_rows(name text)
+RETURNS TABLE (
+    run_id        bigint,
+    part_no       integer,
+    key           text,
+    sqlstate      text,
+    message       text,
+    attempts      integer,
+    at            timestamptz)
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT f.run_id, f.part_no, f.key, f.sqlstate, f.message, f.attempts, f.at
+      FROM backfill.failed_row f
+     WHERE f.run_id = (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.declaration = $1)
+     ORDER BY f.at, f.part_no, f.key;
+$$;
+COMMENT ON FUNCTION backfill_failed_rows(text) IS
+'the rows the newest pass of a backfill isolated, recorded and skipped';
+
+/* backfill_status: the rows the newest pass recorded and skipped (failed_rows) */
+DROP FUNCTION backfill_status(text);
+CREATE FUNCTION backfill_status(name text)
+RETURNS TABLE (
+    name          text,
+    run_id        bigint,
+    status        text,
+    phase         text,
+    rows          bigint,
+    batches       bigint,
+    rows_per_sec  double precision,
+    estimate      bigint,
+    progress      double precision,
+    eta           interval,
+    partitions    integer,
+    partitions_pending integer,
+    partitions_running integer,
+    partitions_done    integer,
+    partitions_failed  integer,
+    live_leases   integer,
+    paused        boolean,
+    batch_size    integer,
+    throttle      text,
+    plan_method   text,
+    started_at    timestamptz,
+    finished_at   timestamptz,
+    last_error    text,
+    failed_rows   bigint)
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH d AS (
+        SELECT d.name FROM backfill.declaration d WHERE d.name = $1
+        UNION
+        SELECT l.declaration FROM backfill.ledger l WHERE l.declaration = $1
+    ),
+    l AS (
+        SELECT l.* FROM backfill.ledger l
+         WHERE l.declaration = $1
+         ORDER BY l.run_id DESC LIMIT 1
+    ),
+    p AS (
+        SELECT coalesce(sum(p.rows), 0)::bigint AS rows,
+               coalesce(sum(p.batches), 0)::bigint AS batches,
+               count(*)::integer AS partitions,
+               (count(*) FILTER (WHERE p.state = 'pending'))::integer AS pending,
+               (count(*) FILTER (WHERE p.state = 'running'))::integer AS running,
+               (count(*) FILTER (WHERE p.state = 'done'))::integer AS done,
+               (count(*) FILTER (WHERE p.state = 'failed'))::integer AS failed,
+               (count(*) FILTER (WHERE p.holder_pid IS NOT NULL AND p.state = 'running'
+                   AND EXISTS (SELECT 1 FROM pg_stat_activity a
+                                WHERE a.pid = p.holder_pid
+                                  AND a.backend_start = p.holder_start)))::integer AS live,
+               min(p.started_at) AS first_start,
+               (avg(p.batch_size) FILTER (WHERE p.state = 'running'))::integer AS batch_size,
+               string_agg(DISTINCT p.throttle, '; ') FILTER (WHERE p.state = 'running') AS throttle
+          FROM backfill.partition p, l
+         WHERE p.run_id = l.run_id
+    ),
+    s AS (
+        SELECT l.run_id, l.status, r.phase, r.plan_method, r.estimate, r.paused,
+               coalesce(l.rows, p.rows) AS rows,
+               coalesce(l.batches, p.batches) AS batches,
+               p.partitions, p.pending, p.running, p.done, p.failed, p.live,
+               p.batch_size, p.throttle,
+               l.started_at, l.finished_at,
+               coalesce(l.error_code || ': ' || l.error_message, r.last_error) AS last_error,
+               extract(epoch FROM coalesce(l.finished_at, now())
+                                  - coalesce(p.first_start, l.started_at)) AS secs,
+               (SELECT count(*) FROM backfill.failed_row f WHERE f.run_id = l.run_id) AS failed_rows
+          FROM l LEFT JOIN backfill.run r USING (run_id), p
+    )
+    SELECT d.name, s.run_id,
+           coalesce(s.status, 'never run'),
+           s.phase, coalesce(s.rows, 0), coalesce(s.batches, 0),
+           CASE WHEN s.secs > 0 THEN s.rows / s.secs END,
+           s.estimate,
+           CASE WHEN s.status = 'completed' THEN 1.0
+                WHEN s.estimate > 0 THEN least(1.0, s.rows::float8 / s.estimate) END,
+           CASE WHEN s.status = 'running' AND s.secs > 0 AND s.rows > 0 AND s.estimate IS NOT NULL
+                THEN make_interval(secs => greatest(s.estimate - s.rows, 0) / (s.rows / s.secs)) END,
+           s.partitions, s.pending, s.running, s.done, s.failed,
+           s.live, s.paused, s.batch_size, s.throttle, s.plan_method,
+           s.started_at, s.finished_at, s.last_error, coalesce(s.failed_rows, 0)
+      FROM d LEFT JOIN s ON true;
+$$;
+COMMENT ON FUNCTION backfill_status(text) IS
+'status, progress, rows/s and ETA of the newest pass of a backfill';
+
+/* backfill_pending: a pass that ended with tolerated failed rows says so */
+CREATE OR REPLACE FUNCTION backfill_pending()
+RETURNS TABLE (
+    name                  text,
+    state                 text,
+    checksum              text,
+    completed_checksum    text,
+    changed               boolean,
+    environments          text[],
+    last_run_id           bigint,
+    last_completed_run_id bigint,
+    rows                  bigint,
+    blocked_by            text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH env AS (
+        SELECT current_setting('backfill.environment') AS e
+    ),
+    last AS (
+        SELECT DISTINCT ON (l.ledger_name) l.*
+          FROM backfill.ledger l
+         ORDER BY l.ledger_name, l.run_id DESC
+    ),
+    done AS (
+        SELECT DISTINCT ON (l.ledger_name) l.*
+          FROM backfill.ledger l
+         WHERE l.status = 'completed'
+         ORDER BY l.ledger_name, l.run_id DESC
+    ),
+    -- a plain declaration has one history; a scoped one, one per scope run
+    histories AS (
+        SELECT d.name AS ledger_name, d.name AS declaration
+          FROM backfill.declaration d WHERE d.scope IS NULL
+        UNION ALL
+        SELECT DISTINCT l.ledger_name, d.name
+          FROM backfill.declaration d JOIN backfill.ledger l ON l.declaration = d.name
+         WHERE d.scope IS NOT NULL
+    )
+    SELECT h.ledger_name,
+           CASE
+             WHEN d.environments IS NOT NULL AND NOT (env.e = ANY (d.environments))
+                  THEN 'not-in-this-environment'
+             WHEN last.status = 'running'
+                  AND backfill.unmet_requirement(d.name) IS NOT NULL
+                  AND NOT EXISTS (SELECT 1 FROM backfill.partition p
+                                   WHERE p.run_id = last.run_id) THEN 'blocked'
+             WHEN last.status = 'running' THEN 'running'
+             WHEN last.status = 'failed' AND last.error_code = 'BF006' THEN 'stalled'
+             WHEN last.status IN ('failed', 'cancelled') THEN 'failed'
+             WHEN last.status = 'completed_with_failures' AND last.checksum = d.checksum
+                  THEN 'completed_with_failures'
+             WHEN done.run_id IS NOT NULL AND done.checksum <> d.checksum THEN 'changed'
+             WHEN done.run_id IS NOT NULL THEN 'completed'
+             WHEN backfill.unmet_requirement(d.name) IS NOT NULL THEN 'blocked'
+             ELSE 'pending'
+           END,
+           d.checksum,
+           done.checksum,
+           done.run_id IS NOT NULL AND done.checksum <> d.checksum,
+           d.environments,
+           last.run_id,
+           done.run_id,
+           coalesce(last.rows,
+                    (SELECT sum(p.rows)::bigint FROM backfill.partition p
+                      WHERE p.run_id = last.run_id)),
+           backfill.unmet_requirement(d.name)
+      FROM histories h
+      JOIN backfill.declaration d ON d.name = h.declaration
+      CROSS JOIN env
+      LEFT JOIN last ON last.ledger_name = h.ledger_name
+      LEFT JOIN done ON done.ledger_name = h.ledger_name
+    UNION ALL
+    SELECT last.ledger_name, 'orphaned', NULL, done.checksum, NULL, NULL,
+           last.run_id, done.run_id, last.rows, NULL
+      FROM last
+      LEFT JOIN done ON done.ledger_name = last.ledger_name
+     WHERE NOT EXISTS (SELECT 1 FROM backfill.declaration d
+                        WHERE d.name = last.declaration)
+    ORDER BY 1;
+$$;
+
 /* ---- revert (issue 14, part 2) and drift watch (part 3) ---- */
 
 /* ---- PostgreSQL 15-18 and pg_upgrade (issue 16) ---- */

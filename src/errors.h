@@ -47,6 +47,8 @@
 #define ERRCODE_BACKFILL_PRIVILEGE		MAKE_SQLSTATE('B','F','0','1','6')
 /* the ledger is append-only (raised by the ledger trigger, in SQL) */
 #define ERRCODE_BACKFILL_LEDGER_READONLY MAKE_SQLSTATE('B','F','0','1','7')
+/* more rows failed alone (and were skipped) than the declaration's max_failed_rows */
+#define ERRCODE_BACKFILL_FAILED_ROWS	MAKE_SQLSTATE('B','F','0','1','8')
 /* another transaction started or ended a pass after this one's snapshot */
 #define ERRCODE_BACKFILL_CONCURRENT	MAKE_SQLSTATE('B','F','0','2','0')
 

@@ -196,6 +196,8 @@ prepare_table(Pass *pass)
 	Oid			action_types[2] = {pass->keytype, pass->keytype};
 
 	pass->keys_aggregated = key_type_aggregated(pass->keytype);
+	pass->key_eq = MemoryContextStrdup(pass->cxt,
+									   key_operator(pass->keytype, BTEqualStrategyNumber));
 	for (int variant = 0; variant < 4; variant++)
 		pass->keys_plan[variant] = prepare_kept(pass, "key scan",
 												key_scan_sql(pass, variant, key, gt, le),
@@ -334,7 +336,7 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	values[3] = Int64GetDatum(rows);
 	values[4] = Int32GetDatum(LANE_PID());
 	values[5] = TimestampTzGetDatum(LANE_START());
-	values[6] = Int32GetDatum(claim->batch_size);
+	values[6] = Int32GetDatum(CLAIM_BATCH_LIMIT(claim));
 	values[7] = Float8GetDatum(claim->last_batch_ms);
 	values[8] = CStringGetTextDatum(claim->foreground_reason);
 	nulls[8] = claim->foreground_reason[0] ? ' ' : 'n';
@@ -496,6 +498,45 @@ batch_run_page(Pass *pass, Claim *claim)
 	return outcome;
 }
 
+/*
+ * The first key after the claim's cursor that still matches the predicate,
+ * found in a batch transaction begun here and left open: the caller
+ * (poison.c) records the row and moves the cursor past it in the same
+ * transaction, and commits it.  false: no key is left in the partition.
+ * The key is copied into the pass's memory.
+ */
+bool
+batch_first_key(Pass *pass, Claim *claim, Datum *key)
+{
+	int			variant = (claim->has_cursor ? 1 : 0) | (claim->has_hi ? 2 : 0);
+	Datum		key_values[3];
+	char		key_nulls[3] = {' ', ' ', ' '};
+	bool		isnull;
+	Datum		found;
+	MemoryContext old;
+
+	key_values[0] = Int64GetDatum(1);
+	key_values[1] = claim->cursor;
+	key_nulls[1] = claim->has_cursor ? ' ' : 'n';
+	key_values[2] = claim->hi;
+	key_nulls[2] = claim->has_hi ? ' ' : 'n';
+
+	begin_batch(pass, claim);
+	if (SPI_execute_plan(pass->keys_plan[variant], key_values, key_nulls, false, 0) !=
+		SPI_OK_SELECT)
+		elog(ERROR, "key scan of backfill \"%s\" failed", pass->name);
+	disable_timeout(STATEMENT_TIMEOUT, false);
+	if (SPI_processed == 0)
+		return false;
+	found = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+		return false;			/* min() of no keys */
+	old = MemoryContextSwitchTo(pass->cxt);
+	*key = datumCopy(found, pass->key_byval, pass->key_len);
+	MemoryContextSwitchTo(old);
+	return true;
+}
+
 BatchOutcome
 batch_run(Pass *pass, Claim *claim)
 {
@@ -511,7 +552,7 @@ batch_run(Pass *pass, Claim *claim)
 	TimestampTz batch_start;
 	int			rc;
 
-	key_values[0] = Int64GetDatum(claim->batch_size);
+	key_values[0] = Int64GetDatum(CLAIM_BATCH_LIMIT(claim));
 	key_values[1] = claim->cursor;
 	key_nulls[1] = claim->has_cursor ? ' ' : 'n';
 	key_values[2] = claim->hi;
@@ -522,6 +563,7 @@ batch_run(Pass *pass, Claim *claim)
 
 	batch_start = GetCurrentTimestamp();
 	begin_batch(pass, claim);
+	claim->scanned_keys = -1;
 
 	rc = SPI_execute_plan(pass->keys_plan[variant], key_values, key_nulls, false, 0);
 	if (rc != SPI_OK_SELECT)
@@ -532,6 +574,7 @@ batch_run(Pass *pass, Claim *claim)
 													 SPI_tuptable->tupdesc, 3, &isnull));
 	else
 		nkeys = SPI_processed;
+	claim->scanned_keys = (int64) nkeys;
 	if (nkeys == 0)
 	{
 		disable_timeout(STATEMENT_TIMEOUT, false);

@@ -14,5 +14,6 @@
 
 extern void batch_prepare(Pass *pass);
 extern BatchOutcome batch_run(Pass *pass, Claim *claim);
+extern bool batch_first_key(Pass *pass, Claim *claim, Datum *key);
 
 #endif							/* BACKFILL_BATCH_H */

@@ -129,6 +129,7 @@ pass_take_declaration(Pass *pass, const Declaration *d)
 	pass->target_batch_ms = d->target_batch_ms;
 	pass->min_batch_size = d->min_batch_size;
 	pass->max_batch_size = d->max_batch_size;
+	pass->max_failed_rows = d->max_failed_rows;
 	pass->settings = d->settings;
 	pass->pages_fn = d->pages_fn;
 	pass->count_fn = d->count_fn;
@@ -732,6 +733,65 @@ lock_pass_to_count(Pass *pass)
 }
 
 /*
+ * The keys of the rows this pass recorded as failed alone (poison.c), as an
+ * array of the key type, or NULL when there are none.  They are read as the
+ * extension's owner and become keys as the lane's role (a domain's CHECK).
+ */
+static ArrayType *
+recorded_keys(Pass *pass)
+{
+	CatalogScope scope;
+	int			n;
+	char	  **texts;
+	Datum	   *keys;
+	char		align;
+
+	catalog_enter(&scope);
+	n = exec_on_run(pass, "SELECT key FROM backfill.failed_row WHERE run_id = $1", SPI_OK_SELECT);
+	texts = palloc(sizeof(char *) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		texts[i] = catalog_gettext(i, 1);
+	catalog_leave(&scope);
+	if (n == 0)
+		return NULL;
+	keys = palloc(sizeof(Datum) * n);
+	for (int i = 0; i < n; i++)
+		keys[i] = OidInputFunctionCall(pass->key_input, texts[i], pass->key_ioparam, -1);
+	get_typlenbyvalalign(pass->keytype, &pass->key_len, &pass->key_byval, &align);
+	return construct_array(keys, n, pass->keytype, pass->key_len, pass->key_byval, align);
+}
+
+/*
+ * A table's rows that still match the predicate, leaving out the rows the
+ * pass recorded as failed alone: they are the pass's result
+ * (completed_with_failures), not a sign that it stalled.
+ */
+static int64
+count_table_remaining(Pass *pass)
+{
+	StringInfoData sql;
+	ArrayType  *keys = recorded_keys(pass);
+	Oid			types[1];
+	Datum		values[1];
+	bool		isnull;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM %s WHERE (\n%s\n)", pass->relation,
+					 pass->predicate);
+	if (keys != NULL)
+	{
+		appendStringInfo(&sql, " AND NOT (%s %s ANY ($1))", quote_identifier(pass->key),
+						 pass->key_eq);
+		types[0] = get_array_type(pass->keytype);
+		values[0] = PointerGetDatum(keys);
+	}
+	if (SPI_execute_with_args(sql.data, keys ? 1 : 0, types, values, NULL, true, 0) !=
+		SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "could not count the rows left by backfill \"%s\"", pass->name);
+	return DatumGetInt64(catalog_getdatum(0, 1, &isnull));
+}
+
+/*
  * Convergence, as the declaring role: for a table the predicate is the
  * count; a pages source may declare a count function (none: 0).  A count
  * that is NULL or negative is an error, never "converged".
@@ -743,16 +803,7 @@ count_remaining(Pass *pass)
 	int64		remaining;
 
 	if (!OidIsValid(pass->pages_fn))
-	{
-		StringInfoData sql;
-
-		initStringInfo(&sql);
-		appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM %s WHERE (\n%s\n)", pass->relation,
-						 pass->predicate);
-		if (SPI_execute(sql.data, true, 0) != SPI_OK_SELECT || SPI_processed != 1)
-			elog(ERROR, "could not count the rows left by backfill \"%s\"", pass->name);
-		return DatumGetInt64(catalog_getdatum(0, 1, &isnull));
-	}
+		return count_table_remaining(pass);
 	if (!OidIsValid(pass->count_fn))
 		return 0;
 	if (!call_count_fn(pass, true))
@@ -768,11 +819,46 @@ count_remaining(Pass *pass)
 	return remaining;
 }
 
-/* End the counted pass: completed, or failed as stalled (BF006). */
+/*
+ * Every other row is done; failed rows were recorded and skipped: within
+ * max_failed_rows the pass ends completed_with_failures, beyond it (rows
+ * recorded by lanes at once, or before a crash) failed with BF018.
+ */
+static void
+end_with_failed_rows(Pass *pass, int64 failed)
+{
+	char	   *message;
+
+	if (failed > pass->max_failed_rows)
+	{
+		message = psprintf("backfill \"%s\" has " INT64_FORMAT " row(s) that failed alone, more "
+						   "than max_failed_rows (%d); backfill_failed_rows('%s') lists them",
+						   pass->name, failed, pass->max_failed_rows, pass->name);
+		ledger_end(pass->run_id, "failed", unpack_sql_state(ERRCODE_BACKFILL_FAILED_ROWS),
+				   message);
+	}
+	else
+	{
+		message = psprintf(INT64_FORMAT " row(s) failed alone and were skipped (max_failed_rows "
+						   "%d); backfill_failed_rows('%s') lists them, backfill_retry('%s') "
+						   "tries them again", failed, pass->max_failed_rows, pass->name,
+						   pass->name);
+		ledger_end(pass->run_id, "completed_with_failures", NULL, message);
+	}
+	run_end(pass->run_id, 0, message);
+	ereport(LOG, (errmsg("backfill \"%s\" run " INT64_FORMAT " ended: %s",
+						 pass->name, pass->run_id, message)));
+}
+
+/*
+ * End the counted pass: completed, completed with the failed rows it
+ * tolerates, or failed as stalled (BF006).
+ */
 static void
 pass_end_counted(Pass *pass, int64 remaining)
 {
 	CatalogScope scope;
+	int64		failed;
 
 	catalog_enter(&scope);
 	if (remaining > 0)
@@ -787,6 +873,9 @@ pass_end_counted(Pass *pass, int64 remaining)
 					  errhint("Rows may be written faster than the backfill fixes them, or the "
 							  "action may not fix every row it is given.")));
 	}
+	else if ((failed = exec_on_run(pass, "SELECT 1 FROM backfill.failed_row WHERE run_id = $1",
+								   SPI_OK_SELECT)) > 0)
+		end_with_failed_rows(pass, failed);
 	else
 	{
 		ledger_end(pass->run_id, "completed", NULL, NULL);

@@ -44,6 +44,7 @@ typedef struct Pass
 	int			target_batch_ms;	/* 0: fixed batch size */
 	int			min_batch_size;
 	int			max_batch_size;
+	int			max_failed_rows;	/* rows that failed alone the pass tolerates */
 
 	/* scope, tenancy and the kind of source */
 	Jsonb	   *input;			/* a scoped pass's input, or NULL */
@@ -63,6 +64,7 @@ typedef struct Pass
 	SPIPlanPtr	keys_plan[4];	/* indexed by (has cursor) | (has upper bound) << 1 */
 	bool		keys_aggregated;	/* keys_plan answers min, max, count */
 	SPIPlanPtr	action_plan;
+	char	   *key_eq;			/* the key type's btree equality, spelled (batch.c) */
 } Pass;
 
 /* the partition a lane holds a lease on */
@@ -84,7 +86,17 @@ typedef struct Claim
 	Health		health;			/* as the last batch read it (health.c) */
 	double		foreground_share;	/* of its time the lane works (1: all) */
 	char		foreground_reason[128]; /* why it works less, or "" */
+
+	/* isolating a row that fails alone (poison.c) */
+	int			bisect_size;	/* 0: not bisecting; else the batch size while halving */
+	int64		suspect;		/* keys after the cursor among which a row failed */
+	int			bisect_failures;	/* failed batches since the halving began */
+	int64		scanned_keys;	/* keys the last key scan found (-1: it failed) */
 } Claim;
+
+/* the batch size of the claim's next batch: halved while a failing row is isolated */
+#define CLAIM_BATCH_LIMIT(claim) \
+	((claim)->bisect_size > 0 ? (claim)->bisect_size : (claim)->batch_size)
 
 /* how a batch ended */
 typedef enum BatchOutcome

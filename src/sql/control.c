@@ -339,7 +339,31 @@ cancel_pass(Target *t)
 CONTROL_ENTRY(backfill_cancel, cancel_pass)
 
 /*
- * A new pass resuming the failed pass t->last_id from its checkpoints.  A
+ * The rows that failed alone in run old_id, each a partition of its own in
+ * run new_id: from the cursor before it (exclusive) to its key (inclusive),
+ * where no other row matched when it was recorded.  Numbered after the
+ * partitions copied from the old run; returns how many (in the catalog
+ * scope).
+ */
+static int
+retry_failed_rows(int64 new_id, int64 old_id)
+{
+	Oid			types[2] = {INT8OID, INT8OID};
+	Datum		values[2] = {Int64GetDatum(new_id), Int64GetDatum(old_id)};
+
+	return catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, state)"
+						" SELECT $1, m.n + pg_catalog.row_number() OVER (ORDER BY f.at, f.part_no,"
+						"        f.key), f.after_key, f.key, 'pending'"
+						"   FROM backfill.failed_row f,"
+						"        (SELECT coalesce(pg_catalog.max(p.part_no), -1) AS n"
+						"           FROM backfill.partition p WHERE p.run_id = $1) m"
+						"  WHERE f.run_id = $2",
+						2, types, values, NULL, SPI_OK_INSERT);
+}
+
+/*
+ * A new pass resuming the failed pass t->last_id from its checkpoints, and
+ * trying again exactly the rows it recorded as failed alone.  A
  * pass that failed before it was planned has no partitions: the new one
  * stays queued, and its first lane plans it.
  */
@@ -351,6 +375,7 @@ retry_failed_pass(Target *t)
 	Datum		values[2];
 	int64		run_id;
 	int			copied;
+	int			rows;
 
 	if (strcmp(t->last_checksum, t->checksum) != 0)
 		ereport(ERROR,
@@ -373,6 +398,8 @@ retry_failed_pass(Target *t)
 						  "        CASE WHEN state = 'done' THEN 'done' ELSE 'pending' END"
 						  "   FROM backfill.partition WHERE run_id = $2",
 						  2, types, values, NULL, SPI_OK_INSERT);
+	rows = retry_failed_rows(run_id, t->last_id);
+	copied += rows;
 	if (copied > 0)
 		catalog_exec("UPDATE backfill.run r SET phase = 'running', plan_method = o.plan_method,"
 					 " estimate = o.estimate FROM backfill.run o"
@@ -384,12 +411,16 @@ retry_failed_pass(Target *t)
 					t->name, t->last_id, run_id),
 			 copied == 0 ?
 			 errdetail("Run " INT64_FORMAT " failed before it was planned; run " INT64_FORMAT
-					   " plans it again.", t->last_id, run_id) : 0));
+					   " plans it again.", t->last_id, run_id) :
+			 rows > 0 ?
+			 errdetail("It tries again the %d row(s) that failed alone in run " INT64_FORMAT ".",
+					   rows, t->last_id) : 0));
 }
 
 /*
  * Retry: failed partitions of the running pass go back to pending.  When
- * the newest pass has ended failed, a new pass (a new ledger row: history
+ * the newest pass has ended failed (or completed with rows that failed
+ * alone), a new pass (a new ledger row: history
  * is never rewritten) resumes it from its checkpoints.  The running pass
  * is locked first, so a lane that is ending it (its partitions failed)
  * ends it before, or finds the partitions pending after.
@@ -410,7 +441,8 @@ retry_pass(Target *t)
 								  " finished_at = NULL"
 								  " WHERE run_id = $1 AND state = 'failed' ") > 0;
 	}
-	else if (t->last_id != 0 && strcmp(t->last_status, "failed") == 0)
+	else if (t->last_id != 0 && (strcmp(t->last_status, "failed") == 0 ||
+								 strcmp(t->last_status, "completed_with_failures") == 0))
 	{
 		retry_failed_pass(t);
 		changed = true;

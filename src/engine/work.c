@@ -1,0 +1,389 @@
+/*-------------------------------------------------------------------------
+ *
+ * work.c
+ *	  Working on a claimed partition: batch after batch until it is
+ *	  exhausted, a failed batch retried with backoff or, when a row is at
+ *	  fault, halved until the row is isolated (poison.c); and a step of the
+ *	  pass outside any batch, retried the same way.
+ *
+ * What a lane does per partition, in a form any process that holds a
+ * lease can call: the engine never calls back into the process that runs
+ * it.  An error no retry fixes, or a batch that fails max_attempts times
+ * in a row, fails the pass (or the partition).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/timeout.h"
+#include "utils/timestamp.h"
+
+#include "backoff.h"
+#include "batch.h"
+#include "catalog.h"
+#include "errors.h"
+#include "pacing.h"
+#include "pass.h"
+#include "poison.h"
+#include "shmem.h"
+#include "work.h"
+#include "xact.h"
+
+/*
+ * The pass was cancelled (shmem.c says so): a cancel of the batch in flight
+ * may still be on its way, and must not hit whatever the lane does next.
+ */
+static bool
+work_must_stop(void)
+{
+	if (!backfill_lane_stop_requested())
+		return false;
+	pqsignal(SIGINT, SIG_IGN);
+	QueryCancelPending = false;
+	return true;
+}
+
+/* Errors that no retry fixes: the pass fails at once. */
+static bool
+error_is_final(int sqlerrcode)
+{
+	switch (sqlerrcode)
+	{
+		case ERRCODE_UNDEFINED_TABLE:
+		case ERRCODE_UNDEFINED_COLUMN:
+		case ERRCODE_UNDEFINED_FUNCTION:
+		case ERRCODE_UNDEFINED_OBJECT:
+		case ERRCODE_INSUFFICIENT_PRIVILEGE:
+		case ERRCODE_SYNTAX_ERROR:
+		case ERRCODE_FEATURE_NOT_SUPPORTED:
+		case ERRCODE_WRONG_OBJECT_TYPE:
+		case ERRCODE_BACKFILL_CHANGED:
+		case ERRCODE_BACKFILL_SOURCE_INVALID:
+		case ERRCODE_BACKFILL_OPTION_INVALID:
+			return true;
+		default:
+			return false;
+	}
+}
+
+/*
+ * Wait out a retry's delay.  Woken early, a cancelled pass stops (false);
+ * anything else waits on.
+ */
+static bool
+wait_to_retry(int64 delay_ms)
+{
+	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms);
+
+	while (backoff_sleep_until(until))
+		if (work_must_stop())
+			return false;
+	return true;
+}
+
+/*
+ * A batch failed and its transaction is rolled back.  Returns what the
+ * lane does next: RETRY the batch after the backoff, NEXT partition (this
+ * one failed for good), or STOP (the pass failed, or the lease is gone).
+ */
+typedef enum FailureAction
+{
+	FAILURE_RETRY,
+	FAILURE_NEXT,
+	FAILURE_STOP
+} FailureAction;
+
+static FailureAction
+batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
+{
+	CatalogScope scope;
+	Oid			types[3] = {INT8OID, INT4OID, TEXTOID};
+	Datum		values[3];
+	int64		delay_ms;
+
+	/* lost lease (cancelled, or taken over): nothing of ours to record */
+	if (edata->sqlerrcode == ERRCODE_BACKFILL_CONFLICT)
+	{
+		ereport(LOG, (errmsg("%s", edata->message)));
+		return FAILURE_STOP;
+	}
+
+	/* no retry fixes it: end the lane at once and fail the pass */
+	if (error_is_final(edata->sqlerrcode))
+	{
+		pass_fail(pass, claim->part_no, edata->sqlerrcode, edata->message);
+		return FAILURE_STOP;
+	}
+
+	if (failures >= pass->max_attempts)
+	{
+		pass_fail_partition(pass, claim,
+							psprintf("a batch failed %d times in a row: SQLSTATE %s: %s",
+									 failures, unpack_sql_state(edata->sqlerrcode),
+									 edata->message));
+		return FAILURE_NEXT;
+	}
+
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = Int32GetDatum(claim->part_no);
+	values[2] = CStringGetTextDatum(edata->message);
+	worker_begin_xact("pg_backfill lane: recording a failed batch");
+	catalog_enter(&scope);
+	catalog_exec("UPDATE backfill.partition SET failures = failures + 1, last_error = $3"
+				 " WHERE run_id = $1 AND part_no = $2",
+				 3, types, values, NULL, SPI_OK_UPDATE);
+	catalog_leave(&scope);
+	worker_commit_xact();
+
+	/* capped doubling delay with jitter: half to all of it */
+	delay_ms = backoff_jittered_ms(failures - 1, pass->backoff_base_ms, pass->backoff_cap_ms);
+
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT ": batch failed (attempt %d of %d), "
+					"retrying in " INT64_FORMAT " ms",
+					pass->name, pass->run_id, failures, pass->max_attempts, delay_ms),
+			 errdetail("SQLSTATE %s: %s", unpack_sql_state(edata->sqlerrcode),
+					   edata->message)));
+	return wait_to_retry(delay_ms) ? FAILURE_RETRY : FAILURE_STOP;
+}
+
+/* A paused pass: give the partition back at its checkpoint; the lane ends. */
+static bool
+leave_paused(Pass *pass, Claim *claim)
+{
+	pass_release(pass, claim);
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT " paused: lane leaves partition %d "
+					"at its checkpoint", pass->name, pass->run_id, claim->part_no)));
+	return false;
+}
+
+/*
+ * A batch of more than one row failed with a row's fault: try its first
+ * half next.  A single row: record it and move past it (poison.c).  If
+ * recording fails (a lock timeout, say), that failure is retried like a
+ * failed batch's.
+ */
+static FailureAction
+isolate_row(Pass *pass, Claim *claim, ErrorData *edata, int *failures)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile BatchOutcome outcome = BATCH_DONE;
+	ErrorData  *volatile failure = NULL;
+	FailureAction next;
+
+	if (poison_bisect(claim))
+	{
+		ereport(LOG,
+				(errmsg("backfill \"%s\" run " INT64_FORMAT ": a batch of partition %d failed on "
+						"a row; trying %d rows at a time to isolate it",
+						pass->name, pass->run_id, claim->part_no, claim->bisect_size),
+				 errdetail("SQLSTATE %s: %s", unpack_sql_state(edata->sqlerrcode),
+						   edata->message)));
+		return FAILURE_RETRY;
+	}
+	PG_TRY();
+	{
+		outcome = poison_record(pass, claim, edata);
+	}
+	PG_CATCH();
+	{
+		failure = worker_abort_xact(pass->cxt);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	if (failure == NULL)
+		return outcome == BATCH_STOP ? FAILURE_STOP : FAILURE_RETRY;
+	(*failures)++;
+	next = batch_failed(pass, claim, failure, *failures);
+	FreeErrorData(failure);
+	return next;
+}
+
+/*
+ * A batch failed (its transaction rolled back): a row's fault in a table's
+ * batch is isolated, without counting against max_attempts (each halving
+ * is progress, and ends at one row); anything else is retried with backoff
+ * (batch_failed).
+ */
+static FailureAction
+batch_error(Pass *pass, Claim *claim, ErrorData *edata, int *failures)
+{
+	if (!OidIsValid(pass->pages_fn) && poison_is_row_fault(edata->sqlerrcode))
+		return isolate_row(pass, claim, edata, failures);
+	(*failures)++;
+	if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		pacing_after_timeout(pass, claim);
+	return batch_failed(pass, claim, edata, *failures);
+}
+
+/*
+ * Run batches on a claimed partition until it is exhausted (true) or the
+ * lane must stop (false).
+ */
+bool
+work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
+{
+	int			failures = 0;
+
+	claim->bisect_size = 0;
+	claim->suspect = 0;
+	claim->bisect_failures = 0;
+	claim->scanned_keys = -1;
+
+	for (;;)
+	{
+		TimestampTz started = GetCurrentTimestamp();
+		volatile BatchOutcome outcome = BATCH_DONE;
+		volatile bool failed = false;
+		bool		stopping;
+
+		CHECK_FOR_INTERRUPTS();
+		MemoryContextReset(scratch);
+		MemoryContextSwitchTo(scratch);
+
+		if (work_must_stop())
+			return false;
+		/* another role's pass waits for a lane: give this one up */
+		if (backfill_lane_yield_requested())
+		{
+			pass_release(pass, claim);
+			ereport(LOG,
+					(errmsg("backfill \"%s\" run " INT64_FORMAT ": lane leaves partition %d at "
+							"its checkpoint for another role's pass", pass->name, pass->run_id,
+							claim->part_no),
+					 errdetail("backfill.max_workers lanes are shared fairly between roles.")));
+			return false;
+		}
+
+		/* backfill_cancel cancels a batch only while this says so (shmem.c) */
+		backfill_lane_set_in_batch(true);
+		PG_TRY();
+		{
+			outcome = batch_run(pass, claim);
+		}
+		PG_CATCH();
+		{
+			failed = true;
+		}
+		PG_END_TRY();
+		backfill_lane_set_in_batch(false);
+		/* cancelled: before anything that could take the cancel's signal */
+		stopping = work_must_stop();
+
+		if (failed)
+		{
+			ErrorData  *edata;
+			FailureAction next;
+
+			disable_timeout(STATEMENT_TIMEOUT, false);
+			edata = worker_abort_xact(pass->cxt);
+			MemoryContextSwitchTo(scratch);
+			/* cancelled: the batch rolled back, nothing of it is recorded */
+			if (stopping)
+			{
+				ereport(LOG,
+						(errmsg("backfill \"%s\" run " INT64_FORMAT " was cancelled: the batch in "
+								"flight on partition %d rolled back",
+								pass->name, pass->run_id, claim->part_no)));
+				FreeErrorData(edata);
+				return false;
+			}
+			next = batch_error(pass, claim, edata, &failures);
+			FreeErrorData(edata);
+			if (next == FAILURE_STOP)
+				return false;
+			if (next == FAILURE_NEXT)
+				return true;
+			continue;
+		}
+
+		failures = 0;
+		poison_after_batch(claim, claim->last_keys);
+		if (outcome == BATCH_STOP || stopping)
+			return false;
+		if (outcome == BATCH_PAUSED)
+			return leave_paused(pass, claim);
+		if (outcome == BATCH_PARTITION_DONE)
+			return true;
+
+		outcome = pacing_after_batch(pass, claim, started);
+		if (outcome == BATCH_STOP)
+			return false;
+		if (outcome == BATCH_PAUSED)
+			return leave_paused(pass, claim);
+	}
+}
+
+/*
+ * One attempt at a step of the pass outside any batch.  Returns NULL when
+ * it succeeded, else the error (in the pass's memory), its transaction
+ * rolled back.
+ */
+static ErrorData *
+try_step(Pass *pass, void (*step) (Pass *))
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ErrorData  *volatile edata = NULL;
+
+	PG_TRY();
+	{
+		step(pass);
+	}
+	PG_CATCH();
+	{
+		edata = worker_abort_xact(pass->cxt);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	return edata;
+}
+
+/*
+ * Run a step of the pass outside any batch (preparing and planning it,
+ * counting the rows left).  An error there that a retry may fix (a lock
+ * timeout, a cancelled statement, a serialization failure or deadlock...)
+ * is retried after the same capped, jittered, doubling delay as a batch,
+ * up to max_attempts times in a row; an error no retry fixes, or the last
+ * attempt's, fails the pass with its SQLSTATE (returns false) instead of
+ * killing the lane, which the scheduler would only start again.
+ */
+bool
+work_step(Pass *pass, void (*step) (Pass *), const char *what)
+{
+	for (int failures = 1;; failures++)
+	{
+		ErrorData  *edata = try_step(pass, step);
+		int64		delay_ms;
+
+		if (edata == NULL)
+			return true;
+		if (error_is_final(edata->sqlerrcode))
+		{
+			pass_fail(pass, -1, edata->sqlerrcode, edata->message);
+			return false;
+		}
+		if (failures >= pass->max_attempts)
+		{
+			pass_fail(pass, -1, edata->sqlerrcode,
+					  psprintf("%s failed %d times in a row: %s", what, failures,
+							   edata->message));
+			return false;
+		}
+		delay_ms = backoff_jittered_ms(failures - 1, pass->backoff_base_ms, pass->backoff_cap_ms);
+		ereport(LOG,
+				(errmsg("backfill \"%s\" run " INT64_FORMAT ": %s failed (attempt %d of %d), "
+						"retrying in " INT64_FORMAT " ms",
+						pass->name, pass->run_id, what, failures, pass->max_attempts, delay_ms),
+				 errdetail("SQLSTATE %s: %s", unpack_sql_state(edata->sqlerrcode),
+						   edata->message)));
+		FreeErrorData(edata);
+		if (!wait_to_retry(delay_ms))
+			return false;
+	}
+}
+

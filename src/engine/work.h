@@ -1,0 +1,19 @@
+/*-------------------------------------------------------------------------
+ *
+ * work.h
+ *	  Working on a claimed partition, and a step of a pass outside any
+ *	  batch, with their retries (work.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef BACKFILL_WORK_H
+#define BACKFILL_WORK_H
+
+#include "postgres.h"
+
+#include "pass.h"
+
+extern bool work_partition(Pass *pass, Claim *claim, MemoryContext scratch);
+extern bool work_step(Pass *pass, void (*step) (Pass *), const char *what);
+
+#endif							/* BACKFILL_WORK_H */
