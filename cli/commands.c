@@ -38,7 +38,8 @@ cmd_pending(void)
 		"       array_to_string(environments, ',') AS environments,"
 		"       left(checksum, 12) AS checksum, blocked_by"
 		"  FROM %s.backfill_pending() ORDER BY name");
-	static const char *const gate[] = {"pending", "blocked", "failed", "stalled", "changed", NULL};
+	static const char *const gate[] = {"pending", "blocked", "failed", "stalled", "changed",
+	"completed_with_failures", NULL};
 	PGresult   *res = must_query(sql, 0, NULL);
 	int			not_done = 0;
 

@@ -219,6 +219,31 @@ show_line(char *line, bool tty, bool final)
 	fflush(stdout);
 }
 
+/*
+ * The rows run run_id recorded as failed alone and skipped, as a table on
+ * stdout (nothing when there are none).
+ */
+static void
+show_failed_rows(const char *name, const char *run_id)
+{
+	char	   *sql = api_sql("SELECT key, sqlstate, message, attempts"
+							  "  FROM %s.backfill_failed_rows($1) WHERE run_id = $2::bigint");
+	const char *params[] = {name, run_id};
+	PGresult   *res = run_query(sql, 2, params);
+
+	if (res != NULL && PQntuples(res) > 0)
+	{
+		printf("%d row(s) failed alone and were skipped (backfill_failed_rows):\n",
+			   PQntuples(res));
+		print_table(res);
+		printf("fix them, then \"%s retry %s\" tries exactly these rows again\n",
+			   progname, name);
+	}
+	if (res != NULL)
+		PQclear(res);
+	free(sql);
+}
+
 /* How the pass ended, on stdout; why it failed, on stderr too. */
 static int
 report_outcome(const Snapshot *s, const char *name, const char *run_id)
@@ -248,6 +273,10 @@ report_outcome(const Snapshot *s, const char *name, const char *run_id)
 		outcome = "stalled";
 	printf("%s: run %s, %s rows in %s%s%s\n", outcome, run_id, rows, took,
 		   s->error[0] ? ": " : "", s->error);
+	/* a pass that ended with rows it skipped (tolerated or not) lists them */
+	if (strcmp(s->status, "completed_with_failures") == 0 ||
+		strcmp(s->error_code, "BF018") == 0)
+		show_failed_rows(name, run_id);
 	fflush(stdout);
 	fprintf(stderr, "%s: run %s of backfill \"%s\" %s\n", progname, run_id, name, outcome);
 	if (s->error[0])

@@ -160,6 +160,13 @@ SELECT backfill_run('upgrade_gone04');
 SELECT backfill_drop('upgrade_pages04'), backfill_drop('upgrade_gone04');
 DROP FUNCTION upgrade_pages04(text, jsonb);
 DROP FUNCTION upgrade_count04(jsonb);
+-- poison rows: the failed_row catalog, the ledger's completed_with_failures,
+-- backfill_status's failed_rows
+SELECT string_agg(attname, ', ' ORDER BY attnum) AS failed_row_columns FROM pg_attribute
+ WHERE attrelid = 'backfill.failed_row'::regclass AND attnum > 0;
+SELECT pg_get_constraintdef(oid) LIKE '%completed_with_failures%' AS ledger_knows_failures
+  FROM pg_constraint WHERE conname = 'ledger_status_check';
+SELECT failed_rows FROM backfill_status('upgrade_fill');
 -- a pages source, declared without relation and predicate
 CREATE FUNCTION upgrade_pages(cursor text, input jsonb) RETURNS jsonb
 LANGUAGE sql AS $$ SELECT '{"rows": [], "next": null}'::jsonb $$;
