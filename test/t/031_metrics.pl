@@ -143,9 +143,14 @@ $node->safe_psql('postgres', q{
 		batch_size => 100, rate => 2);
 	CREATE TABLE bad_t (id int PRIMARY KEY, c int);
 	INSERT INTO bad_t SELECT i FROM generate_series(1, 1000) i;
-	-- every batch fails (division by zero) and is retried with backoff
+	-- every batch fails, not for a row's fault (class 55: no bisection),
+	-- and is retried with backoff
+	CREATE FUNCTION bad_fail(lo int) RETURNS int LANGUAGE plpgsql AS $$
+	BEGIN
+		RAISE EXCEPTION 'bad_fail: not ready' USING ERRCODE = 'object_not_in_prerequisite_state';
+	END $$;
 	SELECT backfill_declare(name => 'bad', relation => 'bad_t', predicate => 'c IS NULL',
-		action => 'UPDATE bad_t SET c = 1 / (id - id) WHERE id BETWEEN $1 AND $2 AND c IS NULL',
+		action => 'UPDATE bad_t SET c = bad_fail($1) WHERE id BETWEEN $1 AND $2 AND c IS NULL',
 		batch_size => 100, rate => 100, max_attempts => 100,
 		backoff_base => '100 ms', backoff_cap => '200 ms');
 	SELECT backfill_declare(name => 'never', relation => 'bad_t', predicate => 'c IS NULL',
