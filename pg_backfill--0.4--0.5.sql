@@ -329,6 +329,300 @@ $$;
 
 /* ---- revert (issue 14, part 2) and drift watch (part 3) ---- */
 
+/*
+ * A pass goes forward (the action over the predicate's rows) or reverts
+ * (the declared revert over the revert_predicate's rows, or over every
+ * row when there is none).  The direction is part of a pass's history:
+ * like its checksum, it never changes.
+ */
+ALTER TABLE backfill.ledger
+    ADD COLUMN direction text NOT NULL DEFAULT 'forward'
+               CHECK (direction IN ('forward', 'revert'));
+
+CREATE OR REPLACE FUNCTION backfill.ledger_guard() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        RAISE EXCEPTION 'ledger row % of backfill "%" cannot be deleted',
+              OLD.run_id, OLD.declaration
+              USING ERRCODE = 'BF017',
+                    DETAIL = 'The ledger is append-only: it is the history of every pass.',
+                    HINT = 'Re-run the backfill with force => true to record a new pass.';
+    END IF;
+    IF OLD.status <> 'running' THEN
+        RAISE EXCEPTION 'ledger row % of backfill "%" has ended and cannot be changed',
+              OLD.run_id, OLD.declaration
+              USING ERRCODE = 'BF017',
+                    DETAIL = format('The pass ended as %s at %s.', OLD.status, OLD.finished_at),
+                    HINT = 'Re-run the backfill with force => true to record a new pass.';
+    END IF;
+    IF NEW.run_id <> OLD.run_id OR NEW.ledger_name <> OLD.ledger_name
+       OR NEW.checksum <> OLD.checksum OR NEW.started_at <> OLD.started_at
+       OR NEW.direction <> OLD.direction THEN
+        RAISE EXCEPTION 'ledger row % of backfill "%" cannot be rewritten',
+              OLD.run_id, OLD.declaration
+              USING ERRCODE = 'BF017',
+                    DETAIL = 'Only the status, counters and end of a running pass may change.',
+                    HINT = 'Re-run the backfill with force => true to record a new pass.';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE VIEW backfill_ledger WITH (security_invoker = true) AS
+    SELECT l.run_id, l.ledger_name, l.declaration, l.status, l.forced, l.previous_run_id,
+           l.rows, l.batches, l.started_at, l.finished_at,
+           l.finished_at - l.started_at AS duration,
+           l.error_code, l.error_message, l.checksum,
+           pg_catalog.pg_get_userbyid(l.owner) AS owner,
+           l.direction
+      FROM backfill.ledger l;
+
+CREATE FUNCTION backfill_revert(name text) RETURNS bigint
+LANGUAGE C STRICT VOLATILE AS 'MODULE_PATHNAME', 'backfill_revert';
+COMMENT ON FUNCTION backfill_revert(text) IS
+'start a revert pass (the declared revert over what the forward passes did); returns its run id';
+
+/*
+ * backfill_status: as in 0.1, and the direction of the newest pass.
+ */
+DROP FUNCTION backfill_status(text);
+CREATE FUNCTION backfill_status(name text)
+RETURNS TABLE (
+    name          text,
+    run_id        bigint,
+    status        text,
+    phase         text,
+    rows          bigint,
+    batches       bigint,
+    rows_per_sec  double precision,
+    estimate      bigint,
+    progress      double precision,
+    eta           interval,
+    partitions    integer,
+    partitions_pending integer,
+    partitions_running integer,
+    partitions_done    integer,
+    partitions_failed  integer,
+    live_leases   integer,
+    paused        boolean,
+    batch_size    integer,
+    throttle      text,
+    plan_method   text,
+    started_at    timestamptz,
+    finished_at   timestamptz,
+    last_error    text,
+    direction     text)
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH d AS (
+        SELECT d.name FROM backfill.declaration d WHERE d.name = $1
+        UNION
+        SELECT l.declaration FROM backfill.ledger l WHERE l.declaration = $1
+    ),
+    l AS (
+        SELECT l.* FROM backfill.ledger l
+         WHERE l.declaration = $1
+         ORDER BY l.run_id DESC LIMIT 1
+    ),
+    p AS (
+        SELECT coalesce(sum(p.rows), 0)::bigint AS rows,
+               coalesce(sum(p.batches), 0)::bigint AS batches,
+               count(*)::integer AS partitions,
+               (count(*) FILTER (WHERE p.state = 'pending'))::integer AS pending,
+               (count(*) FILTER (WHERE p.state = 'running'))::integer AS running,
+               (count(*) FILTER (WHERE p.state = 'done'))::integer AS done,
+               (count(*) FILTER (WHERE p.state = 'failed'))::integer AS failed,
+               (count(*) FILTER (WHERE p.holder_pid IS NOT NULL AND p.state = 'running'
+                   AND EXISTS (SELECT 1 FROM pg_stat_activity a
+                                WHERE a.pid = p.holder_pid
+                                  AND a.backend_start = p.holder_start)))::integer AS live,
+               min(p.started_at) AS first_start,
+               (avg(p.batch_size) FILTER (WHERE p.state = 'running'))::integer AS batch_size,
+               string_agg(DISTINCT p.throttle, '; ') FILTER (WHERE p.state = 'running') AS throttle
+          FROM backfill.partition p, l
+         WHERE p.run_id = l.run_id
+    ),
+    s AS (
+        SELECT l.run_id, l.status, r.phase, r.plan_method, r.estimate, r.paused,
+               coalesce(l.rows, p.rows) AS rows,
+               coalesce(l.batches, p.batches) AS batches,
+               p.partitions, p.pending, p.running, p.done, p.failed, p.live,
+               p.batch_size, p.throttle,
+               l.started_at, l.finished_at,
+               coalesce(l.error_code || ': ' || l.error_message, r.last_error) AS last_error,
+               extract(epoch FROM coalesce(l.finished_at, now())
+                                  - coalesce(p.first_start, l.started_at)) AS secs,
+               l.direction
+          FROM l LEFT JOIN backfill.run r USING (run_id), p
+    )
+    SELECT d.name, s.run_id,
+           coalesce(s.status, 'never run'),
+           s.phase, coalesce(s.rows, 0), coalesce(s.batches, 0),
+           CASE WHEN s.secs > 0 THEN s.rows / s.secs END,
+           s.estimate,
+           CASE WHEN s.status = 'completed' THEN 1.0
+                WHEN s.estimate > 0 THEN least(1.0, s.rows::float8 / s.estimate) END,
+           CASE WHEN s.status = 'running' AND s.secs > 0 AND s.rows > 0 AND s.estimate IS NOT NULL
+                THEN make_interval(secs => greatest(s.estimate - s.rows, 0) / (s.rows / s.secs)) END,
+           s.partitions, s.pending, s.running, s.done, s.failed,
+           s.live, s.paused, s.batch_size, s.throttle, s.plan_method,
+           s.started_at, s.finished_at, s.last_error, s.direction
+      FROM d LEFT JOIN s ON true;
+$$;
+COMMENT ON FUNCTION backfill_status(text) IS
+'status, progress, rows/s and ETA of the newest pass of a backfill, and its direction';
+
+/*
+ * backfill_pending: as in 0.1, and the direction of the newest pass.  A
+ * forward pass completes the backfill only when no revert completed after
+ * it: its state is then reverted (reverting while a revert runs).
+ */
+DROP FUNCTION backfill_pending();
+CREATE FUNCTION backfill_pending()
+RETURNS TABLE (
+    name                  text,
+    state                 text,
+    checksum              text,
+    completed_checksum    text,
+    changed               boolean,
+    environments          text[],
+    last_run_id           bigint,
+    last_completed_run_id bigint,
+    rows                  bigint,
+    blocked_by            text,
+    direction             text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH env AS (
+        SELECT current_setting('backfill.environment') AS e
+    ),
+    last AS (
+        SELECT DISTINCT ON (l.ledger_name) l.*
+          FROM backfill.ledger l
+         ORDER BY l.ledger_name, l.run_id DESC
+    ),
+    reverted AS (
+        SELECT l.ledger_name, max(l.run_id) AS run_id
+          FROM backfill.ledger l
+         WHERE l.status = 'completed' AND l.direction = 'revert'
+         GROUP BY l.ledger_name
+    ),
+    done AS (
+        SELECT DISTINCT ON (l.ledger_name) l.*
+          FROM backfill.ledger l
+          LEFT JOIN reverted rv ON rv.ledger_name = l.ledger_name
+         WHERE l.status = 'completed' AND l.direction = 'forward'
+           AND l.run_id > coalesce(rv.run_id, 0)
+         ORDER BY l.ledger_name, l.run_id DESC
+    ),
+    -- a plain declaration has one history; a scoped one, one per scope run
+    histories AS (
+        SELECT d.name AS ledger_name, d.name AS declaration
+          FROM backfill.declaration d WHERE d.scope IS NULL
+        UNION ALL
+        SELECT DISTINCT l.ledger_name, d.name
+          FROM backfill.declaration d JOIN backfill.ledger l ON l.declaration = d.name
+         WHERE d.scope IS NOT NULL
+    )
+    SELECT h.ledger_name,
+           CASE
+             WHEN d.environments IS NOT NULL AND NOT (env.e = ANY (d.environments))
+                  THEN 'not-in-this-environment'
+             WHEN last.status = 'running' AND last.direction = 'revert' THEN 'reverting'
+             WHEN last.status = 'running'
+                  AND backfill.unmet_requirement(d.name) IS NOT NULL
+                  AND NOT EXISTS (SELECT 1 FROM backfill.partition p
+                                   WHERE p.run_id = last.run_id) THEN 'blocked'
+             WHEN last.status = 'running' THEN 'running'
+             WHEN last.status = 'failed' AND last.error_code = 'BF006' THEN 'stalled'
+             WHEN last.status IN ('failed', 'cancelled') THEN 'failed'
+             WHEN last.status = 'completed' AND last.direction = 'revert' THEN 'reverted'
+             WHEN done.run_id IS NOT NULL AND done.checksum <> d.checksum THEN 'changed'
+             WHEN done.run_id IS NOT NULL THEN 'completed'
+             WHEN backfill.unmet_requirement(d.name) IS NOT NULL THEN 'blocked'
+             ELSE 'pending'
+           END,
+           d.checksum,
+           done.checksum,
+           done.run_id IS NOT NULL AND done.checksum <> d.checksum,
+           d.environments,
+           last.run_id,
+           done.run_id,
+           coalesce(last.rows,
+                    (SELECT sum(p.rows)::bigint FROM backfill.partition p
+                      WHERE p.run_id = last.run_id)),
+           backfill.unmet_requirement(d.name),
+           last.direction
+      FROM histories h
+      JOIN backfill.declaration d ON d.name = h.declaration
+      CROSS JOIN env
+      LEFT JOIN last ON last.ledger_name = h.ledger_name
+      LEFT JOIN done ON done.ledger_name = h.ledger_name
+    UNION ALL
+    SELECT last.ledger_name, 'orphaned', NULL, done.checksum, NULL, NULL,
+           last.run_id, done.run_id, last.rows, NULL, last.direction
+      FROM last
+      LEFT JOIN done ON done.ledger_name = last.ledger_name
+     WHERE NOT EXISTS (SELECT 1 FROM backfill.declaration d
+                        WHERE d.name = last.declaration)
+    ORDER BY 1;
+$$;
+COMMENT ON FUNCTION backfill_pending() IS
+'one row per declared backfill with its state; ledger names no declaration owns are orphaned';
+
+COMMENT ON FUNCTION backfill_drop(text) IS
+'withdraw a declaration that has written no rows, or whose newest pass is a completed revert';
+
+/* a required backfill whose newest pass is a completed revert is not done */
+CREATE OR REPLACE FUNCTION backfill.unmet_requirement(p_name text) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d backfill.declaration;
+    why text;
+    required_owner oid;
+    last_status text;
+    last_direction text;
+BEGIN
+    SELECT * INTO d FROM backfill.declaration WHERE name = p_name;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF d.requires IS NOT NULL THEN
+        why := backfill.migration_unapplied(d.requires, d.owner::oid);
+        IF why IS NOT NULL THEN
+            RETURN why;
+        END IF;
+    END IF;
+    IF d.requires_backfill IS NOT NULL THEN
+        SELECT b.owner INTO required_owner FROM backfill.declaration b
+         WHERE b.name = d.requires_backfill;
+        IF FOUND AND NOT pg_has_role(d.owner::oid, required_owner, 'USAGE') THEN
+            RETURN format('backfill %s belongs to role %s, which role %s is not a member of',
+                          d.requires_backfill, pg_get_userbyid(required_owner),
+                          pg_get_userbyid(d.owner));
+        END IF;
+        SELECT l.status, l.direction INTO last_status, last_direction FROM backfill.ledger l
+         WHERE l.ledger_name = d.requires_backfill
+           AND pg_has_role(d.owner::oid, l.owner::oid, 'USAGE')
+         ORDER BY l.run_id DESC LIMIT 1;
+        IF last_status = 'completed' AND last_direction = 'revert' THEN
+            RETURN format('backfill %s was reverted (its last pass is a completed revert)',
+                          d.requires_backfill);
+        END IF;
+        IF last_status IS DISTINCT FROM 'completed' THEN
+            RETURN format('backfill %s has not completed (its last pass: %s)',
+                          d.requires_backfill, coalesce(last_status, 'none'));
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
 /* ---- PostgreSQL 15-18 and pg_upgrade (issue 16) ---- */
 
 /*

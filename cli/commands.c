@@ -1,6 +1,7 @@
 /*
  * commands.c: the client's commands (list, pending, status, pause,
- * resume, cancel, retry, run), each one call of the extension's SQL API.
+ * resume, cancel, retry, run, revert), each one call of the extension's
+ * SQL API.
  * Each returns the process exit status.
  */
 #include <stdlib.h>
@@ -39,7 +40,7 @@ cmd_pending(void)
 		"       left(checksum, 12) AS checksum, blocked_by"
 		"  FROM %s.backfill_pending() ORDER BY name");
 	static const char *const gate[] = {"pending", "blocked", "failed", "stalled", "changed",
-	"completed_with_failures", NULL};
+	"completed_with_failures", "reverting", "reverted", NULL};
 	PGresult   *res = must_query(sql, 0, NULL);
 	int			not_done = 0;
 
@@ -136,18 +137,15 @@ cmd_control(const char *verb, const char *name)
 	return EXIT_OK;
 }
 
-int
-cmd_run(const char *name, bool force, bool wait, const char *input, bool plain)
+/* print the run id a call answered, and with --wait follow the pass */
+static int
+follow_run(PGresult *res, const char *fn, const char *name, bool wait, bool plain)
 {
-	char	   *sql = api_sql("SELECT %s.backfill_run($1, $2::boolean, $3::jsonb)");
-	const char *params[] = {name, force ? "true" : "false", input};
-	PGresult   *res = must_query(sql, 3, params);
 	char	   *run_id;
 
-	free(sql);
 	if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0))
 	{
-		fprintf(stderr, "%s: backfill_run returned no run id\n", progname);
+		fprintf(stderr, "%s: %s returned no run id\n", progname, fn);
 		PQclear(res);
 		return EXIT_FAILED;
 	}
@@ -158,4 +156,36 @@ cmd_run(const char *name, bool force, bool wait, const char *input, bool plain)
 	if (!wait)
 		return EXIT_OK;
 	return wait_for_run(name, run_id, plain);
+}
+
+int
+cmd_run(const char *name, bool force, bool wait, const char *input, bool plain)
+{
+	char	   *sql = api_sql("SELECT %s.backfill_run($1, $2::boolean, $3::jsonb)");
+	const char *params[] = {name, force ? "true" : "false", input};
+	PGresult   *res = must_query(sql, 3, params);
+
+	free(sql);
+	return follow_run(res, "backfill_run", name, wait, plain);
+}
+
+/*
+ * revert: start the revert pass (or name the one running or completed);
+ * nothing to revert is said by the server's NOTICE, and is no failure.
+ */
+int
+cmd_revert(const char *name, bool wait, bool plain)
+{
+	char	   *sql = api_sql("SELECT %s.backfill_revert($1)");
+	const char *params[] = {name};
+	PGresult   *res = must_query(sql, 1, params);
+
+	free(sql);
+	if (PQntuples(res) == 1 && PQgetisnull(res, 0, 0))
+	{
+		printf("nothing to revert\n");
+		PQclear(res);
+		return EXIT_OK;
+	}
+	return follow_run(res, "backfill_revert", name, wait, plain);
 }

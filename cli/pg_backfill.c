@@ -57,6 +57,9 @@ usage(FILE *out)
 			"  cancel NAME               cancel the running pass\n"
 			"  retry NAME                retry failed partitions, or resume a failed pass\n"
 			"                            (these four print 'changed' or 'unchanged')\n"
+			"  revert NAME [--wait] [--plain]\n"
+			"                            start the declared revert pass and print its run\n"
+			"                            id; --wait follows it until it ends\n"
 			"  pending                   the backfill_pending() report; exit status 3 when\n"
 			"                            any backfill is pending, blocked, failed, stalled\n"
 			"                            or changed (a deploy gate)\n"
@@ -65,7 +68,8 @@ usage(FILE *out)
 			"  -d, --dbname=CONNINFO     connection string or URI (default: the libpq\n"
 			"                            environment: PGHOST, PGPORT, PGUSER, PGDATABASE...)\n"
 			"  --force                   run: record a new pass even if one completed\n"
-			"  --wait                    run: wait for the pass to end, showing progress\n"
+			"  --wait                    run, revert: wait for the pass to end, showing\n"
+			"                            progress\n"
 			"  --input=JSON              run: the input of a scoped backfill\n"
 			"  --plain                   run --wait: plain progress lines even on a terminal\n"
 			"  -h, --help                show this help and exit\n"
@@ -183,6 +187,7 @@ check_command(const Options *o)
 			usage_error("%s takes no arguments", cmd);
 	}
 	else if (strcmp(cmd, "run") == 0 || strcmp(cmd, "status") == 0 ||
+			 strcmp(cmd, "revert") == 0 ||
 			 strcmp(cmd, "pause") == 0 || strcmp(cmd, "resume") == 0 ||
 			 strcmp(cmd, "cancel") == 0 || strcmp(cmd, "retry") == 0)
 	{
@@ -191,8 +196,11 @@ check_command(const Options *o)
 	}
 	else
 		usage_error("unknown command: %s", cmd);
-	if (o->run_opts && strcmp(cmd, "run") != 0)
-		usage_error("--force, --wait, --input and --plain apply to run only");
+	if (o->run_opts && strcmp(cmd, "revert") == 0 && (o->force || o->input != NULL))
+		usage_error("revert takes --wait and --plain only");
+	else if (o->run_opts && strcmp(cmd, "run") != 0 && strcmp(cmd, "revert") != 0)
+		usage_error("--force, --wait, --input and --plain apply to run (and --wait, --plain "
+					"to revert) only");
 }
 
 int
@@ -221,6 +229,8 @@ main(int argc, char **argv)
 		rc = cmd_pending();
 	else if (strcmp(cmd, "run") == 0)
 		rc = cmd_run(o.pos[1], o.force, o.wait, o.input, o.plain);
+	else if (strcmp(cmd, "revert") == 0)
+		rc = cmd_revert(o.pos[1], o.wait, o.plain);
 	else if (strcmp(cmd, "status") == 0)
 		rc = cmd_status(o.pos[1]);
 	else

@@ -51,6 +51,10 @@
 #define ERRCODE_BACKFILL_FAILED_ROWS	MAKE_SQLSTATE('B','F','0','1','8')
 /* another transaction started or ended a pass after this one's snapshot */
 #define ERRCODE_BACKFILL_CONCURRENT	MAKE_SQLSTATE('B','F','0','2','0')
+/* a revert is asked of a backfill that declares none */
+#define ERRCODE_BACKFILL_NO_REVERT		MAKE_SQLSTATE('B','F','0','2','1')
+/* a pass of the other direction (forward or revert) is running */
+#define ERRCODE_BACKFILL_DIRECTION		MAKE_SQLSTATE('B','F','0','2','2')
 
 /* the server is a standby: what would write belongs on the primary */
 #define ERRCODE_BACKFILL_STANDBY		MAKE_SQLSTATE('B','F','0','2','6')

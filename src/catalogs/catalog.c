@@ -20,6 +20,7 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "catalog/indexing.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
 #include "miscadmin.h"
@@ -372,6 +373,17 @@ check_backfill_member(const char *name, Oid owner)
 						   GetUserNameFromId(owner, true) ?
 						   GetUserNameFromId(owner, true) : "(dropped)"),
 				 errhint("Ask a member of that role, or have it GRANT the role to you.")));
+}
+
+char *
+ledger_direction_sql(const char *alias)
+{
+	Oid			nsp = get_namespace_oid("backfill", true);
+	Oid			relid = OidIsValid(nsp) ? get_relname_relid("ledger", nsp) : InvalidOid;
+
+	if (OidIsValid(relid) && get_attnum(relid, "direction") != InvalidAttrNumber)
+		return psprintf("%s.direction", alias);
+	return pstrdup("'forward'::pg_catalog.text");
 }
 
 /* a function's schema-qualified, quoted name, to call it in SQL */

@@ -53,6 +53,12 @@ extern bool catalog_ask(const char *what, const char *sql, int nargs, Oid *types
 /* a function's schema-qualified, quoted name, to call it in SQL */
 extern char *function_name(Oid fn);
 
+/*
+ * A pass's direction in SQL: "alias.direction", or 'forward' under a
+ * catalog older than 0.5 (a newer library before ALTER EXTENSION UPDATE)
+ */
+extern char *ledger_direction_sql(const char *alias);
+
 /* the backfill name checks every entry point shares */
 extern void check_backfill_name(const char *name);
 extern void check_new_backfill_name(const char *name);

@@ -3,7 +3,8 @@
  * enqueue.c
  *	  The start of a pass: whether its declaration may run here, and its
  *	  ledger row (status running) and run row (phase queued), shared by
- *	  backfill_run, backfill_retry and the scheduler's drift check.
+ *	  backfill_run, backfill_retry, backfill_revert and the scheduler's
+ *	  drift check.
  *
  * The rows are written in the caller's transaction, and the database's
  * scheduler is woken when that transaction commits.  A transaction that
@@ -85,17 +86,32 @@ refuse_second_running_pass(MemoryContext cxt, const char *name, const char *ledg
 }
 
 /*
- * Write the ledger row (status running) and the run row of a new pass, in
- * the caller's transaction and SPI connection.  Returns the run id.
+ * Write the ledger row (status running) and the run row of a new forward
+ * pass, in the caller's transaction and SPI connection.  Returns the run id.
  */
 int64
 enqueue_pass(const char *ledger_name, const char *name, const char *checksum, bool force,
 			 int64 previous_id, Oid owner, Jsonb *input)
 {
+	return enqueue_pass_as(ledger_name, name, checksum, force, previous_id, owner, input,
+						   "forward");
+}
+
+/*
+ * enqueue_pass, of a direction: "forward" or "revert".  A forward pass
+ * names no direction, so that it can be enqueued under a catalog older
+ * than 0.5 (where the column is missing and every pass goes forward).
+ */
+int64
+enqueue_pass_as(const char *ledger_name, const char *name, const char *checksum, bool force,
+				int64 previous_id, Oid owner, Jsonb *input, const char *direction)
+{
+	bool		forward = strcmp(direction, "forward") == 0;
 	CatalogScope scope;
-	Oid			types[7] = {TEXTOID, TEXTOID, BOOLOID, INT8OID, OIDOID, TEXTOID, JSONBOID};
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[8] = {TEXTOID, TEXTOID, BOOLOID, INT8OID, OIDOID, TEXTOID, JSONBOID,
+	TEXTOID};
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	bool		isnull;
 	int64		run_id;
 	MemoryContext cxt = CurrentMemoryContext;
@@ -114,16 +130,19 @@ enqueue_pass(const char *ledger_name, const char *name, const char *checksum, bo
 	values[5] = CStringGetTextDatum(name);
 	values[6] = input ? JsonbPGetDatum(input) : (Datum) 0;
 	nulls[6] = input ? ' ' : 'n';
+	values[7] = CStringGetTextDatum(direction);
 	catalog_enter(&scope);
 	PG_TRY();
 	{
-		catalog_exec("WITH l AS ("
-					 "  INSERT INTO backfill.ledger"
-					 "   (ledger_name, declaration, checksum, forced, previous_run_id, owner)"
-					 "  VALUES ($1, $6, $2, $3, $4, $5) RETURNING run_id)"
-					 " INSERT INTO backfill.run (run_id, input) SELECT run_id, $7 FROM l"
-					 " RETURNING run_id",
-					 7, types, values, nulls, SPI_OK_INSERT_RETURNING);
+		catalog_exec(psprintf("WITH l AS ("
+							  "  INSERT INTO backfill.ledger"
+							  "   (ledger_name, declaration, checksum, forced, previous_run_id,"
+							  "    owner%s)"
+							  "  VALUES ($1, $6, $2, $3, $4, $5%s) RETURNING run_id)"
+							  " INSERT INTO backfill.run (run_id, input) SELECT run_id, $7 FROM l"
+							  " RETURNING run_id",
+							  forward ? "" : ", direction", forward ? "" : ", $8"),
+					 forward ? 7 : 8, types, values, nulls, SPI_OK_INSERT_RETURNING);
 	}
 	PG_CATCH();
 	{

@@ -15,5 +15,8 @@
 extern void check_environment(const char *name, Datum environments, const char *envlist);
 extern int64 enqueue_pass(const char *ledger_name, const char *name, const char *checksum,
 						  bool force, int64 previous_id, Oid owner, Jsonb *input);
+extern int64 enqueue_pass_as(const char *ledger_name, const char *name, const char *checksum,
+							 bool force, int64 previous_id, Oid owner, Jsonb *input,
+							 const char *direction);
 
 #endif							/* BACKFILL_ENQUEUE_H */

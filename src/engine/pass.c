@@ -108,15 +108,24 @@ lane_run_as_ok(Pass *pass, Oid owner, Oid run_as)
 	return false;
 }
 
-/* the declaration's columns a lane works with (read into the pass's context) */
+/*
+ * The declaration's columns a lane works with (read into the pass's
+ * context).  A revert pass runs the revert over the revert predicate's
+ * rows, which then prove it done; without a revert predicate it visits
+ * every row of the table once, in key order, and the end of that walk is
+ * its end (there is no count: every row would match).
+ */
 static void
-pass_take_declaration(Pass *pass, const Declaration *d)
+pass_take_declaration(Pass *pass, const Declaration *d, bool reverting)
 {
 	pass->relid = d->relid;
 	pass->key = d->key_column;
 	pass->keytype = d->key_type;
-	pass->predicate = d->predicate;
-	pass->action = d->action;
+	pass->reverting = reverting;
+	pass->predicate = reverting ? (d->revert_predicate ? d->revert_predicate : "true") :
+		d->predicate;
+	pass->action = reverting ? d->revert : d->action;
+	pass->counted = !reverting || d->revert_predicate != NULL;
 	pass->batch_size = d->batch_size;
 	pass->rate = d->rate;
 	pass->max_attempts = d->max_attempts;
@@ -204,11 +213,13 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 	worker_begin_xact("pg_backfill lane: loading the pass");
 	catalog_enter(&scope);
 	if (catalog_exec(psprintf("SELECT l.status AS ledger_status, l.declaration AS ledger_declaration,"
-							  "  l.ledger_name, l.checksum AS ledger_checksum, r.input AS run_input, %s"
+							  "  l.ledger_name, l.checksum AS ledger_checksum, r.input AS run_input,"
+							  "  %s AS ledger_direction, %s"
 							  " FROM backfill.ledger l"
 							  " JOIN backfill.run r ON r.run_id = l.run_id"
 							  " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
-							  " WHERE l.run_id = $1", declaration_select_list("d")),
+							  " WHERE l.run_id = $1", ledger_direction_sql("l"),
+							  declaration_select_list("d")),
 					 1, types, values, NULL, SPI_OK_SELECT) == 0)
 		ok = false;
 	else
@@ -230,12 +241,21 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 					  "the declaration changed since the pass started");
 			return false;
 		}
+		else if (strcmp(column_text("ledger_direction"), "revert") == 0 && decl.revert == NULL)
+		{
+			catalog_leave(&scope);
+			worker_commit_xact();
+			pass_fail(pass, -1, ERRCODE_BACKFILL_NO_REVERT,
+					  "the declaration no longer declares a revert");
+			return false;
+		}
 		else
 		{
 			Datum		input = catalog_getdatum(0, SPI_fnumber(SPI_tuptable->tupdesc,
 																"run_input"), &isnull);
 
-			pass_take_declaration(pass, &decl);
+			pass_take_declaration(pass, &decl,
+								  strcmp(column_text("ledger_direction"), "revert") == 0);
 			if (!isnull)
 			{
 				MemoryContext old = MemoryContextSwitchTo(pass->cxt);
@@ -802,6 +822,8 @@ count_remaining(Pass *pass)
 	bool		isnull;
 	int64		remaining;
 
+	if (!pass->counted)
+		return 0;				/* a revert without a predicate: the walk is the proof */
 	if (!OidIsValid(pass->pages_fn))
 		return count_table_remaining(pass);
 	if (!OidIsValid(pass->count_fn))

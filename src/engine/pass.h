@@ -30,8 +30,10 @@ typedef struct Pass
 	char	   *relation;		/* quoted, schema-qualified */
 	char	   *key;			/* key column */
 	Oid			keytype;
-	char	   *predicate;
-	char	   *action;
+	char	   *predicate;		/* the rows the pass visits */
+	char	   *action;			/* what it does to each batch of them */
+	bool		reverting;		/* a revert pass: the declaration's revert and its predicate */
+	bool		counted;		/* does the predicate prove the pass done (convergence) */
 	int			batch_size;
 	int			max_parallel;
 	double		rate;			/* batches per second */

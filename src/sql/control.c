@@ -2,7 +2,7 @@
  *
  * control.c
  *	  Steering a backfill: backfill_pause, backfill_resume, backfill_cancel,
- *	  backfill_retry and backfill_drop.
+ *	  backfill_retry, backfill_revert and backfill_drop.
  *
  * Each is safe to call twice and answers whether it changed anything.
  * Each locks the declaration's row first, so two controls of one backfill
@@ -27,6 +27,7 @@
 #include "utils/jsonb.h"
 
 #include "catalog.h"
+#include "declaration.h"
 #include "errors.h"
 #include "identity.h"
 #include "enqueue.h"
@@ -38,6 +39,7 @@ PG_FUNCTION_INFO_V1(backfill_resume);
 PG_FUNCTION_INFO_V1(backfill_cancel);
 PG_FUNCTION_INFO_V1(backfill_retry);
 PG_FUNCTION_INFO_V1(backfill_drop);
+PG_FUNCTION_INFO_V1(backfill_revert);
 
 /* the backfill a control acts on */
 typedef struct Target
@@ -204,6 +206,28 @@ lock_running_pass(Target *t)
 	return running;
 }
 
+/*
+ * The direction of a pass ("forward" or "revert"), read as it is now;
+ * "forward" for run 0 and under a catalog older than 0.5.
+ */
+static char *
+pass_direction(int64 run_id)
+{
+	CatalogScope scope;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(run_id)};
+	char	   *direction = NULL;
+
+	catalog_enter(&scope);
+	if (run_id != 0 &&
+		catalog_exec_latest(psprintf("SELECT %s FROM backfill.ledger l WHERE l.run_id = $1",
+									 ledger_direction_sql("l")),
+							1, types, values, NULL) > 0)
+		direction = catalog_gettext(0, 1);
+	catalog_leave(&scope);
+	return direction ? direction : pstrdup("forward");
+}
+
 /* lock_running_pass, saying in a NOTICE when there is none to act on */
 static bool
 lock_running_pass_or_say(Target *t, const char *verb)
@@ -367,7 +391,7 @@ retry_failed_rows(int64 new_id, int64 old_id)
  * pass that failed before it was planned has no partitions: the new one
  * stays queued, and its first lane plans it.
  */
-static void
+static int64
 retry_failed_pass(Target *t)
 {
 	CatalogScope scope;
@@ -376,6 +400,7 @@ retry_failed_pass(Target *t)
 	int64		run_id;
 	int			copied;
 	int			rows;
+	char	   *direction = pass_direction(t->last_id);
 
 	if (strcmp(t->last_checksum, t->checksum) != 0)
 		ereport(ERROR,
@@ -388,8 +413,9 @@ retry_failed_pass(Target *t)
 	identity_check(t->name);
 	check_role_can_login(t->name, t->run_as);
 
-	run_id = enqueue_pass(t->last_ledger_name, t->name, t->checksum, false, t->last_id, t->owner,
-						  t->last_input);
+	/* a failed revert resumes as a revert */
+	run_id = enqueue_pass_as(t->last_ledger_name, t->name, t->checksum, false, t->last_id,
+							 t->owner, t->last_input, direction);
 	values[0] = Int64GetDatum(run_id);
 	values[1] = Int64GetDatum(t->last_id);
 	catalog_enter(&scope);
@@ -415,6 +441,7 @@ retry_failed_pass(Target *t)
 			 rows > 0 ?
 			 errdetail("It tries again the %d row(s) that failed alone in run " INT64_FORMAT ".",
 					   rows, t->last_id) : 0));
+	return run_id;
 }
 
 /*
@@ -444,7 +471,7 @@ retry_pass(Target *t)
 	else if (t->last_id != 0 && (strcmp(t->last_status, "failed") == 0 ||
 								 strcmp(t->last_status, "completed_with_failures") == 0))
 	{
-		retry_failed_pass(t);
+		(void) retry_failed_pass(t);
 		changed = true;
 	}
 	if (changed)
@@ -455,9 +482,48 @@ retry_pass(Target *t)
 CONTROL_ENTRY(backfill_retry, retry_pass)
 
 /*
+ * A backfill that has written rows may be dropped only once its newest
+ * pass is a completed revert: the table is as it was.  Otherwise
+ * IRREVERSIBLE, whose hint says how to go back: run the declared revert,
+ * or declare one.
+ */
+static void
+check_dropped_after_revert(Target *t, int64 rows)
+{
+	CatalogScope scope;
+	Declaration decl;
+	bool		has_revert;
+
+	if (t->last_id != 0 && strcmp(t->last_status, "completed") == 0 &&
+		strcmp(pass_direction(t->last_id), "revert") == 0)
+		return;
+	catalog_enter(&scope);
+	has_revert = declaration_lock(t->name, &decl) && decl.revert != NULL;
+	catalog_leave(&scope);
+	if (has_revert)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_IRREVERSIBLE),
+				 errmsg("backfill \"%s\" cannot be dropped: it has written " INT64_FORMAT " rows",
+						t->name, rows),
+				 errdetail("Its newest pass is not a completed revert, so the table still holds "
+						   "what it did."),
+				 errhint("Run SELECT backfill_revert('%s'); and drop it once the revert pass has "
+						 "completed.", t->name)));
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_IRREVERSIBLE),
+			 errmsg("backfill \"%s\" cannot be dropped: it has written " INT64_FORMAT " rows",
+					t->name, rows),
+			 errdetail("It declares no way back; the declaration documents what was done."),
+			 errhint("Declare it again with revert => '...' (the SQL that undoes the action), "
+					 "run backfill_revert('%s'), then drop it; or keep the declaration.",
+					 t->name)));
+}
+
+/*
  * Withdraw a declaration.  Refused while a pass runs (CONFLICT), and once
- * any pass has written rows (IRREVERSIBLE): the declaration then explains
- * what happened to the table.  Its ledger rows stay, orphaned.
+ * any pass has written rows (IRREVERSIBLE), unless its newest pass is a
+ * completed revert: the declaration then explains what happened to the
+ * table.  Its ledger rows stay, orphaned.
  */
 Datum
 backfill_drop(PG_FUNCTION_ARGS)
@@ -490,16 +556,155 @@ backfill_drop(PG_FUNCTION_ARGS)
 				 " JOIN backfill.ledger l ON l.run_id = p.run_id WHERE l.declaration = $1",
 				 1, types, values, NULL, SPI_OK_SELECT);
 	rows = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
+	catalog_leave(&scope);
 	if (rows > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_IRREVERSIBLE),
-				 errmsg("backfill \"%s\" cannot be dropped: it has written " INT64_FORMAT " rows",
-						t.name, rows),
-				 errdetail("It declares no way back; the declaration documents what was done."),
-				 errhint("Declare a reverting backfill instead.")));
+		check_dropped_after_revert(&t, rows);
+	catalog_enter(&scope);
 	catalog_exec("DELETE FROM backfill.declaration WHERE name = $1",
 				 1, types, values, NULL, SPI_OK_DELETE);
 	catalog_leave(&scope);
 	SPI_finish();
 	PG_RETURN_BOOL(true);
+}
+
+/*
+ * What backfill_revert answers without a new pass: the revert running
+ * now, or the completed revert that is the newest pass (a revert twice
+ * would undo twice).  BF022 while a forward pass runs.  0: start one.
+ */
+static int64
+existing_revert(Target *t)
+{
+	if (t->running_id != 0 && lock_running_pass(t))
+	{
+		if (strcmp(pass_direction(t->running_id), "revert") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_DIRECTION),
+					 errmsg("backfill \"%s\" cannot be reverted while run " INT64_FORMAT
+							" is running forward", t->name, t->running_id),
+					 errdetail("A revert undoes what the forward passes did; one of them is "
+							   "still at work."),
+					 errhint("Wait for run " INT64_FORMAT " to end, or call backfill_cancel('%s'), "
+							 "then revert.", t->running_id, t->name)));
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\" is already reverting as run " INT64_FORMAT, t->name,
+						t->running_id),
+				 errhint("SELECT backfill_wait(" INT64_FORMAT "); waits for it to end.",
+						 t->running_id)));
+		return t->running_id;
+	}
+	if (t->running_id != 0)
+		target_load(t->name, t, false, "backfill_revert");	/* it ended meanwhile */
+	if (t->last_id != 0 && strcmp(t->last_status, "completed") == 0 &&
+		strcmp(pass_direction(t->last_id), "revert") == 0)
+	{
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\" skipped: run " INT64_FORMAT " already reverted it",
+						t->name, t->last_id),
+				 errhint("Run it forward again with backfill_run('%s') first.", t->name)));
+		return t->last_id;
+	}
+	return 0;
+}
+
+/*
+ * The declaration's revert, which a revert pass needs (BF021 without);
+ * a scoped backfill has one history per scope and no revert of them all.
+ */
+static void
+check_revert_declared(Target *t)
+{
+	CatalogScope scope;
+	Declaration decl;
+
+	catalog_enter(&scope);
+	(void) declaration_lock(t->name, &decl);
+	catalog_leave(&scope);
+	if (decl.revert == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_NO_REVERT),
+				 errmsg("backfill \"%s\" declares no revert", t->name),
+				 errdetail("A revert pass runs the declaration's revert SQL; it has none."),
+				 errhint("Declare it again with revert => 'UPDATE ... WHERE id BETWEEN $1 AND $2' "
+						 "(and revert_predicate => the rows still to undo), then revert.")));
+	if (decl.scope != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("backfill \"%s\" is scoped and cannot be reverted as a whole", t->name),
+				 errdetail("Each scope has a history of its own."),
+				 errhint("Declare an unscoped backfill whose action undoes the scopes' work.")));
+}
+
+/*
+ * The rows the forward passes wrote since the last completed revert (none
+ * runs now), and those a revert that ended unfinished still has in its
+ * history: what a revert pass may have to undo.
+ */
+static int64
+forward_rows_to_undo(Target *t)
+{
+	CatalogScope scope;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(t->name)};
+	char	   *direction = ledger_direction_sql("l");
+	int64		rows;
+
+	catalog_enter(&scope);
+	catalog_exec_latest(psprintf("SELECT coalesce(pg_catalog.sum(l.rows), 0)::pg_catalog.int8"
+								 "  FROM backfill.ledger l WHERE l.ledger_name = $1"
+								 "   AND %s = 'forward' AND l.run_id > coalesce("
+								 "     (SELECT pg_catalog.max(v.run_id) FROM backfill.ledger v"
+								 "       WHERE v.ledger_name = $1 AND v.status = 'completed'"
+								 "         AND %s = 'revert'), 0)",
+								 direction, ledger_direction_sql("v")),
+						1, types, values, NULL);
+	rows = catalog_getint64(0, 1);
+	catalog_leave(&scope);
+	return rows;
+}
+
+/*
+ * backfill_revert(name): a revert pass, a new ledger row of direction
+ * revert, run like any pass (lanes, leases, checkpoints, pacing, the
+ * convergence count of its revert_predicate) with the declared revert as
+ * its action.  A revert that failed or was cancelled is resumed from its
+ * checkpoints, so no row is undone twice.  Returns the run id.
+ */
+Datum
+backfill_revert(PG_FUNCTION_ARGS)
+{
+	Target		t;
+	int64		run_id;
+
+	connect_spi();
+	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false, "backfill_revert");
+	check_revert_declared(&t);
+	run_id = existing_revert(&t);
+	if (run_id != 0)
+	{
+		SPI_finish();
+		PG_RETURN_INT64(run_id);
+	}
+	if (forward_rows_to_undo(&t) == 0)
+	{
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\" has nothing to revert", t.name),
+				 errdetail("No forward pass has written a row since its last completed revert.")));
+		SPI_finish();
+		PG_RETURN_NULL();
+	}
+	tenancy_check_run_as(t.name, t.owner, t.run_as);
+	if (t.last_id != 0 && strcmp(t.last_status, "completed") != 0 &&
+		strcmp(pass_direction(t.last_id), "revert") == 0)
+		run_id = retry_failed_pass(&t);	/* its checkpoints: no row undone twice */
+	else
+	{
+		check_environment(t.name, t.environments, t.envlist);
+		identity_check(t.name);
+		check_role_can_login(t.name, t.run_as);
+		run_id = enqueue_pass_as(t.name, t.name, t.checksum, false, t.last_id, t.owner, NULL,
+								 "revert");
+	}
+	SPI_finish();
+	PG_RETURN_INT64(run_id);
 }

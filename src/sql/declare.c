@@ -803,7 +803,61 @@ resolve_table_source(const DeclareArgs *a, Declaration *d, const char *run_as_na
 	tenancy_check_rls(name, d->relid, d->relation, d->run_as, d->settings, d->tenant);
 }
 
-/* the predicate, the scope and the action parse and plan as the caller */
+/*
+ * The way back, checked as the action and the predicate are: the revert
+ * takes the action's parameters, the revert predicate none, and neither may
+ * be anything but one statement or one stable boolean expression.  A
+ * revert predicate needs a revert to select rows for, and a table to
+ * select them from.
+ */
+static void
+check_revert_statements(const Declaration *d, Oid keytype)
+{
+	StringInfoData sql;
+
+	if (d->revert_predicate != NULL && d->revert == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" has a revert_predicate but no revert", d->name),
+				 errdetail("The revert predicate selects the rows a revert pass undoes; "
+						   "without a revert there is no such pass."),
+				 errhint("Pass revert => 'UPDATE ... WHERE id BETWEEN $1 AND $2' as well, or "
+						 "leave revert_predicate out.")));
+	if (d->revert_predicate != NULL && OidIsValid(d->pages_fn))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" has a revert_predicate but a pages source", d->name),
+				 errdetail("A pages source has no predicate: its revert walks the pages again."),
+				 errhint("Leave revert_predicate out for a pages source.")));
+	if (d->revert == NULL)
+		return;
+	if (d->revert[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" has an empty revert", d->name),
+				 errhint("Pass the SQL that undoes the action, or leave revert out.")));
+	if (d->revert_predicate != NULL)
+	{
+		initStringInfo(&sql);
+		appendStringInfo(&sql, "SELECT 1 FROM %s WHERE (\n%s\n)", d->relation,
+						 d->revert_predicate);
+		check_predicate_not_volatile(d->name,
+									 check_statement(d->name, "the revert predicate", sql.data,
+													 keytype, 0, d->revert_predicate,
+													 "Write a boolean SQL expression over the "
+													 "table's columns, true for rows still to "
+													 "undo, such as 'c IS NOT NULL'."));
+	}
+	check_statement(d->name, "the revert", d->revert, keytype,
+					OidIsValid(d->pages_fn) ? 1 : 2, NULL,
+					OidIsValid(d->pages_fn) ?
+					"Write one DML statement that undoes the action; $1 is the page's rows as a "
+					"jsonb array." :
+					"Write one DML statement that undoes the action; $1 and $2 are the first and "
+					"last key of the batch.");
+}
+
+/* the predicate, the scope, the action and the revert parse and plan as the caller */
 static void
 check_statements(const Declaration *d)
 {
@@ -835,6 +889,14 @@ check_statements(const Declaration *d)
 					"Write one DML statement; $1 is the page's rows as a jsonb array." :
 					"Write one DML statement; $1 and $2 are the first and last key of the batch; "
 					"wrap anything else in a function and SELECT it.");
+	check_revert_statements(d, keytype);
+}
+
+/* two texts alike, NULL alike */
+static bool
+text_equal(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
 }
 
 /*
@@ -849,14 +911,19 @@ check_redeclaration(const Declaration *d)
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(d->name)};
 	bool		running;
+	bool		reverting;
 	bool		isnull;
 
 	if (!declaration_lock(d->name, &old))
 		return;
-	catalog_exec("SELECT EXISTS (SELECT 1 FROM backfill.ledger l"
-				 "                WHERE l.declaration = $1 AND l.status = 'running')",
+	catalog_exec(psprintf("SELECT EXISTS (SELECT 1 FROM backfill.ledger l"
+						  "                WHERE l.declaration = $1 AND l.status = 'running'),"
+						  "       EXISTS (SELECT 1 FROM backfill.ledger l"
+						  "                WHERE l.declaration = $1 AND l.status = 'running'"
+						  "                  AND %s = 'revert')", ledger_direction_sql("l")),
 				 1, types, values, NULL, SPI_OK_SELECT);
 	running = DatumGetBool(catalog_getdatum(0, 1, &isnull));
+	reverting = DatumGetBool(catalog_getdatum(0, 2, &isnull));
 
 	if (!has_privs_of_role(d->owner, old.owner))
 		ereport(ERROR,
@@ -874,6 +941,15 @@ check_redeclaration(const Declaration *d)
 				 errdetail("The running pass started with checksum %s; the new definition has %s.",
 						   old.checksum, d->checksum),
 				 errhint("Wait for the pass to end, or cancel it, then declare again.")));
+	/* the revert is outside the checksum, so a revert pass guards it here */
+	if (reverting && (!text_equal(old.revert, d->revert) ||
+					  !text_equal(old.revert_predicate, d->revert_predicate)))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_CHANGED),
+				 errmsg("backfill \"%s\" cannot change its revert while a revert pass is running",
+						d->name),
+				 errdetail("The lanes of the revert pass run the revert it started with."),
+				 errhint("Wait for the revert pass to end, or cancel it, then declare again.")));
 	/* a lane reads async_commit when it starts */
 	if (running && old.async_commit != d->async_commit)
 		ereport(NOTICE,

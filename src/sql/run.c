@@ -61,6 +61,7 @@ typedef struct LedgerState
 	int64		running_id;
 	int64		completed_id;	/* by a pass of the declaration's owner */
 	int64		previous_id;
+	bool		reverting;		/* the running pass is a revert */
 } LedgerState;
 
 /* Refuse a run in a database no scheduler serves. */
@@ -122,7 +123,8 @@ lock_declaration(const char *name, RunDeclaration *d)
  * READ or SERIALIZABLE caller's snapshot may predate the pass that the
  * transaction we waited for has just enqueued.  Only a pass of the
  * declaration's owner completed it: a name another role declared, ran
- * and dropped before must not turn this backfill's runs into skips.
+ * and dropped before must not turn this backfill's runs into skips, and
+ * a forward pass that a completed revert undid no longer completes it.
  */
 static void
 read_ledger_state(const char *ledger_name, Oid owner, LedgerState *state)
@@ -131,18 +133,29 @@ read_ledger_state(const char *ledger_name, Oid owner, LedgerState *state)
 	Oid			types[2] = {TEXTOID, OIDOID};
 	Datum		values[2] = {CStringGetTextDatum(ledger_name), ObjectIdGetDatum(owner)};
 
+	char	   *direction;
+
 	catalog_enter(&scope);
-	catalog_exec_latest("SELECT"
-						"  (SELECT max(l.run_id) FROM backfill.ledger l"
-						"    WHERE l.ledger_name = $1 AND l.status = 'running'),"
-						"  (SELECT max(l.run_id) FROM backfill.ledger l"
-						"    WHERE l.ledger_name = $1 AND l.status = 'completed'"
-						"      AND l.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $2),"
-						"  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.ledger_name = $1)",
+	direction = ledger_direction_sql("l");
+	catalog_exec_latest(psprintf("SELECT"
+								 "  (SELECT max(l.run_id) FROM backfill.ledger l"
+								 "    WHERE l.ledger_name = $1 AND l.status = 'running'),"
+								 "  (SELECT max(l.run_id) FROM backfill.ledger l"
+								 "    WHERE l.ledger_name = $1 AND l.status = 'completed'"
+								 "      AND %s = 'forward'"
+								 "      AND l.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $2"
+								 "      AND l.run_id > coalesce((SELECT max(v.run_id)"
+								 "            FROM backfill.ledger v WHERE v.ledger_name = $1"
+								 "             AND v.status = 'completed' AND %s = 'revert'), 0)),"
+								 "  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.ledger_name = $1),"
+								 "  EXISTS (SELECT 1 FROM backfill.ledger l WHERE l.ledger_name = $1"
+								 "           AND l.status = 'running' AND %s = 'revert')",
+								 direction, ledger_direction_sql("v"), direction),
 						2, types, values, NULL);
 	state->running_id = catalog_getint64(0, 1);
 	state->completed_id = catalog_getint64(0, 2);
 	state->previous_id = catalog_getint64(0, 3);
+	state->reverting = catalog_getbool(0, 4);
 	catalog_leave(&scope);
 }
 
@@ -153,6 +166,15 @@ read_ledger_state(const char *ledger_name, Oid owner, LedgerState *state)
 static int64
 existing_pass(const char *ledger_name, LedgerState *state, bool force)
 {
+	if (state->running_id != 0 && state->reverting)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_DIRECTION),
+				 errmsg("backfill \"%s\" cannot run forward while its revert pass runs",
+						ledger_name),
+				 errdetail("Run %lld is undoing what the forward passes did.",
+						   (long long) state->running_id),
+				 errhint("Wait for it to end (SELECT backfill_wait(%lld);), or cancel it, then "
+						 "run the backfill again.", (long long) state->running_id)));
 	if (state->running_id != 0)
 	{
 		ereport(NOTICE,
