@@ -384,7 +384,8 @@ COMMENT ON FUNCTION backfill_revert(text) IS
 'start a revert pass (the declared revert over what the forward passes did); returns its run id';
 
 /*
- * backfill_status: as in 0.1, and the direction of the newest pass.
+ * backfill_status: as above (with failed_rows), and the direction of the
+ * newest pass.
  */
 DROP FUNCTION backfill_status(text);
 CREATE FUNCTION backfill_status(name text)
@@ -412,6 +413,7 @@ RETURNS TABLE (
     started_at    timestamptz,
     finished_at   timestamptz,
     last_error    text,
+    failed_rows   bigint,
     direction     text)
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
@@ -454,6 +456,7 @@ AS $$
                coalesce(l.error_code || ': ' || l.error_message, r.last_error) AS last_error,
                extract(epoch FROM coalesce(l.finished_at, now())
                                   - coalesce(p.first_start, l.started_at)) AS secs,
+               (SELECT count(*) FROM backfill.failed_row f WHERE f.run_id = l.run_id) AS failed_rows,
                l.direction
           FROM l LEFT JOIN backfill.run r USING (run_id), p
     )
@@ -468,14 +471,15 @@ AS $$
                 THEN make_interval(secs => greatest(s.estimate - s.rows, 0) / (s.rows / s.secs)) END,
            s.partitions, s.pending, s.running, s.done, s.failed,
            s.live, s.paused, s.batch_size, s.throttle, s.plan_method,
-           s.started_at, s.finished_at, s.last_error, s.direction
+           s.started_at, s.finished_at, s.last_error, coalesce(s.failed_rows, 0), s.direction
       FROM d LEFT JOIN s ON true;
 $$;
 COMMENT ON FUNCTION backfill_status(text) IS
 'status, progress, rows/s and ETA of the newest pass of a backfill, and its direction';
 
 /*
- * backfill_pending: as in 0.1, and the direction of the newest pass.  A
+ * backfill_pending: as above (with completed_with_failures), and the
+ * direction of the newest pass.  A
  * forward pass completes the backfill only when no revert completed after
  * it: its state is then reverted (reverting while a revert runs).
  */
@@ -540,6 +544,8 @@ AS $$
              WHEN last.status = 'failed' AND last.error_code = 'BF006' THEN 'stalled'
              WHEN last.status IN ('failed', 'cancelled') THEN 'failed'
              WHEN last.status = 'completed' AND last.direction = 'revert' THEN 'reverted'
+             WHEN last.status = 'completed_with_failures' AND last.checksum = d.checksum
+                  THEN 'completed_with_failures'
              WHEN done.run_id IS NOT NULL AND done.checksum <> d.checksum THEN 'changed'
              WHEN done.run_id IS NOT NULL THEN 'completed'
              WHEN backfill.unmet_requirement(d.name) IS NOT NULL THEN 'blocked'

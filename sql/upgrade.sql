@@ -167,6 +167,10 @@ SELECT string_agg(attname, ', ' ORDER BY attnum) AS failed_row_columns FROM pg_a
 SELECT pg_get_constraintdef(oid) LIKE '%completed_with_failures%' AS ledger_knows_failures
   FROM pg_constraint WHERE conname = 'ledger_status_check';
 SELECT failed_rows FROM backfill_status('upgrade_fill');
+-- the ledger's passes of 0.4 went forward; backfill_revert exists
+SELECT count(*) AS ledger_rows, count(*) FILTER (WHERE direction = 'forward') AS forward
+  FROM backfill.ledger;
+SELECT to_regprocedure('backfill_revert(text)') IS NOT NULL AS has_backfill_revert;
 -- a pages source, declared without relation and predicate
 CREATE FUNCTION upgrade_pages(cursor text, input jsonb) RETURNS jsonb
 LANGUAGE sql AS $$ SELECT '{"rows": [], "next": null}'::jsonb $$;
