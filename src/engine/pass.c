@@ -187,6 +187,26 @@ column_text(const char *column)
 }
 
 /*
+ * Why a running pass cannot go on with its declaration as it is now, or
+ * NULL: the declaration was dropped or changed (BF007), or a revert pass's
+ * declaration no longer declares a revert (BF021).
+ */
+static const char *
+pass_declaration_refusal(Pass *pass, const Declaration *decl, const char *direction,
+						 int *sqlerrcode)
+{
+	*sqlerrcode = ERRCODE_BACKFILL_CHANGED;
+	if (decl->checksum == NULL)
+		return "the declaration was dropped while the pass was running";
+	if (strcmp(decl->checksum, pass->checksum) != 0)
+		return "the declaration changed since the pass started";
+	*sqlerrcode = ERRCODE_BACKFILL_NO_REVERT;
+	if (strcmp(direction, "revert") == 0 && decl->revert == NULL)
+		return "the declaration no longer declares a revert";
+	return NULL;
+}
+
+/*
  * Load the pass into cxt.  Returns false when there is nothing to do: the
  * pass has ended.  A pass whose declaration is gone or changed fails here,
  * at once.  The declaration's columns are read by name (declaration.c);
@@ -205,6 +225,8 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 	char	   *search_path = NULL;
 	Oid			owner = InvalidOid;
 	Oid			run_as = InvalidOid;
+	const char *refusal;
+	int			sqlerrcode;
 
 	memset(pass, 0, sizeof(Pass));
 	pass->cxt = cxt;
@@ -231,22 +253,13 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 		(void) declaration_read(0, &decl, pass->cxt);
 		if (strcmp(status, "running") != 0)
 			ok = false;
-		else if (decl.checksum == NULL || strcmp(decl.checksum, pass->checksum) != 0)
+		else if ((refusal = pass_declaration_refusal(pass, &decl,
+													  column_text("ledger_direction"),
+													  &sqlerrcode)) != NULL)
 		{
 			catalog_leave(&scope);
 			worker_commit_xact();
-			pass_fail(pass, -1, ERRCODE_BACKFILL_CHANGED,
-					  decl.checksum == NULL ?
-					  "the declaration was dropped while the pass was running" :
-					  "the declaration changed since the pass started");
-			return false;
-		}
-		else if (strcmp(column_text("ledger_direction"), "revert") == 0 && decl.revert == NULL)
-		{
-			catalog_leave(&scope);
-			worker_commit_xact();
-			pass_fail(pass, -1, ERRCODE_BACKFILL_NO_REVERT,
-					  "the declaration no longer declares a revert");
+			pass_fail(pass, -1, sqlerrcode, refusal);
 			return false;
 		}
 		else

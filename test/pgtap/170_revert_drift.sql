@@ -204,6 +204,9 @@ SELECT throws_ok($$SELECT backfill_revert('bf170_slow')$$, 'BF022', NULL,
 SELECT is(backfill_cancel('bf170_slow'), true, 'the forward pass is cancelled');
 SELECT backfill_revert('bf170_slow') AS slowrev \gset
 SELECT isnt(:slowrev::bigint, :slow::bigint, 'a revert of the cancelled pass starts');
+SELECT ok(bf_test_poll(format($$SELECT coalesce(sum(rows), 0) > 0 FROM backfill.partition
+                                 WHERE run_id = %s$$, :slowrev), 60),
+          'the revert pass is at work');
 SELECT throws_ok($$SELECT backfill_run('bf170_slow', force => true)$$, 'BF022', NULL,
                  'a forward run while the revert runs: BF022');
 SELECT is(backfill_revert('bf170_slow'), :slowrev::bigint,
