@@ -183,13 +183,16 @@ done
 
 # ------------------------------------------------------------------ scale (issue 13): N_BIG rows
 # With N_BIG set (20000000 for the issue's target), items_src is rebuilt with N_BIG rows and
-# pg_backfill runs again at batch 1000 with 1 and 2 lanes (keys big:bf:<lanes>:1000); the
-# targets compare their rows/s with the same cases at N, and their lanes' RssAnon first -> last.
+# pg_backfill runs again at batch 1000 with 1 and 2 lanes (keys big:bf:<lanes>:1000), and the
+# PL/pgSQL loop at batch 1000 as the control (big:loop:-:1000: what the scale costs any batched
+# job, checkpoints and a table larger than shared_buffers); the targets compare their rows/s with
+# the same cases at N, and their lanes' RssAnon first -> last.
 if [ -n "${N_BIG:-}" ]; then
     N_MAIN=$N; N=$N_BIG
     say "scale cases: building items_src with N_BIG=$N rows"
     Q -v n="$N" -f "$HERE/sql/make_src.sql"
     KEY_PREFIX=big:
+    run_case loop - 1000 1
     for l in 1 2; do run_case bf "$l" 1000 1; done
     KEY_PREFIX=
     N=$N_MAIN
@@ -274,6 +277,11 @@ if [[ $af =~ ^[0-9]+$ && $al =~ ^[0-9]+$ ]]; then
 else
     echo "- lane RSS (1 lane, batch $rb): no samples (the pass ended before the first sample) -> n/a"
 fi
+if [ -n "${N_BIG:-}" ]; then
+    sb=$(first "big:loop:-:1000" 6); ss=$(med "loop:-:1000" 6)
+    echo "- the PL/pgSQL loop, batch 1000, $(fmt_int "$N_BIG") vs $(fmt_int "$N") rows/s (the control: what the scale costs" \
+         "any batched job): $(awk -v nb="$N_BIG" -v sb="$sb" -v n="$N" -v ss="$ss" 'BEGIN { if (sb == "" || ss == "") print "-"; else printf "%.2fx", (nb / sb) / (n / ss) }') (information)"
+fi
 for l in 1 2; do
     if [ -z "${N_BIG:-}" ]; then
         echo "- $(fmt_int 20000000) vs $(fmt_int "$N") rows/s within 10%, $l lane(s), batch 1000: n/a (run with N_BIG=20000000)"
@@ -305,7 +313,7 @@ TS=$(date -u +%FT%TZ)
 while IFS=$'\t' read -r key kind lanes b rep secs wal av ck heap parts plan lstarts batches server_s startup_s rf rl af al hwm ns np; do
     n=$N
     # the scale cases: their own N, their ratios against the cases at N (rows/s, not time)
-    [[ $key == big:* ]] && { n=$N_BIG; kind=bf_scale; secs_n=$(echo "$secs * $N / $N_BIG" | bc -l); } || secs_n=$secs
+    [[ $key == big:* ]] && { n=$N_BIG; kind=${kind}_scale; secs_n=$(echo "$secs * $N / $N_BIG" | bc -l); } || secs_n=$secs
     xs=$(ratio "$S_SINGLE" "$secs_n"); xl=-
     [ "$kind" = single ] || xl=$(ratio "${S_LOOP[$b]}" "$secs_n")
     printf '%s,%s,%s,%s,%s,%s,%s,%s,%s,%.0f,%s,%s,%s,%.1f,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s\n' \
