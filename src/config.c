@@ -136,10 +136,13 @@ void
 config_define_worker_settings(void)
 {
 	DefineCustomStringVariable("backfill.database_names",
-							   "Databases whose backfills pg_backfill runs (comma-separated).",
-							   "The launcher keeps a scheduler running for each that exists.",
+							   "Databases whose backfills pg_backfill may run (comma-separated); "
+							   "empty: every database.",
+							   "The launcher keeps a scheduler running in each of them that has "
+							   "the extension; a database without it costs a short check now "
+							   "and then.",
 							   &backfill_database_names,
-							   "postgres",
+							   "",
 							   PGC_POSTMASTER, GUC_LIST_INPUT,
 							   NULL, NULL, NULL);
 

@@ -37,7 +37,7 @@
 #define ERRCODE_BACKFILL_OPTION_INVALID	MAKE_SQLSTATE('B','F','0','1','1')
 /* the backfill name is empty, too long or malformed */
 #define ERRCODE_BACKFILL_NAME_INVALID	MAKE_SQLSTATE('B','F','0','1','2')
-/* this database is not in backfill.database_names */
+/* no scheduler serves this database: not in backfill.database_names, a template, no connections */
 #define ERRCODE_BACKFILL_NOT_SERVED		MAKE_SQLSTATE('B','F','0','1','3')
 /* a batch kept failing until its attempts were used up */
 #define ERRCODE_BACKFILL_BATCH_FAILED	MAKE_SQLSTATE('B','F','0','1','4')

@@ -2,7 +2,8 @@
  *
  * pg_backfill.c
  *	  The module's entry point: _PG_init defines the settings (config.c),
- *	  checks the preload, and sets up shared memory and the launcher.
+ *	  checks the preload, and sets up shared memory, the launcher and its
+ *	  DROP DATABASE hook (launcher.c).
  *
  * pg_backfill must be in shared_preload_libraries: its launcher is a static
  * background worker and its wake-up latches live in shared memory.

@@ -12,6 +12,14 @@
  * schedulers whose predecessors may still run).  At exit a scheduler
  * clears its slot only if it still holds it.
  *
+ * The launcher.  It puts its latch here, so that a wake meant for a
+ * database no scheduler serves yet (the first backfill_run after CREATE
+ * EXTENSION) reaches it instead, with the database to look at now.  A
+ * scheduler that found no pg_backfill in its database says so in its slot
+ * before it exits (the launcher then waits longer before it looks again).
+ * DROP DATABASE marks its database as going, so that the launcher starts
+ * no scheduler for it, and asks its scheduler and lanes to stop.
+ *
  * The lane table.  A scheduler reserves an entry before it starts a lane
  * and hands the lane the entry's index and a token; the lane takes the
  * entry over (pid, latch) and releases it at exit.  An entry whose lane
@@ -44,11 +52,16 @@
 /* an entry reserved for a lane that never said its pid is freed after this */
 #define LANE_RESERVE_TIMEOUT_MS	60000
 
+/* DROP DATABASE keeps the launcher off its database this long */
+#define DATABASE_GOING_MS	30000
+#define MAX_GOING_DATABASES	4
+
 typedef struct BackfillSchedulerSlot
 {
 	Oid			dboid;			/* InvalidOid while no scheduler is connected */
 	pid_t		pid;
 	Latch	   *latch;
+	Oid			absent_dboid;	/* its last scheduler found no pg_backfill there */
 } BackfillSchedulerSlot;
 
 typedef struct BackfillLaneEntry
@@ -70,6 +83,11 @@ typedef struct BackfillShared
 {
 	slock_t		mutex;			/* scheduler slots */
 	BackfillSchedulerSlot slots[BACKFILL_MAX_DATABASES];
+	Latch	   *launcher_latch; /* the launcher's, while it runs */
+	Oid			look_at_dboid;	/* a database to look at now */
+	bool		look_at_all;	/* more than one: look at every database */
+	Oid			going_dboid[MAX_GOING_DATABASES];	/* DROP DATABASE under way */
+	TimestampTz going_since[MAX_GOING_DATABASES];
 	LWLock	   *lane_lock;		/* the lane table */
 	uint64		next_token;
 	BackfillLaneEntry lanes[BACKFILL_MAX_LANES];
@@ -186,7 +204,11 @@ backfill_shmem_attach_scheduler(int slot, pid_t *holder)
 	return true;
 }
 
-/* Set the latch of the database's scheduler, if one holds its slot (at commit). */
+/*
+ * Set the latch of the database's scheduler, if one holds its slot (at
+ * commit); if none does, the launcher's, asking it to look at the database
+ * now.
+ */
 static void
 backfill_wake_scheduler(Oid dboid)
 {
@@ -198,9 +220,157 @@ backfill_wake_scheduler(Oid dboid)
 	for (int i = 0; i < BACKFILL_MAX_DATABASES; i++)
 		if (shared->slots[i].dboid == dboid)
 			latch = shared->slots[i].latch;
+	if (latch == NULL)
+	{
+		if (OidIsValid(shared->look_at_dboid) && shared->look_at_dboid != dboid)
+			shared->look_at_all = true;
+		shared->look_at_dboid = dboid;
+		latch = shared->launcher_latch;
+	}
 	SpinLockRelease(&shared->mutex);
 	if (latch != NULL)
 		SetLatch(latch);
+}
+
+/* The scheduler found no pg_backfill in its database: say so for the launcher. */
+void
+backfill_shmem_scheduler_absent(void)
+{
+	if (shared == NULL || my_slot < 0)
+		return;
+	SpinLockAcquire(&shared->mutex);
+	if (shared->slots[my_slot].pid == MyProcPid)
+		shared->slots[my_slot].absent_dboid = MyDatabaseId;
+	SpinLockRelease(&shared->mutex);
+}
+
+/* ------------------------------------------------------------------
+ * The launcher
+ * ------------------------------------------------------------------ */
+
+static void
+detach_launcher(int code, Datum arg)
+{
+	if (shared == NULL)
+		return;
+	SpinLockAcquire(&shared->mutex);
+	if (shared->launcher_latch == &MyProc->procLatch)
+		shared->launcher_latch = NULL;
+	SpinLockRelease(&shared->mutex);
+}
+
+void
+backfill_shmem_attach_launcher(void)
+{
+	SpinLockAcquire(&shared->mutex);
+	shared->launcher_latch = &MyProc->procLatch;
+	SpinLockRelease(&shared->mutex);
+	before_shmem_exit(detach_launcher, (Datum) 0);
+}
+
+Oid
+backfill_shmem_take_look_at(bool *all)
+{
+	Oid			dboid;
+
+	SpinLockAcquire(&shared->mutex);
+	dboid = shared->look_at_dboid;
+	*all = shared->look_at_all;
+	shared->look_at_dboid = InvalidOid;
+	shared->look_at_all = false;
+	SpinLockRelease(&shared->mutex);
+	return dboid;
+}
+
+/*
+ * Is slot i free: no scheduler in it, or only a dead one?  *dboid is the
+ * database of a live holder.
+ */
+bool
+backfill_shmem_slot_free(int slot, Oid *dboid)
+{
+	pid_t		pid;
+
+	SpinLockAcquire(&shared->mutex);
+	pid = shared->slots[slot].pid;
+	*dboid = shared->slots[slot].dboid;
+	SpinLockRelease(&shared->mutex);
+	if (pid != 0 && pid_alive(pid))
+		return false;
+	*dboid = InvalidOid;
+	return true;
+}
+
+/* Did the last scheduler of slot i find no pg_backfill in dboid?  (Cleared.) */
+bool
+backfill_shmem_take_absent(int slot, Oid dboid)
+{
+	bool		absent;
+
+	SpinLockAcquire(&shared->mutex);
+	absent = shared->slots[slot].absent_dboid == dboid;
+	shared->slots[slot].absent_dboid = InvalidOid;
+	SpinLockRelease(&shared->mutex);
+	return absent;
+}
+
+/*
+ * DROP DATABASE of dboid is about to run: keep the launcher off it for a
+ * while, and ask its scheduler and its lanes to exit (DROP DATABASE waits a
+ * few seconds for the sessions connected to it).
+ */
+void
+backfill_shmem_database_going(Oid dboid)
+{
+	pid_t		pids[BACKFILL_MAX_DATABASES + BACKFILL_MAX_LANES];
+	int			n = 0;
+	int			oldest = 0;
+
+	if (shared == NULL)
+		return;
+	SpinLockAcquire(&shared->mutex);
+	for (int i = 0; i < MAX_GOING_DATABASES; i++)
+	{
+		if (shared->going_dboid[i] == dboid || !OidIsValid(shared->going_dboid[i]))
+		{
+			oldest = i;
+			break;
+		}
+		if (shared->going_since[i] < shared->going_since[oldest])
+			oldest = i;
+	}
+	shared->going_dboid[oldest] = dboid;
+	shared->going_since[oldest] = GetCurrentTimestamp();
+	for (int i = 0; i < BACKFILL_MAX_DATABASES; i++)
+		if (shared->slots[i].dboid == dboid && shared->slots[i].pid != 0)
+			pids[n++] = shared->slots[i].pid;
+	SpinLockRelease(&shared->mutex);
+
+	LWLockAcquire(shared->lane_lock, LW_SHARED);
+	for (int i = 0; i < BACKFILL_MAX_LANES; i++)
+		if (shared->lanes[i].in_use && shared->lanes[i].dboid == dboid &&
+			shared->lanes[i].pid != 0)
+			pids[n++] = shared->lanes[i].pid;
+	LWLockRelease(shared->lane_lock);
+
+	for (int i = 0; i < n; i++)
+		(void) kill(pids[i], SIGTERM);
+}
+
+/* Is a DROP DATABASE of dboid under way (marked less than 30 s ago)? */
+bool
+backfill_shmem_database_is_going(Oid dboid)
+{
+	bool		going = false;
+	TimestampTz now = GetCurrentTimestamp();
+
+	SpinLockAcquire(&shared->mutex);
+	for (int i = 0; i < MAX_GOING_DATABASES; i++)
+		if (shared->going_dboid[i] == dboid &&
+			!TimestampDifferenceExceeds(shared->going_since[i], now, DATABASE_GOING_MS))
+			going = true;
+	SpinLockRelease(&shared->mutex);
+	return going;
 }
 
 /* ------------------------------------------------------------------

@@ -33,6 +33,23 @@ extern void backfill_shmem_init(void);
  */
 extern bool backfill_shmem_attach_scheduler(int slot, pid_t *holder);
 
+/* the scheduler found no pg_backfill in its database (before it exits) */
+extern void backfill_shmem_scheduler_absent(void);
+
+/*
+ * The launcher: its latch, for the wakes of databases no scheduler serves
+ * yet; the database to look at now (InvalidOid: none; *all: every one);
+ * the slots, and whether a slot's last scheduler found no pg_backfill.
+ */
+extern void backfill_shmem_attach_launcher(void);
+extern Oid	backfill_shmem_take_look_at(bool *all);
+extern bool backfill_shmem_slot_free(int slot, Oid *dboid);
+extern bool backfill_shmem_take_absent(int slot, Oid dboid);
+
+/* DROP DATABASE: keep the launcher off the database, stop its workers */
+extern void backfill_shmem_database_going(Oid dboid);
+extern bool backfill_shmem_database_is_going(Oid dboid);
+
 /* the lane table, for schedulers: reserve before starting a lane */
 extern int	backfill_lane_reserve(Oid dboid, Oid roleoid, int64 run_id, uint64 *token);
 extern void backfill_lane_started(int index, uint64 token, pid_t pid);
@@ -50,7 +67,8 @@ extern bool backfill_lane_yield_requested(void);
 /*
  * Wake this database's scheduler when the current transaction commits
  * (backfill_run, _resume, _retry, backfill_outbox_emit): a transaction
- * that rolls back wakes nobody.
+ * that rolls back wakes nobody.  With no scheduler yet, the launcher is
+ * woken to start one.
  */
 extern void backfill_wake_scheduler_at_commit(void);
 

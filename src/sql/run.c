@@ -12,7 +12,9 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -23,6 +25,7 @@
 #include "utils/array.h"
 #include "utils/jsonb.h"
 #include "utils/builtins.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "config.h"
@@ -64,19 +67,46 @@ typedef struct LedgerState
 	bool		reverting;		/* the running pass is a revert */
 } LedgerState;
 
-/* Refuse a run in a database no scheduler serves. */
+/*
+ * Refuse a run in a database no scheduler serves: one that
+ * backfill.database_names leaves out, a template, or one that takes no
+ * connections.  Any other database with pg_backfill is served: the
+ * launcher starts its scheduler when this run commits, if none runs yet.
+ */
 static void
 check_database_served(const char *name)
 {
-	if (backfill_database_is_listed(get_database_name(MyDatabaseId)))
-		return;
-	ereport(ERROR,
-			(errcode(ERRCODE_BACKFILL_NOT_SERVED),
-			 errmsg("backfill \"%s\" cannot run in database \"%s\"", name,
-					get_database_name(MyDatabaseId)),
-			 errdetail("backfill.database_names is \"%s\"; no scheduler serves this database.",
-					   backfill_database_names),
-			 errhint("Add the database to backfill.database_names and restart the server.")));
+	char	   *dbname = get_database_name(MyDatabaseId);
+	HeapTuple	tuple;
+	bool		istemplate = false;
+	bool		allowconn = true;
+
+	tuple = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(MyDatabaseId));
+	if (HeapTupleIsValid(tuple))
+	{
+		istemplate = ((Form_pg_database) GETSTRUCT(tuple))->datistemplate;
+		allowconn = ((Form_pg_database) GETSTRUCT(tuple))->datallowconn;
+		ReleaseSysCache(tuple);
+	}
+	if (!backfill_database_is_listed(dbname))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_NOT_SERVED),
+				 errmsg("backfill \"%s\" cannot run in database \"%s\"", name, dbname),
+				 errdetail("backfill.database_names is \"%s\"; no scheduler serves this database.",
+						   backfill_database_names),
+				 errhint("Add the database to backfill.database_names, or empty the setting to "
+						 "serve every database that has pg_backfill, and restart the server.")));
+	if (istemplate || !allowconn)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_NOT_SERVED),
+				 errmsg("backfill \"%s\" cannot run in database \"%s\"", name, dbname),
+				 errdetail(istemplate ?
+						   "The database is a template; no scheduler serves templates." :
+						   "The database does not allow connections; no scheduler can connect."),
+				 errhint(istemplate ?
+						 "Run it in a database created from the template, or ALTER DATABASE "
+						 "... IS_TEMPLATE false." :
+						 "ALTER DATABASE ... ALLOW_CONNECTIONS true, then run it again.")));
 }
 
 /*

@@ -2,18 +2,33 @@
  *
  * launcher.c
  *	  The cluster's launcher: one static background worker that keeps a
- *	  scheduler (scheduler.c) running for each database named in
- *	  backfill.database_names.
+ *	  scheduler (scheduler.c) running for each database where pg_backfill
+ *	  is installed.
  *
  * The launcher connects to no database; it reads the shared catalog
- * pg_database to see which of the named databases exist.  For each that
- * does it starts a scheduler (a dynamic worker that tells the launcher when
- * it stops) and starts it again when it stops: at once if it had run a
- * while, after a doubling delay (up to a minute) if it stopped soon after
- * starting.  A named database that does not exist is reported once, as a
- * WARNING with a hint, and looked for again every naptime; it is never a
- * FATAL error repeated every few seconds.  The postmaster restarts the
- * launcher itself if it exits.
+ * pg_database.  Every database that allows connections and is not a
+ * template (and, when backfill.database_names is set, is one it names) is
+ * looked at: a scheduler is started there.  A scheduler that finds no
+ * pg_backfill in its database says so and exits at once: that is the
+ * whole cost of a database without the extension, a short-lived check,
+ * repeated after a doubling delay (from backfill.naptime up to ten
+ * minutes), at most two at a time so that checks never take the worker
+ * slots lanes need.  A committed backfill_run (or anything else that
+ * wakes a scheduler) in a database no scheduler serves wakes the launcher
+ * instead, which looks at that database at once: CREATE EXTENSION and the
+ * first run need no restart.  A scheduler that was serving is started
+ * again when it stops: at once if it had run a while, after a doubling
+ * delay (up to a minute) if it stopped soon after starting.  DROP
+ * EXTENSION makes the scheduler exit at its next look; DROP DATABASE asks
+ * it (and the database's lanes) to exit before it runs, and keeps the
+ * launcher off the database meanwhile (the ProcessUtility hook below).
+ *
+ * At most BACKFILL_MAX_DATABASES schedulers run at once (their slots in
+ * shared memory); a database beyond that is reported, once a minute, as a
+ * WARNING with a hint.  A database named in backfill.database_names that
+ * does not exist is reported once, as a WARNING with a hint, and looked
+ * for again every naptime; it is never a FATAL error repeated every few
+ * seconds.  The postmaster restarts the launcher itself if it exits.
  *
  *-------------------------------------------------------------------------
  */
@@ -25,13 +40,16 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_database.h"
+#include "commands/dbcommands.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
+#include "tcop/utility.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -40,26 +58,46 @@
 #include "config.h"
 #include "backoff.h"
 #include "launcher.h"
+#include "shmem.h"
 #include "worker.h"
 
 /* a stop sooner than this after the start counts as a quick one */
 #define SCHEDULER_QUICK_STOP_MS		10000
 #define SCHEDULER_RETRY_MIN_MS		1000
 #define SCHEDULER_RETRY_MAX_MS		60000
+/* a database without pg_backfill is looked at again after this, doubling */
+#define CHECK_RETRY_MAX_MS			600000
+/* schedulers not yet known to serve (checks) running at once */
+#define MAX_CHECKS_AT_ONCE			2
 
-/* what the launcher keeps for each named database */
-typedef struct SchedulerSlot
+/* what the launcher keeps for each database it looks at */
+typedef struct DatabaseState
 {
+	Oid			dboid;
 	char		dbname[NAMEDATALEN];
 	BackgroundWorkerHandle *handle; /* NULL: not running */
+	int			slot;			/* its shared-memory slot while running */
 	TimestampTz started_at;
 	TimestampTz next_start;		/* not before then */
 	int			quick_stops;	/* in a row */
-	bool		missing_reported;	/* the database is missing and we said so */
-} SchedulerSlot;
+	int			absent_checks;	/* checks in a row that found no pg_backfill */
+	bool		serving;		/* its last scheduler found pg_backfill */
+	bool		seen;			/* in pg_database at the last look */
+} DatabaseState;
 
-static SchedulerSlot slots[BACKFILL_MAX_DATABASES];
-static int	nslots = 0;
+/* a row of pg_database, as one look reads it */
+typedef struct DatabaseRow
+{
+	Oid			dboid;
+	char		dbname[NAMEDATALEN];
+	bool		allowconn;
+	bool		istemplate;
+} DatabaseRow;
+
+static List *databases = NIL;
+static bool listed_missing_reported[BACKFILL_MAX_DATABASES];
+static TimestampTz last_full_warning = 0;
+static ProcessUtility_hook_type prev_process_utility = NULL;
 
 static List *
 database_name_list(void)
@@ -79,13 +117,41 @@ bool
 backfill_database_is_listed(const char *dbname)
 {
 	ListCell   *lc;
+	List	   *names = database_name_list();
 
+	if (names == NIL)
+		return dbname != NULL;
 	if (dbname == NULL)
 		return false;
-	foreach(lc, database_name_list())
+	foreach(lc, names)
 		if (strcmp((char *) lfirst(lc), dbname) == 0)
 			return true;
 	return false;
+}
+
+/*
+ * DROP DATABASE: before it runs, the launcher is kept off the database and
+ * its scheduler and lanes are asked to exit, so that they do not hold the
+ * drop up ("database is being accessed by other users").
+ */
+static void
+backfill_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+						 ProcessUtilityContext context, ParamListInfo params,
+						 QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	if (IsA(pstmt->utilityStmt, DropdbStmt))
+	{
+		Oid			dboid = get_database_oid(((DropdbStmt *) pstmt->utilityStmt)->dbname, true);
+
+		if (OidIsValid(dboid))
+			backfill_shmem_database_going(dboid);
+	}
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context, params, queryEnv,
+							 dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context, params, queryEnv,
+								dest, qc);
 }
 
 void
@@ -100,7 +166,8 @@ backfill_register_launcher(void)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("backfill.database_names lists %d databases; at most %d are allowed",
 						list_length(names), BACKFILL_MAX_DATABASES),
-				 errhint("Serve fewer databases from one cluster.")));
+				 errhint("Serve fewer databases from one cluster, or leave the setting empty "
+						 "to serve every database that has pg_backfill.")));
 	foreach(lc, names)
 		if (strlen((char *) lfirst(lc)) >= NAMEDATALEN)
 			ereport(ERROR,
@@ -113,21 +180,26 @@ backfill_register_launcher(void)
 					"pg_backfill launcher");
 	worker.bgw_restart_time = 10;
 	RegisterBackgroundWorker(&worker);
+
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = backfill_process_utility;
 }
 
 /*
- * Does the database exist?  pg_database is a shared catalog, readable
- * without a database.  Its heap is scanned rather than its name index: an
- * unconnected process cannot open an index before the shared relcache
- * init file exists, which it does not on a freshly created cluster.
+ * The rows of pg_database, in cxt.  pg_database is a shared catalog,
+ * readable without a database.  Its heap is scanned rather than its name
+ * index: an unconnected process cannot open an index before the shared
+ * relcache init file exists, which it does not on a freshly created
+ * cluster.
  */
-static bool
-database_exists(const char *dbname)
+static List *
+read_databases(MemoryContext cxt)
 {
 	Relation	rel;
 	TableScanDesc scan;
 	HeapTuple	tuple;
-	bool		exists = false;
+	List	   *rows = NIL;
+	MemoryContext old = CurrentMemoryContext;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -135,40 +207,145 @@ database_exists(const char *dbname)
 	scan = table_beginscan_catalog(rel, 0, NULL);
 	while ((tuple = heap_getnext(scan, ForwardScanDirection)) != NULL)
 	{
-		if (strcmp(NameStr(((Form_pg_database) GETSTRUCT(tuple))->datname), dbname) == 0)
-		{
-			exists = true;
-			break;
-		}
+		Form_pg_database db = (Form_pg_database) GETSTRUCT(tuple);
+		MemoryContext xact = MemoryContextSwitchTo(cxt);
+		DatabaseRow *row = palloc0(sizeof(DatabaseRow));
+
+		row->dboid = db->oid;
+		strlcpy(row->dbname, NameStr(db->datname), NAMEDATALEN);
+		row->allowconn = db->datallowconn;
+		row->istemplate = db->datistemplate;
+		rows = lappend(rows, row);
+		MemoryContextSwitchTo(xact);
 	}
 	table_endscan(scan);
 	table_close(rel, AccessShareLock);
 	CommitTransactionCommand();
-	return exists;
+	/* a commit leaves TopMemoryContext current */
+	MemoryContextSwitchTo(old);
+	return rows;
+}
+
+/* Each name of backfill.database_names that no database has: a WARNING, once. */
+static void
+report_missing_listed(List *rows)
+{
+	ListCell   *lc;
+	int			i = 0;
+
+	foreach(lc, database_name_list())
+	{
+		const char *name = lfirst(lc);
+		bool		found = false;
+		ListCell   *r;
+
+		foreach(r, rows)
+			if (strcmp(((DatabaseRow *) lfirst(r))->dbname, name) == 0)
+				found = true;
+		if (!found && !listed_missing_reported[i])
+			ereport(WARNING,
+					(errcode(ERRCODE_UNDEFINED_DATABASE),
+					 errmsg("database \"%s\" in backfill.database_names does not exist", name),
+					 errdetail("Its backfills run once it is created."),
+					 errhint("Create the database, or remove it from backfill.database_names "
+							 "and restart the server.")));
+		listed_missing_reported[i] = !found;
+		if (++i >= BACKFILL_MAX_DATABASES)
+			break;
+	}
+}
+
+static DatabaseState *
+state_of(const DatabaseRow *row, MemoryContext cxt)
+{
+	ListCell   *lc;
+	DatabaseState *st;
+
+	foreach(lc, databases)
+	{
+		st = lfirst(lc);
+		if (st->dboid == row->dboid)
+			return st;
+	}
+	st = MemoryContextAllocZero(cxt, sizeof(DatabaseState));
+	st->dboid = row->dboid;
+	st->slot = -1;
+	databases = lappend(databases, st);
+	return st;
 }
 
 /*
- * Start the scheduler of slot i; its slot number is its main argument, its
- * database's name its bgw_extra.
+ * A free slot: no running scheduler of ours in it, none left in shared
+ * memory by a launcher before this one.  -1 when all are taken.
+ */
+static int
+free_slot(void)
+{
+	for (int i = 0; i < BACKFILL_MAX_DATABASES; i++)
+	{
+		ListCell   *lc;
+		bool		ours = false;
+		Oid			holder;
+
+		foreach(lc, databases)
+			if (((DatabaseState *) lfirst(lc))->handle != NULL &&
+				((DatabaseState *) lfirst(lc))->slot == i)
+				ours = true;
+		if (!ours && backfill_shmem_slot_free(i, &holder))
+			return i;
+	}
+	return -1;
+}
+
+/* Does a scheduler that this launcher did not start still serve dboid? */
+static bool
+served_by_another(Oid dboid)
+{
+	for (int i = 0; i < BACKFILL_MAX_DATABASES; i++)
+	{
+		Oid			holder;
+
+		if (!backfill_shmem_slot_free(i, &holder) && holder == dboid)
+			return true;
+	}
+	return false;
+}
+
+/* schedulers running that have not yet been seen to serve: checks */
+static int
+checks_running(void)
+{
+	ListCell   *lc;
+	int			n = 0;
+
+	foreach(lc, databases)
+		if (((DatabaseState *) lfirst(lc))->handle != NULL &&
+			!((DatabaseState *) lfirst(lc))->serving)
+			n++;
+	return n;
+}
+
+/*
+ * Start the scheduler of a database in slot i; its slot number is its main
+ * argument, its database's oid its bgw_extra.
  */
 static void
-start_scheduler(int i, MemoryContext cxt)
+start_scheduler(DatabaseState *st, int i, MemoryContext cxt)
 {
-	SchedulerSlot *slot = &slots[i];
 	char		name[BGW_MAXLEN];
 
-	snprintf(name, BGW_MAXLEN, "pg_backfill scheduler for %s", slot->dbname);
-	slot->handle = worker_start("backfill_scheduler_main", name, "pg_backfill scheduler",
-								Int32GetDatum(i), slot->dbname, strlen(slot->dbname) + 1,
-								cxt);
-	slot->started_at = GetCurrentTimestamp();
-	if (slot->handle == NULL)
+	snprintf(name, BGW_MAXLEN, "pg_backfill scheduler for %s", st->dbname);
+	st->handle = worker_start("backfill_scheduler_main", name, "pg_backfill scheduler",
+							  Int32GetDatum(i), &st->dboid, sizeof(Oid), cxt);
+	st->started_at = GetCurrentTimestamp();
+	st->slot = i;
+	if (st->handle == NULL)
 	{
-		slot->next_start = TimestampTzPlusMilliseconds(slot->started_at, SCHEDULER_RETRY_MAX_MS);
+		st->next_start = TimestampTzPlusMilliseconds(st->started_at, SCHEDULER_RETRY_MAX_MS);
 		ereport(WARNING,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("pg_backfill could not start the scheduler of database \"%s\"",
-						slot->dbname),
+						st->dbname),
 				 errdetail("Every background worker slot is in use."),
 				 errhint("Raise max_worker_processes (a restart is needed); the launcher tries "
 						 "again in a minute.")));
@@ -176,57 +353,162 @@ start_scheduler(int i, MemoryContext cxt)
 }
 
 /*
- * One look: note stopped schedulers, start the missing ones that may start.
- * Returns how long to sleep.
+ * Its scheduler stopped: when to start one again.  A check that found no
+ * pg_backfill waits longest; a serving scheduler that ran a while is
+ * started again at once, one that stopped soon after a doubling delay.
+ */
+static void
+note_stop(DatabaseState *st, TimestampTz now)
+{
+	int64		delay = 0;
+
+	if (backfill_shmem_take_absent(st->slot, st->dboid))
+	{
+		st->serving = false;
+		st->quick_stops = 0;
+		delay = backoff_doubling_ms(st->absent_checks++, backfill_naptime * 1000L,
+									CHECK_RETRY_MAX_MS);
+	}
+	else if (TimestampDifferenceExceeds(st->started_at, now, SCHEDULER_QUICK_STOP_MS))
+		st->quick_stops = 0;
+	else
+		delay = backoff_doubling_ms(st->quick_stops++, SCHEDULER_RETRY_MIN_MS,
+									SCHEDULER_RETRY_MAX_MS);
+	pfree(st->handle);
+	st->handle = NULL;
+	st->slot = -1;
+	st->next_start = TimestampTzPlusMilliseconds(now, delay);
+}
+
+/* May a scheduler run in this database at all? */
+static bool
+database_eligible(const DatabaseRow *row)
+{
+	return row->allowconn && !row->istemplate && backfill_database_is_listed(row->dbname);
+}
+
+/* One database at one look: start its scheduler if it is due; the sleep shortened. */
+static void
+look_at_database(const DatabaseRow *row, TimestampTz now, long *sleep_ms, MemoryContext cxt)
+{
+	DatabaseState *st = state_of(row, cxt);
+	pid_t		pid;
+	int			slot;
+
+	st->seen = true;
+	strlcpy(st->dbname, row->dbname, NAMEDATALEN);
+	if (st->handle != NULL)
+	{
+		if (GetBackgroundWorkerPid(st->handle, &pid) != BGWH_STOPPED)
+		{
+			/* it has run long enough to be serving, not checking */
+			if (!st->serving &&
+				TimestampDifferenceExceeds(st->started_at, now, SCHEDULER_QUICK_STOP_MS))
+			{
+				st->serving = true;
+				st->absent_checks = 0;
+			}
+			return;
+		}
+		note_stop(st, now);
+	}
+	if (!database_eligible(row) || backfill_shmem_database_is_going(row->dboid) ||
+		served_by_another(row->dboid))
+		return;
+	if (st->next_start > now)
+	{
+		*sleep_ms = Min(*sleep_ms, backoff_ms_until(now, st->next_start));
+		return;
+	}
+	if (!st->serving && checks_running() >= MAX_CHECKS_AT_ONCE)
+	{
+		*sleep_ms = Min(*sleep_ms, 1000L);
+		return;
+	}
+	if ((slot = free_slot()) < 0)
+	{
+		if (TimestampDifferenceExceeds(last_full_warning, now, 60000))
+		{
+			ereport(WARNING,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("pg_backfill cannot serve database \"%s\": %d databases are "
+							"served already", row->dbname, BACKFILL_MAX_DATABASES),
+					 errhint("List the databases to serve in backfill.database_names, or drop "
+							 "pg_backfill where it is not used.")));
+			last_full_warning = now;
+		}
+		return;
+	}
+	start_scheduler(st, slot, cxt);
+}
+
+/* The database a wake asked about is looked at now, whatever its delay. */
+static void
+take_wakes(void)
+{
+	bool		all;
+	Oid			dboid = backfill_shmem_take_look_at(&all);
+	ListCell   *lc;
+
+	foreach(lc, databases)
+	{
+		DatabaseState *st = lfirst(lc);
+
+		if (all || st->dboid == dboid)
+		{
+			st->next_start = 0;
+			st->absent_checks = 0;
+		}
+	}
+}
+
+/* Forget the databases that are gone and have no scheduler left. */
+static void
+forget_dropped(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, databases)
+	{
+		DatabaseState *st = lfirst(lc);
+
+		if (!st->seen && st->handle == NULL)
+		{
+			pfree(st);
+			databases = foreach_delete_current(databases, lc);
+		}
+	}
+}
+
+/*
+ * One look: note stopped schedulers, start those that are due.  Returns how
+ * long to sleep.
  */
 static long
-launcher_tick(MemoryContext cxt)
+launcher_tick(MemoryContext cxt, MemoryContext scratch)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	long		sleep_ms = backfill_naptime * 1000L;
+	List	   *rows = read_databases(scratch);
+	ListCell   *lc;
 
-	for (int i = 0; i < nslots; i++)
+	take_wakes();
+	report_missing_listed(rows);
+	foreach(lc, databases)
+		((DatabaseState *) lfirst(lc))->seen = false;
+	foreach(lc, rows)
+		look_at_database(lfirst(lc), now, &sleep_ms, cxt);
+	/* a scheduler whose database is gone: reaped here, then forgotten */
+	foreach(lc, databases)
 	{
-		SchedulerSlot *slot = &slots[i];
+		DatabaseState *st = lfirst(lc);
 		pid_t		pid;
 
-		if (slot->handle != NULL &&
-			GetBackgroundWorkerPid(slot->handle, &pid) == BGWH_STOPPED)
-		{
-			int64		delay = 0;
-
-			pfree(slot->handle);
-			slot->handle = NULL;
-			if (TimestampDifferenceExceeds(slot->started_at, now, SCHEDULER_QUICK_STOP_MS))
-				slot->quick_stops = 0;
-			else
-				delay = backoff_doubling_ms(slot->quick_stops++, SCHEDULER_RETRY_MIN_MS,
-											SCHEDULER_RETRY_MAX_MS);
-			slot->next_start = TimestampTzPlusMilliseconds(now, delay);
-		}
-		if (slot->handle != NULL)
-			continue;
-		if (slot->next_start > now)
-		{
-			sleep_ms = Min(sleep_ms, backoff_ms_until(now, slot->next_start));
-			continue;
-		}
-		if (!database_exists(slot->dbname))
-		{
-			if (!slot->missing_reported)
-				ereport(WARNING,
-						(errcode(ERRCODE_UNDEFINED_DATABASE),
-						 errmsg("database \"%s\" in backfill.database_names does not exist",
-								slot->dbname),
-						 errdetail("Its backfills run once it is created."),
-						 errhint("Create the database, or remove it from backfill.database_names "
-								 "and restart the server.")));
-			slot->missing_reported = true;
-			continue;
-		}
-		slot->missing_reported = false;
-		start_scheduler(i, cxt);
+		if (!st->seen && st->handle != NULL &&
+			GetBackgroundWorkerPid(st->handle, &pid) == BGWH_STOPPED)
+			note_stop(st, now);
 	}
+	forget_dropped();
 	return sleep_ms;
 }
 
@@ -234,7 +516,7 @@ void
 backfill_launcher_main(Datum main_arg)
 {
 	MemoryContext cxt;
-	ListCell   *lc;
+	MemoryContext scratch;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -243,16 +525,18 @@ backfill_launcher_main(Datum main_arg)
 	/* no database: the launcher reads only the shared catalog pg_database */
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	pgstat_report_appname("pg_backfill launcher");
+	backfill_shmem_attach_launcher();
 
 	cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill launcher",
 								ALLOCSET_DEFAULT_SIZES);
+	scratch = AllocSetContextCreate(cxt, "pg_backfill launcher look", ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(cxt);
-	memset(slots, 0, sizeof(slots));
-	nslots = 0;
-	foreach(lc, database_name_list())
-		strlcpy(slots[nslots++].dbname, (char *) lfirst(lc), NAMEDATALEN);
-	ereport(LOG, (errmsg("pg_backfill launcher started for %d database(s): %s", nslots,
-						 backfill_database_names)));
+	databases = NIL;
+	memset(listed_missing_reported, 0, sizeof(listed_missing_reported));
+	ereport(LOG, (errmsg("pg_backfill launcher started for %s",
+						 backfill_database_names[0] != '\0' ?
+						 psprintf("the databases %s", backfill_database_names) :
+						 "every database where pg_backfill is installed")));
 
 	for (;;)
 	{
@@ -264,7 +548,9 @@ backfill_launcher_main(Datum main_arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		sleep_ms = launcher_tick(cxt);
+		MemoryContextReset(scratch);
+		sleep_ms = launcher_tick(cxt, scratch);
+		Assert(CurrentMemoryContext == cxt);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

@@ -4,9 +4,11 @@
  *	  A database's scheduler: the background worker that starts and
  *	  supervises the lanes (and the outbox relay) of one served database.
  *
- * The cluster's launcher (launcher.c) starts one scheduler per database in
- * backfill.database_names and starts it again if it stops.  A scheduler
- * sleeps on its latch.  It wakes when a backfill_run commits (run.c sets
+ * The cluster's launcher (launcher.c) starts a scheduler in each database
+ * that may be served and starts it again if it stops.  A scheduler first
+ * looks for pg_backfill in its database: with none there it says so (in
+ * its shared-memory slot) and exits at once, and so it does when the
+ * extension is dropped under it.  A scheduler sleeps on its latch.  It wakes when a backfill_run commits (run.c sets
  * the latch through shared memory), when one of its lanes starts or stops
  * (the postmaster signals the notify pid), and every backfill.naptime.
  * Each time it reads the passes still running and starts lanes for those
@@ -31,6 +33,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -115,6 +118,7 @@ static MemoryContext scheduler_cxt = NULL;
 static TimestampTz last_slot_warning = 0;
 static BackgroundWorkerHandle *relay = NULL;
 static bool outbox_pending = false;
+static bool extension_present = true;
 
 static RunMemo *
 memo_for(int64 run_id)
@@ -253,7 +257,8 @@ read_running_passes(MemoryContext result_cxt)
 
 	worker_begin_xact("pg_backfill scheduler: reading running passes");
 
-	if (OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true)))
+	extension_present = OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true));
+	if (extension_present)
 	{
 		int			rc;
 
@@ -732,23 +737,63 @@ scheduler_tick(MemoryContext scratch)
 	return sleep_ms;
 }
 
+/*
+ * No pg_backfill in this database (never installed, or just dropped): say
+ * so for the launcher, which looks again later, and exit.
+ */
+static void
+exit_without_extension(const char *dbname, bool dropped)
+{
+	backfill_shmem_scheduler_absent();
+	ereport(dropped ? LOG : DEBUG1,
+			(errmsg("pg_backfill scheduler for database \"%s\" stops: %s", dbname,
+					dropped ? "the extension was dropped" : "the extension is not installed")));
+	proc_exit(0);
+}
+
+/* is pg_backfill installed here?  (its own transaction) */
+static bool
+extension_installed(void)
+{
+	bool		installed;
+
+	worker_begin_xact("pg_backfill scheduler: looking for the extension");
+	installed = OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true));
+	worker_commit_xact();
+	return installed;
+}
+
+/* the database's name, for the log (its own transaction) */
+static void
+read_database_name(char *dbname)
+{
+	char	   *name;
+
+	worker_begin_xact("pg_backfill scheduler: starting");
+	name = get_database_name(MyDatabaseId);
+	strlcpy(dbname, name ? name : "?", NAMEDATALEN);
+	worker_commit_xact();
+}
+
 void
 backfill_scheduler_main(Datum main_arg)
 {
 	int			slot = DatumGetInt32(main_arg);
+	Oid			dboid;
 	char		dbname[NAMEDATALEN];
 	MemoryContext scratch;
 
-	strlcpy(dbname, MyBgworkerEntry->bgw_extra, NAMEDATALEN);
+	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 
-	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
+	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
 	pgstat_report_appname("pg_backfill scheduler");
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("application_name", "pg_backfill scheduler", PGC_USERSET, PGC_S_OVERRIDE);
+	read_database_name(dbname);
 
 	{
 		pid_t		holder = 0;
@@ -762,6 +807,8 @@ backfill_scheduler_main(Datum main_arg)
 			proc_exit(0);
 		}
 	}
+	if (!extension_installed())
+		exit_without_extension(dbname, false);
 	ereport(LOG, (errmsg("pg_backfill scheduler started for database \"%s\"", dbname)));
 
 	scheduler_cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill scheduler",
@@ -802,6 +849,8 @@ backfill_scheduler_main(Datum main_arg)
 		}
 		PG_END_TRY();
 		MemoryContextSwitchTo(scheduler_cxt);
+		if (!extension_present)
+			exit_without_extension(dbname, true);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);

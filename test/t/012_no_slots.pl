@@ -69,12 +69,13 @@ is(sq($node, "SELECT count(*) FROM backfill.partition p JOIN backfill.ledger l U
 # room for lanes: the pass starts and completes
 $node->append_conf('postgresql.conf', "max_worker_processes = 8\n");
 sq($node, 'CREATE DATABASE no_such_db');
+$node->safe_psql('no_such_db', 'CREATE EXTENSION pg_backfill');
 $node->restart;
 is(wait_pass_end($node, $run, 60), 'completed', 'with free slots the pass completes');
 is(sq($node, q{SELECT count(*) FILTER (WHERE n <> 1) FROM ns}), '0', 'every row done once');
 ok(poll_until($node,
 	q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill scheduler'}, '2', 30),
-	'a database created later gets its scheduler');
+	'a database created later (with the extension) gets its scheduler');
 
 $node->stop;
 done_testing();
