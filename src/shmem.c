@@ -283,21 +283,20 @@ backfill_shmem_take_look_at(bool *all)
 }
 
 /*
- * Is slot i free: no scheduler in it, or only a dead one?  *dboid is the
- * database of a live holder.
+ * Is slot i free: no scheduler in it, or only a dead one?  *dboid and *pid
+ * are those of a live holder.
  */
 bool
-backfill_shmem_slot_free(int slot, Oid *dboid)
+backfill_shmem_slot_free(int slot, Oid *dboid, pid_t *pid)
 {
-	pid_t		pid;
-
 	SpinLockAcquire(&shared->mutex);
-	pid = shared->slots[slot].pid;
+	*pid = shared->slots[slot].pid;
 	*dboid = shared->slots[slot].dboid;
 	SpinLockRelease(&shared->mutex);
-	if (pid != 0 && pid_alive(pid))
+	if (*pid != 0 && pid_alive(*pid))
 		return false;
 	*dboid = InvalidOid;
+	*pid = 0;
 	return true;
 }
 

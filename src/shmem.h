@@ -43,7 +43,7 @@ extern void backfill_shmem_scheduler_absent(void);
  */
 extern void backfill_shmem_attach_launcher(void);
 extern Oid	backfill_shmem_take_look_at(bool *all);
-extern bool backfill_shmem_slot_free(int slot, Oid *dboid);
+extern bool backfill_shmem_slot_free(int slot, Oid *dboid, pid_t *pid);
 extern bool backfill_shmem_take_absent(int slot, Oid dboid);
 
 /* DROP DATABASE: keep the launcher off the database, stop its workers */

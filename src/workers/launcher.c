@@ -83,6 +83,7 @@ typedef struct DatabaseState
 	int			absent_checks;	/* checks in a row that found no pg_backfill */
 	bool		serving;		/* its last scheduler found pg_backfill */
 	bool		seen;			/* in pg_database at the last look */
+	bool		other_reported; /* served by an older launcher's scheduler, said */
 } DatabaseState;
 
 /* a row of pg_database, as one look reads it */
@@ -286,28 +287,42 @@ free_slot(void)
 		ListCell   *lc;
 		bool		ours = false;
 		Oid			holder;
+		pid_t		pid;
 
 		foreach(lc, databases)
 			if (((DatabaseState *) lfirst(lc))->handle != NULL &&
 				((DatabaseState *) lfirst(lc))->slot == i)
 				ours = true;
-		if (!ours && backfill_shmem_slot_free(i, &holder))
+		if (!ours && backfill_shmem_slot_free(i, &holder, &pid))
 			return i;
 	}
 	return -1;
 }
 
-/* Does a scheduler that this launcher did not start still serve dboid? */
+/*
+ * Does a scheduler that this launcher did not start (a launcher before it
+ * did) still serve the database?  Said once: the launcher leaves it be.
+ */
 static bool
-served_by_another(Oid dboid)
+served_by_another(DatabaseState *st)
 {
 	for (int i = 0; i < BACKFILL_MAX_DATABASES; i++)
 	{
 		Oid			holder;
+		pid_t		pid;
 
-		if (!backfill_shmem_slot_free(i, &holder) && holder == dboid)
+		if (!backfill_shmem_slot_free(i, &holder, &pid) && holder == st->dboid)
+		{
+			if (!st->other_reported)
+				ereport(LOG,
+						(errmsg("pg_backfill scheduler for database \"%s\" is already running "
+								"as PID %d", st->dbname, (int) pid),
+						 errdetail("A launcher before this one started it; it goes on.")));
+			st->other_reported = true;
 			return true;
+		}
 	}
+	st->other_reported = false;
 	return false;
 }
 
@@ -413,7 +428,7 @@ look_at_database(const DatabaseRow *row, TimestampTz now, long *sleep_ms, Memory
 		note_stop(st, now);
 	}
 	if (!database_eligible(row) || backfill_shmem_database_is_going(row->dboid) ||
-		served_by_another(row->dboid))
+		served_by_another(st))
 		return;
 	if (st->next_start > now)
 	{
