@@ -11,6 +11,7 @@ OBJS = \
 	src/sql/declare.o \
 	src/sql/run.o \
 	src/sql/control.o \
+	src/sql/finalize.o \
 	src/catalogs/catalog.o \
 	src/catalogs/declaration.o \
 	src/catalogs/identity.o \

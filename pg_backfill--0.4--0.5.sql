@@ -327,6 +327,17 @@ AS $$
     ORDER BY 1;
 $$;
 
+/*
+ * CALL backfill_finalize(name, timeout): returns once the newest pass is
+ * completed with the current checksum; waits for a running pass, and works
+ * it in the calling session (as the role a lane logs in as) when no lane
+ * does; BF019 when the timeout passes first.
+ */
+CREATE PROCEDURE backfill_finalize(name text, timeout interval DEFAULT '1 hour')
+LANGUAGE C AS 'MODULE_PATHNAME', 'backfill_finalize';
+COMMENT ON PROCEDURE backfill_finalize(text, interval) IS
+'return once the backfill is complete with its current definition, running its batches here when no lane does';
+
 /* ---- revert (issue 14, part 2) and drift watch (part 3) ---- */
 
 /*

@@ -49,6 +49,8 @@
 #define ERRCODE_BACKFILL_LEDGER_READONLY MAKE_SQLSTATE('B','F','0','1','7')
 /* more rows failed alone (and were skipped) than the declaration's max_failed_rows */
 #define ERRCODE_BACKFILL_FAILED_ROWS	MAKE_SQLSTATE('B','F','0','1','8')
+/* backfill_finalize's timeout passed before the backfill was complete */
+#define ERRCODE_BACKFILL_FINALIZE_TIMEOUT MAKE_SQLSTATE('B','F','0','1','9')
 /* another transaction started or ended a pass after this one's snapshot */
 #define ERRCODE_BACKFILL_CONCURRENT	MAKE_SQLSTATE('B','F','0','2','0')
 /* a revert is asked of a backfill that declares none */

@@ -52,8 +52,11 @@ static SPIPlanPtr checkpoint_plan = NULL;
 static SPIPlanPtr checkpoint_tid_plan = NULL;
 static SPIPlanPtr done_plan = NULL;
 
-/* Free the plans an earlier, failed attempt at batch_prepare kept. */
-static void
+/*
+ * Free the plans an earlier, failed attempt at batch_prepare kept; or,
+ * in a backend that worked a pass itself, the plans once it is done.
+ */
+void
 batch_free_plans(Pass *pass)
 {
 	for (int variant = 0; variant < 4; variant++)

@@ -13,6 +13,7 @@
 #include "pass.h"
 
 extern void batch_prepare(Pass *pass);
+extern void batch_free_plans(Pass *pass);
 extern BatchOutcome batch_run(Pass *pass, Claim *claim);
 extern bool batch_first_key(Pass *pass, Claim *claim, Datum *key);
 

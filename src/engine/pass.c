@@ -73,7 +73,8 @@ lane_identity_ok(Pass *pass, Oid run_as)
 	int			sqlerrcode;
 	char	   *message;
 
-	if (GetUserId() != run_as || GetSessionUserId() != run_as)
+	/* a backend working the pass itself (finalize) runs as run_as, logged in as the caller */
+	if (GetUserId() != run_as || (!worker_in_session() && GetSessionUserId() != run_as))
 	{
 		sqlerrcode = ERRCODE_BACKFILL_PRIVILEGE;
 		message = psprintf("the lane logged in as role \"%s\", but backfill \"%s\" runs as "
@@ -299,7 +300,7 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 	worker_commit_xact();
 
 	/* the names in the predicate and action resolve as they did for the declarer */
-	if (ok && search_path != NULL && search_path[0] != '\0')
+	if (ok && search_path != NULL && search_path[0] != '\0' && !worker_in_session())
 		SetConfigOption("search_path", search_path, PGC_USERSET, PGC_S_SESSION);
 
 	/* backfill_input() reads it in the predicate, the action and policies */

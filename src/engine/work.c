@@ -221,9 +221,31 @@ batch_error(Pass *pass, Claim *claim, ErrorData *edata, int *failures)
 	return batch_failed(pass, claim, edata, *failures);
 }
 
+/* a backend working for a bounded time (finalize): 0 for none */
+static TimestampTz work_deadline = 0;
+
+void
+work_set_deadline(TimestampTz deadline)
+{
+	work_deadline = deadline;
+}
+
+/*
+ * A backend working the pass itself: a cancel (the caller's, or a
+ * statement timeout) ends its call with that error, never a retry.
+ */
+static void
+rethrow_if_session_cancel(ErrorData *edata)
+{
+	if (worker_in_session() && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		ReThrowError(edata);
+}
+
 /*
  * Run batches on a claimed partition until it is exhausted (true) or the
- * lane must stop (false).
+ * lane must stop (false): cancelled, paused, yielding, or past the deadline
+ * of a backend working for a bounded time (the partition is given back at
+ * its checkpoint).
  */
 bool
 work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
@@ -248,6 +270,11 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 
 		if (work_must_stop())
 			return false;
+		if (work_deadline != 0 && GetCurrentTimestamp() >= work_deadline)
+		{
+			pass_release(pass, claim);
+			return false;
+		}
 		/* another role's pass waits for a lane: give this one up */
 		if (backfill_lane_yield_requested())
 		{
@@ -283,6 +310,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 			disable_timeout(STATEMENT_TIMEOUT, false);
 			edata = worker_abort_xact(pass->cxt);
 			MemoryContextSwitchTo(scratch);
+			rethrow_if_session_cancel(edata);
 			/* cancelled: the batch rolled back, nothing of it is recorded */
 			if (stopping)
 			{
@@ -362,6 +390,7 @@ work_step(Pass *pass, void (*step) (Pass *), const char *what)
 
 		if (edata == NULL)
 			return true;
+		rethrow_if_session_cancel(edata);
 		if (error_is_final(edata->sqlerrcode))
 		{
 			pass_fail(pass, -1, edata->sqlerrcode, edata->message);

@@ -11,9 +11,12 @@
 
 #include "postgres.h"
 
+#include "utils/timestamp.h"
+
 #include "pass.h"
 
 extern bool work_partition(Pass *pass, Claim *claim, MemoryContext scratch);
 extern bool work_step(Pass *pass, void (*step) (Pass *), const char *what);
+extern void work_set_deadline(TimestampTz deadline);
 
 #endif							/* BACKFILL_WORK_H */

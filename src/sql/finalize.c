@@ -1,0 +1,369 @@
+/*-------------------------------------------------------------------------
+ *
+ * finalize.c
+ *	  CALL backfill_finalize(name, timeout): return once the backfill is
+ *	  complete with its current definition, working the pass in the calling
+ *	  session when no lane does.
+ *
+ * What a schema migration calls before it drops the old column.  The
+ * newest pass of the backfill decides:
+ *	  completed, with the declaration's checksum     returns at once
+ *	  running, with a live lane                      waits (lanes work it)
+ *	  running, no live lane for 2 s (no worker       works it here, beside any
+ *	    slot free, lanes not started yet)            lane that starts meanwhile
+ *	  never run, or completed with another checksum  backfill_run (forced when
+ *	                                                 changed), then works it here
+ *	  failed, cancelled, completed_with_failures     raises its SQLSTATE
+ * and when the pass ends, completed returns, anything else raises its code.
+ * The timeout passing first is BF019; the pass goes on.
+ *
+ * Working the pass here reuses the lane's engine (work.c, batch.c,
+ * pass.c): the same leases (this backend's pid and start time), batches
+ * committed one by one with their checkpoints, pacing and the convergence
+ * count.  Each transaction of work runs as the role a lane logs in as,
+ * under SECURITY_RESTRICTED_OPERATION with the declaration's search_path
+ * (xact.c), never as the caller.  A backfill with settings or a scope is
+ * left to its lanes (their settings hold for a whole session).  Killed
+ * mid-way, this backend leaves leases held by a dead backend, which a lane
+ * reclaims and resumes from the checkpoints.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "nodes/parsenodes.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "batch.h"
+#include "catalog.h"
+#include "errors.h"
+#include "pacing.h"
+#include "pass.h"
+#include "work.h"
+#include "xact.h"
+
+PG_FUNCTION_INFO_V1(backfill_finalize);
+
+/* how long a running pass may go without a live lane before this session works it */
+#define FINALIZE_JOIN_AFTER_MS	2000
+#define FINALIZE_POLL_MS		200
+
+/* the backfill and its newest pass, as finalize reads them */
+typedef struct Final
+{
+	char	   *name;
+	Oid			owner;
+	Oid			run_as;
+	char	   *checksum;
+	char	   *search_path;
+	bool		scoped;
+	bool		has_settings;
+	int64		run_id;			/* 0: never run */
+	char	   *status;
+	char	   *run_checksum;
+	char	   *error_code;
+	char	   *error_message;
+	int64		rows;
+	int64		live;			/* partitions held by a live backend */
+	char	   *unmet;			/* what it requires that is not done, or NULL */
+} Final;
+
+#define FINAL_SQL \
+	"SELECT d.owner, d.run_as, d.checksum, d.search_path," \
+	"  d.input_shape IS NOT NULL, d.settings IS NOT NULL," \
+	"  l.run_id, l.status, l.checksum, l.error_code, l.error_message," \
+	"  coalesce(l.rows, (SELECT pg_catalog.sum(p.rows) FROM backfill.partition p" \
+	"                     WHERE p.run_id = l.run_id), 0)::pg_catalog.int8," \
+	"  (SELECT pg_catalog.count(*) FROM backfill.partition p" \
+	"    WHERE p.run_id = l.run_id AND p.state = 'running'" \
+	"      AND EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a" \
+	"                   WHERE a.pid = p.holder_pid AND a.backend_start = p.holder_start))," \
+	"  backfill.unmet_requirement(d.name)" \
+	" FROM backfill.declaration d" \
+	" LEFT JOIN LATERAL (SELECT * FROM backfill.ledger l WHERE l.ledger_name = d.name" \
+	"                     ORDER BY l.run_id DESC LIMIT 1) l ON true" \
+	" WHERE d.name = $1"
+
+/* Read the backfill and its newest pass (copied into the current context). */
+static void
+final_read(Final *f)
+{
+	CatalogScope scope;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(f->name)};
+	int			n;
+
+	pgstat_clear_snapshot();
+	catalog_enter(&scope);
+	n = catalog_exec(FINAL_SQL, 1, types, values, NULL, SPI_OK_SELECT);
+	if (n == 1)
+	{
+		f->owner = catalog_getoid(0, 1);
+		f->run_as = catalog_getoid(0, 2);
+		f->checksum = catalog_gettext(0, 3);
+		f->search_path = catalog_gettext(0, 4);
+		f->scoped = catalog_getbool(0, 5);
+		f->has_settings = catalog_getbool(0, 6);
+		f->run_id = catalog_getint64(0, 7);
+		f->status = catalog_gettext(0, 8);
+		f->run_checksum = catalog_gettext(0, 9);
+		f->error_code = catalog_gettext(0, 10);
+		f->error_message = catalog_gettext(0, 11);
+		f->rows = catalog_getint64(0, 12);
+		f->live = catalog_getint64(0, 13);
+		f->unmet = catalog_gettext(0, 14);
+	}
+	catalog_leave(&scope);
+	if (n != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_UNKNOWN),
+				 errmsg("backfill \"%s\" is not declared", f->name),
+				 errhint("backfill_pending() lists the declared backfills.")));
+}
+
+/* The pass ended otherwise than completed: its SQLSTATE, to the caller. */
+static void
+raise_pass_end(const Final *f)
+{
+	const char *code = f->error_code;
+	int			sqlstate;
+
+	if (strcmp(f->status, "completed_with_failures") == 0)
+		code = "BF018";
+	else if (code == NULL || strlen(code) != 5)
+		code = strcmp(f->status, "cancelled") == 0 ? "BF010" : "BF014";
+	sqlstate = MAKE_SQLSTATE(code[0], code[1], code[2], code[3], code[4]);
+	ereport(ERROR,
+			(errcode(sqlstate),
+			 errmsg("backfill \"%s\" is not complete: run " INT64_FORMAT " ended %s",
+					f->name, f->run_id, f->status),
+			 errdetail("%s", f->error_message ? f->error_message : "The pass ended without a message."),
+			 errhint("Fix the cause and call backfill_retry('%s') (backfill_failed_rows('%s') lists "
+					 "rows that failed alone), then finalize again.", f->name, f->name)));
+}
+
+static void
+raise_timeout(const Final *f, const char *timeout_text)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_FINALIZE_TIMEOUT),
+			 errmsg("backfill \"%s\" was not complete within %s", f->name, timeout_text),
+			 errdetail("Run " INT64_FORMAT " is %s with " INT64_FORMAT " rows done; it goes on.",
+					   f->run_id, f->status ? f->status : "queued", f->rows),
+			 errhint("Call backfill_finalize('%s') again, or with a longer timeout.", f->name)));
+}
+
+/* Start a pass as the caller would (backfill_run: its checks, its NOTICEs), and commit it. */
+static void
+final_enqueue(const Final *f, bool force)
+{
+	Oid			types[2] = {TEXTOID, BOOLOID};
+	Datum		values[2] = {CStringGetTextDatum(f->name), BoolGetDatum(force)};
+	char	   *schema;
+
+	catalog_exec("SELECT n.nspname FROM pg_catalog.pg_extension e"
+				 " JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace"
+				 " WHERE e.extname = 'pg_backfill'", 0, NULL, NULL, NULL, SPI_OK_SELECT);
+	schema = catalog_gettext(0, 1);
+
+	/* wait => false: a backfill whose requirement is not met is refused (BF005) */
+	if (SPI_execute_with_args(psprintf("SELECT %s.backfill_run($1, $2, NULL, false)",
+									   quote_identifier(schema)),
+							  2, types, values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not start a pass of backfill \"%s\"", f->name);
+	SPI_commit();
+}
+
+/* the steps of a pass outside any batch, as a lane does them (without session settings) */
+static void
+prepare_and_plan(Pass *pass)
+{
+	batch_prepare(pass);
+	pass_plan(pass);
+}
+
+/*
+ * Work run run_id here: claim partitions and run their batches until none
+ * is left to claim, then end the pass if no other holder still works one;
+ * stop at the deadline (the partition given back at its checkpoint).
+ */
+static void
+work_in_session(const Final *f, TimestampTz deadline)
+{
+	MemoryContext cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill finalize",
+											  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext scratch = AllocSetContextCreate(cxt, "pg_backfill finalize batch",
+												  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext old = MemoryContextSwitchTo(scratch);
+	Pass		pass;
+	Claim		claim;
+
+	ereport(NOTICE,
+			(errmsg("backfill \"%s\": this session works run " INT64_FORMAT " itself",
+					f->name, f->run_id),
+			 errdetail("No lane holds any of its partitions.")));
+	worker_session_begin(f->run_as, f->search_path);
+	work_set_deadline(deadline);
+	PG_TRY();
+	{
+		if (pass_load(&pass, f->run_id, cxt))
+		{
+			bool		go = work_step(&pass, prepare_and_plan, "preparing the pass");
+
+			while (go && pass_claim(&pass, &claim))
+			{
+				pacing_start(&pass, &claim);
+				go = work_partition(&pass, &claim, scratch);
+			}
+			if (go)
+				(void) work_step(&pass, pass_finish, "ending the pass");
+			batch_free_plans(&pass);
+		}
+	}
+	PG_FINALLY();
+	{
+		work_set_deadline(0);
+		worker_session_end();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
+}
+
+/* Refuse a call that cannot commit: finalize commits every batch. */
+static void
+check_call_context(FunctionCallInfo fcinfo, const char *name)
+{
+	if (fcinfo->context != NULL && IsA(fcinfo->context, CallContext) &&
+		!castNode(CallContext, fcinfo->context)->atomic)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_WAIT_INVALID),
+			 errmsg("backfill_finalize of \"%s\" must be called with CALL outside a transaction "
+					"block", name),
+			 errdetail("It commits each batch it runs, and waits for the pass to end."),
+			 errhint("Run CALL backfill_finalize('%s') as a statement of its own.", name)));
+}
+
+/* One look at the pass: true when it is complete and finalize returns. */
+static bool
+final_step(Final *f, TimestampTz deadline, TimestampTz *no_lane_since)
+{
+	final_read(f);
+	check_backfill_member(f->name, f->owner);
+	if (f->run_id != 0 && strcmp(f->status, "completed") == 0 &&
+		strcmp(f->run_checksum, f->checksum) == 0)
+		return true;
+	if (f->run_id != 0 && strcmp(f->status, "running") != 0 &&
+		strcmp(f->status, "completed") != 0 && strcmp(f->run_checksum, f->checksum) == 0)
+		raise_pass_end(f);
+	if (f->unmet != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_REQUIRES),
+				 errmsg("backfill \"%s\" is blocked: %s", f->name, f->unmet),
+				 errdetail("Its pass may run only once what it requires is done."),
+				 errhint("Apply the migration or complete the required backfill first.")));
+	if (f->scoped)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("backfill \"%s\" is scoped: finalize it by its runs", f->name),
+				 errdetail("Each scope keeps a history of its own."),
+				 errhint("Wait for each scope's run with backfill_wait(run_id).")));
+	if (f->run_id == 0 || strcmp(f->status, "running") != 0)
+	{
+		/* never run, or its last pass had another definition */
+		final_enqueue(f, f->run_id != 0 && strcmp(f->status, "completed") == 0);
+		final_read(f);
+		*no_lane_since = 0;
+		if (!f->has_settings && strcmp(f->status, "running") == 0)
+			work_in_session(f, deadline);
+		return false;
+	}
+	if (f->live > 0 || f->has_settings)
+		*no_lane_since = 0;
+	else if (*no_lane_since == 0)
+		*no_lane_since = GetCurrentTimestamp();
+	else if (TimestampDifferenceExceeds(*no_lane_since, GetCurrentTimestamp(),
+										FINALIZE_JOIN_AFTER_MS))
+	{
+		work_in_session(f, deadline);
+		*no_lane_since = 0;
+	}
+	return false;
+}
+
+Datum
+backfill_finalize(PG_FUNCTION_ARGS)
+{
+	Final		f;
+	Interval   *timeout = PG_GETARG_INTERVAL_P(1);
+	char	   *timeout_text = DatumGetCString(DirectFunctionCall1(interval_out,
+																  IntervalPGetDatum(timeout)));
+	int64		timeout_ms = (timeout->time + (int64) timeout->day * USECS_PER_DAY +
+							  (int64) timeout->month * DAYS_PER_MONTH * USECS_PER_DAY) / 1000;
+	TimestampTz deadline;
+	TimestampTz no_lane_since = 0;
+	MemoryContext cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill finalize call",
+											  ALLOCSET_DEFAULT_SIZES);
+
+	memset(&f, 0, sizeof(f));
+	f.name = MemoryContextStrdup(cxt, text_to_cstring(PG_GETARG_TEXT_PP(0)));
+	check_backfill_name(f.name);
+	check_not_standby("finalize backfill", f.name);
+	check_call_context(fcinfo, f.name);
+	if (timeout_ms < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("timeout to finalize backfill \"%s\" must not be negative", f.name),
+				 errhint("Pass an interval such as '10 minutes'.")));
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+
+	if (SPI_connect_ext(SPI_OPT_NONATOMIC) != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	PG_TRY();
+	{
+		MemoryContext look = AllocSetContextCreate(cxt, "pg_backfill finalize look",
+												   ALLOCSET_DEFAULT_SIZES);
+
+		for (;;)
+		{
+			MemoryContext old;
+			bool		done;
+
+			MemoryContextReset(look);
+			old = MemoryContextSwitchTo(look);
+			done = final_step(&f, deadline, &no_lane_since);
+			MemoryContextSwitchTo(old);
+			if (done)
+			{
+				ereport(NOTICE,
+						(errmsg("backfill \"%s\" is complete: run " INT64_FORMAT,
+								f.name, f.run_id)));
+				break;
+			}
+			if (GetCurrentTimestamp() >= deadline)
+				raise_timeout(&f, timeout_text);
+			SPI_commit();		/* hold no snapshot while waiting */
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 FINALIZE_POLL_MS, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+	PG_FINALLY();
+	{
+		MemoryContextDelete(cxt);
+	}
+	PG_END_TRY();
+	SPI_finish();
+	PG_RETURN_VOID();
+}

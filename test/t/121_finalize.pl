@@ -1,0 +1,188 @@
+# 121_finalize.pl
+#
+# CALL backfill_finalize(name, timeout) inside a deploy (issue 14, part 4).
+# The action is non-idempotent (n = n + 1) and checks that it runs as the
+# declaring role (current_user), never as the caller (postgres).
+#  (a) a completed backfill: returns at once, no new pass;
+#  (b) a running backfill with lanes: waits for it, runs no batch itself;
+#  (c) a never-run backfill: starts it and works it in the calling session,
+#      every row once; the caller is the superuser, the batches ran as the
+#      declarer, and the session is the superuser again afterwards;
+#  (d) a failed backfill (a row that fails alone, max_failed_rows 0): the
+#      pass's code, BF018; in a transaction block: BF015; the timeout
+#      passing first: BF019, the pass goes on;
+#  (e) max_worker_processes exhausted (no lane can start): finalize works
+#      the pass in the session and it completes;
+#  (f) kill -9 of the finalizing session mid-way: the pass stays running
+#      with a dead lease; once lanes can start, one resumes it and every
+#      row is done exactly once.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
+
+my $setup = q{
+	CREATE EXTENSION pg_backfill;
+	CREATE ROLE fin_user LOGIN;
+};
+
+# a table of $rows rows and a backfill of it declared by fin_user
+sub declare_fill
+{
+	my ($node, $name, $rows, $batch, $rate) = @_;
+	$node->safe_psql('postgres', qq{
+		CREATE TABLE $name (id int PRIMARY KEY, n int NOT NULL DEFAULT 0, v int);
+		INSERT INTO $name (id) SELECT g FROM generate_series(1, $rows) g;
+		ANALYZE $name;
+		GRANT SELECT, UPDATE ON $name TO fin_user;
+		SET ROLE fin_user;
+		SELECT backfill_declare(name => '$name', relation => '$name', predicate => 'v IS NULL',
+			action => 'UPDATE $name SET v = 1, n = n + 1 WHERE id BETWEEN \$1 AND \$2'
+			       || ' AND current_user = ''fin_user''',
+			batch_size => $batch, rate => $rate);
+	});
+	return;
+}
+
+sub finalize
+{
+	my ($node, $sql) = @_;
+	my ($rc, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
+	return ($rc, $out, $err);
+}
+
+my $node = BackfillTest::node('finalize');
+$node->safe_psql('postgres', $setup);
+
+# ------------------------------------------------------------------
+# (a) completed
+# ------------------------------------------------------------------
+declare_fill($node, 'fa', 2000, 500, 1000);
+my $run_a = $node->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('fa')});
+is(wait_pass_end($node, $run_a, 60), 'completed', '(a) the pass completed');
+my ($rc, $out, $err) = finalize($node, q{CALL backfill_finalize('fa')});
+is($rc, 0, '(a) finalize of a completed backfill succeeds');
+like($err, qr/backfill "fa" is complete: run $run_a/, '(a) it names the completed run');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM backfill.ledger WHERE declaration = 'fa'}),
+	'1', '(a) no new pass');
+
+# ------------------------------------------------------------------
+# (b) running, with lanes
+# ------------------------------------------------------------------
+declare_fill($node, 'fb', 3000, 100, 10);
+my $run_b = $node->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('fb')});
+ok( poll_until($node, q{SELECT live_leases > 0 FROM backfill_status('fb')}, 't', 60),
+	'(b) a lane works the pass');
+($rc, $out, $err) = finalize($node,
+	q{CALL backfill_finalize('fb'); SELECT pg_backend_pid()});
+is($rc, 0, '(b) finalize of a running backfill returns');
+is(ledger($node, $run_b, 'status'), 'completed', '(b) once the pass has completed');
+unlike($err, qr/this session works/, '(b) it ran no batch itself: the lane did');
+my $pid_b = $out;
+is( $node->safe_psql('postgres',
+		qq{SELECT count(*) FROM backfill.partition WHERE run_id = $run_b AND holder_pid = $pid_b}),
+	'0', '(b) no partition was held by the finalizing session');
+each_row_done_once($node, 'fb', 3000, $run_b);
+
+# ------------------------------------------------------------------
+# (c) never run: started and worked in the session
+# ------------------------------------------------------------------
+declare_fill($node, 'fc', 3000, 250, 1000);
+($rc, $out, $err) = finalize($node,
+	q{CALL backfill_finalize('fc'); SELECT pg_backend_pid() || '|' || current_user});
+is($rc, 0, '(c) finalize of a never-run backfill succeeds');
+like($err, qr/this session works run \d+ itself/, '(c) the session worked the pass');
+my ($pid_c, $user_c) = split /\|/, $out;
+is($user_c, 'postgres', '(c) the session is the caller again afterwards');
+my $run_c = $node->safe_psql('postgres', q{SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'fc'});
+is(ledger($node, $run_c, 'status'), 'completed', '(c) the pass completed');
+cmp_ok( $node->safe_psql('postgres',
+		qq{SELECT count(*) FROM backfill.partition WHERE run_id = $run_c AND holder_pid = $pid_c}),
+	'>', 0, '(c) the session held its partition lease');
+each_row_done_once($node, 'fc', 3000, $run_c);
+
+# ------------------------------------------------------------------
+# (d) failed; in a transaction block; the timeout
+# ------------------------------------------------------------------
+declare_fill($node, 'fd', 2000, 200, 1000);
+$node->safe_psql('postgres', q{ALTER TABLE fd ADD CONSTRAINT fd_no CHECK (v IS NULL OR id <> 1500)});
+my $run_d = $node->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('fd')});
+is(wait_pass_end($node, $run_d, 60), 'failed', '(d) the pass failed');
+($rc, $out, $err) = finalize($node, q{CALL backfill_finalize('fd')});
+isnt($rc, 0, '(d) finalize of a failed backfill fails');
+like($err, qr/ERROR:  BF018: backfill "fd" is not complete: run $run_d ended failed/,
+	'(d) with the pass\'s code, BF018');
+like($err, qr/keys 1500/, '(d) the detail names the failed row');
+($rc, $out, $err) = finalize($node, q{BEGIN; CALL backfill_finalize('fa'); COMMIT;});
+like($err, qr/ERROR:  BF015: backfill_finalize of "fa" must be called with CALL outside/,
+	'(d) inside a transaction block: BF015');
+declare_fill($node, 'ft', 5000, 50, 5);
+($rc, $out, $err) = finalize($node, q{CALL backfill_finalize('ft', '1 second')});
+like($err, qr/ERROR:  BF019: backfill "ft" was not complete within 00:00:01/,
+	'(d) the timeout passing first: BF019');
+my $run_t = $node->safe_psql('postgres', q{SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'ft'});
+is(ledger($node, $run_t, 'status'), 'running', '(d) the pass goes on after BF019');
+$node->safe_psql('postgres', q{SELECT backfill_cancel('ft')});
+$node->stop;
+
+# ------------------------------------------------------------------
+# (e) no worker slot for a lane: the session works the pass
+# ------------------------------------------------------------------
+# the launcher, the logical replication launcher and the scheduler fill it
+my $tight = BackfillTest::node('finalize_tight', crash_restart => 1,
+	extra_conf => "max_worker_processes = 3\n");
+$tight->safe_psql('postgres', $setup);
+ok( poll_until($tight,
+		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill scheduler'},
+		'1', 60),
+	'(e) the scheduler runs, and takes the last worker slot');
+declare_fill($tight, 'fe', 3000, 250, 1000);
+my $run_e = $tight->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('fe')});
+($rc, $out, $err) = finalize($tight, q{CALL backfill_finalize('fe', '2 minutes'); SELECT pg_backend_pid()});
+is($rc, 0, '(e) finalize returns with every worker slot taken');
+like($err, qr/this session works run $run_e itself/, '(e) the session worked the pass');
+is(ledger($tight, $run_e, 'status'), 'completed', '(e) the pass completed');
+is( $tight->safe_psql('postgres',
+		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'}),
+	'0', '(e) no lane ran');
+each_row_done_once($tight, 'fe', 3000, $run_e);
+
+# ------------------------------------------------------------------
+# (f) kill -9 of the finalizing session mid-way; a lane resumes once
+# ------------------------------------------------------------------
+declare_fill($tight, 'ff', 3000, 100, 10);
+my $run_f = $tight->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('ff')});
+my $caller = $tight->background_psql('postgres', on_error_stop => 0);
+$caller->query_until(qr/started/, "\\echo started\nCALL backfill_finalize('ff', '5 minutes');\n");
+ok( poll_until($tight,
+		qq{SELECT coalesce(sum(rows), 0) >= 500 FROM backfill.partition WHERE run_id = $run_f},
+		't', 60),
+	'(f) the session is under way');
+my $holder = $tight->safe_psql('postgres',
+	qq{SELECT p.holder_pid FROM backfill.partition p JOIN pg_stat_activity a
+	    ON a.pid = p.holder_pid AND a.backend_start = p.holder_start
+	   WHERE p.run_id = $run_f AND p.state = 'running' AND a.backend_type = 'client backend'});
+like($holder, qr/^\d+$/, '(f) the finalizing session holds the lease');
+is(kill('KILL', $holder), 1, '(f) SIGKILL delivered to the finalizing session');
+eval { $caller->quit; };
+ok(wait_for_server($tight, 60), '(f) the server accepts connections again');
+is(ledger($tight, $run_f, 'status'), 'running', '(f) the pass is still running');
+my $left = $tight->safe_psql('postgres', "SELECT count(*) FROM ff WHERE n = 0");
+cmp_ok($left, '>', 0, "(f) $left rows were left to do");
+# room for lanes: one resumes the pass from the session's checkpoint
+$tight->append_conf('postgresql.conf', "max_worker_processes = 32\n");
+$tight->restart;
+is(wait_pass_end($tight, $run_f, 120), 'completed', '(f) a lane completed the pass');
+cmp_ok($tight->safe_psql('postgres', "SELECT interruptions FROM backfill.run WHERE run_id = $run_f"),
+	'>=', 1, '(f) the lane reclaimed the dead session\'s lease');
+each_row_done_once($tight, 'ff', 3000, $run_f);
+is($tight->safe_psql('postgres', q{SELECT count(*) FROM backfill.ledger WHERE declaration = 'ff'}),
+	'1', '(f) one pass');
+
+$tight->stop;
+done_testing();
