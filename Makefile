@@ -49,7 +49,7 @@ REGRESS_OPTS = --use-existing
 # the sessions race for leases exactly as lanes would, and nothing else does;
 # states_*.spec call backfill_run and need a served database: scripts/test.sh
 # runs them in backfill_iso (scripts/cluster.sh serves it)
-ISOLATION = lease_claim states_run
+ISOLATION = lease_claim states_run finalize_session
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso
 
 SRC_DIRS = src src/sql src/catalogs src/trust src/engine src/workers src/outbox
