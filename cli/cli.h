@@ -4,7 +4,7 @@
  *   pg_backfill.c  options, commands chosen, main
  *   conn.c         the connection, statements, server errors and notices
  *   output.c       tables and numbers for a terminal
- *   commands.c     list, pending, status, the controls, run, revert
+ *   commands.c     list, pending, status, the controls, run, revert, finalize
  *   progress.c     run --wait: snapshots of a pass and its progress line
  */
 #ifndef PG_BACKFILL_CLI_H
@@ -59,6 +59,7 @@ extern int	cmd_status(const char *name);
 extern int	cmd_control(const char *verb, const char *name);
 extern int	cmd_run(const char *name, bool force, bool wait, const char *input, bool plain);
 extern int	cmd_revert(const char *name, bool wait, bool plain);
+extern int	cmd_finalize(const char *name, const char *timeout);
 
 /* progress.c */
 extern int	wait_for_run(const char *name, const char *run_id, bool plain);

@@ -1,6 +1,6 @@
 /*
  * commands.c: the client's commands (list, pending, status, pause,
- * resume, cancel, retry, run, revert), each one call of the extension's
+ * resume, cancel, retry, run, revert, finalize), each one call of the extension's
  * SQL API.
  * Each returns the process exit status.
  */
@@ -188,4 +188,29 @@ cmd_revert(const char *name, bool wait, bool plain)
 		return EXIT_OK;
 	}
 	return follow_run(res, "backfill_revert", name, wait, plain);
+}
+
+/*
+ * CALL backfill_finalize(name, timeout): returns once the backfill is
+ * complete (working it in this session when no lane does); its NOTICEs
+ * say how, an error says why not (BF018, BF019, the pass's SQLSTATE).
+ */
+int
+cmd_finalize(const char *name, const char *timeout)
+{
+	char	   *sql = api_sql("CALL %s.backfill_finalize($1, coalesce($2::interval, '1 hour'))");
+	const char *params[] = {name, timeout};
+	PGresult   *res = run_query(sql, 2, params);
+	int			rc = EXIT_FAILED;
+
+	free(sql);
+	if (res != NULL)
+	{
+		printf("complete\n");
+		rc = EXIT_OK;
+		PQclear(res);
+	}
+	else
+		rc = failure_status();
+	return rc;
 }

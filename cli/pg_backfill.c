@@ -60,6 +60,9 @@ usage(FILE *out)
 			"  revert NAME [--wait] [--plain]\n"
 			"                            start the declared revert pass and print its run\n"
 			"                            id; --wait follows it until it ends\n"
+			"  finalize NAME [TIMEOUT]   CALL backfill_finalize: return once NAME is complete\n"
+			"                            with its current definition, running its batches\n"
+			"                            here when no lane does (default timeout 1 hour)\n"
 			"  pending                   the backfill_pending() report; exit status 3 when\n"
 			"                            any backfill is pending, blocked, failed, stalled\n"
 			"                            or changed (a deploy gate)\n"
@@ -194,6 +197,11 @@ check_command(const Options *o)
 		if (o->npos != 2)
 			usage_error("%s takes one backfill name", cmd);
 	}
+	else if (strcmp(cmd, "finalize") == 0)
+	{
+		if (o->npos != 2 && o->npos != 3)
+			usage_error("finalize takes one backfill name and an optional timeout");
+	}
 	else
 		usage_error("unknown command: %s", cmd);
 	if (o->run_opts && strcmp(cmd, "revert") == 0 && (o->force || o->input != NULL))
@@ -233,6 +241,8 @@ main(int argc, char **argv)
 		rc = cmd_revert(o.pos[1], o.wait, o.plain);
 	else if (strcmp(cmd, "status") == 0)
 		rc = cmd_status(o.pos[1]);
+	else if (strcmp(cmd, "finalize") == 0)
+		rc = cmd_finalize(o.pos[1], o.npos == 3 ? o.pos[2] : NULL);
 	else
 		rc = cmd_control(cmd, o.pos[1]);
 

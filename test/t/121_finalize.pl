@@ -3,7 +3,8 @@
 # CALL backfill_finalize(name, timeout) inside a deploy (issue 14, part 4).
 # The action is non-idempotent (n = n + 1) and checks that it runs as the
 # declaring role (current_user), never as the caller (postgres).
-#  (a) a completed backfill: returns at once, no new pass;
+#  (a) a completed backfill: returns at once, no new pass (also through
+#      pg_backfill finalize);
 #  (b) a running backfill with lanes: waits for it, runs no batch itself;
 #  (c) a never-run backfill: starts it and works it in the calling session,
 #      every row once; the caller is the superuser, the batches ran as the
@@ -22,6 +23,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IPC::Run;
 use FindBin;
 use lib "$FindBin::RealBin/lib";
 use BackfillTest;
@@ -56,6 +58,26 @@ sub finalize
 	return ($rc, $out, $err);
 }
 
+my $cli = $ENV{PG_BACKFILL_CLI};
+if (!defined $cli || $cli eq '')
+{
+	my $rel = "$FindBin::RealBin/../../cli/pg_backfill";
+	$cli = -x $rel ? $rel : '/usr/lib/postgresql/15/bin/pg_backfill';
+}
+die "pg_backfill CLI not found at $cli (build it with make -C cli, or set PG_BACKFILL_CLI)"
+  unless -x $cli;
+
+# pg_backfill finalize ...: (exit status, stdout, stderr)
+sub cli_finalize
+{
+	my ($node, @args) = @_;
+	my ($o, $e) = ('', '');
+	IPC::Run::run([ $cli, '-d', $node->connstr('postgres'), 'finalize', @args ],
+		'<', \undef, '>', \$o, '2>', \$e,
+		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
+	return ($? >> 8, $o, $e);
+}
+
 my $node = BackfillTest::node('finalize');
 $node->safe_psql('postgres', $setup);
 
@@ -70,6 +92,8 @@ is($rc, 0, '(a) finalize of a completed backfill succeeds');
 like($err, qr/backfill "fa" is complete: run $run_a/, '(a) it names the completed run');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM backfill.ledger WHERE declaration = 'fa'}),
 	'1', '(a) no new pass');
+my ($cli_rc, $cli_out, $cli_err) = cli_finalize($node, 'fa', '10 s');
+is("$cli_rc|$cli_out", "0|complete\n", '(a) pg_backfill finalize fa: complete, exit 0');
 
 # ------------------------------------------------------------------
 # (b) running, with lanes
@@ -118,6 +142,9 @@ isnt($rc, 0, '(d) finalize of a failed backfill fails');
 like($err, qr/ERROR:  BF018: backfill "fd" is not complete: run $run_d ended failed/,
 	'(d) with the pass\'s code, BF018');
 like($err, qr/keys 1500/, '(d) the detail names the failed row');
+($cli_rc, $cli_out, $cli_err) = cli_finalize($node, 'fd');
+is($cli_rc, 1, '(d) pg_backfill finalize fd exits 1');
+like($cli_err, qr/SQLSTATE: BF018/, '(d) and prints the SQLSTATE, BF018');
 ($rc, $out, $err) = finalize($node, q{BEGIN; CALL backfill_finalize('fa'); COMMIT;});
 like($err, qr/ERROR:  BF015: backfill_finalize of "fa" must be called with CALL outside/,
 	'(d) inside a transaction block: BF015');
