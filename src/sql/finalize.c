@@ -14,6 +14,7 @@
  *	  never run, or completed with another checksum  backfill_run (forced when
  *	                                                 changed), then works it here
  *	  failed, cancelled, completed_with_failures     raises its SQLSTATE
+ *	  a revert (running or ended)                    BF008: it undoes the backfill
  * and when the pass ends, completed returns, anything else raises its code.
  * The timeout passing first is BF019; the pass goes on.
  *
@@ -75,6 +76,7 @@ typedef struct Final
 	int64		rows;
 	int64		live;			/* partitions held by a live backend */
 	char	   *unmet;			/* what it requires that is not done, or NULL */
+	bool		revert;			/* the newest pass is a revert */
 } Final;
 
 #define FINAL_SQL \
@@ -87,7 +89,7 @@ typedef struct Final
 	"    WHERE p.run_id = l.run_id AND p.state = 'running'" \
 	"      AND EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a" \
 	"                   WHERE a.pid = p.holder_pid AND a.backend_start = p.holder_start))," \
-	"  backfill.unmet_requirement(d.name)" \
+	"  backfill.unmet_requirement(d.name), l.direction = 'revert'" \
 	" FROM backfill.declaration d" \
 	" LEFT JOIN LATERAL (SELECT * FROM backfill.ledger l WHERE l.ledger_name = d.name" \
 	"                     ORDER BY l.run_id DESC LIMIT 1) l ON true" \
@@ -121,6 +123,7 @@ final_read(Final *f)
 		f->rows = catalog_getint64(0, 12);
 		f->live = catalog_getint64(0, 13);
 		f->unmet = catalog_gettext(0, 14);
+		f->revert = f->run_id != 0 && catalog_getbool(0, 15);
 	}
 	catalog_leave(&scope);
 	if (n != 1)
@@ -260,6 +263,14 @@ final_step(Final *f, TimestampTz deadline, TimestampTz *no_lane_since)
 {
 	final_read(f);
 	check_backfill_member(f->name, f->owner);
+	if (f->revert)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_CONFLICT),
+				 errmsg("backfill \"%s\" is not complete: its newest pass, run " INT64_FORMAT
+						", is a revert (%s)", f->name, f->run_id, f->status),
+				 errdetail("Finalize waits for the forward pass; a revert undoes it."),
+				 errhint("Run it forward again with backfill_run('%s', force => true), then "
+						 "finalize.", f->name)));
 	if (f->run_id != 0 && strcmp(f->status, "completed") == 0 &&
 		strcmp(f->run_checksum, f->checksum) == 0)
 		return true;

@@ -155,6 +155,24 @@ like($err, qr/ERROR:  BF019: backfill "ft" was not complete within 00:00:01/,
 my $run_t = $node->safe_psql('postgres', q{SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'ft'});
 is(ledger($node, $run_t, 'status'), 'running', '(d) the pass goes on after BF019');
 $node->safe_psql('postgres', q{SELECT backfill_cancel('ft')});
+
+# a reverted backfill is not complete: finalize says so (BF008)
+$node->safe_psql('postgres', q{
+	CREATE TABLE fr (id int PRIMARY KEY, v int);
+	INSERT INTO fr (id) SELECT g FROM generate_series(1, 500) g;
+	GRANT SELECT, UPDATE ON fr TO fin_user;
+	SET ROLE fin_user;
+	SELECT backfill_declare(name => 'fr', relation => 'fr', predicate => 'v IS NULL',
+		action => 'UPDATE fr SET v = 1 WHERE id BETWEEN $1 AND $2',
+		revert => 'UPDATE fr SET v = NULL WHERE id BETWEEN $1 AND $2', rate => 1000);
+});
+my $run_r = $node->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('fr')});
+is(wait_pass_end($node, $run_r, 60), 'completed', '(d) fr completed');
+my $rev = $node->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_revert('fr')});
+is(wait_pass_end($node, $rev, 60), 'completed', '(d) and was reverted');
+($rc, $out, $err) = finalize($node, q{CALL backfill_finalize('fr')});
+like($err, qr/ERROR:  BF008: backfill "fr" is not complete: its newest pass, run $rev, is a revert/,
+	'(d) finalize of a reverted backfill: BF008');
 $node->stop;
 
 # ------------------------------------------------------------------
