@@ -154,9 +154,13 @@ if (sq($old, "SELECT count(*) FROM pg_attribute a WHERE $stamp") > 0)
 	                                   WHERE o NOT LIKE 'pg_attver=%'), '{}')
 	  WHERE $stamp});
 }
+# pg_upgrade wants the same data checksums setting; initdb turns them on by
+# default from 18 on
+my $checksums = sq($old, 'SHOW data_checksums');
 $old->stop;
 
-my $new = BackfillTest::node('upgrade_new', install_path => $new_root, start => 0);
+my $new = BackfillTest::node('upgrade_new', install_path => $new_root, start => 0,
+	init => { extra => [ $checksums eq 'on' ? '--data-checksums' : ($new_major >= 18 ? '--no-data-checksums' : ()) ] });
 my $workdir = PostgreSQL::Test::Utils::tempdir();
 chdir $workdir;
 $new->command_ok(
