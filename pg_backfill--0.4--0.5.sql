@@ -896,3 +896,114 @@ END
 $$;
 
 /* ---- speed (issue 13) ---- */
+
+/* ---- trust: the owner of a pages or count function (lead) ---- */
+
+/*
+ * A pages or count function is stored by name (above), and a name is
+ * anyone's to take once the function is dropped or renamed: another role
+ * could create a function of that name, and the next pass would run it as
+ * the declarer.  So the declaration also records who owned the function
+ * when it was declared (a role, which pg_dump and pg_upgrade carry), and
+ * a function of that name owned by anyone else never runs: the lanes
+ * resolve it to nothing and backfill.identity_problem refuses the run.
+ */
+ALTER TABLE backfill.declaration
+    ADD COLUMN pages_owner pg_catalog.regrole,
+    ADD COLUMN count_owner pg_catalog.regrole;
+UPDATE backfill.declaration d
+   SET pages_owner = (SELECT p.proowner FROM pg_catalog.pg_proc p
+                       WHERE p.oid OPERATOR(pg_catalog.=) CASE
+                             WHEN d.pages_fn OPERATOR(pg_catalog.~) '^[0-9]+$' THEN NULL
+                             ELSE pg_catalog.to_regprocedure(d.pages_fn) END),
+       count_owner = (SELECT p.proowner FROM pg_catalog.pg_proc p
+                       WHERE p.oid OPERATOR(pg_catalog.=) CASE
+                             WHEN d.count_fn OPERATOR(pg_catalog.~) '^[0-9]+$' THEN NULL
+                             ELSE pg_catalog.to_regprocedure(d.count_fn) END)
+ WHERE d.pages_fn IS NOT NULL OR d.count_fn IS NOT NULL;
+
+CREATE OR REPLACE FUNCTION backfill.identity_problem(p_name text, p_relid pg_catalog.regclass,
+                                          p_relation text, p_owner pg_catalog.regrole,
+                                          p_owner_name name, p_run_as pg_catalog.regrole,
+                                          p_run_as_name name,
+                                          OUT code text, OUT message text, OUT detail text,
+                                          OUT hint text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    found_relid oid;
+    fn record;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                    WHERE r.oid = p_owner AND r.rolname = p_owner_name) THEN
+        code := 'BF016';
+        message := format('the owner of backfill "%s" is no longer role "%s"',
+                          p_name, p_owner_name);
+        detail := format('The declaration was made by role "%s"; its role oid %s is %s now.',
+                         p_owner_name, p_owner::oid,
+                         pg_catalog.pg_get_userbyid(p_owner));
+        hint := format('Create role %s before restoring a dump, or declare the backfill again '
+                       'as its owner.', quote_ident(p_owner_name));
+    ELSIF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.oid = p_run_as AND r.rolname = p_run_as_name) THEN
+        code := 'BF016';
+        message := format('the run_as role of backfill "%s" is no longer role "%s"',
+                          p_name, p_run_as_name);
+        detail := format('The declaration runs as role "%s"; its role oid %s is %s now.',
+                         p_run_as_name, p_run_as::oid,
+                         pg_catalog.pg_get_userbyid(p_run_as));
+        hint := format('Create role %s before restoring a dump, or declare the backfill again.',
+                       quote_ident(p_run_as_name));
+    ELSIF p_relation IS NOT NULL THEN
+        found_relid := pg_catalog.to_regclass(p_relation);
+        IF found_relid IS DISTINCT FROM p_relid::oid
+           OR (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = found_relid)
+              NOT IN ('r', 'p') THEN
+            code := 'BF001';
+            message := format('the table of backfill "%s" is no longer %s', p_name, p_relation);
+            detail := format('The declaration holds relation oid %s; the name %s is %s now.',
+                             p_relid::oid, p_relation,
+                             coalesce(found_relid::pg_catalog.regclass::text || ' (oid '
+                                      || found_relid || ')', 'no relation'));
+            hint := format('Declare the backfill again over the table it should rewrite '
+                           '(%s was dropped, renamed or restored under another name).',
+                           p_relation);
+        END IF;
+    ELSE
+        FOR fn IN
+            SELECT f.what, f.signature, f.owner,
+                   (SELECT p.proowner FROM pg_catalog.pg_proc p
+                     WHERE p.oid = CASE WHEN f.signature ~ '^[0-9]+$' THEN NULL  -- an oid: dropped before 0.5
+                                        ELSE pg_catalog.to_regprocedure(f.signature) END) AS found_owner
+              FROM backfill.declaration d,
+                   LATERAL (VALUES ('pages', d.pages_fn, d.pages_owner),
+                                   ('count', d.count_fn, d.count_owner)) f(what, signature, owner)
+             WHERE d.name = p_name AND f.signature IS NOT NULL
+        LOOP
+            IF fn.found_owner IS NULL THEN
+                code := 'BF001';
+                message := format('the %s function of backfill "%s" no longer exists',
+                                  fn.what, p_name);
+                detail := format('The declaration names function %s, which this database '
+                                 'does not have.', fn.signature);
+                hint := 'Create the function again (or restore it), or declare the backfill '
+                        'again with the function it should call.';
+                RETURN;
+            ELSIF fn.owner IS NULL OR fn.found_owner <> fn.owner THEN
+                code := 'BF016';
+                message := format('the %s function of backfill "%s" is not the one it was declared with',
+                                  fn.what, p_name);
+                detail := format('Function %s belongs to role "%s"; the declaration was made '
+                                 'with a function of role "%s". It never runs as the declarer.',
+                                 fn.signature, pg_catalog.pg_get_userbyid(fn.found_owner),
+                                 coalesce(pg_catalog.pg_get_userbyid(fn.owner), 'unknown'));
+                hint := 'Declare the backfill again with the function it should call '
+                        '(as a member of that function''s owner).';
+                RETURN;
+            END IF;
+        END LOOP;
+    END IF;
+END
+$$;
+

@@ -145,6 +145,10 @@ SELECT count(*) AS columns_pg_upgrade_refuses
 SELECT name, CASE WHEN pages_fn ~ '^[0-9]+$' THEN '(its oid)' ELSE pages_fn END AS pages_fn,
        count_fn
   FROM backfill.declaration WHERE name LIKE 'upgrade%04' ORDER BY name;
+-- the update records who owns each function (none for the one dropped)
+SELECT name, pages_owner::text = current_user AS pages_owner_is_me,
+       count_owner::text = current_user AS count_owner_is_me
+  FROM backfill.declaration WHERE name LIKE 'upgrade%04' ORDER BY name;
 SELECT backfill_declare(name => 'upgrade_pages04', pages => 'upgrade_pages04',
        count_function => 'upgrade_count04',
        action => 'SELECT pg_catalog.jsonb_array_length($1)') = :'checksum_pages04'

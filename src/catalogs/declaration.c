@@ -62,6 +62,8 @@ const DeclarationColumn declaration_columns[] = {
 	/* resolved from the relation and key */
 	{COL(relid, REGCLASSOID, DECL_OID, false), DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
 	{COL(key_type, REGTYPEOID, DECL_OID, false), DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
+	{COL(pages_owner, REGROLEOID, DECL_OID, false), DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
+	{COL(count_owner, REGROLEOID, DECL_OID, false), DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
 	/* tuning: a re-declaration may change these under a running pass */
 	{COL(batch_size, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "batch_size", INT4OID, "1000"},
 	{COL(rate, FLOAT8OID, DECL_FLOAT8, true), DECL_NOT_SUMMED, NULL, "rate", FLOAT8OID, "NULL"},
@@ -413,20 +415,40 @@ declaration_store(const Declaration *decl)
 
 /*
  * A function column read back as the oid its stored name resolves to, or
- * NULL when nothing has that name (backfill.identity_problem refuses to
- * run such a declaration).  A name that is only digits is the oid of a
- * function dropped before the column held names (pg_backfill 0.4), which
+ * NULL when nothing has that name or when the function of that name is
+ * not owned by the role that owned it at declaration (a function dropped,
+ * or renamed, and another role's created under its name: it must never
+ * run as the declarer); backfill.identity_problem refuses to run such a
+ * declaration.  A name that is only digits is the oid of a function
+ * dropped before the column held names (pg_backfill 0.4), which
  * to_regprocedure would not parse.  The text of a regprocedure column (a
- * catalog before 0.5) is its name under the scope's search_path.
+ * catalog before 0.5) is its name under the scope's search_path.  owner
+ * is NULL for a catalog without the owner columns (before 0.5).
  */
 static char *
-function_select(const char *alias, const char *column)
+function_select(const char *alias, const char *column, const char *owner)
 {
 	const char *c = quote_identifier(column);
 
 	return psprintf("(CASE WHEN %s.%s::pg_catalog.text OPERATOR(pg_catalog.~) '^[0-9]+$'"
-					" THEN NULL ELSE pg_catalog.to_regprocedure(%s.%s::pg_catalog.text)"
-					" END)::pg_catalog.oid AS %s", alias, c, alias, c, c);
+					" THEN NULL ELSE (SELECT f.oid FROM pg_catalog.pg_proc f"
+					"  WHERE f.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(%s.%s::pg_catalog.text)"
+					"    AND %s) END)::pg_catalog.oid AS %s", alias, c, alias, c,
+					owner ? psprintf("f.proowner OPERATOR(pg_catalog.=) %s.%s", alias,
+									 quote_identifier(owner)) : "true",
+					c);
+}
+
+/* the owner column of a function column, if the catalog has it */
+static const char *
+function_owner_column(const DeclarationColumn *col, const bool *present)
+{
+	const char *owner = strcmp(col->column, "pages_fn") == 0 ? "pages_owner" : "count_owner";
+
+	for (int i = 0; i < declaration_ncolumns; i++)
+		if (strcmp(declaration_columns[i].column, owner) == 0)
+			return present[i] ? owner : NULL;
+	return NULL;
 }
 
 char *
@@ -443,7 +465,8 @@ declaration_select_list(const char *alias)
 
 		appendStringInfoString(&sql, i > 0 ? ", " : "");
 		if (present[i] && col->field == DECL_FUNCTION)
-			appendStringInfoString(&sql, function_select(alias, col->column));
+			appendStringInfoString(&sql, function_select(alias, col->column,
+														 function_owner_column(col, present)));
 		else if (present[i])
 			appendStringInfo(&sql, "%s.%s", alias, quote_identifier(col->column));
 		else if (col->field == DECL_FUNCTION)

@@ -39,6 +39,8 @@ typedef struct Declaration
 	/* ... or a pages function */
 	Oid			pages_fn;
 	Oid			count_fn;
+	Oid			pages_owner;	/* who owned them at declaration: a function */
+	Oid			count_owner;	/* of that name owned by another never runs */
 
 	char	   *action;
 	char	   *revert;			/* undoes the action for a range (issue 14) */
@@ -75,7 +77,7 @@ typedef struct Declaration
 } Declaration;
 
 /* the fields above: declaration_columns has one row for each */
-#define DECLARATION_NCOLUMNS 36
+#define DECLARATION_NCOLUMNS 38
 
 /* how the C side holds a column */
 typedef enum DeclarationField

@@ -24,6 +24,7 @@
 #include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
+#include "catalog/pg_proc.h"
 #include "common/keywords.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -431,6 +432,45 @@ text_array_or_null(ArrayType *arr, const char *name, bool *isnull)
 	return PointerGetDatum(arr);
 }
 
+/* the owner of a function */
+static Oid
+function_owner(Oid fn)
+{
+	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for function %u", fn);
+	owner = ((Form_pg_proc) GETSTRUCT(tup))->proowner;
+	ReleaseSysCache(tup);
+	return owner;
+}
+
+/*
+ * A pages or count function runs as the declarer in every batch, so it is
+ * the declarer's SQL: its owner must be a role the declarer acts for (as
+ * for an outbox sink).  Another role's function could be replaced by that
+ * role at any time (CREATE OR REPLACE) and its new body run with the
+ * declarer's privileges.  A superuser's function is allowed: its owner
+ * holds every privilege already.  Its owner is recorded, and a function of
+ * the same name owned by anyone else never runs (declaration.c).
+ */
+static void
+check_function_owner(const char *name, const char *option, Oid fn)
+{
+	Oid			owner = function_owner(fn);
+
+	if (!superuser_arg(owner) && !has_privs_of_role(GetUserId(), owner))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+				 errmsg("%s function %s of backfill \"%s\" belongs to role \"%s\"",
+						option, format_procedure(fn), name, GetUserNameFromId(owner, false)),
+				 errdetail("It would run as the declarer in every batch, and its owner could "
+						   "replace it at any time."),
+				 errhint("Use a function of your own, or declare as a member of role %s.",
+						 quote_identifier(GetUserNameFromId(owner, false)))));
+}
+
 /*
  * A function named by a declaration (pages source, count): it must exist
  * with the given arguments, return the given type, and be executable by
@@ -465,6 +505,7 @@ resolve_function(const char *name, const char *option, const char *fname, int na
 				 errmsg("%s function \"%s\" of backfill \"%s\" returns %s", option, fname, name,
 						format_type_be(rettype)),
 				 errhint("%s", hint)));
+	check_function_owner(name, option, fn);
 	if (compat_proc_aclcheck(fn, run_as, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
@@ -750,11 +791,15 @@ resolve_pages_source(const DeclareArgs *a, Declaration *d)
 								   JSONBOID, JSONBOID, d->run_as,
 								   "A pages function takes (cursor text, input jsonb) and returns "
 								   "jsonb: {\"rows\": [...], \"next\": \"cursor\" or null}.");
+	d->pages_owner = function_owner(d->pages_fn);
 	if (count_function != NULL)
+	{
 		d->count_fn = resolve_function(name, "count", count_function, 1, count_args, INT8OID,
 									   INT4OID, d->run_as,
 									   "A count function takes (input jsonb) and returns the "
 									   "bigint number of rows still to do.");
+		d->count_owner = function_owner(d->count_fn);
+	}
 }
 
 /* a table source: the relation (rewritable by run_as too), its key and predicate */
