@@ -9,6 +9,7 @@ OBJS = \
 	src/shmem.o \
 	src/jsonobj.o \
 	src/sql/declare.o \
+	src/sql/key.o \
 	src/sql/run.o \
 	src/sql/control.o \
 	src/sql/finalize.o \
@@ -24,6 +25,7 @@ OBJS = \
 	src/engine/batch.o \
 	src/engine/poison.o \
 	src/engine/work.o \
+	src/engine/keyset.o \
 	src/engine/pacing.o \
 	src/engine/health.o \
 	src/engine/backoff.o \

@@ -102,6 +102,20 @@ $$;
 
 /* ---- composite keys and partitioned tables (issue 12) ---- */
 
+/*
+ * A key of two to four columns: every column in index order, with its
+ * type.  key_column and key_type keep the first, as they did; a key of one
+ * column leaves both arrays NULL, so its declaration, its checksum and its
+ * cursors read exactly as before.
+ */
+ALTER TABLE backfill.declaration
+    ADD COLUMN key_columns text[],
+    ADD COLUMN key_types regtype[],
+    ADD CONSTRAINT declaration_composite_key CHECK (
+        (key_columns IS NULL AND key_types IS NULL)
+        OR (pg_catalog.array_length(key_columns, 1) BETWEEN 2 AND 4
+            AND pg_catalog.array_length(key_types, 1) = pg_catalog.array_length(key_columns, 1)));
+
 /* ---- poison rows (issue 14, part 1) and finalize (part 4) ---- */
 
 /*

@@ -167,6 +167,76 @@ run->first claim ${startup_s}s, lane RSS ${rf}->${rl} kB (anon ${af}->${al} kB),
         "$kind" "$lanes" "$b" "$rep" "$secs" "$(echo "$N / $secs" | bc -l)" "$(echo "$wal / $N" | bc -l)" "$extra")"
 }
 
+# ------------------------------------------------------------------ composite key (issue 12)
+# The same rows and the same action keyed (tenant_id, id) (sql/fresh_items_ck.sql), beside
+# the single-key pass at the same batch size, 1 lane; target: a composite key costs at most
+# 10% more per row.  The action bounds the last tenant with tenant_id = $3 AND id <= $4 (on
+# PostgreSQL 15 a row comparison's upper bound does not stop an index scan before the end
+# of its leading value: see the README, "A composite key").  COMPOSITE_BATCHES="1000" the batch sizes; COMPOSITE=0 skips the pair;
+# COMPOSITE_ONLY=1 runs only the pair (a quick check at a small N).
+COMPOSITE_BATCHES=${COMPOSITE_BATCHES:-1000}
+CK_RES=$TMP/composite.tsv
+: >"$CK_RES"
+
+ck_case() {  # batch rep -> one line "batch rep secs" in $CK_RES
+    local b=$1 rep=$2 name="bench_ck_1_${b}_${rep}" t0 t1 out status bad
+    Q -v n="$N" -f "$HERE/sql/fresh_items_ck.sql"
+    Q -c "SELECT backfill_declare(name => '$name', relation => 'items_ck', predicate => 'c IS NULL',
+              action => 'UPDATE items_ck SET c = a * 2
+                          WHERE (tenant_id, id) >= (\$1, \$2)
+                            AND (tenant_id < \$3 OR (tenant_id = \$3 AND id <= \$4)) AND c IS NULL',
+              batch_size => $b, rate => 100000, max_parallel => 1)" >/dev/null
+    t0=$(now)
+    out=$(Q -F'|' <<SQL
+SELECT backfill_run('$name') AS run_id \gset
+SELECT :run_id, backfill_wait(:run_id, '30 min');
+SQL
+)
+    t1=$(now)
+    status=${out#*|}
+    [ "$status" = completed ] || die "backfill $name ended as '$status', not 'completed'"
+    bad=$(Q -c "SELECT count(*) FROM items_ck WHERE c IS DISTINCT FROM a * 2")
+    [ "$bad" = 0 ] || die "VERIFY FAILED: $bad rows of items_ck have c IS DISTINCT FROM a*2"
+    printf '%s\t%s\t%.3f\n' "$b" "$rep" "$(echo "$t1 - $t0" | bc -l)" >>"$CK_RES"
+    say "$(printf 'composite (tenant_id, id) lanes=1 batch=%-6s rep=%s: %7.2f s  %8.0f rows/s  verify ok' \
+        "$b" "$rep" "$(echo "$t1 - $t0" | bc -l)" "$(echo "$N / ($t1 - $t0)" | bc -l)")"
+    Q -c "DROP TABLE items_ck" >/dev/null
+}
+
+ck_pairs() {  # the single-key pass (run_case) and the composite one, back to back
+    local b rep
+    for b in $COMPOSITE_BATCHES; do
+        for rep in $(seq 1 "$REPS"); do
+            awk -F'\t' -v k="bf:1:$b" -v r="$rep" '$1 == k && $5 == r { f = 1 } END { exit !f }' "$RES" ||
+                run_case bf 1 "$b" "$rep"
+            ck_case "$b" "$rep"
+        done
+    done
+}
+
+ck_report() {
+    local b s c x
+    echo
+    echo "Composite key (tenant_id, id) against the single key id: same rows, same action, 1 lane"
+    echo
+    echo "| batch | single key s | composite key s | composite / single (per row) | target <= 1.10 |"
+    echo "|---:|---:|---:|---:|---|"
+    for b in $COMPOSITE_BATCHES; do
+        s=$(awk -F'\t' -v k="bf:1:$b" '$1 == k { print $6 }' "$RES" | median)
+        c=$(awk -F'\t' -v k="$b" '$1 == k { print $3 }' "$CK_RES" | median)
+        x=$(awk -v a="$c" -v b="$s" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }')
+        printf '| %s | %.2f | %.2f | %sx | %s |\n' "$b" "$s" "$c" "$x" \
+            "$(awk -v x="$x" 'BEGIN { if (x == "-") print "n/a"; else if (x + 0 <= 1.10) print "MET"; else print "NOT MET" }')"
+    done
+}
+
+if [ "${COMPOSITE_ONLY:-0}" = 1 ]; then
+    ck_pairs
+    ck_report
+    exit 0
+fi
+# ------------------------------------------------------------------ end of composite key (issue 12)
+
 # ------------------------------------------------------------------ the cases
 CASES=("single:-:-")
 for b in $BATCHES; do CASES+=("loop:-:$b"); done
@@ -305,6 +375,9 @@ echo
 [ "$(date -u -r "$SOFILE" +%FT%TZ 2>/dev/null || echo unknown)" = "$SOSTAMP" ] ||
     echo "NOTE: $SOFILE was reinstalled during this run; the server kept the build installed at $SOSTAMP."
 echo "Total measured time $(printf '%.0f' "$TOTAL") s (incl. table rebuilds). Server log: $LOG"
+
+# composite key (issue 12): the pair and its ratio, after the main cases
+[ "${COMPOSITE:-1}" = 1 ] && { ck_pairs; ck_report; }
 
 # ------------------------------------------------------------------ csv
 mkdir -p "$(dirname "$CSV")"

@@ -175,6 +175,18 @@ SELECT failed_rows FROM backfill_status('upgrade_fill');
 SELECT count(*) AS ledger_rows, count(*) FILTER (WHERE direction = 'forward') AS forward
   FROM backfill.ledger;
 SELECT to_regprocedure('backfill_revert(text)') IS NOT NULL AS has_backfill_revert;
+-- a key of one column, declared before 0.5, has no key_columns: its passes
+-- read and resume as they did; a composite key fills them
+SELECT key_column, key_type, key_columns, key_types FROM backfill.declaration
+ WHERE name = 'upgrade_fill';
+CREATE TABLE upgrade_tenants (tenant_id int, id int, c int, PRIMARY KEY (tenant_id, id));
+SELECT length(backfill_declare('upgrade_tenants', 'upgrade_tenants', 'c IS NULL',
+       'UPDATE upgrade_tenants SET c = 1 WHERE (tenant_id, id) BETWEEN ($1, $2) AND ($3, $4)'))
+       AS checksum_length;
+SELECT key_column, key_type, key_columns, key_types FROM backfill.declaration
+ WHERE name = 'upgrade_tenants';
+SELECT backfill_drop('upgrade_tenants');
+DROP TABLE upgrade_tenants;
 -- a pages source, declared without relation and predicate
 CREATE FUNCTION upgrade_pages(cursor text, input jsonb) RETURNS jsonb
 LANGUAGE sql AS $$ SELECT '{"rows": [], "next": null}'::jsonb $$;

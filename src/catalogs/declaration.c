@@ -59,11 +59,14 @@ const DeclarationColumn declaration_columns[] = {
 	{COL(scope, TEXTOID, DECL_TEXT, false), DECL_SUM_WORD, "scope", "scope", TEXTOID, "NULL"},
 	{COL(settings, JSONBOID, DECL_JSONB, false), DECL_SUM_WORD, "settings", "settings", JSONBOID, "NULL"},
 	{COL(run_as, REGROLEOID, DECL_OID, true), DECL_SUM_WORD, "run_as", "run_as", TEXTOID, "NULL"},
+	/* a composite key (issue 12): NULL for one column, so that checksum stays as it was */
+	{COL(key_columns, TEXTARRAYOID, DECL_TEXT_ARRAY, false), DECL_SUM_WORD_IF_SET, "keys", NULL, InvalidOid, NULL},
 	/* resolved from the relation and key */
 	{COL(relid, REGCLASSOID, DECL_OID, false), DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
 	{COL(key_type, REGTYPEOID, DECL_OID, false), DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
 	{COL(pages_owner, REGROLEOID, DECL_OID, false), DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
 	{COL(count_owner, REGROLEOID, DECL_OID, false), DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
+	{COL(key_types, REGTYPEARRAYOID, DECL_OID_ARRAY, false), DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
 	/* tuning: a re-declaration may change these under a running pass */
 	{COL(batch_size, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "batch_size", INT4OID, "1000"},
 	{COL(rate, FLOAT8OID, DECL_FLOAT8, true), DECL_NOT_SUMMED, NULL, "rate", FLOAT8OID, "NULL"},
@@ -167,6 +170,23 @@ append_normalized(StringInfo buf, const char *sql)
 	appendStringInfoChar(buf, '\n');
 }
 
+/* the elements of a text[] joined by commas (a key's columns are names) */
+static char *
+text_array_joined(ArrayType *arr)
+{
+	StringInfoData buf;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	initStringInfo(&buf);
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	for (int i = 0; i < n; i++)
+		appendStringInfo(&buf, "%s%s", i > 0 ? "," : "",
+						 nulls[i] ? "" : TextDatumGetCString(elems[i]));
+	return buf.data;
+}
+
 /* a column's value as the checksum spells it: "" for NULL */
 static const char *
 checksum_text(const Declaration *decl, const DeclarationColumn *col)
@@ -185,6 +205,12 @@ checksum_text(const Declaration *decl, const DeclarationColumn *col)
 				Jsonb	   *j = *FIELD(decl, col, Jsonb *);
 
 				return j ? JsonbToCString(NULL, &j->root, 0) : "";
+			}
+		case DECL_TEXT_ARRAY:
+			{
+				ArrayType  *arr = *FIELD(decl, col, ArrayType *);
+
+				return arr ? text_array_joined(arr) : "";
 			}
 		case DECL_OID:
 			{
@@ -261,6 +287,10 @@ declaration_checksum(const Declaration *decl)
 				appendStringInfo(&buf, "%s ", col->sum_label);
 				append_normalized(&buf, checksum_text(decl, col));
 				break;
+			case DECL_SUM_WORD_IF_SET:
+				if (*FIELD(decl, col, void *) == NULL)
+					break;
+				/* FALLTHROUGH */
 			case DECL_SUM_WORD:
 				appendStringInfo(&words, "%s%s %s", words.len > 0 ? " " : "",
 								 col->sum_label, checksum_text(decl, col));
@@ -303,6 +333,8 @@ field_param_type(DeclarationField field)
 			return JSONBOID;
 		case DECL_TEXT_ARRAY:
 			return TEXTARRAYOID;
+		case DECL_OID_ARRAY:
+			return REGTYPEARRAYOID;	/* the one such column is regtype[] */
 	}
 	return InvalidOid;			/* keep the compiler quiet */
 }
@@ -353,6 +385,7 @@ column_param(const Declaration *decl, const DeclarationColumn *col, Datum *value
 			*value = PointerGetDatum(*FIELD(decl, col, Jsonb *));
 			break;
 		case DECL_TEXT_ARRAY:
+		case DECL_OID_ARRAY:
 			isnull = (*FIELD(decl, col, ArrayType *) == NULL);
 			*value = PointerGetDatum(*FIELD(decl, col, ArrayType *));
 			break;
@@ -517,6 +550,7 @@ read_column(HeapTuple tuple, TupleDesc tupdesc, const DeclarationColumn *col,
 			*FIELD(decl, col, Jsonb *) = DatumGetJsonbPCopy(d);
 			break;
 		case DECL_TEXT_ARRAY:
+		case DECL_OID_ARRAY:
 			*FIELD(decl, col, ArrayType *) = DatumGetArrayTypePCopy(d);
 			break;
 	}

@@ -33,8 +33,10 @@ typedef struct Declaration
 	/* the source: a table read by key ... */
 	Oid			relid;
 	char	   *relation;		/* schema-qualified, quoted */
-	char	   *key_column;
+	char	   *key_column;		/* the key's (first) column */
 	Oid			key_type;
+	ArrayType  *key_columns;	/* text[]: every column of a composite key, or NULL */
+	ArrayType  *key_types;		/* regtype[] beside it, or NULL */
 	char	   *predicate;
 	/* ... or a pages function */
 	Oid			pages_fn;
@@ -77,7 +79,10 @@ typedef struct Declaration
 } Declaration;
 
 /* the fields above: declaration_columns has one row for each */
-#define DECLARATION_NCOLUMNS 38
+#define DECLARATION_NCOLUMNS 40
+
+/* the most columns a key may have */
+#define DECLARATION_MAX_KEY_COLUMNS 4
 
 /* how the C side holds a column */
 typedef enum DeclarationField
@@ -90,7 +95,8 @@ typedef enum DeclarationField
 	DECL_FLOAT8,				/* double */
 	DECL_BOOL,					/* bool */
 	DECL_JSONB,					/* Jsonb * */
-	DECL_TEXT_ARRAY				/* ArrayType * of text */
+	DECL_TEXT_ARRAY,			/* ArrayType * of text */
+	DECL_OID_ARRAY				/* ArrayType * of oid (regtype[]) */
 } DeclarationField;
 
 /* how a column enters the checksum, in the order of the table */
@@ -99,7 +105,8 @@ typedef enum DeclarationChecksum
 	DECL_NOT_SUMMED,			/* tuning: changing it keeps the checksum */
 	DECL_SUM_LINE,				/* "label value\n" as it is */
 	DECL_SUM_STATEMENT,			/* "label " and the value, white space normalized */
-	DECL_SUM_WORD				/* "label value" on the closing line, normalized */
+	DECL_SUM_WORD,				/* "label value" on the closing line, normalized */
+	DECL_SUM_WORD_IF_SET		/* the same, only when not NULL */
 } DeclarationChecksum;
 
 typedef struct DeclarationColumn

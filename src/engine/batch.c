@@ -12,7 +12,8 @@
  *
  * (or the keys themselves, for a key type without min and max)
  * and the action then runs once with $1 = the first and $2 = the last of
- * those keys (both inclusive).  The action never sees an
+ * those keys (both inclusive).  A composite key of k columns scans by row
+ * comparison (keyset.c) and its action gets $1..$k and $k+1..$2k.  The action never sees an
  * "IN (SELECT ... LIMIT n)" that the planner could turn into a full scan
  * per batch.  Because the action's writes and the checkpoint commit
  * together, a crash keeps both or loses both: each row is done once.
@@ -45,6 +46,7 @@
 #include "batch.h"
 #include "health.h"
 #include "jsonobj.h"
+#include "keyset.h"
 #include "xact.h"
 
 /* the checkpoint statements' plans, prepared once per lane (catalog.c) */
@@ -71,41 +73,6 @@ batch_free_plans(Pass *pass)
 	if (pass->page_plan != NULL)
 		SPI_freeplan(pass->page_plan);
 	pass->page_plan = NULL;
-}
-
-/*
- * The key type's btree operator of a strategy, spelled so that no search
- * path can stand another in for it: "OPERATOR(schema.op)", found through
- * the type's default btree operator class, not by name.  A bare "key >
- * $2" would pick any role's exact-match operator on the declarer's
- * search_path (say a public.>(varchar, varchar)) over the built-in one
- * reached by a cast, and run it as the declarer in every batch.
- */
-static char *
-key_operator(Oid keytype, int16 strategy)
-{
-	TypeCacheEntry *entry = lookup_type_cache(keytype, TYPECACHE_BTREE_OPFAMILY);
-	Oid			opno = InvalidOid;
-	HeapTuple	tuple;
-	Form_pg_operator form;
-	char	   *spelled;
-
-	if (OidIsValid(entry->btree_opf))
-		opno = get_opfamily_member(entry->btree_opf, entry->btree_opintype,
-								   entry->btree_opintype, strategy);
-	if (!OidIsValid(opno))
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-				 errmsg("key type %s has no default btree ordering", format_type_be(keytype)),
-				 errhint("Use a key whose type has a btree operator class.")));
-	tuple = SearchSysCache1(OPEROID, ObjectIdGetDatum(opno));
-	if (!HeapTupleIsValid(tuple))
-		elog(ERROR, "cache lookup failed for operator %u", opno);
-	form = (Form_pg_operator) GETSTRUCT(tuple);
-	spelled = psprintf("OPERATOR(%s.%s)", quote_identifier(get_namespace_name(form->oprnamespace)),
-					   NameStr(form->oprname));
-	ReleaseSysCache(tuple);
-	return spelled;
 }
 
 /*
@@ -188,19 +155,49 @@ key_scan_sql(Pass *pass, int variant, const char *key, const char *gt, const cha
 	return sql.data;
 }
 
+/*
+ * A composite key of k columns (keyset.c): the four variants of its key
+ * scan ($1 the batch size, $2..$k+1 the cursor, $k+2..$2k+1 the upper
+ * bound), and the action ($1..$k the first key, $k+1..$2k the last).
+ */
+static void
+prepare_table_composite(Pass *pass)
+{
+	int			k = pass->keyset.nkeys;
+	Oid			key_types[1 + 2 * DECLARATION_MAX_KEY_COLUMNS];
+	Oid		   *action_types = key_types + 1;
+
+	key_types[0] = INT8OID;
+	for (int i = 0; i < 2 * k; i++)
+		action_types[i] = pass->keyset.cols[i % k].type;
+	pass->keys_aggregated = false;
+	for (int variant = 0; variant < 4; variant++)
+		pass->keys_plan[variant] = prepare_kept(pass, "key scan",
+												keyset_scan_sql(&pass->keyset, pass->predicate, variant),
+												1 + 2 * k, key_types, 0);
+	/*
+	 * A generic plan: the planner estimates a row comparison by its leading
+	 * column alone, so a custom plan for a batch inside one big tenant
+	 * would expect the whole tenant and scan the table.  The generic one
+	 * assumes a narrow range and uses the index.
+	 */
+	pass->action_plan = prepare_kept(pass, "action", pass->action, 2 * k, action_types,
+									 CURSOR_OPT_GENERIC_PLAN);
+}
+
 /* A table: the four variants of the key scan, and the action ($1, $2 the range). */
 static void
 prepare_table(Pass *pass)
 {
 	const char *key = quote_identifier(pass->key);
-	char	   *gt = key_operator(pass->keytype, BTGreaterStrategyNumber);
-	char	   *le = key_operator(pass->keytype, BTLessEqualStrategyNumber);
+	char	   *gt = keyset_operator(pass->keytype, BTGreaterStrategyNumber);
+	char	   *le = keyset_operator(pass->keytype, BTLessEqualStrategyNumber);
 	Oid			key_types[3] = {INT8OID, pass->keytype, pass->keytype};
 	Oid			action_types[2] = {pass->keytype, pass->keytype};
 
 	pass->keys_aggregated = key_type_aggregated(pass->keytype);
 	pass->key_eq = MemoryContextStrdup(pass->cxt,
-									   key_operator(pass->keytype, BTEqualStrategyNumber));
+									   keyset_operator(pass->keytype, BTEqualStrategyNumber));
 	for (int variant = 0; variant < 4; variant++)
 		pass->keys_plan[variant] = prepare_kept(pass, "key scan",
 												key_scan_sql(pass, variant, key, gt, le),
@@ -221,6 +218,8 @@ batch_prepare(Pass *pass)
 	batch_free_plans(pass);
 	if (OidIsValid(pass->pages_fn))
 		prepare_pages(pass);
+	else if (pass->keyset.nkeys > 1)
+		prepare_table_composite(pass);
 	else
 		prepare_table(pass);
 	worker_commit_xact();
@@ -502,68 +501,158 @@ batch_run_page(Pass *pass, Claim *claim)
 }
 
 /*
- * The first key after the claim's cursor that still matches the predicate,
- * found in a batch transaction begun here and left open: the caller
- * (poison.c) records the row and moves the cursor past it in the same
- * transaction, and commits it.  false: no key is left in the partition.
- * The key is copied into the pass's memory.
+ * The key scan's parameters: the limit, then the cursor and the upper
+ * bound (NULL when the claim has none): one value each for a key of one
+ * column, k each for a composite key.
+ */
+static void
+key_scan_args(Pass *pass, Claim *claim, int64 limit, Datum *values, char *nulls)
+{
+	int			k = pass->keyset.nkeys;
+
+	values[0] = Int64GetDatum(limit);
+	nulls[0] = ' ';
+	for (int i = 0; i < k; i++)
+	{
+		values[1 + i] = k > 1 ? claim->cursor_key[i] : claim->cursor;
+		nulls[1 + i] = claim->has_cursor ? ' ' : 'n';
+		values[1 + k + i] = k > 1 ? claim->hi_key[i] : claim->hi;
+		nulls[1 + k + i] = claim->has_hi ? ' ' : 'n';
+	}
+}
+
+/*
+ * The first and the last key of the batch the key scan found, into range
+ * (k values each); returns how many keys it found.
+ */
+static uint64
+batch_range(Pass *pass, Datum *range)
+{
+	SPITupleTable *keys = SPI_tuptable;
+	uint64		nkeys;
+	bool		isnull;
+	int			k = pass->keyset.nkeys;
+
+	if (pass->keys_aggregated)
+		nkeys = (uint64) DatumGetInt64(SPI_getbinval(keys->vals[0], keys->tupdesc, 3, &isnull));
+	else
+		nkeys = SPI_processed;
+	if (nkeys == 0)
+		return 0;
+	if (pass->keys_aggregated)
+	{
+		range[0] = SPI_getbinval(keys->vals[0], keys->tupdesc, 1, &isnull);
+		range[1] = SPI_getbinval(keys->vals[0], keys->tupdesc, 2, &isnull);
+		return nkeys;
+	}
+	for (int i = 0; i < k; i++)
+	{
+		range[i] = SPI_getbinval(keys->vals[0], keys->tupdesc, i + 1, &isnull);
+		range[k + i] = SPI_getbinval(keys->vals[nkeys - 1], keys->tupdesc, i + 1, &isnull);
+	}
+	return nkeys;
+}
+
+/*
+ * The next cursor is the last key itself, copied out of the batch's
+ * memory while the transaction is still open: turning the text back into
+ * a key would run the key type's input function (a domain's CHECK, which
+ * needs a transaction) after the commit.
+ */
+static void
+copy_next_cursor(Pass *pass, const Datum *last, Datum *next)
+{
+	MemoryContext old = MemoryContextSwitchTo(pass->cxt);
+
+	if (pass->keyset.nkeys == 1)
+		next[0] = datumCopy(last[0], pass->key_byval, pass->key_len);
+	else
+		for (int i = 0; i < pass->keyset.nkeys; i++)
+			next[i] = datumCopy(last[i], pass->keyset.cols[i].byval, pass->keyset.cols[i].len);
+	MemoryContextSwitchTo(old);
+}
+
+/* the checkpoint is durable: move the claim's cursor to a key (k values, the pass's memory) */
+void
+batch_move_cursor(Pass *pass, Claim *claim, const Datum *next)
+{
+	if (pass->keyset.nkeys == 1)
+	{
+		if (claim->has_cursor && !pass->key_byval)
+			pfree(DatumGetPointer(claim->cursor));
+		claim->cursor = next[0];
+	}
+	else
+		for (int i = 0; i < pass->keyset.nkeys; i++)
+		{
+			if (claim->has_cursor && !pass->keyset.cols[i].byval)
+				pfree(DatumGetPointer(claim->cursor_key[i]));
+			claim->cursor_key[i] = next[i];
+		}
+	claim->has_cursor = true;
+}
+
+/*
+ * The first key after the claim's cursor that still matches the predicate
+ * (k values for a composite key), found in a batch transaction begun here
+ * and left open: the caller (poison.c) records the row and moves the
+ * cursor past it in the same transaction, and commits it.  false: no key
+ * is left in the partition.  The key is copied into the pass's memory.
  */
 bool
 batch_first_key(Pass *pass, Claim *claim, Datum *key)
 {
 	int			variant = (claim->has_cursor ? 1 : 0) | (claim->has_hi ? 2 : 0);
-	Datum		key_values[3];
-	char		key_nulls[3] = {' ', ' ', ' '};
-	bool		isnull;
-	Datum		found;
-	MemoryContext old;
+	Datum		key_values[1 + 2 * DECLARATION_MAX_KEY_COLUMNS];
+	char		key_nulls[1 + 2 * DECLARATION_MAX_KEY_COLUMNS];
+	Datum		range[2 * DECLARATION_MAX_KEY_COLUMNS];
 
-	key_values[0] = Int64GetDatum(1);
-	key_values[1] = claim->cursor;
-	key_nulls[1] = claim->has_cursor ? ' ' : 'n';
-	key_values[2] = claim->hi;
-	key_nulls[2] = claim->has_hi ? ' ' : 'n';
-
+	key_scan_args(pass, claim, 1, key_values, key_nulls);
 	begin_batch(pass, claim);
 	if (SPI_execute_plan(pass->keys_plan[variant], key_values, key_nulls, false, 0) !=
 		SPI_OK_SELECT)
 		elog(ERROR, "key scan of backfill \"%s\" failed", pass->name);
 	disable_timeout(STATEMENT_TIMEOUT, false);
-	if (SPI_processed == 0)
-		return false;
-	found = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	if (isnull)
-		return false;			/* min() of no keys */
-	old = MemoryContextSwitchTo(pass->cxt);
-	*key = datumCopy(found, pass->key_byval, pass->key_len);
-	MemoryContextSwitchTo(old);
+	if (SPI_processed == 0 || batch_range(pass, range) == 0)
+		return false;			/* no key, or min() of no keys */
+	copy_next_cursor(pass, range, key);
 	return true;
+}
+
+/* a key (k values) as the cursor writes it: its type's text, or a row literal */
+char *
+batch_key_text(Pass *pass, const Datum *key)
+{
+	return pass->keyset.nkeys > 1 ? keyset_row_text(&pass->keyset, key) :
+		OidOutputFunctionCall(pass->key_output, key[0]);
+}
+
+/* the claim's cursor (it has one) as text */
+char *
+batch_cursor_text(Pass *pass, Claim *claim)
+{
+	return batch_key_text(pass, pass->keyset.nkeys > 1 ? claim->cursor_key : &claim->cursor);
 }
 
 BatchOutcome
 batch_run(Pass *pass, Claim *claim)
 {
 	int			variant = (claim->has_cursor ? 1 : 0) | (claim->has_hi ? 2 : 0);
-	Datum		key_values[3];
-	char		key_nulls[3] = {' ', ' ', ' '};
-	Datum		range[2];
+	int			k = pass->keyset.nkeys;
+	Datum		key_values[1 + 2 * DECLARATION_MAX_KEY_COLUMNS];
+	char		key_nulls[1 + 2 * DECLARATION_MAX_KEY_COLUMNS];
+	Datum		range[2 * DECLARATION_MAX_KEY_COLUMNS];
+	Datum		next_cursor[DECLARATION_MAX_KEY_COLUMNS];
 	uint64		nkeys;
-	bool		isnull;
 	char	   *cursor_text;
-	Datum		next_cursor;
 	BatchOutcome outcome;
 	TimestampTz batch_start;
 	int			rc;
 
-	key_values[0] = Int64GetDatum(CLAIM_BATCH_LIMIT(claim));
-	key_values[1] = claim->cursor;
-	key_nulls[1] = claim->has_cursor ? ' ' : 'n';
-	key_values[2] = claim->hi;
-	key_nulls[2] = claim->has_hi ? ' ' : 'n';
-
 	if (OidIsValid(pass->pages_fn))
 		return batch_run_page(pass, claim);
 
+	key_scan_args(pass, claim, CLAIM_BATCH_LIMIT(claim), key_values, key_nulls);
 	batch_start = GetCurrentTimestamp();
 	begin_batch(pass, claim);
 	claim->scanned_keys = -1;
@@ -572,11 +661,7 @@ batch_run(Pass *pass, Claim *claim)
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "key scan of backfill \"%s\" failed: %s", pass->name,
 			 SPI_result_code_string(rc));
-	if (pass->keys_aggregated)
-		nkeys = (uint64) DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0],
-													 SPI_tuptable->tupdesc, 3, &isnull));
-	else
-		nkeys = SPI_processed;
+	nkeys = batch_range(pass, range);
 	claim->scanned_keys = (int64) nkeys;
 	if (nkeys == 0)
 	{
@@ -585,17 +670,9 @@ batch_run(Pass *pass, Claim *claim)
 		worker_commit_xact();
 		return BATCH_PARTITION_DONE;
 	}
-	if (pass->keys_aggregated)
-	{
-		range[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		range[1] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
-	}
-	else
-	{
-		range[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-		range[1] = SPI_getbinval(SPI_tuptable->vals[nkeys - 1], SPI_tuptable->tupdesc, 1, &isnull);
-	}
-	cursor_text = OidOutputFunctionCall(pass->key_output, range[1]);
+	/* the last key: a value of one column as its type writes it, else a row literal */
+	cursor_text = k > 1 ? keyset_row_text(&pass->keyset, &range[k]) :
+		OidOutputFunctionCall(pass->key_output, range[1]);
 
 	rc = SPI_execute_plan(pass->action_plan, range, NULL, false, 0);
 	if (rc < 0)
@@ -606,26 +683,10 @@ batch_run(Pass *pass, Claim *claim)
 	claim->last_batch_ms = (GetCurrentTimestamp() - batch_start) / 1000.0;
 
 	outcome = checkpoint_batch(pass, claim, cursor_text, (int64) nkeys);
-
-	/*
-	 * The next cursor is the last key itself, copied out of the batch's
-	 * memory while the transaction is still open: turning the text back
-	 * into a key would run the key type's input function (a domain's CHECK,
-	 * which needs a transaction) after the commit.
-	 */
-	{
-		MemoryContext old = MemoryContextSwitchTo(pass->cxt);
-
-		next_cursor = datumCopy(range[1], pass->key_byval, pass->key_len);
-		MemoryContextSwitchTo(old);
-	}
+	copy_next_cursor(pass, &range[k], next_cursor);
 	worker_commit_xact();
 
-	/* the checkpoint is durable: move the cursor */
-	if (claim->has_cursor && !pass->key_byval)
-		pfree(DatumGetPointer(claim->cursor));
-	claim->cursor = next_cursor;
-	claim->has_cursor = true;
+	batch_move_cursor(pass, claim, next_cursor);
 	claim->rows += nkeys;
 
 	return outcome;

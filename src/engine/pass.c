@@ -29,6 +29,7 @@
 #include "declaration.h"
 #include "errors.h"
 #include "identity.h"
+#include "keyset.h"
 #include "pass.h"
 #include "xact.h"
 #include "tenancy.h"
@@ -297,6 +298,15 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 
 	if (ok && !pass_resolve_source(pass))
 		return false;
+	/* a composite key: its columns, the index that serves it now, their I/O */
+	pass->keyset.nkeys = 1;
+	if (ok && decl.key_columns != NULL && !OidIsValid(pass->pages_fn))
+	{
+		pass->keyset.name = pass->name;
+		pass->keyset.relid = pass->relid;
+		pass->keyset.relation = pass->relation;
+		keyset_resolve(&pass->keyset, decl.key_columns, decl.key_types, pass->cxt);
+	}
 	worker_commit_xact();
 
 	/* the names in the predicate and action resolve as they did for the declarer */
@@ -359,21 +369,14 @@ plan_pages(Pass *pass, PassPlan *plan)
 		plan_take_estimate(plan);
 }
 
-/*
- * A table: bounds from backfill.plan_bounds, about four partitions per
- * lane, and the planner's estimate of the rows the predicate matches; both
- * as the declaring role.
- */
+/* the bounds of a key of one column, from backfill.plan_bounds */
 static void
-plan_table(Pass *pass, PassPlan *plan)
+plan_key_bounds(Pass *pass, PassPlan *plan, int nparts)
 {
 	Oid			ptypes[4] = {OIDOID, NAMEOID, OIDOID, INT4OID};
 	Datum		pvalues[4];
 	NameData	keyname;
-	Oid			etypes[2] = {TEXTOID, TEXTOID};
-	Datum		evalues[2];
 	bool		isnull;
-	int			nparts = pass->max_parallel > 1 ? pass->max_parallel * 4 : 1;
 
 	namestrcpy(&keyname, pass->key ? pass->key : "");
 	pvalues[0] = ObjectIdGetDatum(pass->relid);
@@ -386,6 +389,24 @@ plan_table(Pass *pass, PassPlan *plan)
 		elog(ERROR, "could not plan the partitions of backfill \"%s\"", pass->name);
 	plan->method = catalog_gettext(0, 1);
 	plan->bounds = PointerGetDatum(PG_DETOAST_DATUM_COPY(catalog_getdatum(0, 2, &isnull)));
+}
+
+/*
+ * A table: bounds about four partitions per lane (a composite key's from
+ * keyset.c), and the planner's estimate of the rows the predicate
+ * matches; both as the declaring role.
+ */
+static void
+plan_table(Pass *pass, PassPlan *plan)
+{
+	Oid			etypes[2] = {TEXTOID, TEXTOID};
+	Datum		evalues[2];
+	int			nparts = pass->max_parallel > 1 ? pass->max_parallel * 4 : 1;
+
+	if (pass->keyset.nkeys > 1)
+		plan->bounds = keyset_plan_bounds(&pass->keyset, nparts, &plan->method);
+	else
+		plan_key_bounds(pass, plan, nparts);
 
 	evalues[0] = CStringGetTextDatum(pass->relation);
 	evalues[1] = CStringGetTextDatum(pass->predicate);
@@ -521,7 +542,16 @@ pass_claim(Pass *pass, Claim *claim)
 	 * the key's type may be the declarer's domain, whose CHECK runs its
 	 * functions.
 	 */
-	if (found)
+	if (found && pass->keyset.nkeys > 1)
+	{
+		claim->has_cursor = (cursor != NULL);
+		claim->has_hi = (hi != NULL);
+		if (cursor)
+			keyset_row_parse(&pass->keyset, cursor, claim->cursor_key, pass->cxt);
+		if (hi)
+			keyset_row_parse(&pass->keyset, hi, claim->hi_key, pass->cxt);
+	}
+	else if (found)
 	{
 		claim->has_cursor = (cursor != NULL);
 		claim->cursor = cursor ? pass_key_from_text(pass, cursor) : (Datum) 0;
@@ -766,29 +796,46 @@ lock_pass_to_count(Pass *pass)
 	return strcmp(status, "running") == 0 && !paused;
 }
 
+/* the keys of the rows this pass recorded as failed alone, as text; their number */
+static int
+recorded_key_texts(Pass *pass, char ***texts)
+{
+	CatalogScope scope;
+	int			n;
+
+	catalog_enter(&scope);
+	n = exec_on_run(pass, "SELECT key FROM backfill.failed_row WHERE run_id = $1", SPI_OK_SELECT);
+	*texts = palloc(sizeof(char *) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		(*texts)[i] = catalog_gettext(i, 1);
+	catalog_leave(&scope);
+	return n;
+}
+
 /*
  * The keys of the rows this pass recorded as failed alone (poison.c), as an
  * array of the key type, or NULL when there are none.  They are read as the
  * extension's owner and become keys as the lane's role (a domain's CHECK).
+ * A composite key's stay text: its row literals, as ROW(...)::text writes
+ * them.
  */
 static ArrayType *
 recorded_keys(Pass *pass)
 {
-	CatalogScope scope;
-	int			n;
 	char	  **texts;
+	int			n = recorded_key_texts(pass, &texts);
 	Datum	   *keys;
 	char		align;
 
-	catalog_enter(&scope);
-	n = exec_on_run(pass, "SELECT key FROM backfill.failed_row WHERE run_id = $1", SPI_OK_SELECT);
-	texts = palloc(sizeof(char *) * Max(n, 1));
-	for (int i = 0; i < n; i++)
-		texts[i] = catalog_gettext(i, 1);
-	catalog_leave(&scope);
 	if (n == 0)
 		return NULL;
 	keys = palloc(sizeof(Datum) * n);
+	if (pass->keyset.nkeys > 1)
+	{
+		for (int i = 0; i < n; i++)
+			keys[i] = CStringGetTextDatum(texts[i]);
+		return construct_array(keys, n, TEXTOID, -1, false, TYPALIGN_INT);
+	}
 	for (int i = 0; i < n; i++)
 		keys[i] = OidInputFunctionCall(pass->key_input, texts[i], pass->key_ioparam, -1);
 	get_typlenbyvalalign(pass->keytype, &pass->key_len, &pass->key_byval, &align);
@@ -812,7 +859,14 @@ count_table_remaining(Pass *pass)
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM %s WHERE (\n%s\n)", pass->relation,
 					 pass->predicate);
-	if (keys != NULL)
+	if (keys != NULL && pass->keyset.nkeys > 1)
+	{
+		appendStringInfo(&sql, " AND NOT (ROW(%s)::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($1))",
+						 keyset_columns_sql(&pass->keyset));
+		types[0] = TEXTARRAYOID;
+		values[0] = PointerGetDatum(keys);
+	}
+	else if (keys != NULL)
 	{
 		appendStringInfo(&sql, " AND NOT (%s %s ANY ($1))", quote_identifier(pass->key),
 						 pass->key_eq);

@@ -16,7 +16,10 @@
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
+#include "declaration.h"
 #include "health.h"
+#include "keyset.h"
+
 
 /* the pass, as loaded when the lane starts (lives in cxt) */
 typedef struct Pass
@@ -62,6 +65,9 @@ typedef struct Pass
 	int16		key_len;
 	bool		key_byval;
 
+	/* a composite key (keyset.c): keyset.nkeys > 1; 1 for one column */
+	Keyset		keyset;
+
 	/* plans, prepared once per lane as the declaring role */
 	SPIPlanPtr	keys_plan[4];	/* indexed by (has cursor) | (has upper bound) << 1 */
 	bool		keys_aggregated;	/* keys_plan answers min, max, count */
@@ -77,6 +83,8 @@ typedef struct Claim
 	Datum		cursor;
 	bool		has_hi;			/* upper bound, inclusive */
 	Datum		hi;
+	Datum		cursor_key[DECLARATION_MAX_KEY_COLUMNS];	/* a composite key's */
+	Datum		hi_key[DECLARATION_MAX_KEY_COLUMNS];
 	int64		rows;
 	ItemPointerData checkpoint_tid; /* where the last checkpoint left the
 									 * partition's row; a hint (batch.c) */

@@ -164,7 +164,7 @@ record_and_skip(Pass *pass, Claim *claim, const char *key, const ErrorData *edat
 	char	   *after = NULL;
 
 	if (claim->has_cursor)
-		after = OidOutputFunctionCall(pass->key_output, claim->cursor);
+		after = batch_cursor_text(pass, claim);
 	values[0] = Int64GetDatum(pass->run_id);
 	values[1] = Int32GetDatum(claim->part_no);
 	values[2] = CStringGetTextDatum(key);
@@ -200,20 +200,20 @@ poison_record(Pass *pass, Claim *claim, const ErrorData *edata)
 	CatalogScope scope;
 	Oid			types[1] = {INT8OID};
 	Datum		values[1] = {Int64GetDatum(pass->run_id)};
-	Datum		key;
+	Datum		key[DECLARATION_MAX_KEY_COLUMNS];	/* k values for a composite key */
 	char	   *key_text;
 	int64		count;
 	char	   *keys;
 	BatchOutcome outcome = BATCH_DONE;
 
-	if (!batch_first_key(pass, claim, &key))
+	if (!batch_first_key(pass, claim, key))
 	{
 		/* the row no longer matches: nothing to record, the partition goes on */
 		worker_commit_xact();
 		bisect_end(claim);
 		return BATCH_DONE;
 	}
-	key_text = OidOutputFunctionCall(pass->key_output, key);
+	key_text = batch_key_text(pass, key);
 
 	catalog_enter(&scope);
 	if (catalog_exec("SELECT 1 FROM backfill.ledger WHERE run_id = $1 AND status = 'running'"
@@ -246,10 +246,7 @@ poison_record(Pass *pass, Claim *claim, const ErrorData *edata)
 					 "once the pass has ended.", pass->name, pass->name)));
 
 	/* the checkpoint is durable: the cursor is the skipped key */
-	if (claim->has_cursor && !pass->key_byval)
-		pfree(DatumGetPointer(claim->cursor));
-	claim->cursor = key;
-	claim->has_cursor = true;
+	batch_move_cursor(pass, claim, key);
 	poison_after_batch(claim, 1);
 	return BATCH_DONE;
 }

@@ -54,6 +54,7 @@
 #include "catalog.h"
 #include "declaration.h"
 #include "errors.h"
+#include "key.h"
 #include "requires.h"
 #include "scope.h"
 #include "shmem.h"
@@ -66,8 +67,9 @@ typedef struct DeclaredSource
 {
 	Oid			relid;
 	char	   *relation;		/* schema-qualified, quoted */
-	char	   *key;			/* key column name */
+	char	   *key;			/* key column name (a composite key's first) */
 	Oid			keytype;
+	KeyResolved composite;		/* nkeys > 1: a composite key (key.c) */
 } DeclaredSource;
 
 /* Raise a SOURCE_INVALID error that carries an error caught from below. */
@@ -172,6 +174,17 @@ has_unique_index_on(Relation rel, AttrNumber attnum)
 	return found;
 }
 
+/* a key of several columns (key.c): the source takes its first column and type */
+static void
+resolve_composite_key(const char *name, Relation rel, const char *key, int pk_n,
+					  char **pk_columns, DeclaredSource *src)
+{
+	key_resolve_composite(name, rel, src->relation, key, pk_n, pk_columns, &src->composite);
+	src->key = pstrdup(src->composite.columns[0]);
+	src->keytype = src->composite.types[0];
+	relation_close(rel, AccessShareLock);
+}
+
 static void
 resolve_key(const char *name, const char *key, DeclaredSource *src)
 {
@@ -196,16 +209,22 @@ resolve_key(const char *name, const char *key, DeclaredSource *src)
 		pk = index_open(pkoid, AccessShareLock);
 		if (pk->rd_index->indnkeyatts != 1)
 		{
+			int			n = pk->rd_index->indnkeyatts;
+			char	  **columns = palloc(sizeof(char *) * n);
+
+			for (int i = 0; i < n; i++)
+				columns[i] = get_attname(src->relid, pk->rd_index->indkey.values[i], false);
 			index_close(pk, AccessShareLock);
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-					 errmsg("the primary key of \"%s\" has several columns; backfill \"%s\" needs one",
-							src->relation, name),
-					 errdetail("Composite keys are not supported in this version."),
-					 errhint("Pass key => 'column' naming a NOT NULL column with a unique index.")));
+			resolve_composite_key(name, rel, NULL, n, columns, src);
+			return;
 		}
 		attnum = pk->rd_index->indkey.values[0];
 		index_close(pk, AccessShareLock);
+	}
+	else if (strchr(key, ',') != NULL || strchr(key, '(') != NULL)
+	{
+		resolve_composite_key(name, rel, key, 0, NULL, src);
+		return;
 	}
 	else
 	{
@@ -310,16 +329,15 @@ action_is_dml(List *stmts)
 }
 
 /*
- * Parse and analyze one statement as the caller, with the batch's bounds
- * typed.  expression_text: the predicate, when sql is its probe query
+ * Parse and analyze one statement as the caller, with its nparams
+ * parameters typed (the batch's bounds, a scope's input).  expression_text: the predicate, when sql is its probe query
  * (NULL for an action).
  */
 static SPIPlanPtr
-check_statement(const char *name, const char *what, const char *sql, Oid keytype,
+check_statement(const char *name, const char *what, const char *sql, Oid *argtypes,
 				int nparams, const char *expression_text, const char *hint)
 {
 	MemoryContext cxt = CurrentMemoryContext;
-	Oid			argtypes[2] = {keytype, keytype};
 	SPIPlanPtr volatile plan = NULL;
 
 	PG_TRY();
@@ -837,6 +855,11 @@ resolve_table_source(const DeclareArgs *a, Declaration *d, const char *run_as_na
 	d->relation = src.relation;
 	d->key_column = src.key;
 	d->key_type = src.keytype;
+	if (src.composite.nkeys > 1)
+	{
+		d->key_columns = src.composite.key_columns;
+		d->key_types = src.composite.key_types;
+	}
 	d->predicate = arg_text(a, "predicate");
 	if (d->predicate == NULL || d->predicate[0] == '\0')
 		ereport(ERROR,
@@ -849,6 +872,33 @@ resolve_table_source(const DeclareArgs *a, Declaration *d, const char *run_as_na
 }
 
 /*
+ * A batch's action or revert: $1 and $2 the first and last key, or for a
+ * composite key of k columns $1..$k and $k+1..$2k, every one of them used
+ * (key.c).  one_column_hint: the hint for a key of one column.
+ */
+static void
+check_batch_statement(const Declaration *d, const char *what, const char *sql,
+					  const char *one_column_hint)
+{
+	Oid			types[2 * DECLARATION_MAX_KEY_COLUMNS] = {d->key_type, d->key_type};
+	KeyResolved key;
+
+	if (d->key_columns == NULL)
+	{
+		check_statement(d->name, what, sql, types, 2, NULL, one_column_hint);
+		return;
+	}
+	key_from_declaration(d, &key);
+	for (int i = 0; i < 2 * key.nkeys; i++)
+		types[i] = key.types[i % key.nkeys];
+	check_statement(d->name, what, sql, types, 2 * key.nkeys, NULL,
+					psprintf("Write one DML statement over the batch's range, %s; wrap anything "
+							 "else in a function and SELECT it.",
+							 key_action_form(key.nkeys, key.columns)));
+	key_check_action(d->name, what, sql, &key);
+}
+
+/*
  * The way back, checked as the action and the predicate are: the revert
  * takes the action's parameters, the revert predicate none, and neither may
  * be anything but one statement or one stable boolean expression.  A
@@ -856,7 +906,7 @@ resolve_table_source(const DeclareArgs *a, Declaration *d, const char *run_as_na
  * select them from.
  */
 static void
-check_revert_statements(const Declaration *d, Oid keytype)
+check_revert_statements(const Declaration *d)
 {
 	StringInfoData sql;
 
@@ -888,25 +938,30 @@ check_revert_statements(const Declaration *d, Oid keytype)
 						 d->revert_predicate);
 		check_predicate_not_volatile(d->name,
 									 check_statement(d->name, "the revert predicate", sql.data,
-													 keytype, 0, d->revert_predicate,
+													 NULL, 0, d->revert_predicate,
 													 "Write a boolean SQL expression over the "
 													 "table's columns, true for rows still to "
 													 "undo, such as 'c IS NOT NULL'."));
 	}
-	check_statement(d->name, "the revert", d->revert, keytype,
-					OidIsValid(d->pages_fn) ? 1 : 2, NULL,
-					OidIsValid(d->pages_fn) ?
-					"Write one DML statement that undoes the action; $1 is the page's rows as a "
-					"jsonb array." :
-					"Write one DML statement that undoes the action; $1 and $2 are the first and "
-					"last key of the batch.");
+	if (OidIsValid(d->pages_fn))
+	{
+		Oid			jsonb_type[1] = {JSONBOID};
+
+		check_statement(d->name, "the revert", d->revert, jsonb_type, 1, NULL,
+						"Write one DML statement that undoes the action; $1 is the page's rows "
+						"as a jsonb array.");
+	}
+	else
+		check_batch_statement(d, "the revert", d->revert,
+							  "Write one DML statement that undoes the action; $1 and $2 are the "
+							  "first and last key of the batch.");
 }
 
 /* the predicate, the scope, the action and the revert parse and plan as the caller */
 static void
 check_statements(const Declaration *d)
 {
-	Oid			keytype = OidIsValid(d->pages_fn) ? JSONBOID : d->key_type;
+	Oid			jsonb_type[1] = {JSONBOID};
 	StringInfoData sql;
 
 	if (!OidIsValid(d->pages_fn))
@@ -914,7 +969,7 @@ check_statements(const Declaration *d)
 		initStringInfo(&sql);
 		appendStringInfo(&sql, "SELECT 1 FROM %s WHERE (\n%s\n)", d->relation, d->predicate);
 		check_predicate_not_volatile(d->name,
-									 check_statement(d->name, "the predicate", sql.data, keytype,
+									 check_statement(d->name, "the predicate", sql.data, NULL,
 													 0, d->predicate,
 													 "Write a boolean SQL expression over the "
 													 "table's columns, such as 'c IS NULL'."));
@@ -924,17 +979,18 @@ check_statements(const Declaration *d)
 		initStringInfo(&sql);
 		appendStringInfo(&sql, "SELECT 1 FROM (SELECT $1::jsonb AS input) s WHERE (\n(\n%s\n) IS NOT NULL\n)",
 						 d->scope);
-		check_statement(d->name, "the scope", sql.data, JSONBOID, 1, d->scope,
+		check_statement(d->name, "the scope", sql.data, jsonb_type, 1, d->scope,
 						"Write an expression over input, such as input->>'tenant_id'.");
 	}
-	/* a page's action gets the rows ($1); a batch's the first and last key ($1, $2) */
-	check_statement(d->name, "the action", d->action, keytype,
-					OidIsValid(d->pages_fn) ? 1 : 2, NULL,
-					OidIsValid(d->pages_fn) ?
-					"Write one DML statement; $1 is the page's rows as a jsonb array." :
-					"Write one DML statement; $1 and $2 are the first and last key of the batch; "
-					"wrap anything else in a function and SELECT it.");
-	check_revert_statements(d, keytype);
+	/* a page's action gets the rows ($1); a batch's the first and last key */
+	if (OidIsValid(d->pages_fn))
+		check_statement(d->name, "the action", d->action, jsonb_type, 1, NULL,
+						"Write one DML statement; $1 is the page's rows as a jsonb array.");
+	else
+		check_batch_statement(d, "the action", d->action,
+							  "Write one DML statement; $1 and $2 are the first and last key of "
+							  "the batch; wrap anything else in a function and SELECT it.");
+	check_revert_statements(d);
 }
 
 /* two texts alike, NULL alike */
