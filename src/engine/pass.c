@@ -181,6 +181,22 @@ pass_resolve_source(Pass *pass)
 	return true;
 }
 
+/*
+ * A composite key (keyset.c): its columns, the index that serves it now,
+ * their I/O.  A key of one column is a keyset of one.
+ */
+static void
+pass_resolve_keyset(Pass *pass, const Declaration *decl)
+{
+	pass->keyset.nkeys = 1;
+	if (decl->key_columns == NULL || OidIsValid(pass->pages_fn))
+		return;
+	pass->keyset.name = pass->name;
+	pass->keyset.relid = pass->relid;
+	pass->keyset.relation = pass->relation;
+	keyset_resolve(&pass->keyset, decl->key_columns, decl->key_types, pass->cxt);
+}
+
 /* a column of the first row of the last catalog statement, by name, as text */
 static char *
 column_text(const char *column)
@@ -298,15 +314,8 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 
 	if (ok && !pass_resolve_source(pass))
 		return false;
-	/* a composite key: its columns, the index that serves it now, their I/O */
-	pass->keyset.nkeys = 1;
-	if (ok && decl.key_columns != NULL && !OidIsValid(pass->pages_fn))
-	{
-		pass->keyset.name = pass->name;
-		pass->keyset.relid = pass->relid;
-		pass->keyset.relation = pass->relation;
-		keyset_resolve(&pass->keyset, decl.key_columns, decl.key_types, pass->cxt);
-	}
+	if (ok)
+		pass_resolve_keyset(pass, &decl);
 	worker_commit_xact();
 
 	/* the names in the predicate and action resolve as they did for the declarer */
