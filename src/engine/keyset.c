@@ -286,6 +286,8 @@ keyset_resolve(Keyset *ks, ArrayType *columns, ArrayType *types, MemoryContext c
 	}
 	ks->gt = keyset_common_operator(n, typelist, BTGreaterStrategyNumber);
 	ks->le = keyset_common_operator(n, typelist, BTLessEqualStrategyNumber);
+	ks->lead_ge = keyset_operator(typelist[0], BTGreaterEqualStrategyNumber);
+	ks->le_first = keyset_operator(typelist[0], BTLessEqualStrategyNumber);
 	MemoryContextSwitchTo(old);
 
 	rel = relation_open(ks->relid, AccessShareLock);
@@ -472,15 +474,21 @@ keyset_scan_sql(Keyset *ks, const char *predicate, int variant)
 	StringInfoData sql;
 	int			k = ks->nkeys;
 	char	   *cols = columns_sql(ks, k, 0, "");
+	char	   *lead = column_sql(ks, 0);
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT %s FROM %s WHERE ", cols, ks->relation);
+	/*
+	 * Each row comparison comes with the bound it implies on the leading
+	 * column: a partitioned table's leaves are pruned by it (a row
+	 * comparison prunes none), and a btree scan stops at it.
+	 */
 	if (variant & 1)
-		appendStringInfo(&sql, "ROW(%s) %s ROW(%s) AND ", cols, ks->gt,
-						 columns_sql(ks, k, 2, ""));
+		appendStringInfo(&sql, "ROW(%s) %s ROW(%s) AND %s %s $2 AND ", cols, ks->gt,
+						 columns_sql(ks, k, 2, ""), lead, ks->lead_ge);
 	if (variant & 2)
-		appendStringInfo(&sql, "ROW(%s) %s ROW(%s) AND ", cols, ks->le,
-						 columns_sql(ks, k, k + 2, ""));
+		appendStringInfo(&sql, "ROW(%s) %s ROW(%s) AND %s %s $%d AND ", cols, ks->le,
+						 columns_sql(ks, k, k + 2, ""), lead, ks->le_first, k + 2);
 	/* between newlines: a trailing "--" comment in it cannot reach further */
 	appendStringInfo(&sql, "(\n%s\n) ORDER BY %s LIMIT $1", predicate, cols);
 	return sql.data;

@@ -40,6 +40,8 @@ typedef struct Keyset
 	KeyColumn	cols[DECLARATION_MAX_KEY_COLUMNS];
 	char	   *gt;				/* OPERATOR(schema.>) of every column */
 	char	   *le;
+	char	   *lead_ge;		/* the leading column's >= and <= */
+	char	   *le_first;
 } Keyset;
 
 /* how the unique indexes of a table serve the columns a key names */
