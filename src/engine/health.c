@@ -15,9 +15,12 @@
  * The foreground is sampled apart, more often and more cheaply: how many
  * client sessions (not this one, not other workers) are running a
  * statement on a core or waiting for one of the resources a lane competes
- * for (a lock, an LWLock such as WAL insertion, a buffer pin, I/O).  A
- * session sleeping, waiting for its client or for an extension does not
- * count.  Samples are smoothed (EWMA) so that one busy instant is not a
+ * for (an LWLock such as WAL insertion, a buffer pin, I/O).  A session
+ * sleeping, waiting for its client, for an extension or for a heavyweight
+ * lock does not count: sessions queued on an advisory lock that another
+ * one holds use nothing a lane needs, and any role could park them there
+ * to hold every role's lanes back (a lane's own lock conflicts are the
+ * health throttle's).  Samples are smoothed (EWMA) so that one busy instant is not a
  * busy foreground.  They are read as the extension's owner: a superuser,
  * or a member of pg_read_all_stats, sees every session's state.
  *
@@ -95,7 +98,7 @@ health_sample_foreground(Health *health)
 						" WHERE a.backend_type = 'client backend' AND a.state = 'active'"
 						"   AND a.pid <> $1"
 						"   AND (a.wait_event_type IS NULL"
-						"        OR a.wait_event_type IN ('Lock', 'LWLock', 'BufferPin', 'IO'))",
+						"        OR a.wait_event_type IN ('LWLock', 'BufferPin', 'IO'))",
 						1, types, values, NULL, SPI_OK_SELECT);
 	at_work = DatumGetInt32(catalog_getdatum(0, 1, &isnull));
 	health->foreground = FOREGROUND_EWMA * at_work + (1.0 - FOREGROUND_EWMA) * health->foreground;

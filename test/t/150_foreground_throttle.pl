@@ -16,7 +16,10 @@
 #   - after the load: the reason clears and the pass completes, every row
 #     done exactly once;
 #   - with backfill.foreground_throttle = off, the same load never shows
-#     the reason, and the pass completes.
+#     the reason, and the pass completes;
+#   - sessions of an ordinary role queued on an advisory lock (using no
+#     core, no I/O) never show the reason: any role could park them there
+#     to hold every lane back (attacker F4).
 use strict;
 use warnings;
 
@@ -137,6 +140,41 @@ is(holds_for($node, q{SELECT coalesce(throttle, '') !~ '^foreground' FROM backfi
 stop_load(@load);
 is(wait_pass_end($node, $run, 120), 'completed', 'fg_off: the pass completed');
 each_row_done_once($node, 't2', $ROWS, $run);
+
+# ------------------------------------------------------------------
+# (3) sessions waiting for a heavyweight lock are no foreground
+# ------------------------------------------------------------------
+sq($node, q{ALTER SYSTEM RESET backfill.foreground_throttle; SELECT pg_reload_conf();
+	CREATE ROLE parker LOGIN;
+	CREATE TABLE t3 (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	INSERT INTO t3 (id) SELECT g FROM generate_series(1, 12000) g;
+	ANALYZE t3;
+	SELECT backfill_declare(name => 'fg_lock', relation => 't3', predicate => 'n = 0',
+		action => $$UPDATE t3 SET n = n + 1 WHERE id BETWEEN $1 AND $2$$,
+		batch_size => 50, rate => 20);});
+my $holder = $node->background_psql('postgres', extra_params => [ '-U', 'parker' ]);
+$holder->query_safe('SELECT pg_advisory_lock(4242)');
+my @parked;
+for my $i (1 .. $LOAD)
+{
+	my $s = $node->background_psql('postgres', extra_params => [ '-U', 'parker' ]);
+	$s->query_until(qr/parked/, "\\echo parked\nSELECT pg_advisory_lock(4242);\n");
+	push @parked, $s;
+}
+ok(poll_until($node, q{SELECT count(*) FROM pg_stat_activity
+                        WHERE usename = 'parker' AND wait_event_type = 'Lock'}, "$LOAD", 60),
+	"fg_lock: $LOAD sessions of an ordinary role wait for its advisory lock");
+$run = sq($node, q{SELECT backfill_run('fg_lock')});
+ok(poll_until($node, q{SELECT rows > 0 FROM backfill_status('fg_lock')}, 't', 60),
+	'fg_lock: the pass is under way beside them');
+is(holds_for($node, q{SELECT coalesce(throttle, '') !~ '^foreground' FROM backfill_status('fg_lock')},
+		't', 4),
+	undef, 'fg_lock: sessions parked on a lock never make the lane say foreground');
+$holder->query_safe('SELECT pg_advisory_unlock(4242)');
+$holder->quit;
+$_->quit for @parked;
+is(wait_pass_end($node, $run, 120), 'completed', 'fg_lock: the pass completed');
+each_row_done_once($node, 't3', 12000, $run);
 
 $node->stop;
 done_testing();
