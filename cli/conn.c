@@ -33,15 +33,28 @@ xmalloc(size_t n)
  * Text from the server can hold what another role wrote (an action's error
  * message, a backfill's name in a report): terminal control characters in
  * it would let that role clear the operator's screen or print a line over
- * the real outcome.  Every control character but newline and tab shows as
- * '?'.
+ * the real outcome, and bidirectional overrides would show its text other
+ * than it is.  Every control character but newline and tab (C0, DEL, and in
+ * UTF-8 the C1 controls, the bidi overrides and isolates, the line and
+ * paragraph separators) shows as '?', one per byte.
  */
 static void
 make_printable(char *s)
 {
-	for (; *s; s++)
-		if (((unsigned char) *s < ' ' && *s != '\n' && *s != '\t') || *s == 0x7f)
-			*s = '?';
+	unsigned char *u = (unsigned char *) s;
+
+	for (; *u; u++)
+	{
+		if ((*u < ' ' && *u != '\n' && *u != '\t') || *u == 0x7f)
+			*u = '?';
+		/* UTF-8 C1 controls (U+0080..U+009F: CSI, NEL, ...) */
+		else if (u[0] == 0xc2 && u[1] >= 0x80 && u[1] <= 0x9f)
+			u[0] = u[1] = '?';
+		/* bidirectional overrides and isolates, line and paragraph separators */
+		else if (u[0] == 0xe2 && ((u[1] == 0x80 && u[2] >= 0xa8 && u[2] <= 0xae) ||
+								  (u[1] == 0x81 && u[2] >= 0xa6 && u[2] <= 0xa9)))
+			u[0] = u[1] = u[2] = '?';
+	}
 }
 
 /* a printable copy of an error field, NULL for NULL (never freed: exits soon) */

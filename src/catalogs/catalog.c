@@ -23,6 +23,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_extension.h"
 #include "commands/extension.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
@@ -327,14 +328,84 @@ check_backfill_name(const char *name)
  * another in every report (" orders_fill" beside "orders_fill"): no white
  * space at either end.  Names declared before this rule stay usable.
  */
+/*
+ * In a UTF-8 database, a character that no report can show as itself: a C1
+ * control (U+0080..U+009F, such as CSI or NEL), a bidirectional override
+ * or isolate, a line or paragraph separator.  Returns its length in bytes
+ * at s, 0 for any other character.
+ */
+static int
+invisible_char_at(const unsigned char *s)
+{
+	if (GetDatabaseEncoding() != PG_UTF8)
+		return 0;
+	if (s[0] == 0xc2 && s[1] >= 0x80 && s[1] <= 0x9f)
+		return 2;
+	if (s[0] == 0xe2 && ((s[1] == 0x80 && s[2] >= 0xa8 && s[2] <= 0xae) ||
+						 (s[1] == 0x81 && s[2] >= 0xa6 && s[2] <= 0xa9)))
+		return 3;
+	return 0;
+}
+
+/*
+ * In a UTF-8 database, the length of a white space character that is not
+ * ASCII at s (NBSP, the U+2000 spaces, ZWSP, U+205F, U+3000, the BOM), 0
+ * for any other character.
+ */
+static int
+utf8_space_at(const unsigned char *s)
+{
+	if (GetDatabaseEncoding() != PG_UTF8)
+		return 0;
+	if (s[0] == 0xc2 && s[1] == 0xa0)
+		return 2;
+	if ((s[0] == 0xe2 && s[1] == 0x80 && s[2] >= 0x80 && s[2] <= 0x8b) ||
+		(s[0] == 0xe2 && s[1] == 0x81 && s[2] == 0x9f) ||
+		(s[0] == 0xe3 && s[1] == 0x80 && s[2] == 0x80) ||
+		(s[0] == 0xef && s[1] == 0xbb && s[2] == 0xbf))
+		return 3;
+	return 0;
+}
+
+/* does text hold a character no report can show (C0, DEL, C1, bidi, separators)? */
+bool
+text_has_invisible(const char *text)
+{
+	for (const unsigned char *p = (const unsigned char *) text; *p; p++)
+		if (*p < ' ' || *p == 0x7f || invisible_char_at(p) > 0)
+			return true;
+	return false;
+}
+
+/* does text begin or end with white space (ASCII, or one of the UTF-8 spaces)? */
+static bool
+space_at_an_end(const char *text)
+{
+	const unsigned char *u = (const unsigned char *) text;
+	size_t		len = strlen(text);
+
+	if (len == 0)
+		return false;
+	if (isspace(u[0]) || utf8_space_at(u) > 0 || isspace(u[len - 1]))
+		return true;
+	for (int n = 2; n <= 3; n++)
+		if (len >= (size_t) n && utf8_space_at(u + len - n) == n)
+			return true;
+	return false;
+}
+
 void
 check_new_backfill_name(const char *name)
 {
-	size_t		len;
-
 	check_backfill_name(name);
-	len = strlen(name);
-	if (isspace((unsigned char) name[0]) || isspace((unsigned char) name[len - 1]))
+	if (text_has_invisible(name))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_NAME_INVALID),
+				 errmsg("backfill name \"%s\" contains a character reports cannot show", name),
+				 errdetail("Control characters (also U+0080 to U+009F), bidirectional overrides "
+						   "and line separators are not allowed in a new name."),
+				 errhint("Use letters, digits, '_', '-' or '.'.")));
+	if (space_at_an_end(name))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_NAME_INVALID),
 				 errmsg("backfill name \"%s\" begins or ends with white space", name),

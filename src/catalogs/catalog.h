@@ -62,6 +62,7 @@ extern char *ledger_direction_sql(const char *alias);
 /* the backfill name checks every entry point shares */
 extern void check_backfill_name(const char *name);
 extern void check_new_backfill_name(const char *name);
+extern bool text_has_invisible(const char *text);
 extern void check_catalog_current(const char *what, const char *name);
 
 /* refuse what would write the catalogs on a hot standby (BF026) */

@@ -208,16 +208,15 @@ check_scope_value(const char *name, const char *value)
 				 errdetail("The scope's value has %zu bytes; at most %d are allowed.",
 						   len, BACKFILL_NAME_MAXLEN),
 				 errhint("Make the scope name the pass by a short value, such as a tenant's id.")));
-	for (const char *p = value; *p; p++)
-		if ((unsigned char) *p < ' ' || *p == 0x7f)
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
-					 errmsg("the scope of backfill \"%s\" contains a control character for this input",
-							name),
-					 errdetail("The scope's value names the pass's history in the ledger, "
-							   "one line in every report."),
-					 errhint("Strip control characters in the scope expression, e.g. with "
-							 "pg_catalog.regexp_replace(..., '[[:cntrl:]]', '', 'g').")));
+	if (text_has_invisible(value))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("the scope of backfill \"%s\" contains a control character for this input",
+						name),
+				 errdetail("The scope's value names the pass's history in the ledger, "
+						   "one line in every report."),
+				 errhint("Strip control characters in the scope expression, e.g. with "
+						 "pg_catalog.regexp_replace(..., '[[:cntrl:]]', '', 'g').")));
 }
 
 /* check the input and evaluate the scope: run through asrole_call */

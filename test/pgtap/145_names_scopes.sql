@@ -46,6 +46,15 @@ SELECT results_eq(
                  input => pg_catalog.jsonb_build_object('tenant', E'\u001b[2Jt0'))$q$)$$,
     $$VALUES ('BF011'), ('BF011')$$,
     'a tab or an escape sequence in a scope value is refused too');
+-- C1 controls (CSI, NEL) and a bidirectional override, in a UTF-8 database
+SELECT results_eq(
+    $$SELECT state FROM pg_temp.bf_error($q$SELECT backfill_run('bf145_s',
+                 input => pg_catalog.jsonb_build_object('tenant', E'a\u009b2Jb'))$q$)
+      UNION ALL
+      SELECT state FROM pg_temp.bf_error($q$SELECT backfill_run('bf145_s',
+                 input => pg_catalog.jsonb_build_object('tenant', E't0\u202Edecnac'))$q$)$$,
+    $$VALUES ('BF011'), ('BF011')$$,
+    'a scope value with a C1 control (CSI) or a bidi override is refused (BF011)');
 -- longer than a name may be
 SELECT results_eq(
     $$SELECT state, message LIKE '%bf145_s%too long%'
@@ -80,11 +89,24 @@ SELECT results_eq(
                  'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2')$q$)$$,
     $$VALUES ('BF012'), ('BF012')$$,
     'a leading or a trailing space is refused');
+SELECT results_eq(
+    $$SELECT e.state
+        FROM (VALUES (1, E'cs\u009b2Jx'), (2, E'sp\u0085'), (3, E'rl\u202Eo'), (4, E'nb\u00a0'),
+                     (5, E'\u3000ideo'), (6, E'zw\u200b'), (7, E'\ufeffbom')) v(i, n),
+             LATERAL pg_temp.bf_error(pg_catalog.format(
+                 'SELECT backfill_declare(%L, ''bf145_t'', ''c IS NULL'', '
+                 '''UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2'')', v.n)) e
+       ORDER BY v.i$$,
+    $$VALUES ('BF012'), ('BF012'), ('BF012'), ('BF012'), ('BF012'), ('BF012'), ('BF012')$$,
+    'names with a C1 control, a bidi override or a Unicode space at an end are refused (BF012)');
+SELECT lives_ok($$SELECT backfill_declare(E'caf\u00e9 \u00fcber', 'bf145_t', 'c IS NULL',
+                 'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+    'a name with accented letters is accepted');
 SELECT lives_ok($$SELECT backfill_declare('bf145 x', 'bf145_t', 'c IS NULL',
                  'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
     'a space inside a name is allowed');
-SELECT is((SELECT count(*) FROM backfill.declaration WHERE name LIKE '% %'), 1::bigint,
-          'only the name with an inner space was stored');
+SELECT is((SELECT count(*) FROM backfill.declaration WHERE name LIKE '% %'), 2::bigint,
+          'only the names with an inner space were stored');
 
 -- requires_backfill must name a declared backfill
 SELECT results_eq(

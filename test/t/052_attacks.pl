@@ -144,14 +144,14 @@ is($out, '64', '(b) parentheses inside strings and comments do not count') or di
 my $cli = "$FindBin::RealBin/../../cli/pg_backfill";
 SKIP:
 {
-	skip 'the CLI is not built (make -C cli)', 3 unless -x $cli;
+	skip 'the CLI is not built (make -C cli)', 4 unless -x $cli;
 	as_mallory(q{
 		CREATE TABLE public.m_esc (id bigint PRIMARY KEY, c int);
 		INSERT INTO public.m_esc SELECT g FROM generate_series(1, 10) g;
 		CREATE FUNCTION public.m_fail(a bigint, b bigint) RETURNS int LANGUAGE plpgsql AS $f$
 		BEGIN
 			RAISE EXCEPTION USING ERRCODE = '22012',
-				MESSAGE = E'\x1b[2J\x1b[H\x1b]0;owned\x07\rcompleted: all good \x1b[8m';
+				MESSAGE = E'\x1b[2J\x1b[H\x1b]0;owned\x07\rcompleted: all good \x1b[8m \u009b2J \u202e';
 		END $f$;
 		SELECT backfill_declare(name => 'm_esc', relation => 'public.m_esc',
 			predicate => 'c IS NULL', action => 'SELECT public.m_fail($1, $2)',
@@ -165,6 +165,8 @@ SKIP:
 	like($stdout, qr/completed: all good/, '(c) the status shows the message');
 	unlike($stdout . $stderr, qr/[\x00-\x08\x0b-\x1f\x7f]/,
 		'(c) with no terminal control character left in it');
+	unlike($stdout . $stderr, qr/\xc2[\x80-\x9f]|\xe2\x80[\xa8-\xae]|\xe2\x81[\xa6-\xa9]/,
+		'(c) nor a C1 control (CSI) or a bidirectional override in UTF-8');
 }
 
 # ---- (d) a function sink of another role
