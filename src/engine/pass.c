@@ -31,6 +31,7 @@
 #include "identity.h"
 #include "keyset.h"
 #include "pass.h"
+#include "shmem.h"
 #include "xact.h"
 #include "tenancy.h"
 
@@ -678,11 +679,15 @@ run_end(int64 run_id, int64 remaining, const char *last_error)
 
 /*
  * End a running pass as failed, in the caller's transaction and catalog
- * scope: the ledger row (with the rows and batches its partitions
- * counted), then the run row, then (part_no >= 0) that partition: ledger,
- * run, partitions is the order in which every writer of a pass's state
- * locks it (src/README.md).  Returns false, and changes nothing, when the
- * pass has already ended.
+ * scope, as backfill_cancel ends one: the ledger row and the run row
+ * locked first (the order in which every writer of a pass's state locks
+ * it, src/README.md), then the partition at fault (part_no >= 0) failed
+ * and every other open partition stopped (cancelled).  That waits for
+ * the batches committing their checkpoints now, and every later
+ * checkpoint finds no lease, so its batch rolls back: the ledger's rows
+ * and batches, summed after, are exactly what committed.  At commit the
+ * pass's other lanes are told to stop (a batch in flight is cancelled).
+ * Returns false, and changes nothing, when the pass has already ended.
  */
 bool
 pass_end_failed(int64 run_id, int part_no, int sqlerrcode, const char *message)
@@ -694,13 +699,23 @@ pass_end_failed(int64 run_id, int part_no, int sqlerrcode, const char *message)
 	values[1] = Int32GetDatum(part_no);
 	values[2] = CStringGetTextDatum(message);
 
-	if (!ledger_end(run_id, "failed", unpack_sql_state(sqlerrcode), message))
+	if (catalog_exec("SELECT 1 FROM backfill.ledger WHERE run_id = $1 AND status = 'running'"
+					 " FOR UPDATE", 1, types, values, NULL, SPI_OK_SELECT) == 0)
 		return false;
-	run_end(run_id, -1, message);
+	catalog_exec("SELECT 1 FROM backfill.run WHERE run_id = $1 FOR UPDATE",
+				 1, types, values, NULL, SPI_OK_SELECT);
 	if (part_no >= 0)
 		catalog_exec("UPDATE backfill.partition SET state = 'failed', last_error = $3,"
 					 " finished_at = pg_catalog.now() WHERE run_id = $1 AND part_no = $2",
 					 3, types, values, NULL, SPI_OK_UPDATE);
+	catalog_exec("UPDATE backfill.partition SET state = 'cancelled',"
+				 " finished_at = pg_catalog.now()"
+				 " WHERE run_id = $1 AND state IN ('pending', 'running')",
+				 1, types, values, NULL, SPI_OK_UPDATE);
+	if (!ledger_end(run_id, "failed", unpack_sql_state(sqlerrcode), message))
+		return false;
+	run_end(run_id, -1, message);
+	backfill_wake_lanes_at_commit(run_id, true);
 	return true;
 }
 

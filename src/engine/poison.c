@@ -221,16 +221,18 @@ poison_record(Pass *pass, Claim *claim, const ErrorData *edata)
 		outcome = BATCH_STOP;	/* it has ended */
 	else
 	{
-		recorded_rows(pass, &count, &keys);
-		count++;
-		keys = keys ? psprintf("%s, %s", keys, key_text) : key_text;
-		if (count > pass->max_failed_rows)
-		{
-			fail_over_bound(pass, edata, count, keys);
-			outcome = BATCH_STOP;
-		}
+		/* recorded before the pass may end: ending it takes every lease */
 		if (!record_and_skip(pass, claim, key_text, edata))
 			outcome = BATCH_STOP;	/* the lease is gone: the pass was cancelled */
+		else
+		{
+			recorded_rows(pass, &count, &keys);
+			if (count > pass->max_failed_rows)
+			{
+				fail_over_bound(pass, edata, count, keys);
+				outcome = BATCH_STOP;
+			}
+		}
 	}
 	catalog_leave(&scope);
 	worker_commit_xact();
