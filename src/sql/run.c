@@ -153,8 +153,11 @@ lock_declaration(const char *name, RunDeclaration *d)
  * READ or SERIALIZABLE caller's snapshot may predate the pass that the
  * transaction we waited for has just enqueued.  Only a pass of the
  * declaration's owner completed it: a name another role declared, ran
- * and dropped before must not turn this backfill's runs into skips, and
- * a forward pass that a completed revert undid no longer completes it.
+ * and dropped before must not turn this backfill's runs into skips, a
+ * forward pass that a completed revert undid no longer completes it, and
+ * neither does one followed by a pass that failed or was cancelled (a
+ * forced pass, or a revert): backfill_pending then says failed, and a
+ * run starts a new pass, as it would after any failed one.
  */
 static void
 read_ledger_state(const char *ledger_name, Oid owner, LedgerState *state)
@@ -176,7 +179,10 @@ read_ledger_state(const char *ledger_name, Oid owner, LedgerState *state)
 								 "      AND l.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $2"
 								 "      AND l.run_id > coalesce((SELECT max(v.run_id)"
 								 "            FROM backfill.ledger v WHERE v.ledger_name = $1"
-								 "             AND v.status = 'completed' AND %s = 'revert'), 0)),"
+								 "             AND v.status = 'completed' AND %s = 'revert'), 0)"
+								 "      AND l.run_id > coalesce((SELECT max(f.run_id)"
+								 "            FROM backfill.ledger f WHERE f.ledger_name = $1"
+								 "             AND f.status IN ('failed', 'cancelled')), 0)),"
 								 "  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.ledger_name = $1),"
 								 "  EXISTS (SELECT 1 FROM backfill.ledger l WHERE l.ledger_name = $1"
 								 "           AND l.status = 'running' AND %s = 'revert')",
