@@ -221,27 +221,43 @@ show_line(char *line, bool tty, bool final)
 
 /*
  * The rows run run_id recorded as failed alone and skipped, as a table on
- * stdout (nothing when there are none).
+ * stdout (nothing when there are none): the first SHOW_FAILED_ROWS of
+ * them, then how many more backfill_failed_rows lists.
  */
+#define SHOW_FAILED_ROWS	"20"
+
 static void
 show_failed_rows(const char *name, const char *run_id)
 {
 	char	   *sql = api_sql("SELECT key, sqlstate, message, attempts"
-							  "  FROM %s.backfill_failed_rows($1) WHERE run_id = $2::bigint");
+							  "  FROM %s.backfill_failed_rows($1) WHERE run_id = $2::bigint"
+							  " LIMIT " SHOW_FAILED_ROWS);
+	char	   *count_sql = api_sql("SELECT count(*) FROM %s.backfill_failed_rows($1)"
+									" WHERE run_id = $2::bigint");
 	const char *params[] = {name, run_id};
 	PGresult   *res = run_query(sql, 2, params);
+	PGresult   *count = run_query(count_sql, 2, params);
+	long		total = count != NULL && PQntuples(count) == 1 ?
+		strtol(PQgetvalue(count, 0, 0), NULL, 10) : 0;
 
 	if (res != NULL && PQntuples(res) > 0)
 	{
-		printf("%d row(s) failed alone and were skipped (backfill_failed_rows):\n",
-			   PQntuples(res));
+		if (total < PQntuples(res))
+			total = PQntuples(res);
+		printf("%ld row(s) failed alone and were skipped (backfill_failed_rows):\n", total);
 		print_table(res);
+		if (total > PQntuples(res))
+			printf("... and %ld more (SELECT * FROM backfill_failed_rows('%s') lists them all)\n",
+				   total - PQntuples(res), name);
 		printf("fix them, then \"%s retry %s\" tries exactly these rows again\n",
 			   progname, name);
 	}
 	if (res != NULL)
 		PQclear(res);
+	if (count != NULL)
+		PQclear(count);
 	free(sql);
+	free(count_sql);
 }
 
 /* How the pass ended, on stdout; why it failed, on stderr too. */

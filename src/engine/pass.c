@@ -934,6 +934,26 @@ count_remaining(Pass *pass)
 }
 
 /*
+ * The declaration's max_failed_rows as it is now (in the caller's catalog
+ * scope): a re-declaration while the pass runs applies at its next row
+ * that fails alone and at its end.  Kept when the declaration is gone.
+ */
+void
+pass_reread_max_failed_rows(Pass *pass)
+{
+	bool		isnull;
+	Datum		bound;
+
+	if (exec_on_run(pass, "SELECT d.max_failed_rows FROM backfill.ledger l"
+					" JOIN backfill.declaration d ON d.name = l.declaration"
+					" WHERE l.run_id = $1", SPI_OK_SELECT) != 1)
+		return;
+	bound = catalog_getdatum(0, 1, &isnull);
+	if (!isnull)
+		pass->max_failed_rows = DatumGetInt32(bound);
+}
+
+/*
  * Every other row is done; failed rows were recorded and skipped: within
  * max_failed_rows the pass ends completed_with_failures, beyond it (rows
  * recorded by lanes at once, or before a crash) failed with BF018.
@@ -943,6 +963,7 @@ end_with_failed_rows(Pass *pass, int64 failed)
 {
 	char	   *message;
 
+	pass_reread_max_failed_rows(pass);
 	if (failed > pass->max_failed_rows)
 	{
 		message = psprintf("backfill \"%s\" has " INT64_FORMAT " row(s) that failed alone, more "

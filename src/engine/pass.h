@@ -129,5 +129,6 @@ extern void pass_fail_partition(Pass *pass, Claim *claim, const char *message);
 extern void pass_finish(Pass *pass);
 extern void pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message);
 extern bool pass_end_failed(int64 run_id, int part_no, int sqlerrcode, const char *message);
+extern void pass_reread_max_failed_rows(Pass *pass);
 
 #endif							/* BACKFILL_PASS_H */

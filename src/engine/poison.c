@@ -19,7 +19,9 @@
  * Whether the pass may go on is decided in the same transaction, with the
  * ledger row locked (the first lock every writer of a pass takes): more
  * recorded rows than the declaration's max_failed_rows (default 0) fail
- * the pass with BF018, naming the count and the first keys.
+ * the pass with BF018, naming the count and the first keys.  The bound is
+ * read from the declaration each time, so a re-declaration while the pass
+ * runs applies at its next such row (and at its end).
  *
  * Errors that are not the data's (lock and statement timeouts,
  * serialization failures and deadlocks, a lost lease, a cancelled or
@@ -227,6 +229,7 @@ poison_record(Pass *pass, Claim *claim, const ErrorData *edata)
 		else
 		{
 			recorded_rows(pass, &count, &keys);
+			pass_reread_max_failed_rows(pass);
 			if (count > pass->max_failed_rows)
 			{
 				fail_over_bound(pass, edata, count, keys);

@@ -433,7 +433,10 @@ retry_failed_pass(Target *t)
 					 2, types, values, NULL, SPI_OK_UPDATE);
 	catalog_leave(&scope);
 	ereport(NOTICE,
-			(errmsg("backfill \"%s\" resumes failed run " INT64_FORMAT " as run " INT64_FORMAT,
+			(errmsg(strcmp(t->last_status, "completed_with_failures") == 0 ?
+					"backfill \"%s\" retries the rows that failed alone in run " INT64_FORMAT
+					" as run " INT64_FORMAT :
+					"backfill \"%s\" resumes failed run " INT64_FORMAT " as run " INT64_FORMAT,
 					t->name, t->last_id, run_id),
 			 copied == 0 ?
 			 errdetail("Run " INT64_FORMAT " failed before it was planned; run " INT64_FORMAT

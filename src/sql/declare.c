@@ -353,7 +353,7 @@ check_statement(const char *name, const char *what, const char *sql, Oid *argtyp
 					(errmsg("the predicate must be one boolean expression, not a query fragment")));
 		if (expression_text == NULL && !action_is_dml(stmts))
 			ereport(ERROR,
-					(errmsg("the action must be SELECT, INSERT, UPDATE, DELETE or MERGE"),
+					(errmsg("%s must be SELECT, INSERT, UPDATE, DELETE or MERGE", what),
 					 errdetail("It runs inside each batch's transaction, which commits the checkpoint.")));
 		plan = SPI_prepare(sql, nparams, argtypes);
 		if (plan == NULL)
@@ -374,7 +374,7 @@ check_statement(const char *name, const char *what, const char *sql, Oid *argtyp
  * left, so a pass could end completed without having done them.
  */
 static void
-check_predicate_not_volatile(const char *name, SPIPlanPtr plan)
+check_predicate_not_volatile(const char *name, const char *option, SPIPlanPtr plan)
 {
 	ListCell   *lc;
 
@@ -387,7 +387,7 @@ check_predicate_not_volatile(const char *name, SPIPlanPtr plan)
 			if (contain_volatile_functions((Node *) lfirst(lq)))
 				ereport(ERROR,
 						(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-						 errmsg("predicate of backfill \"%s\" is volatile", name),
+						 errmsg("%s of backfill \"%s\" is volatile", option, name),
 						 errdetail("It calls a volatile function, so the count that proves the "
 								   "backfill done could disagree with the batches."),
 						 errhint("Use a stable expression over the table's columns; wrap what you "
@@ -936,7 +936,7 @@ check_revert_statements(const Declaration *d)
 		initStringInfo(&sql);
 		appendStringInfo(&sql, "SELECT 1 FROM %s WHERE (\n%s\n)", d->relation,
 						 d->revert_predicate);
-		check_predicate_not_volatile(d->name,
+		check_predicate_not_volatile(d->name, "revert_predicate",
 									 check_statement(d->name, "the revert predicate", sql.data,
 													 NULL, 0, d->revert_predicate,
 													 "Write a boolean SQL expression over the "
@@ -968,7 +968,7 @@ check_statements(const Declaration *d)
 	{
 		initStringInfo(&sql);
 		appendStringInfo(&sql, "SELECT 1 FROM %s WHERE (\n%s\n)", d->relation, d->predicate);
-		check_predicate_not_volatile(d->name,
+		check_predicate_not_volatile(d->name, "predicate",
 									 check_statement(d->name, "the predicate", sql.data, NULL,
 													 0, d->predicate,
 													 "Write a boolean SQL expression over the "
@@ -1051,6 +1051,15 @@ check_redeclaration(const Declaration *d)
 						d->name),
 				 errdetail("The lanes of the revert pass run the revert it started with."),
 				 errhint("Wait for the revert pass to end, or cancel it, then declare again.")));
+	/* the lanes read max_failed_rows again at each row that fails alone (poison.c) */
+	if (running && old.max_failed_rows != d->max_failed_rows)
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\": max_failed_rows => %d applies to the running pass at "
+						"its next row that fails alone", d->name, d->max_failed_rows),
+				 errdetail("The running pass tolerated %d; it ends failed (BF018) when it has "
+						   "recorded more rows than the new bound.", old.max_failed_rows),
+				 errhint("backfill_failed_rows('%s') lists the rows it has recorded so far.",
+						 d->name)));
 	/* a lane reads async_commit when it starts */
 	if (running && old.async_commit != d->async_commit)
 		ereport(NOTICE,
