@@ -364,6 +364,43 @@ ALTER TABLE backfill.ledger
     ADD COLUMN direction text NOT NULL DEFAULT 'forward'
                CHECK (direction IN ('forward', 'revert'));
 
+/*
+ * Drift (part 3).  A watch pass is a forward pass the scheduler started
+ * because the watch's probe found rows matching the predicate again after
+ * the backfill completed.  A pass is bounded to the key range that existed
+ * when it was planned (bound: its upper end, inclusive, as key text): it
+ * converges within it, and what matches beyond it at its end (beyond,
+ * counted up to 1,000) is drift for the watch or the next pass.
+ */
+ALTER TABLE backfill.ledger ADD COLUMN watch boolean NOT NULL DEFAULT false;
+ALTER TABLE backfill.run
+    ADD COLUMN bound text,
+    ADD COLUMN beyond bigint;
+
+-- what the watch of a declaration has done: its probes, and what they found
+CREATE TABLE backfill.watch (
+    declaration      text PRIMARY KEY REFERENCES backfill.declaration (name)
+                     ON DELETE CASCADE ON UPDATE CASCADE,
+    probes           bigint NOT NULL DEFAULT 0,
+    drifts           bigint NOT NULL DEFAULT 0,      -- probes that found rows
+    last_probe_at    timestamptz,
+    last_found       bigint                          -- rows the last probe found (at most 1,000)
+);
+REVOKE ALL ON backfill.watch FROM PUBLIC;
+GRANT SELECT ON backfill.watch TO PUBLIC;
+ALTER TABLE backfill.watch ENABLE ROW LEVEL SECURITY;
+CREATE POLICY watch_member ON backfill.watch FOR SELECT
+    USING (EXISTS (SELECT 1 FROM backfill.declaration d WHERE d.name = watch.declaration));
+
+/*
+ * How many rows (at most 1,000) match a plain table backfill's predicate
+ * now, read as its run_as role with its search_path (restricted, rolled
+ * back); NULL for a pages or scoped backfill, one the caller is not a
+ * member of the owner of, or one whose predicate cannot be read.
+ */
+CREATE FUNCTION backfill.drift_probe(p_name text) RETURNS bigint
+LANGUAGE C STRICT VOLATILE AS 'MODULE_PATHNAME', 'backfill_drift_probe';
+
 CREATE OR REPLACE FUNCTION backfill.ledger_guard() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -383,7 +420,7 @@ BEGIN
     END IF;
     IF NEW.run_id <> OLD.run_id OR NEW.ledger_name <> OLD.ledger_name
        OR NEW.checksum <> OLD.checksum OR NEW.started_at <> OLD.started_at
-       OR NEW.direction <> OLD.direction THEN
+       OR NEW.direction <> OLD.direction OR NEW.watch <> OLD.watch THEN
         RAISE EXCEPTION 'ledger row % of backfill "%" cannot be rewritten',
               OLD.run_id, OLD.declaration
               USING ERRCODE = 'BF017',
@@ -400,7 +437,7 @@ CREATE OR REPLACE VIEW backfill_ledger WITH (security_invoker = true) AS
            l.finished_at - l.started_at AS duration,
            l.error_code, l.error_message, l.checksum,
            pg_catalog.pg_get_userbyid(l.owner) AS owner,
-           l.direction
+           l.direction, l.watch
       FROM backfill.ledger l;
 
 CREATE FUNCTION backfill_revert(name text) RETURNS bigint
@@ -439,7 +476,14 @@ RETURNS TABLE (
     finished_at   timestamptz,
     last_error    text,
     failed_rows   bigint,
-    direction     text)
+    direction     text,
+    watch         boolean,
+    watch_probes  bigint,
+    watch_drifts  bigint,
+    last_probe_at timestamptz,
+    healed_rows   bigint,
+    bound         text,
+    beyond_bound  bigint)
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -482,8 +526,14 @@ AS $$
                extract(epoch FROM coalesce(l.finished_at, now())
                                   - coalesce(p.first_start, l.started_at)) AS secs,
                (SELECT count(*) FROM backfill.failed_row f WHERE f.run_id = l.run_id) AS failed_rows,
-               l.direction
+               l.direction, l.watch, r.bound, r.beyond
           FROM l LEFT JOIN backfill.run r USING (run_id), p
+    ),
+    w AS (
+        SELECT w.probes, w.drifts, w.last_probe_at,
+               (SELECT coalesce(sum(h.rows), 0)::bigint FROM backfill.ledger h
+                 WHERE h.declaration = $1 AND h.watch AND h.status = 'completed') AS healed
+          FROM (SELECT 1) one LEFT JOIN backfill.watch w ON w.declaration = $1
     )
     SELECT d.name, s.run_id,
            coalesce(s.status, 'never run'),
@@ -496,17 +546,21 @@ AS $$
                 THEN make_interval(secs => greatest(s.estimate - s.rows, 0) / (s.rows / s.secs)) END,
            s.partitions, s.pending, s.running, s.done, s.failed,
            s.live, s.paused, s.batch_size, s.throttle, s.plan_method,
-           s.started_at, s.finished_at, s.last_error, coalesce(s.failed_rows, 0), s.direction
-      FROM d LEFT JOIN s ON true;
+           s.started_at, s.finished_at, s.last_error, coalesce(s.failed_rows, 0), s.direction,
+           s.watch, coalesce(w.probes, 0), coalesce(w.drifts, 0), w.last_probe_at, w.healed,
+           s.bound, s.beyond
+      FROM d LEFT JOIN s ON true CROSS JOIN w;
 $$;
 COMMENT ON FUNCTION backfill_status(text) IS
-'status, progress, rows/s and ETA of the newest pass of a backfill, and its direction';
+'status, progress, rows/s and ETA of the newest pass of a backfill, its direction, bound and watch';
 
 /*
  * backfill_pending: as above (with completed_with_failures), and the
  * direction of the newest pass.  A
  * forward pass completes the backfill only when no revert completed after
- * it: its state is then reverted (reverting while a revert runs).
+ * it: its state is then reverted (reverting while a revert runs).  A
+ * completed plain table backfill whose predicate matches rows again has
+ * drifted: a probe as its role, LIMIT 1,000, never a full count.
  */
 DROP FUNCTION backfill_pending();
 CREATE FUNCTION backfill_pending()
@@ -521,7 +575,9 @@ RETURNS TABLE (
     last_completed_run_id bigint,
     rows                  bigint,
     blocked_by            text,
-    direction             text)
+    direction             text,
+    drift                 text,
+    drift_rows            bigint)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -572,6 +628,7 @@ AS $$
              WHEN last.status = 'completed_with_failures' AND last.checksum = d.checksum
                   THEN 'completed_with_failures'
              WHEN done.run_id IS NOT NULL AND done.checksum <> d.checksum THEN 'changed'
+             WHEN dp.n > 0 THEN 'drifted'
              WHEN done.run_id IS NOT NULL THEN 'completed'
              WHEN backfill.unmet_requirement(d.name) IS NOT NULL THEN 'blocked'
              ELSE 'pending'
@@ -586,15 +643,25 @@ AS $$
                     (SELECT sum(p.rows)::bigint FROM backfill.partition p
                       WHERE p.run_id = last.run_id)),
            backfill.unmet_requirement(d.name),
-           last.direction
+           last.direction,
+           CASE WHEN dp.n >= 1000 THEN 'at least 1,000 rows'
+                WHEN dp.n > 0 THEN dp.n || ' rows' END,
+           dp.n
       FROM histories h
       JOIN backfill.declaration d ON d.name = h.declaration
       CROSS JOIN env
       LEFT JOIN last ON last.ledger_name = h.ledger_name
       LEFT JOIN done ON done.ledger_name = h.ledger_name
+      -- a completed plain table backfill: is its predicate true of rows again?
+      LEFT JOIN LATERAL (
+          SELECT backfill.drift_probe(d.name) AS n
+           WHERE last.status = 'completed' AND last.direction = 'forward'
+             AND done.run_id IS NOT NULL AND done.checksum = d.checksum
+             AND d.scope IS NULL AND d.relid IS NOT NULL
+             AND (d.environments IS NULL OR env.e = ANY (d.environments))) dp ON true
     UNION ALL
     SELECT last.ledger_name, 'orphaned', NULL, done.checksum, NULL, NULL,
-           last.run_id, done.run_id, last.rows, NULL, last.direction
+           last.run_id, done.run_id, last.rows, NULL, last.direction, NULL, NULL
       FROM last
       LEFT JOIN done ON done.ledger_name = last.ledger_name
      WHERE NOT EXISTS (SELECT 1 FROM backfill.declaration d

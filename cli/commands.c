@@ -40,7 +40,7 @@ cmd_pending(void)
 		"       left(checksum, 12) AS checksum, blocked_by"
 		"  FROM %s.backfill_pending() ORDER BY name");
 	static const char *const gate[] = {"pending", "blocked", "failed", "stalled", "changed",
-	"completed_with_failures", "reverting", "reverted", NULL};
+	"completed_with_failures", "drifted", "reverting", "reverted", NULL};
 	PGresult   *res = must_query(sql, 0, NULL);
 	int			not_done = 0;
 

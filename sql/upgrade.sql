@@ -175,6 +175,12 @@ SELECT failed_rows FROM backfill_status('upgrade_fill');
 SELECT count(*) AS ledger_rows, count(*) FILTER (WHERE direction = 'forward') AS forward
   FROM backfill.ledger;
 SELECT to_regprocedure('backfill_revert(text)') IS NOT NULL AS has_backfill_revert;
+-- and no pass of 0.4 was a watch pass or bounded; the watch's counters start empty
+SELECT count(*) FILTER (WHERE watch) AS watch_passes FROM backfill.ledger;
+SELECT count(*) FILTER (WHERE bound IS NOT NULL OR beyond IS NOT NULL) AS bounded_runs
+  FROM backfill.run;
+SELECT count(*) AS watch_rows FROM backfill.watch;
+SELECT to_regprocedure('backfill.drift_probe(text)') IS NOT NULL AS has_drift_probe;
 -- a key of one column, declared before 0.5, has no key_columns: its passes
 -- read and resume as they did; a composite key fills them
 SELECT key_column, key_type, key_columns, key_types FROM backfill.declaration

@@ -446,13 +446,19 @@ check_backfill_member(const char *name, Oid owner)
 				 errhint("Ask a member of that role, or have it GRANT the role to you.")));
 }
 
+bool
+catalog_has_column(const char *table, const char *column)
+{
+	Oid			nsp = get_namespace_oid("backfill", true);
+	Oid			relid = OidIsValid(nsp) ? get_relname_relid(table, nsp) : InvalidOid;
+
+	return OidIsValid(relid) && get_attnum(relid, column) != InvalidAttrNumber;
+}
+
 char *
 ledger_direction_sql(const char *alias)
 {
-	Oid			nsp = get_namespace_oid("backfill", true);
-	Oid			relid = OidIsValid(nsp) ? get_relname_relid("ledger", nsp) : InvalidOid;
-
-	if (OidIsValid(relid) && get_attnum(relid, "direction") != InvalidAttrNumber)
+	if (catalog_has_column("ledger", "direction"))
 		return psprintf("%s.direction", alias);
 	return pstrdup("'forward'::pg_catalog.text");
 }

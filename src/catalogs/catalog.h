@@ -59,6 +59,9 @@ extern char *function_name(Oid fn);
  */
 extern char *ledger_direction_sql(const char *alias);
 
+/* does backfill.<table> have this column (a catalog as new as the library)? */
+extern bool catalog_has_column(const char *table, const char *column);
+
 /* the backfill name checks every entry point shares */
 extern void check_backfill_name(const char *name);
 extern void check_new_backfill_name(const char *name);

@@ -203,6 +203,8 @@ prepare_table(Pass *pass)
 	Oid			key_types[3] = {INT8OID, pass->keytype, pass->keytype};
 	Oid			action_types[2] = {pass->keytype, pass->keytype};
 
+	pass->key_gt = MemoryContextStrdup(pass->cxt, gt);
+	pass->key_le = MemoryContextStrdup(pass->cxt, le);
 	pass->keys_aggregated = key_type_aggregated(pass->keytype);
 	pass->key_eq = MemoryContextStrdup(pass->cxt,
 									   keyset_operator(pass->keytype, BTEqualStrategyNumber));

@@ -94,24 +94,25 @@ enqueue_pass(const char *ledger_name, const char *name, const char *checksum, bo
 			 int64 previous_id, Oid owner, Jsonb *input)
 {
 	return enqueue_pass_as(ledger_name, name, checksum, force, previous_id, owner, input,
-						   "forward");
+						   "forward", false);
 }
 
 /*
- * enqueue_pass, of a direction: "forward" or "revert".  A forward pass
- * names no direction, so that it can be enqueued under a catalog older
- * than 0.5 (where the column is missing and every pass goes forward).
+ * enqueue_pass, of a direction ("forward" or "revert"), and for watch a
+ * catch-up pass the drift watch starts.  A plain forward pass names
+ * neither, so that it can be enqueued under a catalog older than 0.5
+ * (where the columns are missing and every pass goes forward).
  */
 int64
 enqueue_pass_as(const char *ledger_name, const char *name, const char *checksum, bool force,
-				int64 previous_id, Oid owner, Jsonb *input, const char *direction)
+				int64 previous_id, Oid owner, Jsonb *input, const char *direction, bool watch)
 {
-	bool		forward = strcmp(direction, "forward") == 0;
+	bool		forward = strcmp(direction, "forward") == 0 && !watch;
 	CatalogScope scope;
-	Oid			types[8] = {TEXTOID, TEXTOID, BOOLOID, INT8OID, OIDOID, TEXTOID, JSONBOID,
-	TEXTOID};
-	Datum		values[8];
-	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[9] = {TEXTOID, TEXTOID, BOOLOID, INT8OID, OIDOID, TEXTOID, JSONBOID,
+	TEXTOID, BOOLOID};
+	Datum		values[9];
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	bool		isnull;
 	int64		run_id;
 	MemoryContext cxt = CurrentMemoryContext;
@@ -131,6 +132,7 @@ enqueue_pass_as(const char *ledger_name, const char *name, const char *checksum,
 	values[6] = input ? JsonbPGetDatum(input) : (Datum) 0;
 	nulls[6] = input ? ' ' : 'n';
 	values[7] = CStringGetTextDatum(direction);
+	values[8] = BoolGetDatum(watch);
 	catalog_enter(&scope);
 	PG_TRY();
 	{
@@ -141,8 +143,8 @@ enqueue_pass_as(const char *ledger_name, const char *name, const char *checksum,
 							  "  VALUES ($1, $6, $2, $3, $4, $5%s) RETURNING run_id)"
 							  " INSERT INTO backfill.run (run_id, input) SELECT run_id, $7 FROM l"
 							  " RETURNING run_id",
-							  forward ? "" : ", direction", forward ? "" : ", $8"),
-					 forward ? 7 : 8, types, values, nulls, SPI_OK_INSERT_RETURNING);
+							  forward ? "" : ", direction, watch", forward ? "" : ", $8, $9"),
+					 forward ? 7 : 9, types, values, nulls, SPI_OK_INSERT_RETURNING);
 	}
 	PG_CATCH();
 	{

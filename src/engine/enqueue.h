@@ -17,6 +17,6 @@ extern int64 enqueue_pass(const char *ledger_name, const char *name, const char 
 						  bool force, int64 previous_id, Oid owner, Jsonb *input);
 extern int64 enqueue_pass_as(const char *ledger_name, const char *name, const char *checksum,
 							 bool force, int64 previous_id, Oid owner, Jsonb *input,
-							 const char *direction);
+							 const char *direction, bool watch);
 
 #endif							/* BACKFILL_ENQUEUE_H */

@@ -337,6 +337,7 @@ typedef struct PassPlan
 	Datum		bounds;			/* text[]: partition i covers (bounds[i-1], bounds[i]] */
 	Datum		estimate;		/* int8 */
 	bool		has_estimate;
+	char	   *bound;			/* the largest key when planned (key text), or NULL */
 } PassPlan;
 
 /* An int8 from the first row SPI returned, as the plan's estimate. */
@@ -379,6 +380,33 @@ plan_pages(Pass *pass, PassPlan *plan)
 		plan_take_estimate(plan);
 }
 
+/*
+ * The largest key the table holds now, as key text, read as the declaring
+ * role: the upper end of the pass's key range.  Rows written above it
+ * while the pass runs are not chased (a writer faster than the pass would
+ * keep it going for ever): they are drift, for the watch or the next pass.
+ * NULL for an empty table (the pass is then not bounded), and under a
+ * catalog older than 0.5.
+ */
+static char *
+plan_upper_bound(Pass *pass)
+{
+	const char *key = quote_identifier(pass->key);
+	bool		isnull;
+	Datum		last;
+
+	/* a composite key's pass is not bounded (yet): its cursors are row literals */
+	if (pass->keyset.nkeys > 1 || !catalog_has_column("run", "bound"))
+		return NULL;
+	if (SPI_execute(psprintf("SELECT %s FROM %s ORDER BY %s DESC LIMIT 1", key, pass->relation,
+							 key), true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the largest key of backfill \"%s\"", pass->name);
+	if (SPI_processed == 0)
+		return NULL;
+	last = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	return isnull ? NULL : OidOutputFunctionCall(pass->key_output, last);
+}
+
 /* the bounds of a key of one column, from backfill.plan_bounds */
 static void
 plan_key_bounds(Pass *pass, PassPlan *plan, int nparts)
@@ -417,6 +445,7 @@ plan_table(Pass *pass, PassPlan *plan)
 		plan->bounds = keyset_plan_bounds(&pass->keyset, nparts, &plan->method);
 	else
 		plan_key_bounds(pass, plan, nparts);
+	plan->bound = plan_upper_bound(pass);
 
 	evalues[0] = CStringGetTextDatum(pass->relation);
 	evalues[1] = CStringGetTextDatum(pass->predicate);
@@ -430,25 +459,32 @@ static void
 plan_store(Pass *pass, PassPlan *plan)
 {
 	CatalogScope scope;
-	Oid			types[4] = {INT8OID, TEXTARRAYOID, TEXTOID, INT8OID};
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', plan->has_estimate ? ' ' : 'n'};
+	Oid			types[5] = {INT8OID, TEXTARRAYOID, TEXTOID, INT8OID, TEXTOID};
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', plan->has_estimate ? ' ' : 'n', plan->bound ? ' ' : 'n'};
 	ArrayType  *bounds = DatumGetArrayTypeP(plan->bounds);
 
 	values[0] = Int64GetDatum(pass->run_id);
 	values[1] = plan->bounds;
 	values[2] = CStringGetTextDatum(plan->method);
 	values[3] = plan->has_estimate ? plan->estimate : (Datum) 0;
+	values[4] = plan->bound ? CStringGetTextDatum(plan->bound) : (Datum) 0;
 	catalog_enter(&scope);
-	/* partition i covers (bounds[i-1], bounds[i]]; the ends are open */
+	/*
+	 * partition i covers (bounds[i-1], bounds[i]]; the ends are open, and
+	 * the run's bound closes the last one when a lane claims it
+	 */
 	catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi)"
 				 " SELECT $1, i - 1, $2[i - 1], $2[i]"
 				 "   FROM pg_catalog.generate_series(1,"
 				 "          coalesce(pg_catalog.array_length($2, 1), 0) + 1) i",
 				 4, types, values, nulls, SPI_OK_INSERT);
-	catalog_exec("UPDATE backfill.run SET phase = 'running', plan_method = $3,"
+	catalog_exec(plan->bound ?
+				 "UPDATE backfill.run SET phase = 'running', plan_method = $3,"
+				 " estimate = $4, bound = $5, updated_at = pg_catalog.now() WHERE run_id = $1" :
+				 "UPDATE backfill.run SET phase = 'running', plan_method = $3,"
 				 " estimate = $4, updated_at = pg_catalog.now() WHERE run_id = $1",
-				 4, types, values, nulls, SPI_OK_UPDATE);
+				 plan->bound ? 5 : 4, types, values, nulls, SPI_OK_UPDATE);
 	catalog_leave(&scope);
 	ereport(LOG,
 			(errmsg("backfill \"%s\" run " INT64_FORMAT " started: %d partitions by %s, "
@@ -544,6 +580,12 @@ pass_claim(Pass *pass, Claim *claim)
 					 errdetail("%s", cursor ? psprintf("Last key done: %s.", cursor) :
 							   "No batch of that partition had committed.")));
 		}
+	}
+	/* the partition open at the top ends at the pass's bound (0.5 and later) */
+	if (found && hi == NULL && catalog_has_column("run", "bound"))
+	{
+		exec_on_run(pass, "SELECT bound FROM backfill.run WHERE run_id = $1", SPI_OK_SELECT);
+		hi = catalog_gettext(0, 1);
 	}
 	catalog_leave(&scope);
 
@@ -675,6 +717,17 @@ run_end(int64 run_id, int64 remaining, const char *last_error)
 				 " remaining = coalesce($2, remaining), last_error = coalesce($3, last_error),"
 				 " updated_at = pg_catalog.now() WHERE run_id = $1",
 				 3, types, values, nulls, SPI_OK_UPDATE);
+}
+
+/* what a completed bounded pass found beyond its bound (0.5 and later) */
+static void
+run_set_beyond(int64 run_id, int64 beyond)
+{
+	Oid			types[2] = {INT8OID, INT8OID};
+	Datum		values[2] = {Int64GetDatum(run_id), Int64GetDatum(beyond)};
+
+	catalog_exec("UPDATE backfill.run SET beyond = $2 WHERE run_id = $1",
+				 2, types, values, NULL, SPI_OK_UPDATE);
 }
 
 /*
@@ -811,11 +864,14 @@ lock_pass_to_count(Pass *pass)
 	bool		paused;
 
 	catalog_enter(&scope);
-	exec_on_run(pass, "SELECT l.status, r.paused FROM backfill.ledger l"
-				" JOIN backfill.run r ON r.run_id = l.run_id"
-				" WHERE l.run_id = $1 FOR UPDATE OF l", SPI_OK_SELECT);
+	exec_on_run(pass, psprintf("SELECT l.status, r.paused, %s FROM backfill.ledger l"
+							   " JOIN backfill.run r ON r.run_id = l.run_id"
+							   " WHERE l.run_id = $1 FOR UPDATE OF l",
+							   catalog_has_column("run", "bound") ? "r.bound" : "NULL::text"),
+				SPI_OK_SELECT);
 	status = catalog_gettext(0, 1);
 	paused = DatumGetBool(catalog_getdatum(0, 2, &isnull));
+	pass->bound = pass_strdup(pass, catalog_gettext(0, 3));
 	catalog_leave(&scope);
 	return strcmp(status, "running") == 0 && !paused;
 }
@@ -876,9 +932,10 @@ count_table_remaining(Pass *pass)
 {
 	StringInfoData sql;
 	ArrayType  *keys = recorded_keys(pass);
-	Oid			types[1];
-	Datum		values[1];
+	Oid			types[2];
+	Datum		values[2];
 	bool		isnull;
+	int			nargs = 0;
 
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM %s WHERE (\n%s\n)", pass->relation,
@@ -887,20 +944,54 @@ count_table_remaining(Pass *pass)
 	{
 		appendStringInfo(&sql, " AND NOT (ROW(%s)::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($1))",
 						 keyset_columns_sql(&pass->keyset));
-		types[0] = TEXTARRAYOID;
-		values[0] = PointerGetDatum(keys);
+		types[nargs] = TEXTARRAYOID;
+		values[nargs++] = PointerGetDatum(keys);
 	}
 	else if (keys != NULL)
 	{
 		appendStringInfo(&sql, " AND NOT (%s %s ANY ($1))", quote_identifier(pass->key),
 						 pass->key_eq);
-		types[0] = get_array_type(pass->keytype);
-		values[0] = PointerGetDatum(keys);
+		types[nargs] = get_array_type(pass->keytype);
+		values[nargs++] = PointerGetDatum(keys);
 	}
-	if (SPI_execute_with_args(sql.data, keys ? 1 : 0, types, values, NULL, true, 0) !=
+	/* a bounded pass converges within its bound: what lies beyond is drift */
+	if (pass->bound != NULL)
+	{
+		appendStringInfo(&sql, " AND %s %s $%d", quote_identifier(pass->key), pass->key_le,
+						 nargs + 1);
+		types[nargs] = pass->keytype;
+		values[nargs++] = pass_key_from_text(pass, pass->bound);
+	}
+	if (SPI_execute_with_args(sql.data, nargs, types, values, NULL, true, 0) !=
 		SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not count the rows left by backfill \"%s\"", pass->name);
 	return DatumGetInt64(catalog_getdatum(0, 1, &isnull));
+}
+
+/*
+ * What matches beyond the bound of a bounded pass that converged within
+ * it, as the lane's role, at most DRIFT_BEYOND_LIMIT rows (a LIMIT, never
+ * a full count): -1 when the pass is not bounded or its predicate is not
+ * its proof.
+ */
+#define DRIFT_BEYOND_LIMIT 1000
+static int64
+count_beyond(Pass *pass)
+{
+	Oid			types[1] = {pass->keytype};
+	Datum		values[1];
+
+	if (pass->bound == NULL || !pass->counted || OidIsValid(pass->pages_fn))
+		return -1;
+	values[0] = pass_key_from_text(pass, pass->bound);
+	if (SPI_execute_with_args(psprintf("SELECT pg_catalog.count(*) FROM (SELECT 1 FROM %s"
+									   " WHERE %s %s $1 AND (\n%s\n) LIMIT %d) beyond",
+									   pass->relation, quote_identifier(pass->key), pass->key_gt,
+									   pass->predicate, DRIFT_BEYOND_LIMIT),
+							  1, types, values, NULL, true, 0) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		elog(ERROR, "could not probe beyond the bound of backfill \"%s\"", pass->name);
+	return catalog_getint64(0, 1);
 }
 
 /*
@@ -987,10 +1078,12 @@ end_with_failed_rows(Pass *pass, int64 failed)
 
 /*
  * End the counted pass: completed, completed with the failed rows it
- * tolerates, or failed as stalled (BF006).
+ * tolerates, or failed as stalled (BF006).  A pass that completed within
+ * its bound records what matches beyond it (beyond >= 0), which
+ * backfill_status shows and backfill_pending calls drift.
  */
 static void
-pass_end_counted(Pass *pass, int64 remaining)
+pass_end_counted(Pass *pass, int64 remaining, int64 beyond)
 {
 	CatalogScope scope;
 	int64		failed;
@@ -1015,8 +1108,18 @@ pass_end_counted(Pass *pass, int64 remaining)
 	{
 		ledger_end(pass->run_id, "completed", NULL, NULL);
 		run_end(pass->run_id, 0, NULL);
-		ereport(LOG, (errmsg("backfill \"%s\" run " INT64_FORMAT " completed",
-							 pass->name, pass->run_id)));
+		if (beyond >= 0)
+			run_set_beyond(pass->run_id, beyond);
+		if (beyond > 0)
+			ereport(LOG, (errmsg("backfill \"%s\" run " INT64_FORMAT " completed; %s" INT64_FORMAT
+								 " rows match beyond its bound %s", pass->name, pass->run_id,
+								 beyond >= DRIFT_BEYOND_LIMIT ? "at least " : "", beyond,
+								 pass->bound),
+						  errdetail("They were written after the pass was planned: drift, for "
+									"the watch or the next pass.")));
+		else
+			ereport(LOG, (errmsg("backfill \"%s\" run " INT64_FORMAT " completed",
+								 pass->name, pass->run_id)));
 	}
 	catalog_leave(&scope);
 }
@@ -1033,6 +1136,10 @@ pass_finish(Pass *pass)
 		return;
 	worker_begin_xact("pg_backfill lane: counting the rows left");
 	if (lock_pass_to_count(pass))
-		pass_end_counted(pass, count_remaining(pass));
+	{
+		int64		remaining = count_remaining(pass);
+
+		pass_end_counted(pass, remaining, remaining == 0 ? count_beyond(pass) : -1);
+	}
 	worker_commit_xact();
 }

@@ -73,6 +73,9 @@ typedef struct Pass
 	bool		keys_aggregated;	/* keys_plan answers min, max, count */
 	SPIPlanPtr	action_plan;
 	char	   *key_eq;			/* the key type's btree equality, spelled (batch.c) */
+	char	   *bound;			/* the upper end of the pass's key range, as key text, or NULL */
+	char	   *key_gt;			/* the key type's > and <=, spelled safely (batch.c) */
+	char	   *key_le;
 } Pass;
 
 /* the partition a lane holds a lease on */

@@ -415,7 +415,7 @@ retry_failed_pass(Target *t)
 
 	/* a failed revert resumes as a revert */
 	run_id = enqueue_pass_as(t->last_ledger_name, t->name, t->checksum, false, t->last_id,
-							 t->owner, t->last_input, direction);
+							 t->owner, t->last_input, direction, false);
 	values[0] = Int64GetDatum(run_id);
 	values[1] = Int64GetDatum(t->last_id);
 	catalog_enter(&scope);
@@ -426,10 +426,12 @@ retry_failed_pass(Target *t)
 						  2, types, values, NULL, SPI_OK_INSERT);
 	rows = retry_failed_rows(run_id, t->last_id);
 	copied += rows;
+	/* the resumed pass keeps its bound: it converges within the same key range */
 	if (copied > 0)
-		catalog_exec("UPDATE backfill.run r SET phase = 'running', plan_method = o.plan_method,"
-					 " estimate = o.estimate FROM backfill.run o"
-					 " WHERE r.run_id = $1 AND o.run_id = $2",
+		catalog_exec(psprintf("UPDATE backfill.run r SET phase = 'running',"
+							  " plan_method = o.plan_method, estimate = o.estimate%s"
+							  " FROM backfill.run o WHERE r.run_id = $1 AND o.run_id = $2",
+							  catalog_has_column("run", "bound") ? ", bound = o.bound" : ""),
 					 2, types, values, NULL, SPI_OK_UPDATE);
 	catalog_leave(&scope);
 	ereport(NOTICE,
@@ -706,7 +708,7 @@ backfill_revert(PG_FUNCTION_ARGS)
 		identity_check(t.name);
 		check_role_can_login(t.name, t.run_as);
 		run_id = enqueue_pass_as(t.name, t.name, t.checksum, false, t.last_id, t.owner, NULL,
-								 "revert");
+								 "revert", false);
 	}
 	SPI_finish();
 	PG_RETURN_INT64(run_id);

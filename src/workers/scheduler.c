@@ -733,6 +733,14 @@ scheduler_tick(MemoryContext scratch)
 	if (outbox_pending && relay == NULL)
 		sleep_ms = Min(sleep_ms, 1000L);
 
+	/* completed backfills with a watch: probe those due, wake for the next */
+	{
+		long		watch_ms = drift_watch(scratch);
+
+		if (watch_ms >= 0)
+			sleep_ms = Min(sleep_ms, Max(watch_ms, 50L));
+	}
+
 	forget_ended_passes();
 	return sleep_ms;
 }

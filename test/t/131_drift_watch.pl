@@ -1,0 +1,162 @@
+# 131_drift_watch.pl
+#
+# Drift noticed and healed (issue 14, part 3).
+#  (a) A completed backfill whose predicate matches rows again: 100 rows
+#      inserted after completion make backfill_pending() say drifted, with
+#      "100 rows"; 2,000 more say "at least 1,000 rows" (the probe stops at
+#      1,000: a LIMIT, not a count).  The probe runs as the declaring role:
+#      a declarer who cannot read the table (its grant revoked) shows no
+#      drift rather than the superuser's answer.
+#  (b) watch => '1 s': the scheduler probes a completed backfill at that
+#      interval (watch_probes grows, no pass starts while nothing drifted);
+#      100 rows inserted are healed by one catch-up pass (ledger: watch,
+#      forced, after the completed pass), every row done exactly once by
+#      the non-idempotent action, healed_rows = 100; the time from the
+#      insert's commit to the heal is reported.
+#  (c) A pass beside a writer that inserts matching rows faster than the
+#      pass goes: the pass is bounded to the key range that existed when it
+#      was planned, so it completes while the writer still writes; every row
+#      up to its bound is done once, none beyond it, and the rows beyond
+#      show as drift (beyond_bound in backfill_status, drifted in pending).
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
+
+my $node = BackfillTest::node('drift_watch');
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION pg_backfill;
+	CREATE ROLE dw_owner LOGIN;
+	CREATE TABLE d (id bigserial PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	INSERT INTO d (n) SELECT 0 FROM generate_series(1, 1000);
+	GRANT SELECT, UPDATE ON d TO dw_owner;
+	CREATE TABLE w (id bigserial PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	INSERT INTO w (n) SELECT 0 FROM generate_series(1, 1000);
+	CREATE TABLE b (id bigserial PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	INSERT INTO b (n) SELECT 0 FROM generate_series(1, 20000);
+	CREATE TABLE writer_stop (stop boolean);
+	CREATE PROCEDURE writer(per_tick int, max_secs float8) LANGUAGE plpgsql AS $$
+	DECLARE
+	    deadline timestamptz := clock_timestamp() + make_interval(secs => max_secs);
+	BEGIN
+	    WHILE clock_timestamp() < deadline AND NOT EXISTS (SELECT 1 FROM writer_stop) LOOP
+	        INSERT INTO b (n) SELECT 0 FROM generate_series(1, per_tick);
+	        COMMIT;
+	        PERFORM pg_sleep(0.05);
+	    END LOOP;
+	END
+	$$;
+	ANALYZE d, w, b;
+});
+
+# ------------------------------------------------------------------
+# (a) drifted, as a bounded count, as the declaring role
+# ------------------------------------------------------------------
+$node->safe_psql('postgres', q{
+	SET ROLE dw_owner;
+	SELECT backfill_declare(name => 'dd', relation => 'd', predicate => 'n = 0',
+		action => 'UPDATE d SET n = n + 1 WHERE id BETWEEN $1 AND $2',
+		batch_size => 500, rate => 100);
+});
+my $run = sq($node, q{SET ROLE dw_owner; SELECT backfill_run('dd')});
+is(wait_pass_end($node, $run, 60), 'completed', '(a) the pass completed');
+is(sq($node, q{SELECT state, drift IS NULL, drift_rows > 0 FROM backfill_pending() WHERE name = 'dd'}),
+	'completed|t|f', '(a) pending right after: completed, no drift');
+sq($node, q{INSERT INTO d (n) SELECT 0 FROM generate_series(1, 100)});
+is(sq($node, q{SELECT state, drift, drift_rows FROM backfill_pending() WHERE name = 'dd'}),
+	'drifted|100 rows|100', '(a) 100 rows inserted after completion: drifted, "100 rows"');
+is(sq($node, q{SET ROLE dw_owner; SELECT state FROM backfill_pending() WHERE name = 'dd'}),
+	'drifted', '(a) the declaring role sees the same');
+sq($node, q{INSERT INTO d (n) SELECT 0 FROM generate_series(1, 2000)});
+is(sq($node, q{SELECT state, drift, drift_rows FROM backfill_pending() WHERE name = 'dd'}),
+	'drifted|at least 1,000 rows|1000', '(a) 2,100 rows: "at least 1,000 rows" (the probe stops at 1,000)');
+sq($node, q{REVOKE SELECT, UPDATE ON d FROM dw_owner});
+is(sq($node, q{SELECT state, drift IS NULL FROM backfill_pending() WHERE name = 'dd'}),
+	'completed|t', '(a) the probe runs as the declaring role: without its grant it finds no drift');
+sq($node, q{GRANT SELECT, UPDATE ON d TO dw_owner});
+is(sq($node, q{SELECT count(*) FROM backfill.ledger WHERE declaration = 'dd'}), '1',
+	'(a) without watch, drift starts no pass');
+
+# ------------------------------------------------------------------
+# (b) watch => '1 s': probes, one catch-up pass, exactly once
+# ------------------------------------------------------------------
+$node->safe_psql('postgres', q{
+	SELECT backfill_declare(name => 'ww', relation => 'w', predicate => 'n = 0',
+		action => 'UPDATE w SET n = n + 1 WHERE id BETWEEN $1 AND $2',
+		batch_size => 500, rate => 100, watch => '1 s');
+});
+my $first = sq($node, q{SELECT backfill_run('ww')});
+is(wait_pass_end($node, $first, 60), 'completed', '(b) the watched backfill completed');
+ok(poll_until($node, q{SELECT watch_probes >= 2 FROM backfill_status('ww')}, 't', 30),
+	'(b) the scheduler probes it at its interval');
+is(sq($node, q{SELECT count(*), count(*) FILTER (WHERE watch) FROM backfill.ledger WHERE declaration = 'ww'}),
+	'1|0', '(b) no drift, no pass');
+is(sq($node, q{SELECT watch_drifts FROM backfill_status('ww')}), '0', '(b) no probe found drift');
+
+sq($node, q{INSERT INTO w (n) SELECT 0 FROM generate_series(1, 100)});
+my $t0 = time();
+ok(poll_until($node, q{SELECT count(*) = 1 FROM backfill.ledger
+		WHERE declaration = 'ww' AND watch AND status = 'completed'}, 't', 30),
+	'(b) a catch-up pass healed the drift');
+my $healed_s = time() - $t0;
+note(sprintf('(b) healed %.1f s after the insert committed (watch interval 1 s)', $healed_s));
+my $watch_run = sq($node, q{SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'ww'});
+is(ledger($node, $watch_run, 'watch, forced, previous_run_id, direction, rows'),
+	"t|t|$first|forward|100", '(b) the ledger shows the catch-up pass: watch, forced, after the first, 100 rows');
+is(sq($node, q{SELECT count(*) FILTER (WHERE n = 1), count(*) FROM w}), '1100|1100',
+	'(b) every row, old and new, done exactly once (n = 1)');
+is(sq($node, q{SELECT healed_rows, watch_drifts, watch FROM backfill_status('ww')}), '100|1|t',
+	'(b) backfill_status: 100 healed rows, one drifting probe, the newest pass a watch pass');
+is(sq($node, q{SELECT state FROM backfill_pending() WHERE name = 'ww'}), 'completed',
+	'(b) pending: completed again');
+my $probes = sq($node, q{SELECT watch_probes FROM backfill_status('ww')});
+ok(poll_until($node, qq{SELECT watch_probes > $probes FROM backfill_status('ww')}, 't', 30),
+	'(b) the watch goes on probing after the heal');
+is(sq($node, q{SELECT count(*) FROM backfill.ledger WHERE declaration = 'ww'}), '2',
+	'(b) and starts no further pass');
+
+# ------------------------------------------------------------------
+# (c) a pass beside a faster writer ends at its bound
+# ------------------------------------------------------------------
+# the pass: 4 batches/s x 500 rows = 2,000 rows/s; the writer: 500 rows
+# every 50 ms plus its commit, several thousand rows/s, for up to 60 s
+$node->safe_psql('postgres', q{
+	SELECT backfill_declare(name => 'bb', relation => 'b', predicate => 'n = 0',
+		action => 'UPDATE b SET n = n + 1 WHERE id BETWEEN $1 AND $2',
+		batch_size => 500, rate => 4);
+});
+my ($wout, $werr) = ('', '');
+my $writer = IPC::Run::start(
+	[ 'psql', '-X', '-d', $node->connstr('postgres'), '-c', 'CALL writer(500, 60)' ],
+	'<', \undef, '>', \$wout, '2>', \$werr);
+ok(poll_until($node, q{SELECT count(*) > 21000 FROM b}, 't', 30), '(c) the writer is writing');
+my $brun = sq($node, q{SELECT backfill_run('bb')});
+is(wait_pass_end($node, $brun, 60), 'completed', '(c) the pass completed while the writer writes');
+ok($writer->pumpable, '(c) the writer was still running when the pass ended');
+my $rate = sq($node, q{SELECT count(*) FROM b}) ;
+my $bound = sq($node, q{SELECT bound FROM backfill_status('bb')});
+like($bound, qr/^\d+$/, "(c) the pass recorded its bound ($bound)");
+cmp_ok($bound, '>', 20000, '(c) the bound is the largest key when the pass was planned');
+is(sq($node, qq{SELECT count(*) FROM b WHERE id <= $bound AND n <> 1}), '0',
+	'(c) every row up to the bound done exactly once');
+is(sq($node, qq{SELECT count(*) FROM b WHERE id > $bound AND n <> 0}), '0',
+	'(c) no row beyond the bound was touched');
+is(ledger($node, $brun, 'rows'), $bound, '(c) the ledger counts the rows within the bound');
+cmp_ok(sq($node, q{SELECT beyond_bound FROM backfill_status('bb')}), '>', 0,
+	'(c) the rows beyond the bound are reported (beyond_bound)');
+is(sq($node, q{SELECT state FROM backfill_pending() WHERE name = 'bb'}), 'drifted',
+	'(c) and backfill_pending says drifted');
+sq($node, q{INSERT INTO writer_stop VALUES (true)});
+$writer->finish;
+note("(c) table b had $rate rows when the pass ended; bound $bound");
+like(slurp_file($node->logfile), qr/backfill "bb" run $brun completed.*beyond its bound/,
+	'(c) the server log says rows lie beyond the bound');
+
+$node->stop;
+done_testing();
