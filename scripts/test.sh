@@ -92,11 +92,13 @@ count_tap() {
     failed=$((failed + fails))
 }
 
-# count pg_regress / pg_isolation_regress output: $1 = output file, $2 = exit status
+# count pg_regress / pg_isolation_regress output: $1 = output file, $2 = exit status.
+# Up to 15 a test's line reads "test name ... ok"; from 16 on it is TAP,
+# "ok 1 - name" or "not ok 1 - name".
 count_regress() {
     local out=$1 rc=$2 ok bad
-    ok=$(grep -cE '\.\.\. +ok' "$out")
-    bad=$(grep -cE '\.\.\. +(FAILED|failed)' "$out")
+    ok=$(grep -cE '\.\.\. +ok|^ok [0-9]+ ' "$out")
+    bad=$(grep -cE '\.\.\. +(FAILED|failed)|^not ok [0-9]+ ' "$out")
     if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
     passed=$((passed + ok))
     failed=$((failed + bad))

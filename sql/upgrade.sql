@@ -88,6 +88,9 @@ REVOKE ALL ON FUNCTION backfill_declare(text, text, text, text, text, integer,
     double precision, integer, integer, interval, text[], interval, interval, interval,
     interval, integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean)
     FROM upgrade_declarer;
+-- the update's GRANT is an initial privilege of the extension (pg_init_privs,
+-- which from PostgreSQL 17 on holds the role): DROP OWNED takes it too
+DROP OWNED BY upgrade_declarer;
 DROP ROLE upgrade_declarer;
 SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
 SELECT name, checksum = :'checksum_before' AS same_checksum
