@@ -463,6 +463,25 @@ keyset_columns_sql(Keyset *ks)
 	return columns_sql(ks, ks->nkeys, 0, "");
 }
 
+/* the largest key of the table: "SELECT a, b FROM rel ORDER BY a DESC, b DESC LIMIT 1" */
+char *
+keyset_max_sql(Keyset *ks)
+{
+	return psprintf("SELECT %s FROM %s ORDER BY %s LIMIT 1", columns_sql(ks, ks->nkeys, 0, ""),
+					ks->relation, columns_sql(ks, ks->nkeys, 0, " DESC"));
+}
+
+/*
+ * A pass's bound as a condition on rows, its key in parameters $first..:
+ * "ROW(a, b) <= ROW($n, $n+1)" within it, or "... > ..." beyond it.
+ */
+char *
+keyset_bound_sql(Keyset *ks, bool beyond, int first)
+{
+	return psprintf("ROW(%s) %s ROW(%s)", columns_sql(ks, ks->nkeys, 0, ""),
+					beyond ? ks->gt : ks->le, columns_sql(ks, ks->nkeys, first, ""));
+}
+
 /*
  * The key scan of one variant: bit 1, a lower bound ($2..$k+1,
  * exclusive); bit 2, an upper bound ($k+2..$2k+1, inclusive); $1 the batch

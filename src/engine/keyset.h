@@ -74,6 +74,8 @@ extern char *keyset_row_text(Keyset *ks, const Datum *values);
 extern void keyset_row_parse(Keyset *ks, const char *text, Datum *values, MemoryContext cxt);
 extern char *keyset_columns_sql(Keyset *ks);
 extern char *keyset_scan_sql(Keyset *ks, const char *predicate, int variant);
+extern char *keyset_max_sql(Keyset *ks);
+extern char *keyset_bound_sql(Keyset *ks, bool beyond, int first);
 extern Datum keyset_plan_bounds(Keyset *ks, int nparts, const char **method);
 
 #endif							/* BACKFILL_KEYSET_H */

@@ -395,14 +395,24 @@ plan_upper_bound(Pass *pass)
 	bool		isnull;
 	Datum		last;
 
-	/* a composite key's pass is not bounded (yet): its cursors are row literals */
-	if (pass->keyset.nkeys > 1 || !catalog_has_column("run", "bound"))
+	if (!catalog_has_column("run", "bound"))
 		return NULL;
-	if (SPI_execute(psprintf("SELECT %s FROM %s ORDER BY %s DESC LIMIT 1", key, pass->relation,
+	if (SPI_execute(pass->keyset.nkeys > 1 ? keyset_max_sql(&pass->keyset) :
+					psprintf("SELECT %s FROM %s ORDER BY %s DESC LIMIT 1", key, pass->relation,
 							 key), true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the largest key of backfill \"%s\"", pass->name);
 	if (SPI_processed == 0)
 		return NULL;
+	/* a composite key's bound is a row literal, as its cursors are */
+	if (pass->keyset.nkeys > 1)
+	{
+		Datum		values[DECLARATION_MAX_KEY_COLUMNS];
+
+		for (int i = 0; i < pass->keyset.nkeys; i++)
+			values[i] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1,
+									  &isnull);
+		return keyset_row_text(&pass->keyset, values);
+	}
 	last = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
 	return isnull ? NULL : OidOutputFunctionCall(pass->key_output, last);
 }
@@ -922,6 +932,16 @@ recorded_keys(Pass *pass)
 	return construct_array(keys, n, pass->keytype, pass->key_len, pass->key_byval, align);
 }
 
+/* a composite bound's columns as parameters: their types and values; returns how many */
+static int
+bound_params(Pass *pass, Oid *types, Datum *values)
+{
+	keyset_row_parse(&pass->keyset, pass->bound, values, CurrentMemoryContext);
+	for (int i = 0; i < pass->keyset.nkeys; i++)
+		types[i] = pass->keyset.cols[i].type;
+	return pass->keyset.nkeys;
+}
+
 /*
  * A table's rows that still match the predicate, leaving out the rows the
  * pass recorded as failed alone: they are the pass's result
@@ -932,8 +952,8 @@ count_table_remaining(Pass *pass)
 {
 	StringInfoData sql;
 	ArrayType  *keys = recorded_keys(pass);
-	Oid			types[2];
-	Datum		values[2];
+	Oid			types[1 + DECLARATION_MAX_KEY_COLUMNS];
+	Datum		values[1 + DECLARATION_MAX_KEY_COLUMNS];
 	bool		isnull;
 	int			nargs = 0;
 
@@ -955,7 +975,12 @@ count_table_remaining(Pass *pass)
 		values[nargs++] = PointerGetDatum(keys);
 	}
 	/* a bounded pass converges within its bound: what lies beyond is drift */
-	if (pass->bound != NULL)
+	if (pass->bound != NULL && pass->keyset.nkeys > 1)
+	{
+		appendStringInfo(&sql, " AND %s", keyset_bound_sql(&pass->keyset, false, nargs + 1));
+		nargs += bound_params(pass, types + nargs, values + nargs);
+	}
+	else if (pass->bound != NULL)
 	{
 		appendStringInfo(&sql, " AND %s %s $%d", quote_identifier(pass->key), pass->key_le,
 						 nargs + 1);
@@ -978,17 +1003,28 @@ count_table_remaining(Pass *pass)
 static int64
 count_beyond(Pass *pass)
 {
-	Oid			types[1] = {pass->keytype};
-	Datum		values[1];
+	Oid			types[DECLARATION_MAX_KEY_COLUMNS] = {pass->keytype};
+	Datum		values[DECLARATION_MAX_KEY_COLUMNS];
+	int			nargs = 1;
+	char	   *beyond;
 
 	if (pass->bound == NULL || !pass->counted || OidIsValid(pass->pages_fn))
 		return -1;
-	values[0] = pass_key_from_text(pass, pass->bound);
+	if (pass->keyset.nkeys > 1)
+	{
+		beyond = keyset_bound_sql(&pass->keyset, true, 1);
+		nargs = bound_params(pass, types, values);
+	}
+	else
+	{
+		beyond = psprintf("%s %s $1", quote_identifier(pass->key), pass->key_gt);
+		values[0] = pass_key_from_text(pass, pass->bound);
+	}
 	if (SPI_execute_with_args(psprintf("SELECT pg_catalog.count(*) FROM (SELECT 1 FROM %s"
-									   " WHERE %s %s $1 AND (\n%s\n) LIMIT %d) beyond",
-									   pass->relation, quote_identifier(pass->key), pass->key_gt,
+									   " WHERE %s AND (\n%s\n) LIMIT %d) beyond",
+									   pass->relation, beyond,
 									   pass->predicate, DRIFT_BEYOND_LIMIT),
-							  1, types, values, NULL, true, 0) != SPI_OK_SELECT ||
+							  nargs, types, values, NULL, true, 0) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "could not probe beyond the bound of backfill \"%s\"", pass->name);
 	return catalog_getint64(0, 1);

@@ -158,5 +158,55 @@ note("(c) table b had $rate rows when the pass ended; bound $bound");
 like(slurp_file($node->logfile), qr/backfill "bb" run $brun completed.*beyond its bound/,
 	'(c) the server log says rows lie beyond the bound');
 
+# ------------------------------------------------------------------
+# (d) the same with a composite key: (tenant, id), the writer adding
+# tenants above the largest key; the bound is a row literal
+# ------------------------------------------------------------------
+$node->safe_psql('postgres', q{
+	CREATE TABLE cb (tenant int NOT NULL, id bigint NOT NULL, n int NOT NULL DEFAULT 0,
+	                 PRIMARY KEY (tenant, id));
+	INSERT INTO cb (tenant, id) SELECT g % 5, g FROM generate_series(1, 10000) g;
+	ANALYZE cb;
+	CREATE TABLE cwriter_stop (stop boolean);
+	CREATE PROCEDURE cwriter(per_tick int, max_secs float8) LANGUAGE plpgsql AS $$
+	DECLARE
+	    deadline timestamptz := clock_timestamp() + make_interval(secs => max_secs);
+	    t int := 5;
+	BEGIN
+	    WHILE clock_timestamp() < deadline AND NOT EXISTS (SELECT 1 FROM cwriter_stop) LOOP
+	        INSERT INTO cb (tenant, id) SELECT t, g FROM generate_series(1, per_tick) g;
+	        t := t + 1;
+	        COMMIT;
+	        PERFORM pg_sleep(0.05);
+	    END LOOP;
+	END
+	$$;
+	SELECT backfill_declare(name => 'cbb', relation => 'cb', predicate => 'n = 0',
+		action => 'UPDATE cb SET n = n + 1 WHERE (tenant, id) >= ($1, $2)
+		           AND (tenant < $3 OR (tenant = $3 AND id <= $4))',
+		batch_size => 500, rate => 4);
+});
+my $cwriter = IPC::Run::start(
+	[ 'psql', '-X', '-d', $node->connstr('postgres'), '-c', 'CALL cwriter(500, 60)' ],
+	'<', \undef, '>', \$wout, '2>', \$werr);
+ok(poll_until($node, q{SELECT count(*) > 11000 FROM cb}, 't', 30), '(d) the writer is adding tenants');
+my $crun = sq($node, q{SELECT backfill_run('cbb')});
+is(wait_pass_end($node, $crun, 60), 'completed', '(d) the composite pass completed while the writer writes');
+ok($cwriter->pumpable, '(d) the writer was still running when the pass ended');
+my $cbound = sq($node, q{SELECT bound FROM backfill_status('cbb')});
+like($cbound, qr/^\(\d+,\d+\)$/, "(d) the bound is a row literal ($cbound)");
+my ($bt, $bi) = $cbound =~ /^\((\d+),(\d+)\)$/;
+is(sq($node, qq{SELECT count(*) FROM cb WHERE (tenant, id) <= ($bt, $bi) AND n <> 1}), '0',
+	'(d) every row up to the bound done exactly once');
+is(sq($node, qq{SELECT count(*) FROM cb WHERE (tenant, id) > ($bt, $bi) AND n <> 0}), '0',
+	'(d) no row beyond the bound was touched');
+is(ledger($node, $crun, 'rows'),
+	sq($node, qq{SELECT count(*) FROM cb WHERE (tenant, id) <= ($bt, $bi)}),
+	'(d) the ledger counts the rows within the bound');
+cmp_ok(sq($node, q{SELECT beyond_bound FROM backfill_status('cbb')}), '>', 0,
+	'(d) the rows beyond the bound are reported (beyond_bound)');
+sq($node, q{INSERT INTO cwriter_stop VALUES (true)});
+$cwriter->finish;
+
 $node->stop;
 done_testing();
