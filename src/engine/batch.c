@@ -348,7 +348,7 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	values[3] = Int64GetDatum(rows);
 	values[4] = Int32GetDatum(LANE_PID());
 	values[5] = TimestampTzGetDatum(LANE_START());
-	values[6] = Int32GetDatum(CLAIM_BATCH_LIMIT(claim));
+	values[6] = Int32GetDatum(CLAIM_BATCH_LIMIT_AFTER(claim, rows));
 	values[7] = Float8GetDatum(claim->last_batch_ms);
 	values[8] = CStringGetTextDatum(claim->foreground_reason);
 	nulls[8] = claim->foreground_reason[0] ? ' ' : 'n';

@@ -288,6 +288,18 @@ wait_for_rate(Pass *pass, TimestampTz started, TimestampTz not_before)
 }
 
 /*
+ * After a failed attempt at isolating a row (poison.c): it waits out the
+ * rate as a committed batch does, so halving never runs faster than the
+ * declared rate.  BATCH_PAUSED / BATCH_STOP when the pass was paused or
+ * ended meanwhile.
+ */
+BatchOutcome
+pacing_after_attempt(Pass *pass, TimestampTz started)
+{
+	return wait_for_rate(pass, started, 0);
+}
+
+/*
  * After a committed batch: adapt the batch size, wait out the rate, and
  * hold back while the server's health asks for it.  Returns BATCH_DONE to
  * go on, or BATCH_PAUSED / BATCH_STOP when the pass was paused or ended

@@ -15,6 +15,7 @@
 #include "pass.h"
 
 extern void pacing_start(Pass *pass, Claim *claim);
+extern BatchOutcome pacing_after_attempt(Pass *pass, TimestampTz started);
 extern BatchOutcome pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started);
 extern void pacing_after_timeout(Pass *pass, Claim *claim);
 

@@ -103,13 +103,21 @@ typedef struct Claim
 	/* isolating a row that fails alone (poison.c) */
 	int			bisect_size;	/* 0: not bisecting; else the batch size while halving */
 	int64		suspect;		/* keys after the cursor among which a row failed */
-	int			bisect_failures;	/* failed batches since the halving began */
+	int			bisect_failures;	/* failed batches since the halving began, or the last row isolated */
 	int64		scanned_keys;	/* keys the last key scan found (-1: it failed) */
 } Claim;
 
 /* the batch size of the claim's next batch: halved while a failing row is isolated */
 #define CLAIM_BATCH_LIMIT(claim) \
 	((claim)->bisect_size > 0 ? (claim)->bisect_size : (claim)->batch_size)
+
+/*
+ * The batch size a checkpoint of nkeys keys shows: the partition's own once
+ * those keys bring the last suspect one behind the cursor (poison.c).
+ */
+#define CLAIM_BATCH_LIMIT_AFTER(claim, nkeys) \
+	((claim)->bisect_size > 0 && (claim)->suspect > (nkeys) ? (claim)->bisect_size : \
+	 (claim)->batch_size)
 
 /* how a batch ended */
 typedef enum BatchOutcome

@@ -12,9 +12,10 @@
  * row fails.  That row is recorded in backfill.failed_row (its key as the
  * cursor writes it, the cursor before it, the SQLSTATE and message, the
  * failed batches it took) and the cursor moves past it, in one
- * transaction: a crash keeps both or neither.  Once the keys the failing
- * batch covered are behind the cursor, the batch size is what it was
- * before.
+ * transaction: a crash keeps both or neither.  After it the batch size
+ * doubles batch by batch within the keys the failing batch covered, and
+ * once they are behind the cursor it is what it was before.  Each failed
+ * attempt waits out the rate like any batch (work.c).
  *
  * Whether the pass may go on is decided in the same transaction, with the
  * ledger row locked (the first lock every writer of a pass takes): more
@@ -81,7 +82,9 @@ poison_bisect(Claim *claim)
 	if (claim->scanned_keys >= 0 && claim->scanned_keys < limit)
 		limit = (int) claim->scanned_keys;
 	claim->bisect_failures++;
-	claim->suspect = limit;
+	/* the first failure: the keys it covered stay suspect until behind the cursor */
+	if (claim->bisect_size == 0)
+		claim->suspect = limit;
 	if (limit <= 1)
 		return false;
 	claim->bisect_size = (limit + 1) / 2;
@@ -99,7 +102,10 @@ bisect_end(Claim *claim)
 
 /*
  * A batch of nkeys committed.  While halving, the keys it covered are no
- * longer suspect; when none is left, the batch size recovers.
+ * longer suspect; when none is left, the batch size recovers.  Until a
+ * row is isolated, the size stays (the other half holds the row); once
+ * one is (no failure since), it doubles with each batch, never past the
+ * keys still suspect, which may hold more such rows.
  */
 void
 poison_after_batch(Claim *claim, int64 nkeys)
@@ -108,7 +114,13 @@ poison_after_batch(Claim *claim, int64 nkeys)
 		return;
 	claim->suspect -= nkeys;
 	if (claim->suspect <= 0)
+	{
 		bisect_end(claim);
+		return;
+	}
+	if (claim->bisect_failures == 0)
+		claim->bisect_size = (int) Min(Min((int64) claim->bisect_size * 2, claim->suspect),
+									   (int64) claim->batch_size);
 }
 
 /*
@@ -252,6 +264,8 @@ poison_record(Pass *pass, Claim *claim, const ErrorData *edata)
 
 	/* the checkpoint is durable: the cursor is the skipped key */
 	batch_move_cursor(pass, claim, key);
+	/* isolated: the failed batches it took are its own (recorded above) */
+	claim->bisect_failures = 0;
 	poison_after_batch(claim, 1);
 	return BATCH_DONE;
 }

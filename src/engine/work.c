@@ -175,10 +175,12 @@ isolate_row(Pass *pass, Claim *claim, ErrorData *edata, int *failures)
 	volatile BatchOutcome outcome = BATCH_DONE;
 	ErrorData  *volatile failure = NULL;
 	FailureAction next;
+	bool		starting = claim->bisect_size == 0;
 
 	if (poison_bisect(claim))
 	{
-		ereport(LOG,
+		/* said once per failing batch; each row isolated is said by poison.c */
+		ereport(starting ? LOG : DEBUG1,
 				(errmsg("backfill \"%s\" run " INT64_FORMAT ": a batch of partition %d failed on "
 						"a row; trying %d rows at a time to isolate it",
 						pass->name, pass->run_id, claim->part_no, claim->bisect_size),
@@ -204,6 +206,13 @@ isolate_row(Pass *pass, Claim *claim, ErrorData *edata, int *failures)
 	return next;
 }
 
+/* a row's fault in a table's batch: isolated (a page cannot be halved) */
+static bool
+is_row_fault(Pass *pass, const ErrorData *edata)
+{
+	return !OidIsValid(pass->pages_fn) && poison_is_row_fault(edata->sqlerrcode);
+}
+
 /*
  * A batch failed (its transaction rolled back): a row's fault in a table's
  * batch is isolated, without counting against max_attempts (each halving
@@ -211,10 +220,21 @@ isolate_row(Pass *pass, Claim *claim, ErrorData *edata, int *failures)
  * (batch_failed).
  */
 static FailureAction
-batch_error(Pass *pass, Claim *claim, ErrorData *edata, int *failures)
+batch_error(Pass *pass, Claim *claim, ErrorData *edata, int *failures, TimestampTz started)
 {
-	if (!OidIsValid(pass->pages_fn) && poison_is_row_fault(edata->sqlerrcode))
-		return isolate_row(pass, claim, edata, failures);
+	if (is_row_fault(pass, edata))
+	{
+		FailureAction next = isolate_row(pass, claim, edata, failures);
+		BatchOutcome outcome;
+
+		if (next != FAILURE_RETRY)
+			return next;
+		/* every attempt at isolating the row waits out the rate, as a batch does */
+		outcome = pacing_after_attempt(pass, started);
+		if (outcome == BATCH_PAUSED)
+			(void) leave_paused(pass, claim);
+		return outcome == BATCH_DONE ? FAILURE_RETRY : FAILURE_STOP;
+	}
 	(*failures)++;
 	if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
 		pacing_after_timeout(pass, claim);
@@ -321,7 +341,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 				FreeErrorData(edata);
 				return false;
 			}
-			next = batch_error(pass, claim, edata, &failures);
+			next = batch_error(pass, claim, edata, &failures, started);
 			FreeErrorData(edata);
 			if (next == FAILURE_STOP)
 				return false;
