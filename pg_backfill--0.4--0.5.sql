@@ -1088,3 +1088,10 @@ BEGIN
 END
 $$;
 
+
+/* ---- attacker fixes of issue 14: a scoped backfill reverted per scope (h6) ---- */
+
+CREATE FUNCTION backfill_revert(name text, input jsonb) RETURNS bigint
+LANGUAGE C STRICT VOLATILE AS 'MODULE_PATHNAME', 'backfill_revert';
+COMMENT ON FUNCTION backfill_revert(text, jsonb) IS
+'start a revert pass of one scope of a scoped backfill (the scope its input names); returns its run id';

@@ -58,7 +58,7 @@ extern int	cmd_pending(void);
 extern int	cmd_status(const char *name);
 extern int	cmd_control(const char *verb, const char *name);
 extern int	cmd_run(const char *name, bool force, bool wait, const char *input, bool plain);
-extern int	cmd_revert(const char *name, bool wait, bool plain);
+extern int	cmd_revert(const char *name, bool wait, const char *input, bool plain);
 extern int	cmd_finalize(const char *name, const char *timeout);
 
 /* progress.c */

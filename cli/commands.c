@@ -172,13 +172,15 @@ cmd_run(const char *name, bool force, bool wait, const char *input, bool plain)
 /*
  * revert: start the revert pass (or name the one running or completed);
  * nothing to revert is said by the server's NOTICE, and is no failure.
+ * A scoped backfill's scope is named by its input.
  */
 int
-cmd_revert(const char *name, bool wait, bool plain)
+cmd_revert(const char *name, bool wait, const char *input, bool plain)
 {
-	char	   *sql = api_sql("SELECT %s.backfill_revert($1)");
-	const char *params[] = {name};
-	PGresult   *res = must_query(sql, 1, params);
+	char	   *sql = api_sql(input != NULL ? "SELECT %s.backfill_revert($1, $2::jsonb)" :
+							  "SELECT %s.backfill_revert($1)");
+	const char *params[] = {name, input};
+	PGresult   *res = must_query(sql, input != NULL ? 2 : 1, params);
 
 	free(sql);
 	if (PQntuples(res) == 1 && PQgetisnull(res, 0, 0))

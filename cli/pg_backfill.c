@@ -57,7 +57,7 @@ usage(FILE *out)
 			"  cancel NAME               cancel the running pass\n"
 			"  retry NAME                retry failed partitions, or resume a failed pass\n"
 			"                            (these four print 'changed' or 'unchanged')\n"
-			"  revert NAME [--wait] [--plain]\n"
+			"  revert NAME [--wait] [--input JSON] [--plain]\n"
 			"                            start the declared revert pass and print its run\n"
 			"                            id; --wait follows it until it ends\n"
 			"  finalize NAME [TIMEOUT]   CALL backfill_finalize: return once NAME is complete\n"
@@ -73,7 +73,7 @@ usage(FILE *out)
 			"  --force                   run: record a new pass even if one completed\n"
 			"  --wait                    run, revert: wait for the pass to end, showing\n"
 			"                            progress\n"
-			"  --input=JSON              run: the input of a scoped backfill\n"
+			"  --input=JSON              run, revert: the input of a scoped backfill\n"
 			"  --plain                   run --wait: plain progress lines even on a terminal\n"
 			"  -h, --help                show this help and exit\n"
 			"  -V, --version             show the version and exit\n"
@@ -204,10 +204,10 @@ check_command(const Options *o)
 	}
 	else
 		usage_error("unknown command: %s", cmd);
-	if (o->run_opts && strcmp(cmd, "revert") == 0 && (o->force || o->input != NULL))
-		usage_error("revert takes --wait and --plain only");
+	if (o->run_opts && strcmp(cmd, "revert") == 0 && o->force)
+		usage_error("revert takes --wait, --plain and --input only");
 	else if (o->run_opts && strcmp(cmd, "run") != 0 && strcmp(cmd, "revert") != 0)
-		usage_error("--force, --wait, --input and --plain apply to run (and --wait, --plain "
+		usage_error("--force, --wait, --input and --plain apply to run (and --wait, --plain, --input "
 					"to revert) only");
 }
 
@@ -238,7 +238,7 @@ main(int argc, char **argv)
 	else if (strcmp(cmd, "run") == 0)
 		rc = cmd_run(o.pos[1], o.force, o.wait, o.input, o.plain);
 	else if (strcmp(cmd, "revert") == 0)
-		rc = cmd_revert(o.pos[1], o.wait, o.plain);
+		rc = cmd_revert(o.pos[1], o.wait, o.input, o.plain);
 	else if (strcmp(cmd, "status") == 0)
 		rc = cmd_status(o.pos[1]);
 	else if (strcmp(cmd, "finalize") == 0)

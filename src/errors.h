@@ -61,6 +61,8 @@
 /* the server is a standby: what would write belongs on the primary */
 #define ERRCODE_BACKFILL_STANDBY		MAKE_SQLSTATE('B','F','0','2','6')
 #define ERRCODE_BACKFILL_CATALOG_VERSION MAKE_SQLSTATE('B','F','0','2','7')
+/* a scoped backfill's revert names the scope it undoes (its input) */
+#define ERRCODE_BACKFILL_SCOPED			MAKE_SQLSTATE('B','F','0','2','8')
 
 /*
  * In a PG_CATCH block of a backend, before raising the caught error again

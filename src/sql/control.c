@@ -31,6 +31,7 @@
 #include "errors.h"
 #include "identity.h"
 #include "enqueue.h"
+#include "scope.h"
 #include "shmem.h"
 #include "tenancy.h"
 
@@ -487,10 +488,36 @@ retry_pass(Target *t)
 CONTROL_ENTRY(backfill_retry, retry_pass)
 
 /*
- * A backfill that has written rows may be dropped only once its newest
- * pass is a completed revert: the table is as it was.  Otherwise
- * IRREVERSIBLE, whose hint says how to go back: run the declared revert,
- * or declare one.
+ * Does a ledger name of this backfill (its own, or one per scope) still
+ * hold forward rows that no completed revert of it came after?
+ */
+static bool
+has_unreverted_rows(const char *name)
+{
+	CatalogScope scope;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+	bool		found;
+
+	catalog_enter(&scope);
+	found = catalog_exec(psprintf("SELECT 1 FROM backfill.ledger l"
+								  " WHERE l.declaration = $1 AND %s = 'forward'"
+								  "   AND coalesce(l.rows, 0) > 0"
+								  "   AND l.run_id > coalesce((SELECT pg_catalog.max(v.run_id)"
+								  "         FROM backfill.ledger v WHERE v.ledger_name = l.ledger_name"
+								  "          AND v.status = 'completed' AND %s = 'revert'), 0)"
+								  " LIMIT 1",
+								  ledger_direction_sql("l"), ledger_direction_sql("v")),
+						 1, types, values, NULL, SPI_OK_SELECT) > 0;
+	catalog_leave(&scope);
+	return found;
+}
+
+/*
+ * A backfill that has written rows may be dropped once a completed revert
+ * came after every forward pass that wrote some: for a scoped backfill,
+ * one per scope that ran.  Else IRREVERSIBLE, whose hint says how to go
+ * back: run the declared revert (per scope), or declare one.
  */
 static void
 check_dropped_after_revert(Target *t, int64 rows)
@@ -499,12 +526,21 @@ check_dropped_after_revert(Target *t, int64 rows)
 	Declaration decl;
 	bool		has_revert;
 
-	if (t->last_id != 0 && strcmp(t->last_status, "completed") == 0 &&
-		strcmp(pass_direction(t->last_id), "revert") == 0)
+	if (!has_unreverted_rows(t->name))
 		return;
 	catalog_enter(&scope);
 	has_revert = declaration_lock(t->name, &decl) && decl.revert != NULL;
 	catalog_leave(&scope);
+	if (has_revert && decl.scope != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_IRREVERSIBLE),
+				 errmsg("backfill \"%s\" cannot be dropped: it has written " INT64_FORMAT " rows",
+						t->name, rows),
+				 errdetail("It is scoped, and a scope that wrote rows has no completed revert "
+						   "after them."),
+				 errhint("Run SELECT backfill_revert('%s', input => '...'); for each scope that "
+						 "ran (backfill_pending lists them), and drop it once those reverts have "
+						 "completed.", t->name)));
 	if (has_revert)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_IRREVERSIBLE),
@@ -575,7 +611,8 @@ backfill_drop(PG_FUNCTION_ARGS)
 /*
  * What backfill_revert answers without a new pass: the revert running
  * now, or the completed revert that is the newest pass (a revert twice
- * would undo twice).  BF022 while a forward pass runs.  0: start one.
+ * would undo twice).  BF022 while a forward pass runs.  0: start one;
+ * -1: the running pass ended while we waited for it, read the state again.
  */
 static int64
 existing_revert(Target *t)
@@ -599,7 +636,7 @@ existing_revert(Target *t)
 		return t->running_id;
 	}
 	if (t->running_id != 0)
-		target_load(t->name, t, false, "backfill_revert");	/* it ended meanwhile */
+		return -1;				/* it ended meanwhile: load the state again */
 	if (t->last_id != 0 && strcmp(t->last_status, "completed") == 0 &&
 		strcmp(pass_direction(t->last_id), "revert") == 0)
 	{
@@ -613,31 +650,71 @@ existing_revert(Target *t)
 }
 
 /*
- * The declaration's revert, which a revert pass needs (BF021 without);
- * a scoped backfill has one history per scope and no revert of them all.
+ * The declaration's revert, which a revert pass needs (BF021 without),
+ * read into decl.
  */
 static void
-check_revert_declared(Target *t)
+check_revert_declared(Target *t, Declaration *decl)
 {
 	CatalogScope scope;
-	Declaration decl;
 
 	catalog_enter(&scope);
-	(void) declaration_lock(t->name, &decl);
+	(void) declaration_lock(t->name, decl);
 	catalog_leave(&scope);
-	if (decl.revert == NULL)
+	if (decl->revert == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_NO_REVERT),
 				 errmsg("backfill \"%s\" declares no revert", t->name),
 				 errdetail("A revert pass runs the declaration's revert SQL; it has none."),
 				 errhint("Declare it again with revert => 'UPDATE ... WHERE id BETWEEN $1 AND $2' "
 						 "(and revert_predicate => the rows still to undo), then revert.")));
-	if (decl.scope != NULL)
+}
+
+/*
+ * The history a revert undoes: the backfill's, or (scoped) the one of the
+ * scope its input names, as backfill_run names it (evaluated as the owner).
+ * A scoped backfill reverts one scope at a time, so the state of that
+ * scope's passes takes the place of the declaration's in t.  Returns the
+ * ledger name.
+ */
+static char *
+target_scope(Target *t, const Declaration *decl, Jsonb *input)
+{
+	CatalogScope scope;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	char	   *ledger_name;
+
+	if (decl->scope != NULL && input == NULL)
 		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("backfill \"%s\" is scoped and cannot be reverted as a whole", t->name),
-				 errdetail("Each scope has a history of its own."),
-				 errhint("Declare an unscoped backfill whose action undoes the scopes' work.")));
+				(errcode(ERRCODE_BACKFILL_SCOPED),
+				 errmsg("backfill \"%s\" is scoped: its revert undoes one scope at a time",
+						t->name),
+				 errdetail("Each scope has a history of its own; a revert pass undoes one."),
+				 errhint("Call backfill_revert('%s', input => '...') with the input each scope "
+						 "ran with (backfill_pending lists the scopes).", t->name)));
+	ledger_name = scope_ledger_name(t->name, decl->input_shape, decl->scope, input, t->owner,
+									decl->search_path);
+	if (decl->scope == NULL)
+		return ledger_name;
+
+	values[0] = CStringGetTextDatum(ledger_name);
+	catalog_enter(&scope);
+	catalog_exec_latest("SELECT (SELECT max(l.run_id) FROM backfill.ledger l"
+						"         WHERE l.ledger_name = $1 AND l.status = 'running'),"
+						"  last.run_id, last.status, last.checksum"
+						" FROM (SELECT 1) one LEFT JOIN LATERAL"
+						"  (SELECT l.run_id, l.status, l.checksum FROM backfill.ledger l"
+						"    WHERE l.ledger_name = $1 ORDER BY l.run_id DESC LIMIT 1) last ON true",
+						1, types, values, NULL);
+	t->running_id = catalog_getint64(0, 1);
+	t->last_id = catalog_getint64(0, 2);
+	t->last_status = catalog_gettext(0, 3);
+	t->last_checksum = catalog_gettext(0, 4);
+	catalog_leave(&scope);
+	t->last_ledger_name = ledger_name;
+	t->last_input = input;
+	return ledger_name;
 }
 
 /*
@@ -646,11 +723,11 @@ check_revert_declared(Target *t)
  * history: what a revert pass may have to undo.
  */
 static int64
-forward_rows_to_undo(Target *t)
+forward_rows_to_undo(const char *ledger_name)
 {
 	CatalogScope scope;
 	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(t->name)};
+	Datum		values[1] = {CStringGetTextDatum(ledger_name)};
 	char	   *direction = ledger_direction_sql("l");
 	int64		rows;
 
@@ -679,18 +756,26 @@ Datum
 backfill_revert(PG_FUNCTION_ARGS)
 {
 	Target		t;
+	Declaration decl;
+	Jsonb	   *input = PG_NARGS() > 1 ? PG_GETARG_JSONB_P(1) : NULL;
+	char	   *ledger_name;
 	int64		run_id;
 
 	connect_spi();
 	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false, "backfill_revert");
-	check_revert_declared(&t);
-	run_id = existing_revert(&t);
+	check_revert_declared(&t, &decl);
+	ledger_name = target_scope(&t, &decl, input);
+	while ((run_id = existing_revert(&t)) < 0)
+	{
+		target_load(t.name, &t, false, "backfill_revert");
+		ledger_name = target_scope(&t, &decl, input);
+	}
 	if (run_id != 0)
 	{
 		SPI_finish();
 		PG_RETURN_INT64(run_id);
 	}
-	if (forward_rows_to_undo(&t) == 0)
+	if (forward_rows_to_undo(ledger_name) == 0)
 	{
 		ereport(NOTICE,
 				(errmsg("backfill \"%s\" has nothing to revert", t.name),
@@ -707,8 +792,8 @@ backfill_revert(PG_FUNCTION_ARGS)
 		check_environment(t.name, t.environments, t.envlist);
 		identity_check(t.name);
 		check_role_can_login(t.name, t.run_as);
-		run_id = enqueue_pass_as(t.name, t.name, t.checksum, false, t.last_id, t.owner, NULL,
-								 "revert", false);
+		run_id = enqueue_pass_as(ledger_name, t.name, t.checksum, false, t.last_id, t.owner,
+								 input, "revert", false);
 	}
 	SPI_finish();
 	PG_RETURN_INT64(run_id);
