@@ -15,6 +15,7 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "utils/guc.h"
 
 #include "worker.h"
 
@@ -51,4 +52,27 @@ worker_start(const char *function, const char *name, const char *type, Datum mai
 	started = RegisterDynamicBackgroundWorker(&worker, &handle);
 	MemoryContextSwitchTo(old);
 	return started ? handle : NULL;
+}
+
+/*
+ * A database owner may ALTER DATABASE ... SET default_transaction_read_only
+ * = on, a statement_timeout of 1 ms or SERIALIZABLE: the scheduler and the
+ * relay would then fail every look at the catalogs, over and over, while
+ * the passes they serve hang with no error.  Their own sessions do not take
+ * those settings (lanes keep them: they run the declarer's SQL, and fail
+ * where the declarer would).
+ */
+void
+worker_own_settings(void)
+{
+	static const char *const settings[][2] = {
+		{"default_transaction_read_only", "off"},
+		{"default_transaction_isolation", "read committed"},
+		{"statement_timeout", "0"},
+		{"idle_in_transaction_session_timeout", "0"},
+		{"lock_timeout", "0"},
+	};
+
+	for (int i = 0; i < lengthof(settings); i++)
+		SetConfigOption(settings[i][0], settings[i][1], PGC_SUSET, PGC_S_OVERRIDE);
 }

@@ -28,6 +28,13 @@ extern void worker_describe(BackgroundWorker *worker, const char *function,
 							const char *name, const char *type);
 
 /*
+ * The settings a worker that runs only the extension's own SQL (scheduler,
+ * relay) keeps whatever its database or role was given: read-write, no
+ * statement or idle timeout, READ COMMITTED.
+ */
+extern void worker_own_settings(void);
+
+/*
  * Start a child of this process: never restarted, it tells this process
  * when it stops.  extra (extra_len bytes, at most BGW_EXTRALEN) goes into
  * its bgw_extra.  The handle is allocated in cxt; NULL when no worker slot

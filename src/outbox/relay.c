@@ -830,6 +830,7 @@ backfill_relay_main(Datum main_arg)
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, InvalidOid, 0);
 	SetConfigOption("application_name", "pg_backfill relay", PGC_USERSET, PGC_S_OVERRIDE);
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	worker_own_settings();
 	pgstat_report_appname("pg_backfill relay");
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		elog(ERROR, "could not initialize libcurl");

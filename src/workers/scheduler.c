@@ -801,6 +801,7 @@ backfill_scheduler_main(Datum main_arg)
 	pgstat_report_appname("pg_backfill scheduler");
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("application_name", "pg_backfill scheduler", PGC_USERSET, PGC_S_OVERRIDE);
+	worker_own_settings();
 	/*
 	 * In a deadlock with a session's DDL (DROP EXTENSION while a look reads
 	 * the catalogs) the scheduler gives way: it notices first, its look
