@@ -540,7 +540,7 @@ AS $$
            s.phase, coalesce(s.rows, 0), coalesce(s.batches, 0),
            CASE WHEN s.secs > 0 THEN s.rows / s.secs END,
            s.estimate,
-           CASE WHEN s.status = 'completed' THEN 1.0
+           CASE WHEN s.status IN ('completed', 'completed_with_failures') THEN 1.0
                 WHEN s.estimate > 0 THEN least(1.0, s.rows::float8 / s.estimate) END,
            CASE WHEN s.status = 'running' AND s.secs > 0 AND s.rows > 0 AND s.estimate IS NOT NULL
                 THEN make_interval(secs => greatest(s.estimate - s.rows, 0) / (s.rows / s.secs)) END,

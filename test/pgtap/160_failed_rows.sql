@@ -68,6 +68,8 @@ SELECT is((SELECT count(*)::int FROM bf160_items WHERE n > 1), 0, 'none twice');
 SELECT results_eq($$SELECT status, failed_rows FROM backfill_status('bf160_text')$$,
                   $$VALUES ('completed_with_failures'::text, 1::bigint)$$,
                   'backfill_status: the status and failed_rows');
+SELECT is((SELECT progress FROM backfill_status('bf160_text')), 1.0::float8,
+          'backfill_status: a pass that ended with tolerated failed rows is at 100% (attacker F8)');
 SELECT is((SELECT state FROM backfill_pending() WHERE name = 'bf160_text'),
           'completed_with_failures', 'backfill_pending: completed_with_failures');
 
