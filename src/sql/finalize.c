@@ -316,15 +316,30 @@ Datum
 backfill_finalize(PG_FUNCTION_ARGS)
 {
 	Final		f;
-	Interval   *timeout = PG_GETARG_INTERVAL_P(1);
-	char	   *timeout_text = DatumGetCString(DirectFunctionCall1(interval_out,
-																  IntervalPGetDatum(timeout)));
-	int64		timeout_ms = (timeout->time + (int64) timeout->day * USECS_PER_DAY +
-							  (int64) timeout->month * DAYS_PER_MONTH * USECS_PER_DAY) / 1000;
+	Interval   *timeout;
+	char	   *timeout_text;
+	int64		timeout_ms;
 	TimestampTz deadline;
 	TimestampTz no_lane_since = 0;
-	MemoryContext cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill finalize call",
-											  ALLOCSET_DEFAULT_SIZES);
+	MemoryContext cxt;
+
+	/* CALLED ON NULL INPUT (a procedure cannot be STRICT): refuse a NULL first */
+	if (PG_ARGISNULL(0))
+		check_backfill_name(NULL);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("timeout to finalize backfill \"%s\" must not be null",
+						text_to_cstring(PG_GETARG_TEXT_PP(0))),
+				 errdetail("Finalize waits at most its timeout for the pass to end."),
+				 errhint("Pass an interval such as '10 minutes', or leave the timeout out for "
+						 "its default of one hour.")));
+	timeout = PG_GETARG_INTERVAL_P(1);
+	timeout_text = DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(timeout)));
+	timeout_ms = (timeout->time + (int64) timeout->day * USECS_PER_DAY +
+				  (int64) timeout->month * DAYS_PER_MONTH * USECS_PER_DAY) / 1000;
+	cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill finalize call",
+								ALLOCSET_DEFAULT_SIZES);
 
 	memset(&f, 0, sizeof(f));
 	f.name = MemoryContextStrdup(cxt, text_to_cstring(PG_GETARG_TEXT_PP(0)));
