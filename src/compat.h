@@ -10,6 +10,7 @@
  *	 16  stringToQualifiedNameList and parseTypeString report soft errors
  *	     through an escontext node instead of a flag
  *	 17  a backend's local transaction id moved into PGPROC's vxid
+ *	 17  LockHeldByMe took an orstronger flag
  *
  *-------------------------------------------------------------------------
  */
@@ -21,6 +22,7 @@
 #include "catalog/pg_database.h"
 #include "catalog/pg_proc.h"
 #include "parser/parse_type.h"
+#include "storage/lock.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/regproc.h"
@@ -33,6 +35,13 @@
 #define compat_my_lxid()	(MyProc->vxid.lxid)
 #else
 #define compat_my_lxid()	(MyProc->lxid)
+#endif
+
+/* does this backend hold the lock in exactly this mode? */
+#if PG_VERSION_NUM >= 170000
+#define compat_lock_held_by_me(tag, mode) LockHeldByMe((tag), (mode), false)
+#else
+#define compat_lock_held_by_me(tag, mode) LockHeldByMe((tag), (mode))
 #endif
 
 /* may role use the function / connect to the database? */

@@ -22,6 +22,17 @@
  * caller.  A failed one rolls back its subtransaction, which undoes the
  * role, the settings and the SPI connections made inside it.
  *
+ * Nothing of the declarer's SQL may outlive its transaction in the
+ * caller's session.  A released subtransaction would keep every setting
+ * changed without LOCAL (set_config(..., false)) and commit it with the
+ * procedure's transaction: each transaction of work therefore opens a GUC
+ * nest level of its own and throws it away, committed or not, so the
+ * caller's search_path, statement_timeout, DateStyle, custom settings and
+ * default_transaction_read_only are back before the commit.  A session
+ * advisory lock outlives any transaction: after each one (and at the end,
+ * error or not) the session keeps only the advisory locks the caller held
+ * when the work began.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -30,10 +41,12 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/lock.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 
+#include "compat.h"
 #include "xact.h"
 
 /* the memory context worker_begin_xact was called in, restored at commit */
@@ -46,6 +59,81 @@ static char *session_search_path = NULL;
 static bool session_in_xact = false;
 static Oid	session_caller = InvalidOid;
 static int	session_caller_sec = 0;
+static int	session_guc_nest = 0;
+
+/* the advisory locks (tag and mode) the caller held when the work began */
+typedef struct HeldLock
+{
+	LOCKTAG		tag;
+	LOCKMODE	mode;
+} HeldLock;
+
+static HeldLock *caller_locks = NULL;
+static int	caller_nlocks = 0;
+
+/* The advisory locks this backend holds, in TopMemoryContext. */
+static HeldLock *
+held_advisory_locks(int *count)
+{
+	LockData   *data = GetLockStatusData();
+	HeldLock   *held = MemoryContextAllocZero(TopMemoryContext,
+											  sizeof(HeldLock) * (data->nelements + 1));
+	int			n = 0;
+
+	for (int i = 0; i < data->nelements; i++)
+	{
+		LockInstanceData *lock = &data->locks[i];
+
+		if (lock->pid != MyProcPid || lock->locktag.locktag_type != LOCKTAG_ADVISORY)
+			continue;
+		for (LOCKMODE mode = 1; mode <= MaxLockMode; mode++)
+			if (lock->holdMask & LOCKBIT_ON(mode))
+			{
+				held[n].tag = lock->locktag;
+				held[n].mode = mode;
+				n++;
+			}
+	}
+	pfree(data->locks);
+	pfree(data);
+	*count = n;
+	return held;
+}
+
+static bool
+caller_held(const HeldLock *lock)
+{
+	for (int i = 0; i < caller_nlocks; i++)
+		if (caller_locks[i].mode == lock->mode &&
+			memcmp(&caller_locks[i].tag, &lock->tag, sizeof(LOCKTAG)) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Release the session advisory locks the declarer's SQL took: all of them
+ * when the caller held none (the common case), else each lock the caller
+ * did not hold, as often as it was taken.
+ */
+static void
+release_declarer_locks(void)
+{
+	HeldLock   *now;
+	int			n;
+
+	if (caller_nlocks == 0)
+	{
+		LockReleaseSession(USER_LOCKMETHOD);
+		return;
+	}
+	now = held_advisory_locks(&n);
+	for (int i = 0; i < n; i++)
+		if (!caller_held(&now[i]))
+			while (compat_lock_held_by_me(&now[i].tag, now[i].mode) &&
+				   LockRelease(&now[i].tag, now[i].mode, true))
+				;
+	pfree(now);
+}
 
 void
 worker_session_begin(Oid run_as, const char *search_path)
@@ -55,16 +143,23 @@ worker_session_begin(Oid run_as, const char *search_path)
 	session_search_path = (search_path && search_path[0]) ?
 		MemoryContextStrdup(TopMemoryContext, search_path) : NULL;
 	session_in_xact = false;
+	caller_locks = held_advisory_locks(&caller_nlocks);
 }
 
 void
 worker_session_end(void)
 {
+	if (in_session)
+		release_declarer_locks();
 	in_session = false;
 	session_in_xact = false;
 	if (session_search_path)
 		pfree(session_search_path);
 	session_search_path = NULL;
+	if (caller_locks)
+		pfree(caller_locks);
+	caller_locks = NULL;
+	caller_nlocks = 0;
 }
 
 bool
@@ -79,9 +174,11 @@ session_begin_xact(void)
 {
 	BeginInternalSubTransaction(NULL);
 	session_in_xact = true;
+	/* every setting changed from here on is thrown away at its end */
+	session_guc_nest = NewGUCNestLevel();
 	if (session_search_path)
 		(void) set_config_option("search_path", session_search_path, PGC_USERSET,
-								 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	GetUserIdAndSecContext(&session_caller, &session_caller_sec);
 	SetUserIdAndSecContext(session_role, session_caller_sec | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
@@ -100,12 +197,15 @@ session_commit_xact(void)
 {
 	SPI_finish();
 	PopActiveSnapshot();
+	/* a release keeps non-local settings: discard them, the caller's are back */
+	AtEOXact_GUC(false, session_guc_nest);
 	/* a release keeps the role: the commit must start the next as the caller */
 	SetUserIdAndSecContext(session_caller, session_caller_sec);
 	ReleaseCurrentSubTransaction();
 	session_in_xact = false;
 	MemoryContextSwitchTo(outer_cxt);
 	SPI_commit();
+	release_declarer_locks();
 	MemoryContextSwitchTo(outer_cxt);
 }
 
@@ -160,6 +260,7 @@ worker_abort_xact(MemoryContext keep)
 		session_in_xact = false;
 		MemoryContextSwitchTo(keep);
 		SPI_commit();
+		release_declarer_locks();
 		MemoryContextSwitchTo(keep);
 		return edata;
 	}

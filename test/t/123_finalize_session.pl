@@ -1,0 +1,202 @@
+# 123_finalize_session.pl
+#
+# What an attacker found in CALL backfill_finalize (F1, F2, F3): the
+# session that works a pass itself must be the caller again afterwards,
+# with nothing of the declarer's SQL left in it.  No lane can start here
+# (max_worker_processes is taken by the launcher, the logical replication
+# launcher and the scheduler), so every batch runs in the finalizing
+# session.
+#  (a) F3: a NULL name (BF012) or a NULL timeout (BF011) is refused, as an
+#      unprivileged role, and the server does not crash;
+#  (b) F1, F2: an action that sets search_path, statement_timeout, a custom
+#      setting, DateStyle and default_transaction_read_only without LOCAL,
+#      and takes a session advisory lock: the pass completes (every row
+#      once), and afterwards the caller's settings are its own, the lock is
+#      gone, the session can write and ROLLBACK is only a warning; the same
+#      when the caller holds an advisory lock of its own (kept, once);
+#  (c) the same after the CALL is cancelled (the caller's statement_timeout)
+#      in the middle of the pass, which a later finalize completes.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use IPC::Run;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
+
+my $node = BackfillTest::node('finalize_session', extra_conf => "max_worker_processes = 3\n");
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION pg_backfill;
+	CREATE ROLE fs_user LOGIN;
+	CREATE ROLE fs_nobody LOGIN;
+	CREATE SCHEMA fs_evil AUTHORIZATION fs_user;
+	-- what a caller's unqualified now() would find first on the declarer's search_path
+	CREATE FUNCTION fs_evil.now() RETURNS timestamptz LANGUAGE sql AS $$SELECT 'epoch'::timestamptz$$;
+	ALTER FUNCTION fs_evil.now() OWNER TO fs_user;
+});
+ok( poll_until($node,
+		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill scheduler'},
+		'1', 60),
+	'the scheduler runs, and takes the last worker slot');
+
+# a table of $rows rows and a backfill of it declared by fs_user, whose
+# action changes the session's settings and takes an advisory lock
+sub declare_evil
+{
+	my ($name, $rows, $batch, $sleep) = @_;
+	$node->safe_psql('postgres', qq{
+		CREATE TABLE $name (id int PRIMARY KEY, n int NOT NULL DEFAULT 0, v int);
+		INSERT INTO $name (id) SELECT g FROM generate_series(1, $rows) g;
+		ANALYZE $name;
+		ALTER TABLE $name OWNER TO fs_user;
+		SET ROLE fs_user;
+		CREATE FUNCTION fs_evil.${name}_act(lo int, hi int) RETURNS int LANGUAGE plpgsql AS \$f\$
+		DECLARE k int;
+		BEGIN
+			PERFORM set_config('search_path', 'fs_evil, public, pg_catalog', false);
+			PERFORM set_config('statement_timeout', '1234', false);
+			PERFORM set_config('app.tenant', 'evil', false);
+			PERFORM set_config('DateStyle', 'SQL, DMY', false);
+			PERFORM set_config('default_transaction_read_only', 'on', false);
+			PERFORM pg_advisory_lock(4242);
+			PERFORM pg_advisory_lock(78);
+			PERFORM pg_sleep($sleep);
+			UPDATE public.$name SET v = 1, n = n + 1 WHERE id BETWEEN lo AND hi;
+			GET DIAGNOSTICS k = ROW_COUNT;
+			RETURN k;
+		END \$f\$;
+		SELECT backfill_declare(name => '$name', relation => '$name', predicate => 'v IS NULL',
+			action => 'SELECT fs_evil.${name}_act(\$1, \$2)', batch_size => $batch, rate => 1000);
+	});
+	return;
+}
+
+# the caller's view of its session after the CALL
+my $after = q{
+	SELECT 'after|' || current_user || '|' || current_setting('search_path') || '|'
+	    || current_setting('statement_timeout') || '|' || current_setting('app.tenant', true) || '|'
+	    || current_setting('DateStyle') || '|' || current_setting('default_transaction_read_only')
+	    || '|' || (now() > '2000-01-01')
+	    || '|' || (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242
+	                AND pid = pg_backend_pid())
+	    || '|' || (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid IN (77, 78)
+	                AND pid = pg_backend_pid());
+};
+my $caller_state = 'after|postgres|public, pg_catalog|0|mine|ISO, MDY|off|true';
+
+sub after_line
+{
+	my ($out) = @_;
+	my ($line) = grep { /^after\|/ } split /\n/, $out;
+	return $line // '';
+}
+
+# ------------------------------------------------------------------
+# (a) F3: NULL arguments
+# ------------------------------------------------------------------
+my $started = $node->safe_psql('postgres', q{SELECT pg_postmaster_start_time()});
+my ($rc, $out, $err) = $node->psql('postgres', q{
+	\set VERBOSITY verbose
+	SET ROLE fs_nobody;
+	CALL backfill_finalize('fa', NULL);
+	CALL backfill_finalize(NULL);
+	CALL backfill_finalize(NULL, NULL);
+	SELECT 'still connected';
+}, on_error_stop => 0);
+like($err, qr/ERROR:  BF011: timeout to finalize backfill "fa" must not be null/,
+	'(a) a NULL timeout: BF011');
+like($err, qr/ERROR:  BF012: backfill name must not be empty.*ERROR:  BF012: backfill name must not be empty/s,
+	'(a) a NULL name (with or without a timeout): BF012');
+is($out, 'still connected', '(a) the session survives');
+is($node->safe_psql('postgres', q{SELECT pg_postmaster_start_time()}), $started,
+	'(a) and the server never restarted (no crash)');
+
+# ------------------------------------------------------------------
+# (b) F1, F2: the declarer's settings and locks stay in its transactions
+# ------------------------------------------------------------------
+declare_evil('fb', 600, 100, 0);
+($rc, $out, $err) = $node->psql('postgres', qq{
+	\\set VERBOSITY verbose
+	SET search_path = public, pg_catalog;
+	SET app.tenant = 'mine';
+	CALL backfill_finalize('fb', '2 minutes');
+	$after
+	CREATE TABLE fb_written_after (x int);
+	ROLLBACK;
+	SELECT 'after|ok';
+});
+like($err, qr/this session works run \d+ itself/, '(b) the session worked the pass');
+unlike($err, qr/ERROR|FATAL/, '(b) no error') or diag($err);
+is(after_line($out), "$caller_state|0|0",
+	'(b) afterwards: the caller\'s search_path, statement_timeout, custom setting, DateStyle, '
+	  . 'read-write default, its own now(), and no advisory lock left');
+like($out, qr/^after\|ok$/m, '(b) the session wrote a table and ROLLBACK was only a warning');
+my $run_b = $node->safe_psql('postgres', q{SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'fb'});
+is(ledger($node, $run_b, 'status'), 'completed', '(b) the pass completed');
+each_row_done_once($node, 'fb', 600, $run_b);
+
+# the caller holds advisory lock 77 itself: kept (once), the declarer's 4242 and 78
+# released (a declarer taking the caller's own lock again would raise its count:
+# only the locks the caller did not hold are released)
+declare_evil('fc', 300, 100, 0);
+($rc, $out, $err) = $node->psql('postgres', qq{
+	SET search_path = public, pg_catalog;
+	SET app.tenant = 'mine';
+	SELECT pg_advisory_lock(77);
+	CALL backfill_finalize('fc', '2 minutes');
+	$after
+	SELECT 'after|unlock ' || pg_advisory_unlock(77) || ' ' || (SELECT count(*) FROM pg_locks
+		WHERE locktype = 'advisory' AND pid = pg_backend_pid());
+});
+unlike($err, qr/ERROR|FATAL/, '(b) no error with a lock of the caller\'s') or diag($err);
+is(after_line($out), "$caller_state|0|1",
+	'(b) the caller\'s advisory lock is kept, the declarer\'s are released');
+like($out, qr/^after\|unlock true 0$/m, '(b) and held once: one unlock frees it');
+my $run_c = $node->safe_psql('postgres', q{SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'fc'});
+each_row_done_once($node, 'fc', 300, $run_c);
+
+# ------------------------------------------------------------------
+# (c) cancelled mid-way: the same
+# ------------------------------------------------------------------
+declare_evil('fd', 400, 20, 0.1);
+my $script = qq{
+	\\set VERBOSITY verbose
+	SET search_path = public, pg_catalog;
+	SET app.tenant = 'mine';
+	CALL backfill_finalize('fd', '2 minutes');
+	$after
+	CREATE TABLE fd_written_after (x int);
+	SELECT 'after|ok';
+};
+my $script_file = PostgreSQL::Test::Utils::tempdir() . '/fd.sql';
+PostgreSQL::Test::Utils::append_to_file($script_file, $script);
+($out, $err) = ('', '');
+my $h = IPC::Run::start(
+	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-f', $script_file ],
+	'<', \undef, '>', \$out, '2>', \$err,
+	IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
+ok(poll_until($node, q{SELECT sum(n) >= 40 FROM fd}, 't', 60), '(c) the session did some batches');
+is( $node->safe_psql('postgres', q{SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity
+		WHERE query LIKE 'CALL backfill_finalize(''fd''%'}),
+	'1', '(c) cancel the CALL');
+$h->finish;
+like($err, qr/ERROR:  57014: canceling statement due to user request/, '(c) the CALL was cancelled');
+is(after_line($out), "$caller_state|0|0", '(c) afterwards the session is the caller\'s again');
+like($out, qr/^after\|ok$/m, '(c) and can write');
+my $run_d = $node->safe_psql('postgres', q{SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'fd'});
+is(ledger($node, $run_d, 'status'), 'running', '(c) the pass goes on');
+($rc, $out, $err) = $node->psql('postgres', qq{
+	SET search_path = public, pg_catalog;
+	SET app.tenant = 'mine';
+	CALL backfill_finalize('fd', '2 minutes');
+	$after
+});
+is($rc, 0, '(c) a later finalize completes it') or diag($err);
+is(after_line($out), "$caller_state|0|0", '(c) and leaves the session the caller\'s');
+each_row_done_once($node, 'fd', 400, $run_d);
+
+$node->stop;
+done_testing();
