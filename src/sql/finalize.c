@@ -77,14 +77,17 @@ typedef struct Final
 	int64		live;			/* partitions held by a live backend */
 	char	   *unmet;			/* what it requires that is not done, or NULL */
 	bool		revert;			/* the newest pass is a revert */
+	bool		worked;			/* this call has said that it works the pass */
 } Final;
 
 #define FINAL_SQL \
 	"SELECT d.owner, d.run_as, d.checksum, d.search_path," \
 	"  d.input_shape IS NOT NULL, d.settings IS NOT NULL," \
 	"  l.run_id, l.status, l.checksum, l.error_code, l.error_message," \
-	"  coalesce(l.rows, (SELECT pg_catalog.sum(p.rows) FROM backfill.partition p" \
-	"                     WHERE p.run_id = l.run_id), 0)::pg_catalog.int8," \
+	"  CASE WHEN l.status = 'running' OR l.rows IS NULL" \
+	"       THEN coalesce((SELECT pg_catalog.sum(p.rows) FROM backfill.partition p" \
+	"                       WHERE p.run_id = l.run_id), 0)" \
+	"       ELSE l.rows END::pg_catalog.int8," \
 	"  (SELECT pg_catalog.count(*) FROM backfill.partition p" \
 	"    WHERE p.run_id = l.run_id AND p.state = 'running'" \
 	"      AND EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a" \
@@ -145,6 +148,15 @@ raise_pass_end(const Final *f)
 	else if (code == NULL || strlen(code) != 5)
 		code = strcmp(f->status, "cancelled") == 0 ? "BF010" : "BF014";
 	sqlstate = MAKE_SQLSTATE(code[0], code[1], code[2], code[3], code[4]);
+	/* backfill_retry takes up a failed pass only; a cancelled one is run again */
+	if (strcmp(f->status, "cancelled") == 0)
+		ereport(ERROR,
+				(errcode(sqlstate),
+				 errmsg("backfill \"%s\" is not complete: run " INT64_FORMAT " ended %s",
+						f->name, f->run_id, f->status),
+				 errdetail("%s", f->error_message ? f->error_message : "The pass was cancelled."),
+				 errhint("Run it again with backfill_run('%s', force => true), then finalize "
+						 "again.", f->name)));
 	ereport(ERROR,
 			(errcode(sqlstate),
 			 errmsg("backfill \"%s\" is not complete: run " INT64_FORMAT " ended %s",
@@ -200,7 +212,7 @@ prepare_and_plan(Pass *pass)
  * stop at the deadline (the partition given back at its checkpoint).
  */
 static void
-work_in_session(const Final *f, TimestampTz deadline)
+work_in_session(Final *f, TimestampTz deadline)
 {
 	MemoryContext cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill finalize",
 											  ALLOCSET_DEFAULT_SIZES);
@@ -210,10 +222,13 @@ work_in_session(const Final *f, TimestampTz deadline)
 	Pass		pass;
 	Claim		claim;
 
-	ereport(NOTICE,
-			(errmsg("backfill \"%s\": this session works run " INT64_FORMAT " itself",
-					f->name, f->run_id),
-			 errdetail("No lane holds any of its partitions.")));
+	/* once per call, however often it takes the pass up again (after a pause, say) */
+	if (!f->worked)
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\": this session works run " INT64_FORMAT " itself",
+						f->name, f->run_id),
+				 errdetail("No lane holds any of its partitions.")));
+	f->worked = true;
 	worker_session_begin(f->run_as, f->search_path);
 	work_set_deadline(deadline);
 	PG_TRY();
@@ -377,7 +392,12 @@ backfill_finalize(PG_FUNCTION_ARGS)
 				break;
 			}
 			if (GetCurrentTimestamp() >= deadline)
+			{
+				/* what the pass has done now, this session's batches included */
+				MemoryContextSwitchTo(look);
+				final_read(&f);
 				raise_timeout(&f, timeout_text);
+			}
 			SPI_commit();		/* hold no snapshot while waiting */
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 FINALIZE_POLL_MS, PG_WAIT_EXTENSION);

@@ -14,8 +14,12 @@
 #      once), and afterwards the caller's settings are its own, the lock is
 #      gone, the session can write and ROLLBACK is only a warning; the same
 #      when the caller holds an advisory lock of its own (kept, once);
-#  (c) the same after the CALL is cancelled (the caller's statement_timeout)
-#      in the middle of the pass, which a later finalize completes.
+#  (c) the same after the CALL is cancelled (pg_cancel_backend) in the
+#      middle of the pass, which a later finalize completes;
+#  (d) F8: the timeout passing while the session works: BF019 counts the
+#      rows the session did; a pause and resume while it works: it says
+#      once that it works the pass; a cancelled pass: BF010, whose hint
+#      names backfill_run(..., force => true), not backfill_retry.
 use strict;
 use warnings;
 
@@ -197,6 +201,55 @@ is(ledger($node, $run_d, 'status'), 'running', '(c) the pass goes on');
 is($rc, 0, '(c) a later finalize completes it') or diag($err);
 is(after_line($out), "$caller_state|0|0", '(c) and leaves the session the caller\'s');
 each_row_done_once($node, 'fd', 400, $run_d);
+
+# ------------------------------------------------------------------
+# (d) F8: what finalize says
+# ------------------------------------------------------------------
+declare_evil('fe', 400, 10, 0.05);
+($rc, $out, $err) = $node->psql('postgres', q{
+	\set VERBOSITY verbose
+	CALL backfill_finalize('fe', '1 second');
+});
+my ($done) = $err =~ /with (\d+) rows done; it goes on/;
+my $run_e = $node->safe_psql('postgres', q{SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'fe'});
+my $parts = $node->safe_psql('postgres', qq{SELECT sum(rows) FROM backfill.partition WHERE run_id = $run_e});
+like($err, qr/ERROR:  BF019: backfill "fe" was not complete within 00:00:01/, '(d) BF019');
+cmp_ok($parts, '>', 0, '(d) the session did rows before the timeout');
+is($done, $parts, '(d) BF019 says how many rows the partitions hold');
+
+$script = q{
+	CALL backfill_finalize('fe', '2 minutes');
+};
+$script_file = PostgreSQL::Test::Utils::tempdir() . '/fe.sql';
+PostgreSQL::Test::Utils::append_to_file($script_file, $script);
+($out, $err) = ('', '');
+$h = IPC::Run::start(
+	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-f', $script_file ],
+	'<', \undef, '>', \$out, '2>', \$err,
+	IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
+ok(poll_until($node, qq{SELECT sum(rows) > $parts FROM backfill.partition WHERE run_id = $run_e},
+		't', 60), '(d) the session works the pass again');
+$node->safe_psql('postgres', q{SELECT backfill_pause('fe')});
+ok(poll_until($node, q{SELECT live_leases FROM backfill_status('fe')}, '0', 60),
+	'(d) paused: the session gives its partition back');
+$node->safe_psql('postgres', q{SELECT backfill_resume('fe')});
+$h->finish;
+is($?, 0, '(d) finalize completes after the resume') or diag($err);
+my @notices = $err =~ /this session works run/g;
+is(scalar(@notices), 1, '(d) it said once that it works the pass');
+each_row_done_once($node, 'fe', 400, $run_e);
+
+declare_evil('ff', 400, 10, 0.05);
+my $run_f = $node->safe_psql('postgres', q{SET ROLE fs_user; SELECT backfill_run('ff')});
+$node->safe_psql('postgres', q{SELECT backfill_cancel('ff')});
+($rc, $out, $err) = $node->psql('postgres', q{
+	\set VERBOSITY verbose
+	CALL backfill_finalize('ff');
+});
+like($err, qr/ERROR:  BF010: backfill "ff" is not complete: run $run_f ended cancelled/,
+	'(d) a cancelled pass: BF010');
+like($err, qr/HINT:  Run it again with backfill_run\('ff', force => true\)/,
+	'(d) whose hint says what works: backfill_run with force');
 
 $node->stop;
 done_testing();
