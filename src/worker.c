@@ -76,3 +76,24 @@ worker_own_settings(void)
 	for (int i = 0; i < lengthof(settings); i++)
 		SetConfigOption(settings[i][0], settings[i][1], PGC_SUSET, PGC_S_OVERRIDE);
 }
+
+/*
+ * A cursor is stored as its key's text and read back by another lane, a
+ * retry or a finalizing session: a date written under DateStyle 'SQL, DMY'
+ * ("08/01/2026") and read under 'ISO, MDY' is the 1st of August, and the
+ * batches in between are skipped.  So every process that writes or reads
+ * key text does it under one fixed style.
+ */
+void
+worker_key_text_settings(GucAction action)
+{
+	static const char *const settings[][2] = {
+		{"DateStyle", "ISO, MDY"},
+		{"IntervalStyle", "postgres"},
+		{"extra_float_digits", "3"},
+	};
+
+	for (int i = 0; i < lengthof(settings); i++)
+		(void) set_config_option(settings[i][0], settings[i][1], PGC_USERSET, PGC_S_SESSION,
+								 action, true, 0, false);
+}

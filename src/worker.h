@@ -12,6 +12,7 @@
 #include "postgres.h"
 
 #include "postmaster/bgworker.h"
+#include "utils/guc.h"
 
 /* what a scheduler hands a lane or relay it starts (in bgw_extra) */
 typedef struct LaneArgs
@@ -33,6 +34,15 @@ extern void worker_describe(BackgroundWorker *worker, const char *function,
  * statement or idle timeout, READ COMMITTED.
  */
 extern void worker_own_settings(void);
+
+/*
+ * The settings under which keys, cursors and bounds become text and back,
+ * the same in every lane and finalizing session whatever the role, the
+ * database or the caller set: DateStyle ISO, IntervalStyle postgres,
+ * extra_float_digits 3.  action is GUC_ACTION_SET for a lane's session,
+ * GUC_ACTION_SAVE inside a GUC nest level.
+ */
+extern void worker_key_text_settings(GucAction action);
 
 /*
  * Start a child of this process: never restarted, it tells this process

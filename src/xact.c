@@ -47,6 +47,7 @@
 #include "utils/snapmgr.h"
 
 #include "compat.h"
+#include "worker.h"
 #include "xact.h"
 
 /* the memory context worker_begin_xact was called in, restored at commit */
@@ -179,6 +180,7 @@ session_begin_xact(void)
 	if (session_search_path)
 		(void) set_config_option("search_path", session_search_path, PGC_USERSET,
 								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	worker_key_text_settings(GUC_ACTION_SAVE);
 	GetUserIdAndSecContext(&session_caller, &session_caller_sec);
 	SetUserIdAndSecContext(session_role, session_caller_sec | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);

@@ -88,6 +88,8 @@ backfill_lane_main(Datum main_arg)
 	 * (a declaration's settings may still turn it on).
 	 */
 	SetConfigOption("jit", "off", PGC_USERSET, PGC_S_SESSION);
+	/* keys become text and back under one style, whatever the role set */
+	worker_key_text_settings(GUC_ACTION_SET);
 	/*
 	 * A role whose sessions are read-only can do no batch.  The lane's own
 	 * bookkeeping must still write, to record why the pass ends.

@@ -1,0 +1,55 @@
+# 105_key_text_style.pl -- cursors read back as they were written
+#
+# A cursor is its key's text, written by one lane (or a finalizing
+# session) and read by the next.  Under the declaring role's DateStyle
+# 'SQL, DMY' the 8th of January was written "08/01/2026"; a lane started
+# after the role's DateStyle became 'SQL, MDY' (or a caller's session
+# with another style) read it as the 1st of August and skipped the
+# batches in between (attacker finding F5).  Lanes and finalizing
+# sessions now write and read key text under one style (DateStyle ISO,
+# IntervalStyle postgres, extra_float_digits 3): the pass is paused
+# under one style and resumed under another, and every row is done once.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
+
+my $node = BackfillTest::node('key_text_style');
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION pg_backfill;
+	CREATE ROLE dk_owner LOGIN;
+	CREATE TABLE dk (d date PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	INSERT INTO dk (d) SELECT DATE '2026-01-01' + g FROM generate_series(0, 199) g;
+	ALTER TABLE dk OWNER TO dk_owner;
+	ALTER ROLE dk_owner SET DateStyle = 'SQL, DMY';
+});
+$node->safe_psql('postgres', q{
+	SELECT backfill_declare('dk', 'dk', 'n = 0', 'UPDATE dk SET n = n + 1 WHERE d BETWEEN $1 AND $2',
+	                        batch_size => 5, rate => 20);
+}, extra_params => [ '-U', 'dk_owner' ]);
+
+my $run = sq($node, q{SELECT backfill_run('dk', wait => false)});
+ok(poll_until($node, q{SELECT rows >= 40 FROM backfill_status('dk')}, 't', 60),
+	'the pass is under way under DateStyle SQL, DMY (past the 12th of January)');
+sq($node, q{SELECT backfill_pause('dk')});
+ok(poll_until($node, q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'},
+		'0', 60), 'paused: its lane left');
+my $cursor = sq($node, q{SELECT cursor FROM backfill_partitions('dk') WHERE cursor IS NOT NULL LIMIT 1});
+like($cursor, qr/^2026-\d\d-\d\d$/, "the cursor is stored in ISO form ($cursor)");
+
+# the next lane logs in under another DateStyle
+sq($node, q{ALTER ROLE dk_owner SET DateStyle = 'SQL, MDY'});
+sq($node, q{SELECT backfill_resume('dk')});
+is(wait_pass_end($node, $run, 120), 'completed', 'resumed under DateStyle SQL, MDY, the pass completes');
+is(sq($node, q{SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <> 1) FROM dk}),
+	'200|0', 'every row done exactly once: none skipped, none twice');
+is(sq($node, "SELECT rows FROM backfill.ledger WHERE run_id = $run"), '200',
+	'the ledger counts every row once');
+
+$node->stop;
+done_testing();
