@@ -37,8 +37,8 @@
 #define compat_my_lxid()	(MyProc->lxid)
 #endif
 
-/* does this backend hold the lock in exactly this mode? */
-#if PG_VERSION_NUM >= 170000
+/* does this backend hold the lock in exactly this mode? (orstronger: 18; 17beta2 has two arguments) */
+#if PG_VERSION_NUM >= 180000
 #define compat_lock_held_by_me(tag, mode) LockHeldByMe((tag), (mode), false)
 #else
 #define compat_lock_held_by_me(tag, mode) LockHeldByMe((tag), (mode))
