@@ -53,9 +53,6 @@
 /* the memory context worker_begin_xact was called in, restored at commit */
 static MemoryContext outer_cxt = NULL;
 
-/* the GUC nest level of a worker's transaction (worker_begin_xact) */
-static int	worker_guc_nest = 0;
-
 /* a backend working a pass itself (worker_session_begin) */
 static bool in_session = false;
 static Oid	session_role = InvalidOid;
@@ -225,14 +222,6 @@ worker_begin_xact(const char *activity)
 	}
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
-	/*
-	 * What the declarer's SQL sets for the session (set_config(..., false)
-	 * in an action: a DateStyle under which the next cursor would be
-	 * written, a search_path for the next batch) ends with the transaction,
-	 * as a LOCAL setting does: every transaction starts from the lane's
-	 * own settings.
-	 */
-	worker_guc_nest = NewGUCNestLevel();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -249,7 +238,6 @@ worker_commit_xact(void)
 	}
 	SPI_finish();
 	PopActiveSnapshot();
-	AtEOXact_GUC(false, worker_guc_nest);
 	CommitTransactionCommand();
 	/* let autovacuum see the rows this worker changed */
 	pgstat_report_stat(false);

@@ -9,9 +9,6 @@
 # sessions now write and read key text under one style (DateStyle ISO,
 # IntervalStyle postgres, extra_float_digits 3): the pass is paused
 # under one style and resumed under another, and every row is done once.
-# An action that sets DateStyle for the session (set_config(..., false))
-# changes it only until the end of its batch's transaction: the next
-# batch's cursor is still written in ISO (attacker finding N1).
 use strict;
 use warnings;
 
@@ -53,33 +50,6 @@ is(sq($node, q{SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <>
 	'200|0', 'every row done exactly once: none skipped, none twice');
 is(sq($node, "SELECT rows FROM backfill.ledger WHERE run_id = $run"), '200',
 	'the ledger counts every row once');
-
-# (b) an action that sets DateStyle for its session
-$node->safe_psql('postgres', q{
-	CREATE TABLE dk2 (d date PRIMARY KEY, n int NOT NULL DEFAULT 0);
-	INSERT INTO dk2 (d) SELECT DATE '2026-03-01' + g FROM generate_series(0, 199) g;
-	ALTER TABLE dk2 OWNER TO dk_owner;
-	ALTER ROLE dk_owner RESET DateStyle;
-	CREATE FUNCTION restyle() RETURNS boolean LANGUAGE sql VOLATILE AS
-	  $f$ SELECT pg_catalog.set_config('DateStyle', 'SQL, DMY', false) IS NOT NULL $f$;
-});
-$node->safe_psql('postgres', q{
-	SELECT backfill_declare('dk2', 'dk2', 'n = 0',
-		'UPDATE dk2 SET n = n + 1 WHERE d BETWEEN $1 AND $2 AND public.restyle()',
-		batch_size => 5, rate => 20);
-}, extra_params => [ '-U', 'dk_owner' ]);
-$run = sq($node, q{SELECT backfill_run('dk2', wait => false)});
-ok(poll_until($node, q{SELECT rows >= 60 FROM backfill_status('dk2')}, 't', 60),
-	'(b) the pass is under way, its action setting DateStyle SQL, DMY for the session');
-sq($node, q{SELECT backfill_pause('dk2')});
-ok(poll_until($node, q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'},
-		'0', 60), '(b) paused: its lane left');
-$cursor = sq($node, q{SELECT cursor FROM backfill_partitions('dk2') WHERE cursor IS NOT NULL LIMIT 1});
-like($cursor, qr/^2026-\d\d-\d\d$/, "(b) the cursor is still written in ISO form ($cursor)");
-sq($node, q{SELECT backfill_resume('dk2')});
-is(wait_pass_end($node, $run, 120), 'completed', '(b) resumed by a new lane, the pass completes');
-is(sq($node, q{SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <> 1) FROM dk2}),
-	'200|0', '(b) every row done exactly once');
 
 $node->stop;
 done_testing();
