@@ -7,19 +7,7 @@
 -- tenant does only that tenant.
 \set ON_ERROR_STOP 1
 SET client_min_messages = warning;
--- the lanes of an earlier file's passes leave first: a lane whose catalog is
--- dropped under it is not what this file tests (up to 30 s)
-DO $$
-DECLARE deadline timestamptz := clock_timestamp() + interval '30 seconds';
-BEGIN
-    WHILE EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity
-                   WHERE backend_type = 'pg_backfill lane' AND datname = current_database())
-          AND clock_timestamp() < deadline LOOP
-        PERFORM pg_catalog.pg_sleep(0.1);
-        PERFORM pg_catalog.pg_stat_clear_snapshot();
-    END LOOP;
-END
-$$;
+\ir include/quiet_lanes.psql
 DROP EXTENSION IF EXISTS pg_backfill CASCADE;
 CREATE EXTENSION pg_backfill;
 CREATE EXTENSION IF NOT EXISTS pgtap;
