@@ -8,8 +8,10 @@
  * that may be served and starts it again if it stops.  A scheduler first
  * looks for pg_backfill in its database: with none there it says so (in
  * its shared-memory slot) and exits at once, and so it does when the
- * extension is dropped under it.  A scheduler sleeps on its latch.  It wakes when a backfill_run commits (run.c sets
- * the latch through shared memory), when one of its lanes starts or stops
+ * extension is dropped under it, or when its database becomes a template
+ * or stops taking connections.  A scheduler sleeps on its latch.  It
+ * wakes when a backfill_run commits (run.c sets the latch through shared
+ * memory), when one of its lanes starts or stops
  * (the postmaster signals the notify pid), and every backfill.naptime.
  * Each time it reads the passes still running and starts lanes for those
  * that need them: a queued pass, a pass with a partition whose lease
@@ -33,6 +35,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -48,6 +51,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
 
@@ -119,6 +123,7 @@ static TimestampTz last_slot_warning = 0;
 static BackgroundWorkerHandle *relay = NULL;
 static bool outbox_pending = false;
 static bool extension_present = true;
+static const char *database_refusal = NULL;	/* why this database is no longer served */
 
 static RunMemo *
 memo_for(int64 run_id)
@@ -247,6 +252,28 @@ need_from_row(uint64 i, MemoryContext result_cxt)
 }
 
 /*
+ * A database that became a template or stopped taking connections after
+ * its scheduler started is served no longer (ALTER DATABASE ends no
+ * session): the reason, or NULL while it is still served.
+ */
+static const char *
+database_no_longer_served(void)
+{
+	HeapTuple	tuple;
+	const char *why = NULL;
+
+	tuple = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(MyDatabaseId));
+	if (!HeapTupleIsValid(tuple))
+		return "the database is being dropped";
+	if (((Form_pg_database) GETSTRUCT(tuple))->datistemplate)
+		why = "the database is now a template";
+	else if (!((Form_pg_database) GETSTRUCT(tuple))->datallowconn)
+		why = "the database no longer allows connections";
+	ReleaseSysCache(tuple);
+	return why;
+}
+
+/*
  * Read the running passes and how many lanes each wants.  Runs in its own
  * transaction; the result is allocated in the caller's memory context.
  */
@@ -257,6 +284,7 @@ read_running_passes(MemoryContext result_cxt)
 
 	worker_begin_xact("pg_backfill scheduler: reading running passes");
 
+	database_refusal = database_no_longer_served();
 	extension_present = OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true));
 	if (extension_present)
 	{
@@ -866,6 +894,13 @@ backfill_scheduler_main(Datum main_arg)
 		MemoryContextSwitchTo(scheduler_cxt);
 		if (!extension_present)
 			exit_without_extension(dbname, true);
+		if (database_refusal != NULL)
+		{
+			ereport(LOG,
+					(errmsg("pg_backfill scheduler for database \"%s\" stops: %s",
+							dbname, database_refusal)));
+			proc_exit(0);
+		}
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);

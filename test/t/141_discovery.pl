@@ -90,14 +90,28 @@ ok(poll_until($node, schedulers_in('app'), '1', 30), 'app has one resident sched
 in_db('tmpl', q{CREATE EXTENSION pg_backfill; CREATE TABLE t (id int PRIMARY KEY, c int);
 	SELECT backfill_declare(name => 'tfill', relation => 't', predicate => 'c IS NULL',
 	    action => 'UPDATE t SET c = 1 WHERE id BETWEEN $1 AND $2')});
-in_db('noconn', q{CREATE EXTENSION pg_backfill});
+in_db('noconn', q{CREATE EXTENSION pg_backfill; CREATE TABLE t (id int PRIMARY KEY, c int);
+	SELECT backfill_declare(name => 'nfill', relation => 't', predicate => 'c IS NULL',
+	    action => 'UPDATE t SET c = 1 WHERE id BETWEEN $1 AND $2')});
+# both served first (a run wakes the launcher for its database): the
+# ALTERs below then meet a resident scheduler, which must go
+in_db('tmpl', q{SELECT backfill_run('tfill')});
+in_db('noconn', q{SELECT backfill_run('nfill')});
+ok(poll_until($node, schedulers_in('tmpl'), '1', 30), 'tmpl is served before it is a template');
+ok(poll_until($node, schedulers_in('noconn'), '1', 30), 'noconn is served before it refuses connections');
+my $before_alter = -s $node->logfile;
 sq($node, q{ALTER DATABASE tmpl IS_TEMPLATE true; ALTER DATABASE noconn ALLOW_CONNECTIONS false});
-# a check that began before the ALTER may still end now: wait for it
 ok( poll_until($node,
 		q{SELECT count(*) FROM pg_stat_activity
 		   WHERE backend_type = 'pg_backfill scheduler' AND datname IN ('tmpl', 'noconn')},
-		'0', 10),
-	'no scheduler left in tmpl and noconn');
+		'0', 15),
+	'the schedulers of tmpl and noconn stop');
+like(substr(slurp_file($node->logfile), $before_alter),
+	qr/scheduler for database "tmpl" stops: the database is now a template/,
+	'the scheduler of tmpl says why it stopped');
+like(substr(slurp_file($node->logfile), $before_alter),
+	qr/scheduler for database "noconn" stops: the database no longer allows connections/,
+	'the scheduler of noconn says why it stopped');
 my $since_alter = -s $node->logfile;
 my ($rc, $out, $err) = $node->psql('tmpl', "\\set VERBOSITY verbose\nSELECT backfill_run('tfill')");
 like($err, qr/ERROR:\s+BF013: backfill "tfill" cannot run in database "tmpl"/,
