@@ -170,176 +170,9 @@ $$;
 COMMENT ON FUNCTION backfill_failed_rows(text) IS
 'the rows the newest pass of a backfill isolated, recorded and skipped';
 
-/* backfill_status: the rows the newest pass recorded and skipped (failed_rows) */
-DROP FUNCTION backfill_status(text);
-CREATE FUNCTION backfill_status(name text)
-RETURNS TABLE (
-    name          text,
-    run_id        bigint,
-    status        text,
-    phase         text,
-    rows          bigint,
-    batches       bigint,
-    rows_per_sec  double precision,
-    estimate      bigint,
-    progress      double precision,
-    eta           interval,
-    partitions    integer,
-    partitions_pending integer,
-    partitions_running integer,
-    partitions_done    integer,
-    partitions_failed  integer,
-    live_leases   integer,
-    paused        boolean,
-    batch_size    integer,
-    throttle      text,
-    plan_method   text,
-    started_at    timestamptz,
-    finished_at   timestamptz,
-    last_error    text,
-    failed_rows   bigint)
-LANGUAGE sql STABLE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-    WITH d AS (
-        SELECT d.name FROM backfill.declaration d WHERE d.name = $1
-        UNION
-        SELECT l.declaration FROM backfill.ledger l WHERE l.declaration = $1
-    ),
-    l AS (
-        SELECT l.* FROM backfill.ledger l
-         WHERE l.declaration = $1
-         ORDER BY l.run_id DESC LIMIT 1
-    ),
-    p AS (
-        SELECT coalesce(sum(p.rows), 0)::bigint AS rows,
-               coalesce(sum(p.batches), 0)::bigint AS batches,
-               count(*)::integer AS partitions,
-               (count(*) FILTER (WHERE p.state = 'pending'))::integer AS pending,
-               (count(*) FILTER (WHERE p.state = 'running'))::integer AS running,
-               (count(*) FILTER (WHERE p.state = 'done'))::integer AS done,
-               (count(*) FILTER (WHERE p.state = 'failed'))::integer AS failed,
-               (count(*) FILTER (WHERE p.holder_pid IS NOT NULL AND p.state = 'running'
-                   AND EXISTS (SELECT 1 FROM pg_stat_activity a
-                                WHERE a.pid = p.holder_pid
-                                  AND a.backend_start = p.holder_start)))::integer AS live,
-               min(p.started_at) AS first_start,
-               (avg(p.batch_size) FILTER (WHERE p.state = 'running'))::integer AS batch_size,
-               string_agg(DISTINCT p.throttle, '; ') FILTER (WHERE p.state = 'running') AS throttle
-          FROM backfill.partition p, l
-         WHERE p.run_id = l.run_id
-    ),
-    s AS (
-        SELECT l.run_id, l.status, r.phase, r.plan_method, r.estimate, r.paused,
-               coalesce(l.rows, p.rows) AS rows,
-               coalesce(l.batches, p.batches) AS batches,
-               p.partitions, p.pending, p.running, p.done, p.failed, p.live,
-               p.batch_size, p.throttle,
-               l.started_at, l.finished_at,
-               coalesce(l.error_code || ': ' || l.error_message, r.last_error) AS last_error,
-               extract(epoch FROM coalesce(l.finished_at, now())
-                                  - coalesce(p.first_start, l.started_at)) AS secs,
-               (SELECT count(*) FROM backfill.failed_row f WHERE f.run_id = l.run_id) AS failed_rows
-          FROM l LEFT JOIN backfill.run r USING (run_id), p
-    )
-    SELECT d.name, s.run_id,
-           coalesce(s.status, 'never run'),
-           s.phase, coalesce(s.rows, 0), coalesce(s.batches, 0),
-           CASE WHEN s.secs > 0 THEN s.rows / s.secs END,
-           s.estimate,
-           CASE WHEN s.status = 'completed' THEN 1.0
-                WHEN s.estimate > 0 THEN least(1.0, s.rows::float8 / s.estimate) END,
-           CASE WHEN s.status = 'running' AND s.secs > 0 AND s.rows > 0 AND s.estimate IS NOT NULL
-                THEN make_interval(secs => greatest(s.estimate - s.rows, 0) / (s.rows / s.secs)) END,
-           s.partitions, s.pending, s.running, s.done, s.failed,
-           s.live, s.paused, s.batch_size, s.throttle, s.plan_method,
-           s.started_at, s.finished_at, s.last_error, coalesce(s.failed_rows, 0)
-      FROM d LEFT JOIN s ON true;
-$$;
-COMMENT ON FUNCTION backfill_status(text) IS
-'status, progress, rows/s and ETA of the newest pass of a backfill';
+/* backfill_status, with failed_rows: in the last section, which defines it once */
 
-/* backfill_pending: a pass that ended with tolerated failed rows says so */
-CREATE OR REPLACE FUNCTION backfill_pending()
-RETURNS TABLE (
-    name                  text,
-    state                 text,
-    checksum              text,
-    completed_checksum    text,
-    changed               boolean,
-    environments          text[],
-    last_run_id           bigint,
-    last_completed_run_id bigint,
-    rows                  bigint,
-    blocked_by            text)
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    WITH env AS (
-        SELECT current_setting('backfill.environment') AS e
-    ),
-    last AS (
-        SELECT DISTINCT ON (l.ledger_name) l.*
-          FROM backfill.ledger l
-         ORDER BY l.ledger_name, l.run_id DESC
-    ),
-    done AS (
-        SELECT DISTINCT ON (l.ledger_name) l.*
-          FROM backfill.ledger l
-         WHERE l.status = 'completed'
-         ORDER BY l.ledger_name, l.run_id DESC
-    ),
-    -- a plain declaration has one history; a scoped one, one per scope run
-    histories AS (
-        SELECT d.name AS ledger_name, d.name AS declaration
-          FROM backfill.declaration d WHERE d.scope IS NULL
-        UNION ALL
-        SELECT DISTINCT l.ledger_name, d.name
-          FROM backfill.declaration d JOIN backfill.ledger l ON l.declaration = d.name
-         WHERE d.scope IS NOT NULL
-    )
-    SELECT h.ledger_name,
-           CASE
-             WHEN d.environments IS NOT NULL AND NOT (env.e = ANY (d.environments))
-                  THEN 'not-in-this-environment'
-             WHEN last.status = 'running'
-                  AND backfill.unmet_requirement(d.name) IS NOT NULL
-                  AND NOT EXISTS (SELECT 1 FROM backfill.partition p
-                                   WHERE p.run_id = last.run_id) THEN 'blocked'
-             WHEN last.status = 'running' THEN 'running'
-             WHEN last.status = 'failed' AND last.error_code = 'BF006' THEN 'stalled'
-             WHEN last.status IN ('failed', 'cancelled') THEN 'failed'
-             WHEN last.status = 'completed_with_failures' AND last.checksum = d.checksum
-                  THEN 'completed_with_failures'
-             WHEN done.run_id IS NOT NULL AND done.checksum <> d.checksum THEN 'changed'
-             WHEN done.run_id IS NOT NULL THEN 'completed'
-             WHEN backfill.unmet_requirement(d.name) IS NOT NULL THEN 'blocked'
-             ELSE 'pending'
-           END,
-           d.checksum,
-           done.checksum,
-           done.run_id IS NOT NULL AND done.checksum <> d.checksum,
-           d.environments,
-           last.run_id,
-           done.run_id,
-           coalesce(last.rows,
-                    (SELECT sum(p.rows)::bigint FROM backfill.partition p
-                      WHERE p.run_id = last.run_id)),
-           backfill.unmet_requirement(d.name)
-      FROM histories h
-      JOIN backfill.declaration d ON d.name = h.declaration
-      CROSS JOIN env
-      LEFT JOIN last ON last.ledger_name = h.ledger_name
-      LEFT JOIN done ON done.ledger_name = h.ledger_name
-    UNION ALL
-    SELECT last.ledger_name, 'orphaned', NULL, done.checksum, NULL, NULL,
-           last.run_id, done.run_id, last.rows, NULL
-      FROM last
-      LEFT JOIN done ON done.ledger_name = last.ledger_name
-     WHERE NOT EXISTS (SELECT 1 FROM backfill.declaration d
-                        WHERE d.name = last.declaration)
-    ORDER BY 1;
-$$;
+/* backfill_pending, with completed_with_failures: in the last section, which defines it once */
 
 /*
  * CALL backfill_finalize(name, timeout): returns once the newest pass is
@@ -445,231 +278,9 @@ LANGUAGE C STRICT VOLATILE AS 'MODULE_PATHNAME', 'backfill_revert';
 COMMENT ON FUNCTION backfill_revert(text) IS
 'start a revert pass (the declared revert over what the forward passes did); returns its run id';
 
-/*
- * backfill_status: as above (with failed_rows), and the direction of the
- * newest pass.
- */
-DROP FUNCTION backfill_status(text);
-CREATE FUNCTION backfill_status(name text)
-RETURNS TABLE (
-    name          text,
-    run_id        bigint,
-    status        text,
-    phase         text,
-    rows          bigint,
-    batches       bigint,
-    rows_per_sec  double precision,
-    estimate      bigint,
-    progress      double precision,
-    eta           interval,
-    partitions    integer,
-    partitions_pending integer,
-    partitions_running integer,
-    partitions_done    integer,
-    partitions_failed  integer,
-    live_leases   integer,
-    paused        boolean,
-    batch_size    integer,
-    throttle      text,
-    plan_method   text,
-    started_at    timestamptz,
-    finished_at   timestamptz,
-    last_error    text,
-    failed_rows   bigint,
-    direction     text,
-    watch         boolean,
-    watch_probes  bigint,
-    watch_drifts  bigint,
-    last_probe_at timestamptz,
-    healed_rows   bigint,
-    bound         text,
-    beyond_bound  bigint)
-LANGUAGE sql STABLE STRICT
-SET search_path = pg_catalog, pg_temp
-AS $$
-    WITH d AS (
-        SELECT d.name FROM backfill.declaration d WHERE d.name = $1
-        UNION
-        SELECT l.declaration FROM backfill.ledger l WHERE l.declaration = $1
-    ),
-    l AS (
-        SELECT l.* FROM backfill.ledger l
-         WHERE l.declaration = $1
-         ORDER BY l.run_id DESC LIMIT 1
-    ),
-    p AS (
-        SELECT coalesce(sum(p.rows), 0)::bigint AS rows,
-               coalesce(sum(p.batches), 0)::bigint AS batches,
-               count(*)::integer AS partitions,
-               (count(*) FILTER (WHERE p.state = 'pending'))::integer AS pending,
-               (count(*) FILTER (WHERE p.state = 'running'))::integer AS running,
-               (count(*) FILTER (WHERE p.state = 'done'))::integer AS done,
-               (count(*) FILTER (WHERE p.state = 'failed'))::integer AS failed,
-               (count(*) FILTER (WHERE p.holder_pid IS NOT NULL AND p.state = 'running'
-                   AND EXISTS (SELECT 1 FROM pg_stat_activity a
-                                WHERE a.pid = p.holder_pid
-                                  AND a.backend_start = p.holder_start)))::integer AS live,
-               min(p.started_at) AS first_start,
-               (avg(p.batch_size) FILTER (WHERE p.state = 'running'))::integer AS batch_size,
-               string_agg(DISTINCT p.throttle, '; ') FILTER (WHERE p.state = 'running') AS throttle
-          FROM backfill.partition p, l
-         WHERE p.run_id = l.run_id
-    ),
-    s AS (
-        SELECT l.run_id, l.status, r.phase, r.plan_method, r.estimate, r.paused,
-               coalesce(l.rows, p.rows) AS rows,
-               coalesce(l.batches, p.batches) AS batches,
-               p.partitions, p.pending, p.running, p.done, p.failed, p.live,
-               p.batch_size, p.throttle,
-               l.started_at, l.finished_at,
-               coalesce(l.error_code || ': ' || l.error_message, r.last_error) AS last_error,
-               extract(epoch FROM coalesce(l.finished_at, now())
-                                  - coalesce(p.first_start, l.started_at)) AS secs,
-               (SELECT count(*) FROM backfill.failed_row f WHERE f.run_id = l.run_id) AS failed_rows,
-               l.direction, l.watch, r.bound, r.beyond
-          FROM l LEFT JOIN backfill.run r USING (run_id), p
-    ),
-    w AS (
-        SELECT w.probes, w.drifts, w.last_probe_at,
-               (SELECT coalesce(sum(h.rows), 0)::bigint FROM backfill.ledger h
-                 WHERE h.declaration = $1 AND h.watch AND h.status = 'completed') AS healed
-          FROM (SELECT 1) one LEFT JOIN backfill.watch w ON w.declaration = $1
-    )
-    SELECT d.name, s.run_id,
-           coalesce(s.status, 'never run'),
-           s.phase, coalesce(s.rows, 0), coalesce(s.batches, 0),
-           CASE WHEN s.secs > 0 THEN s.rows / s.secs END,
-           s.estimate,
-           CASE WHEN s.status IN ('completed', 'completed_with_failures') THEN 1.0
-                WHEN s.estimate > 0 THEN least(1.0, s.rows::float8 / s.estimate) END,
-           CASE WHEN s.status = 'running' AND s.secs > 0 AND s.rows > 0 AND s.estimate IS NOT NULL
-                THEN make_interval(secs => greatest(s.estimate - s.rows, 0) / (s.rows / s.secs)) END,
-           s.partitions, s.pending, s.running, s.done, s.failed,
-           s.live, s.paused, s.batch_size, s.throttle, s.plan_method,
-           s.started_at, s.finished_at, s.last_error, coalesce(s.failed_rows, 0), s.direction,
-           s.watch, coalesce(w.probes, 0), coalesce(w.drifts, 0), w.last_probe_at, w.healed,
-           s.bound, s.beyond
-      FROM d LEFT JOIN s ON true CROSS JOIN w;
-$$;
-COMMENT ON FUNCTION backfill_status(text) IS
-'status, progress, rows/s and ETA of the newest pass of a backfill, its direction, bound and watch';
+/* backfill_status, with direction, bound and watch: in the last section (one definition) */
 
-/*
- * backfill_pending: as above (with completed_with_failures), and the
- * direction of the newest pass.  A
- * forward pass completes the backfill only when no revert completed after
- * it: its state is then reverted (reverting while a revert runs).  A
- * completed plain table backfill whose predicate matches rows again has
- * drifted: a probe as its role, LIMIT 1,000, never a full count.
- */
-DROP FUNCTION backfill_pending();
-CREATE FUNCTION backfill_pending()
-RETURNS TABLE (
-    name                  text,
-    state                 text,
-    checksum              text,
-    completed_checksum    text,
-    changed               boolean,
-    environments          text[],
-    last_run_id           bigint,
-    last_completed_run_id bigint,
-    rows                  bigint,
-    blocked_by            text,
-    direction             text,
-    drift                 text,
-    drift_rows            bigint)
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    WITH env AS (
-        SELECT current_setting('backfill.environment') AS e
-    ),
-    last AS (
-        SELECT DISTINCT ON (l.ledger_name) l.*
-          FROM backfill.ledger l
-         ORDER BY l.ledger_name, l.run_id DESC
-    ),
-    reverted AS (
-        SELECT l.ledger_name, max(l.run_id) AS run_id
-          FROM backfill.ledger l
-         WHERE l.status = 'completed' AND l.direction = 'revert'
-         GROUP BY l.ledger_name
-    ),
-    done AS (
-        SELECT DISTINCT ON (l.ledger_name) l.*
-          FROM backfill.ledger l
-          LEFT JOIN reverted rv ON rv.ledger_name = l.ledger_name
-         WHERE l.status = 'completed' AND l.direction = 'forward'
-           AND l.run_id > coalesce(rv.run_id, 0)
-         ORDER BY l.ledger_name, l.run_id DESC
-    ),
-    -- a plain declaration has one history; a scoped one, one per scope run
-    histories AS (
-        SELECT d.name AS ledger_name, d.name AS declaration
-          FROM backfill.declaration d WHERE d.scope IS NULL
-        UNION ALL
-        SELECT DISTINCT l.ledger_name, d.name
-          FROM backfill.declaration d JOIN backfill.ledger l ON l.declaration = d.name
-         WHERE d.scope IS NOT NULL
-    )
-    SELECT h.ledger_name,
-           CASE
-             WHEN d.environments IS NOT NULL AND NOT (env.e = ANY (d.environments))
-                  THEN 'not-in-this-environment'
-             WHEN last.status = 'running' AND last.direction = 'revert' THEN 'reverting'
-             WHEN last.status = 'running'
-                  AND backfill.unmet_requirement(d.name) IS NOT NULL
-                  AND NOT EXISTS (SELECT 1 FROM backfill.partition p
-                                   WHERE p.run_id = last.run_id) THEN 'blocked'
-             WHEN last.status = 'running' THEN 'running'
-             WHEN last.status = 'failed' AND last.error_code = 'BF006' THEN 'stalled'
-             WHEN last.status IN ('failed', 'cancelled') THEN 'failed'
-             WHEN last.status = 'completed' AND last.direction = 'revert' THEN 'reverted'
-             WHEN last.status = 'completed_with_failures' AND last.checksum = d.checksum
-                  THEN 'completed_with_failures'
-             WHEN done.run_id IS NOT NULL AND done.checksum <> d.checksum THEN 'changed'
-             WHEN dp.n > 0 THEN 'drifted'
-             WHEN done.run_id IS NOT NULL THEN 'completed'
-             WHEN backfill.unmet_requirement(d.name) IS NOT NULL THEN 'blocked'
-             ELSE 'pending'
-           END,
-           d.checksum,
-           done.checksum,
-           done.run_id IS NOT NULL AND done.checksum <> d.checksum,
-           d.environments,
-           last.run_id,
-           done.run_id,
-           coalesce(last.rows,
-                    (SELECT sum(p.rows)::bigint FROM backfill.partition p
-                      WHERE p.run_id = last.run_id)),
-           backfill.unmet_requirement(d.name),
-           last.direction,
-           CASE WHEN dp.n >= 1000 THEN 'at least 1,000 rows'
-                WHEN dp.n > 0 THEN dp.n || ' rows' END,
-           dp.n
-      FROM histories h
-      JOIN backfill.declaration d ON d.name = h.declaration
-      CROSS JOIN env
-      LEFT JOIN last ON last.ledger_name = h.ledger_name
-      LEFT JOIN done ON done.ledger_name = h.ledger_name
-      -- a completed plain table backfill: is its predicate true of rows again?
-      LEFT JOIN LATERAL (
-          SELECT backfill.drift_probe(d.name) AS n
-           WHERE last.status = 'completed' AND last.direction = 'forward'
-             AND done.run_id IS NOT NULL AND done.checksum = d.checksum
-             AND d.scope IS NULL AND d.relid IS NOT NULL
-             AND (d.environments IS NULL OR env.e = ANY (d.environments))) dp ON true
-    UNION ALL
-    SELECT last.ledger_name, 'orphaned', NULL, done.checksum, NULL, NULL,
-           last.run_id, done.run_id, last.rows, NULL, last.direction, NULL, NULL
-      FROM last
-      LEFT JOIN done ON done.ledger_name = last.ledger_name
-     WHERE NOT EXISTS (SELECT 1 FROM backfill.declaration d
-                        WHERE d.name = last.declaration)
-    ORDER BY 1;
-$$;
-COMMENT ON FUNCTION backfill_pending() IS
-'one row per declared backfill with its state; ledger names no declaration owns are orphaned';
+/* backfill_pending, with reverted and drifted: in the last section, which defines it once */
 
 COMMENT ON FUNCTION backfill_drop(text) IS
 'withdraw a declaration that has written no rows, or whose newest pass is a completed revert';
@@ -744,75 +355,7 @@ ALTER TABLE backfill.declaration
 SELECT pg_catalog.set_config('search_path',
                              pg_catalog.current_setting('pg_backfill.upgrade_search_path'), true);
 
-/* a declaration whose pages or count function no longer resolves does not run */
-CREATE OR REPLACE FUNCTION backfill.identity_problem(p_name text, p_relid pg_catalog.regclass,
-                                          p_relation text, p_owner pg_catalog.regrole,
-                                          p_owner_name name, p_run_as pg_catalog.regrole,
-                                          p_run_as_name name,
-                                          OUT code text, OUT message text, OUT detail text,
-                                          OUT hint text)
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    found_relid oid;
-    fn record;
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
-                    WHERE r.oid = p_owner AND r.rolname = p_owner_name) THEN
-        code := 'BF016';
-        message := format('the owner of backfill "%s" is no longer role "%s"',
-                          p_name, p_owner_name);
-        detail := format('The declaration was made by role "%s"; its role oid %s is %s now.',
-                         p_owner_name, p_owner::oid,
-                         pg_catalog.pg_get_userbyid(p_owner));
-        hint := format('Create role %s before restoring a dump, or declare the backfill again '
-                       'as its owner.', quote_ident(p_owner_name));
-    ELSIF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
-                       WHERE r.oid = p_run_as AND r.rolname = p_run_as_name) THEN
-        code := 'BF016';
-        message := format('the run_as role of backfill "%s" is no longer role "%s"',
-                          p_name, p_run_as_name);
-        detail := format('The declaration runs as role "%s"; its role oid %s is %s now.',
-                         p_run_as_name, p_run_as::oid,
-                         pg_catalog.pg_get_userbyid(p_run_as));
-        hint := format('Create role %s before restoring a dump, or declare the backfill again.',
-                       quote_ident(p_run_as_name));
-    ELSIF p_relation IS NOT NULL THEN
-        found_relid := pg_catalog.to_regclass(p_relation);
-        IF found_relid IS DISTINCT FROM p_relid::oid
-           OR (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = found_relid)
-              NOT IN ('r', 'p') THEN
-            code := 'BF001';
-            message := format('the table of backfill "%s" is no longer %s', p_name, p_relation);
-            detail := format('The declaration holds relation oid %s; the name %s is %s now.',
-                             p_relid::oid, p_relation,
-                             coalesce(found_relid::pg_catalog.regclass::text || ' (oid '
-                                      || found_relid || ')', 'no relation'));
-            hint := format('Declare the backfill again over the table it should rewrite '
-                           '(%s was dropped, renamed or restored under another name).',
-                           p_relation);
-        END IF;
-    ELSE
-        SELECT f.what, f.signature INTO fn
-          FROM backfill.declaration d,
-               LATERAL (VALUES ('pages', d.pages_fn), ('count', d.count_fn)) f(what, signature)
-         WHERE d.name = p_name AND f.signature IS NOT NULL
-           AND CASE WHEN f.signature ~ '^[0-9]+$' THEN true  -- an oid: dropped before 0.5
-                    ELSE pg_catalog.to_regprocedure(f.signature) IS NULL END
-         LIMIT 1;
-        IF FOUND THEN
-            code := 'BF001';
-            message := format('the %s function of backfill "%s" no longer exists',
-                              fn.what, p_name);
-            detail := format('The declaration names function %s, which this database '
-                             'does not have.', fn.signature);
-            hint := 'Create the function again (or restore it), or declare the backfill '
-                    'again with the function it should call.';
-        END IF;
-    END IF;
-END
-$$;
+/* backfill.identity_problem, a function gone: in the last section, which defines it once */
 
 /*
  * On a hot standby the outbox's writers are refused like the other writers
@@ -1003,6 +546,257 @@ UPDATE backfill.declaration d
                              ELSE pg_catalog.to_regprocedure(d.count_fn) END)
  WHERE d.pages_fn IS NOT NULL OR d.count_fn IS NOT NULL;
 
+/* backfill.identity_problem, a function of another owner: in the last section (one definition) */
+
+/* ---- attacker fixes of issue 14: a scoped backfill reverted per scope (h6) ---- */
+
+CREATE FUNCTION backfill_revert(name text, input jsonb) RETURNS bigint
+LANGUAGE C STRICT VOLATILE AS 'MODULE_PATHNAME', 'backfill_revert';
+COMMENT ON FUNCTION backfill_revert(text, jsonb) IS
+'start a revert pass of one scope of a scoped backfill (the scope its input names); returns its run id';
+
+/* ---- functions several sections change: one definition each ---- */
+
+/*
+ * backfill_status, backfill_pending and backfill.identity_problem are
+ * changed by more than one section above; each is defined once, here,
+ * after every table and function they read, as the sections together
+ * want it.  A section that changes one of them again changes it here.
+ *
+ * backfill_status: the newest pass's rows recorded and skipped
+ * (failed_rows, issue 14 part 1), its direction (part 2), the watch's
+ * probes and what its passes healed, and the pass's bound and what
+ * matched beyond it (part 3).
+ */
+DROP FUNCTION backfill_status(text);
+CREATE FUNCTION backfill_status(name text)
+RETURNS TABLE (
+    name          text,
+    run_id        bigint,
+    status        text,
+    phase         text,
+    rows          bigint,
+    batches       bigint,
+    rows_per_sec  double precision,
+    estimate      bigint,
+    progress      double precision,
+    eta           interval,
+    partitions    integer,
+    partitions_pending integer,
+    partitions_running integer,
+    partitions_done    integer,
+    partitions_failed  integer,
+    live_leases   integer,
+    paused        boolean,
+    batch_size    integer,
+    throttle      text,
+    plan_method   text,
+    started_at    timestamptz,
+    finished_at   timestamptz,
+    last_error    text,
+    failed_rows   bigint,
+    direction     text,
+    watch         boolean,
+    watch_probes  bigint,
+    watch_drifts  bigint,
+    last_probe_at timestamptz,
+    healed_rows   bigint,
+    bound         text,
+    beyond_bound  bigint)
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH d AS (
+        SELECT d.name FROM backfill.declaration d WHERE d.name = $1
+        UNION
+        SELECT l.declaration FROM backfill.ledger l WHERE l.declaration = $1
+    ),
+    l AS (
+        SELECT l.* FROM backfill.ledger l
+         WHERE l.declaration = $1
+         ORDER BY l.run_id DESC LIMIT 1
+    ),
+    p AS (
+        SELECT coalesce(sum(p.rows), 0)::bigint AS rows,
+               coalesce(sum(p.batches), 0)::bigint AS batches,
+               count(*)::integer AS partitions,
+               (count(*) FILTER (WHERE p.state = 'pending'))::integer AS pending,
+               (count(*) FILTER (WHERE p.state = 'running'))::integer AS running,
+               (count(*) FILTER (WHERE p.state = 'done'))::integer AS done,
+               (count(*) FILTER (WHERE p.state = 'failed'))::integer AS failed,
+               (count(*) FILTER (WHERE p.holder_pid IS NOT NULL AND p.state = 'running'
+                   AND EXISTS (SELECT 1 FROM pg_stat_activity a
+                                WHERE a.pid = p.holder_pid
+                                  AND a.backend_start = p.holder_start)))::integer AS live,
+               min(p.started_at) AS first_start,
+               (avg(p.batch_size) FILTER (WHERE p.state = 'running'))::integer AS batch_size,
+               string_agg(DISTINCT p.throttle, '; ') FILTER (WHERE p.state = 'running') AS throttle
+          FROM backfill.partition p, l
+         WHERE p.run_id = l.run_id
+    ),
+    s AS (
+        SELECT l.run_id, l.status, r.phase, r.plan_method, r.estimate, r.paused,
+               coalesce(l.rows, p.rows) AS rows,
+               coalesce(l.batches, p.batches) AS batches,
+               p.partitions, p.pending, p.running, p.done, p.failed, p.live,
+               p.batch_size, p.throttle,
+               l.started_at, l.finished_at,
+               coalesce(l.error_code || ': ' || l.error_message, r.last_error) AS last_error,
+               extract(epoch FROM coalesce(l.finished_at, now())
+                                  - coalesce(p.first_start, l.started_at)) AS secs,
+               (SELECT count(*) FROM backfill.failed_row f WHERE f.run_id = l.run_id) AS failed_rows,
+               l.direction, l.watch, r.bound, r.beyond
+          FROM l LEFT JOIN backfill.run r USING (run_id), p
+    ),
+    w AS (
+        SELECT w.probes, w.drifts, w.last_probe_at,
+               (SELECT coalesce(sum(h.rows), 0)::bigint FROM backfill.ledger h
+                 WHERE h.declaration = $1 AND h.watch AND h.status = 'completed') AS healed
+          FROM (SELECT 1) one LEFT JOIN backfill.watch w ON w.declaration = $1
+    )
+    SELECT d.name, s.run_id,
+           coalesce(s.status, 'never run'),
+           s.phase, coalesce(s.rows, 0), coalesce(s.batches, 0),
+           CASE WHEN s.secs > 0 THEN s.rows / s.secs END,
+           s.estimate,
+           CASE WHEN s.status IN ('completed', 'completed_with_failures') THEN 1.0
+                WHEN s.estimate > 0 THEN least(1.0, s.rows::float8 / s.estimate) END,
+           CASE WHEN s.status = 'running' AND s.secs > 0 AND s.rows > 0 AND s.estimate IS NOT NULL
+                THEN make_interval(secs => greatest(s.estimate - s.rows, 0) / (s.rows / s.secs)) END,
+           s.partitions, s.pending, s.running, s.done, s.failed,
+           s.live, s.paused, s.batch_size, s.throttle, s.plan_method,
+           s.started_at, s.finished_at, s.last_error, coalesce(s.failed_rows, 0), s.direction,
+           s.watch, coalesce(w.probes, 0), coalesce(w.drifts, 0), w.last_probe_at, w.healed,
+           s.bound, s.beyond
+      FROM d LEFT JOIN s ON true CROSS JOIN w;
+$$;
+COMMENT ON FUNCTION backfill_status(text) IS
+'status, progress, rows/s and ETA of the newest pass of a backfill, its direction, bound and watch';
+
+/*
+ * backfill_pending: a pass that ended with tolerated failed rows is
+ * completed_with_failures (issue 14 part 1), and the direction of the
+ * newest pass shows (part 2).  A forward pass completes the backfill only
+ * when no revert completed after it: its state is then reverted
+ * (reverting while a revert runs).  A completed plain table backfill
+ * whose predicate matches rows again has drifted (part 3): a probe as its
+ * role, LIMIT 1,000, never a full count.
+ */
+DROP FUNCTION backfill_pending();
+CREATE FUNCTION backfill_pending()
+RETURNS TABLE (
+    name                  text,
+    state                 text,
+    checksum              text,
+    completed_checksum    text,
+    changed               boolean,
+    environments          text[],
+    last_run_id           bigint,
+    last_completed_run_id bigint,
+    rows                  bigint,
+    blocked_by            text,
+    direction             text,
+    drift                 text,
+    drift_rows            bigint)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH env AS (
+        SELECT current_setting('backfill.environment') AS e
+    ),
+    last AS (
+        SELECT DISTINCT ON (l.ledger_name) l.*
+          FROM backfill.ledger l
+         ORDER BY l.ledger_name, l.run_id DESC
+    ),
+    reverted AS (
+        SELECT l.ledger_name, max(l.run_id) AS run_id
+          FROM backfill.ledger l
+         WHERE l.status = 'completed' AND l.direction = 'revert'
+         GROUP BY l.ledger_name
+    ),
+    done AS (
+        SELECT DISTINCT ON (l.ledger_name) l.*
+          FROM backfill.ledger l
+          LEFT JOIN reverted rv ON rv.ledger_name = l.ledger_name
+         WHERE l.status = 'completed' AND l.direction = 'forward'
+           AND l.run_id > coalesce(rv.run_id, 0)
+         ORDER BY l.ledger_name, l.run_id DESC
+    ),
+    -- a plain declaration has one history; a scoped one, one per scope run
+    histories AS (
+        SELECT d.name AS ledger_name, d.name AS declaration
+          FROM backfill.declaration d WHERE d.scope IS NULL
+        UNION ALL
+        SELECT DISTINCT l.ledger_name, d.name
+          FROM backfill.declaration d JOIN backfill.ledger l ON l.declaration = d.name
+         WHERE d.scope IS NOT NULL
+    )
+    SELECT h.ledger_name,
+           CASE
+             WHEN d.environments IS NOT NULL AND NOT (env.e = ANY (d.environments))
+                  THEN 'not-in-this-environment'
+             WHEN last.status = 'running' AND last.direction = 'revert' THEN 'reverting'
+             WHEN last.status = 'running'
+                  AND backfill.unmet_requirement(d.name) IS NOT NULL
+                  AND NOT EXISTS (SELECT 1 FROM backfill.partition p
+                                   WHERE p.run_id = last.run_id) THEN 'blocked'
+             WHEN last.status = 'running' THEN 'running'
+             WHEN last.status = 'failed' AND last.error_code = 'BF006' THEN 'stalled'
+             WHEN last.status IN ('failed', 'cancelled') THEN 'failed'
+             WHEN last.status = 'completed' AND last.direction = 'revert' THEN 'reverted'
+             WHEN last.status = 'completed_with_failures' AND last.checksum = d.checksum
+                  THEN 'completed_with_failures'
+             WHEN done.run_id IS NOT NULL AND done.checksum <> d.checksum THEN 'changed'
+             WHEN dp.n > 0 THEN 'drifted'
+             WHEN done.run_id IS NOT NULL THEN 'completed'
+             WHEN backfill.unmet_requirement(d.name) IS NOT NULL THEN 'blocked'
+             ELSE 'pending'
+           END,
+           d.checksum,
+           done.checksum,
+           done.run_id IS NOT NULL AND done.checksum <> d.checksum,
+           d.environments,
+           last.run_id,
+           done.run_id,
+           coalesce(last.rows,
+                    (SELECT sum(p.rows)::bigint FROM backfill.partition p
+                      WHERE p.run_id = last.run_id)),
+           backfill.unmet_requirement(d.name),
+           last.direction,
+           CASE WHEN dp.n >= 1000 THEN 'at least 1,000 rows'
+                WHEN dp.n > 0 THEN dp.n || ' rows' END,
+           dp.n
+      FROM histories h
+      JOIN backfill.declaration d ON d.name = h.declaration
+      CROSS JOIN env
+      LEFT JOIN last ON last.ledger_name = h.ledger_name
+      LEFT JOIN done ON done.ledger_name = h.ledger_name
+      -- a completed plain table backfill: is its predicate true of rows again?
+      LEFT JOIN LATERAL (
+          SELECT backfill.drift_probe(d.name) AS n
+           WHERE last.status = 'completed' AND last.direction = 'forward'
+             AND done.run_id IS NOT NULL AND done.checksum = d.checksum
+             AND d.scope IS NULL AND d.relid IS NOT NULL
+             AND (d.environments IS NULL OR env.e = ANY (d.environments))) dp ON true
+    UNION ALL
+    SELECT last.ledger_name, 'orphaned', NULL, done.checksum, NULL, NULL,
+           last.run_id, done.run_id, last.rows, NULL, last.direction, NULL, NULL
+      FROM last
+      LEFT JOIN done ON done.ledger_name = last.ledger_name
+     WHERE NOT EXISTS (SELECT 1 FROM backfill.declaration d
+                        WHERE d.name = last.declaration)
+    ORDER BY 1;
+$$;
+COMMENT ON FUNCTION backfill_pending() IS
+'one row per declared backfill with its state; ledger names no declaration owns are orphaned';
+
+/*
+ * backfill.identity_problem: a declaration whose pages or count function
+ * no longer resolves does not run (issue 16), nor one whose function of
+ * that name now belongs to another role than the one it was declared with
+ * (the trust section above).
+ */
 CREATE OR REPLACE FUNCTION backfill.identity_problem(p_name text, p_relid pg_catalog.regclass,
                                           p_relation text, p_owner pg_catalog.regrole,
                                           p_owner_name name, p_run_as pg_catalog.regrole,
@@ -1087,11 +881,3 @@ BEGIN
     END IF;
 END
 $$;
-
-
-/* ---- attacker fixes of issue 14: a scoped backfill reverted per scope (h6) ---- */
-
-CREATE FUNCTION backfill_revert(name text, input jsonb) RETURNS bigint
-LANGUAGE C STRICT VOLATILE AS 'MODULE_PATHNAME', 'backfill_revert';
-COMMENT ON FUNCTION backfill_revert(text, jsonb) IS
-'start a revert pass of one scope of a scoped backfill (the scope its input names); returns its run id';
