@@ -15,18 +15,7 @@ CREATE TABLE bf010_comp (a int, b int, c int, PRIMARY KEY (a, b));
 CREATE TABLE bf010_keys (id int PRIMARY KEY, plain int NOT NULL, nullable int UNIQUE, c int);
 CREATE TABLE bf010_victim (id int);
 
--- The SQLSTATE, message, detail and hint of the error a statement raises
--- (all NULL when it raises none).
-CREATE FUNCTION pg_temp.bf_error(sql text,
-    OUT state text, OUT message text, OUT detail text, OUT hint text)
-LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                            detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-END
-$$;
+\ir include/bf_error.psql
 
 SELECT * FROM no_plan();
 

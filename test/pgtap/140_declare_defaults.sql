@@ -18,16 +18,7 @@ LANGUAGE sql STABLE AS $$ SELECT '{"rows": [], "next": null}'::jsonb $$;
 CREATE FUNCTION bf140_count(input jsonb) RETURNS bigint
 LANGUAGE sql STABLE AS $$ SELECT 0::bigint $$;
 
--- The SQLSTATE, message and hint of the error a statement raises (NULL when none).
-CREATE FUNCTION pg_temp.bf_error(sql text, OUT state text, OUT message text, OUT hint text)
-LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                            hint = PG_EXCEPTION_HINT;
-END
-$$;
+\ir include/bf_error.psql
 
 SELECT * FROM no_plan();
 
@@ -105,50 +96,50 @@ SELECT count(*) AS decl_before FROM backfill.declaration \gset
 
 -- each required argument left out, for each kind of source
 SELECT results_eq(
-    $$SELECT * FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_x',
+    $$SELECT state, message, hint FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_x',
         action => 'UPDATE bf140_t SET c = 1 WHERE id BETWEEN $1 AND $2')$q$)$$,
     $$VALUES ('BF001', 'backfill "bf140_x" names no source',
               'Pass relation => ''schema.table'' (with predicate), or pages => ''page_function'' for a remote source.')$$,
     'neither relation nor pages: BF001, no source, with the hint');
 SELECT results_eq(
-    $$SELECT * FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_x',
+    $$SELECT state, message, hint FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_x',
         relation => 'bf140_t',
         action => 'UPDATE bf140_t SET c = 1 WHERE id BETWEEN $1 AND $2')$q$)$$,
     $$VALUES ('BF001', 'backfill "bf140_x" has no predicate',
               'Pass predicate => ''total IS NULL'', true for rows still to do.')$$,
     'a relation without a predicate: BF001, no predicate, with the hint');
 SELECT results_eq(
-    $$SELECT * FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_x',
+    $$SELECT state, message, hint FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_x',
         relation => 'bf140_t', predicate => 'c IS NULL')$q$)$$,
     $$VALUES ('BF001', 'backfill "bf140_x" has no action',
               'Pass action => ''UPDATE t SET c = a * 2 WHERE id BETWEEN $1 AND $2 AND c IS NULL''.')$$,
     'a table source without an action: BF001, no action, with the hint');
 SELECT results_eq(
-    $$SELECT * FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_x',
+    $$SELECT state, message, hint FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_x',
         pages => 'bf140_page')$q$)$$,
     $$VALUES ('BF001', 'backfill "bf140_x" has no action',
               'Pass action => ''UPDATE t SET c = a * 2 WHERE id BETWEEN $1 AND $2 AND c IS NULL''.')$$,
     'a pages source without an action: BF001, no action, with the hint');
 SELECT results_eq(
-    $$SELECT * FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_x',
+    $$SELECT state, message, hint FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_x',
         count_function => 'bf140_count', action => 'SELECT 1')$q$)$$,
     $$VALUES ('BF001', 'backfill "bf140_x" has a count function but no pages source',
               'For a relation the predicate is the count; leave count_function out.')$$,
     'a count function without pages: BF001, with the hint');
 SELECT results_eq(
-    $$SELECT * FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_x',
+    $$SELECT state, message, hint FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_x',
         pages => 'bf140_page', predicate => 'c IS NULL', action => 'SELECT 1')$q$)$$,
     $$VALUES ('BF001', 'backfill "bf140_x" names both a relation and a pages source',
               'Pass either relation (with predicate) or pages (with an optional count_function), not both.')$$,
     'pages with a predicate: BF001, both sources, with the hint');
 SELECT results_eq(
-    $$SELECT * FROM pg_temp.bf_error($q$SELECT backfill_declare(name => NULL,
+    $$SELECT state, message, hint FROM pg_temp.bf_error($q$SELECT backfill_declare(name => NULL,
         pages => 'bf140_page', action => 'SELECT 1')$q$)$$,
     $$VALUES ('BF012', 'backfill name must not be empty',
               'Give the backfill a durable name such as ''orders_fill_total''.')$$,
     'no name: BF012, with the hint');
 SELECT results_eq(
-    $$SELECT * FROM pg_temp.bf_error($q$SELECT backfill_declare(relation => 'bf140_t',
+    $$SELECT state, message, hint FROM pg_temp.bf_error($q$SELECT backfill_declare(relation => 'bf140_t',
         predicate => 'c IS NULL', action => 'SELECT 1')$q$)$$,
     $$VALUES ('42883', 'function backfill_declare(relation => unknown, predicate => unknown, action => unknown) does not exist',
               'No function matches the given name and argument types. You might need to add explicit type casts.')$$,

@@ -15,15 +15,7 @@ DROP TABLE IF EXISTS bf145_t CASCADE;
 CREATE TABLE bf145_t (id int PRIMARY KEY, tenant text NOT NULL, c int);
 INSERT INTO bf145_t SELECT g, 't' || (g % 2), NULL FROM generate_series(1, 10) g;
 
-CREATE FUNCTION pg_temp.bf_error(sql text, OUT state text, OUT message text, OUT hint text)
-LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                            hint = PG_EXCEPTION_HINT;
-END
-$$;
+\ir include/bf_error.psql
 
 SELECT * FROM no_plan();
 

@@ -14,15 +14,7 @@ DROP TABLE IF EXISTS bf146_t CASCADE;
 CREATE TABLE bf146_t (id int PRIMARY KEY, c int);
 INSERT INTO bf146_t SELECT g, NULL FROM generate_series(1, 20) g;
 
-CREATE FUNCTION pg_temp.bf_error(sql text, OUT state text, OUT message text, OUT hint text)
-LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                            hint = PG_EXCEPTION_HINT;
-END
-$$;
+\ir include/bf_error.psql
 
 SELECT * FROM no_plan();
 

@@ -30,15 +30,7 @@ GRANT CREATE ON SCHEMA public TO bf147_alice, bf147_bob;
 CREATE TABLE bf147_log (who text, what text);
 GRANT INSERT, SELECT ON bf147_log TO PUBLIC;
 
-CREATE FUNCTION pg_temp.bf_error(sql text, OUT state text, OUT message text, OUT hint text)
-LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                            hint = PG_EXCEPTION_HINT;
-END
-$$;
+\ir include/bf_error.psql
 
 SELECT * FROM no_plan();
 

@@ -42,17 +42,7 @@ CREATE TABLE bf150_noidx (a int NOT NULL, b int NOT NULL, done boolean);
 CREATE TABLE bf150_coll (a text NOT NULL, b int NOT NULL, done boolean);
 CREATE UNIQUE INDEX ON bf150_coll (a COLLATE "C", b);
 
--- The SQLSTATE, message, detail and hint of the error a statement raises (NULL when none).
-CREATE FUNCTION pg_temp.bf_error(sql text, OUT state text, OUT message text, OUT detail text,
-                                 OUT hint text)
-LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE sql;
-EXCEPTION WHEN OTHERS THEN
-    GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT,
-                            detail = PG_EXCEPTION_DETAIL, hint = PG_EXCEPTION_HINT;
-END
-$$;
+\ir include/bf_error.psql
 
 SELECT * FROM no_plan();
 
