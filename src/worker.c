@@ -97,3 +97,35 @@ worker_key_text_settings(GucAction action)
 		(void) set_config_option(settings[i][0], settings[i][1], PGC_USERSET, PGC_S_SESSION,
 								 action, true, 0, false);
 }
+
+/*
+ * A key value as text, and back, under the key-text settings whatever the
+ * session's are now: the declarer's action may have set DateStyle for its
+ * session (set_config(..., false)) or its transaction, and the cursor is
+ * written after it.  The settings hold for the one call only (a GUC nest
+ * level of its own, as a function's SET clause), so the action keeps
+ * whatever it set.
+ */
+char *
+worker_key_output(Oid output, Datum value)
+{
+	int			level = NewGUCNestLevel();
+	char	   *text;
+
+	worker_key_text_settings(GUC_ACTION_SAVE);
+	text = OidOutputFunctionCall(output, value);
+	AtEOXact_GUC(true, level);
+	return text;
+}
+
+Datum
+worker_key_input(Oid input, const char *text, Oid ioparam)
+{
+	int			level = NewGUCNestLevel();
+	Datum		value;
+
+	worker_key_text_settings(GUC_ACTION_SAVE);
+	value = OidInputFunctionCall(input, (char *) text, ioparam, -1);
+	AtEOXact_GUC(true, level);
+	return value;
+}

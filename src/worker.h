@@ -45,6 +45,13 @@ extern void worker_own_settings(void);
 extern void worker_key_text_settings(GucAction action);
 
 /*
+ * One key value's text (output function output) or value from its text
+ * (input function input), under those settings for the call alone.
+ */
+extern char *worker_key_output(Oid output, Datum value);
+extern Datum worker_key_input(Oid input, const char *text, Oid ioparam);
+
+/*
  * Start a child of this process: never restarted, it tells this process
  * when it stops.  extra (extra_len bytes, at most BGW_EXTRALEN) goes into
  * its bgw_extra.  The handle is allocated in cxt; NULL when no worker slot

@@ -48,6 +48,7 @@
 #include "health.h"
 #include "jsonobj.h"
 #include "keyset.h"
+#include "worker.h"
 #include "xact.h"
 
 /* the checkpoint statements' plans, prepared once per lane (catalog.c) */
@@ -638,7 +639,7 @@ char *
 batch_key_text(Pass *pass, const Datum *key)
 {
 	return pass->keyset.nkeys > 1 ? keyset_row_text(&pass->keyset, key) :
-		OidOutputFunctionCall(pass->key_output, key[0]);
+		worker_key_output(pass->key_output, key[0]);
 }
 
 /* the claim's cursor (it has one) as text */
@@ -686,7 +687,7 @@ batch_run(Pass *pass, Claim *claim)
 	}
 	/* the last key: a value of one column as its type writes it, else a row literal */
 	cursor_text = k > 1 ? keyset_row_text(&pass->keyset, &range[k]) :
-		OidOutputFunctionCall(pass->key_output, range[1]);
+		worker_key_output(pass->key_output, range[1]);
 
 	rc = SPI_execute_plan(pass->action_plan, range, NULL, false, 0);
 	if (rc < 0)

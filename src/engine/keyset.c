@@ -64,6 +64,7 @@
 
 #include "errors.h"
 #include "keyset.h"
+#include "worker.h"
 
 /* at most this many leading values are looked at one by one when planning */
 #define KEYSET_FEW_VALUES 64
@@ -339,7 +340,7 @@ keyset_row_text(Keyset *ks, const Datum *values)
 	{
 		if (i > 0)
 			appendStringInfoChar(&buf, ',');
-		append_row_field(&buf, OidOutputFunctionCall(ks->cols[i].output, values[i]));
+		append_row_field(&buf, worker_key_output(ks->cols[i].output, values[i]));
 	}
 	appendStringInfoChar(&buf, ')');
 	return buf.data;
@@ -393,7 +394,7 @@ keyset_row_parse(Keyset *ks, const char *text, Datum *values, MemoryContext cxt)
 		if (*p == ',' || *p == ')')
 			goto malformed;		/* a NULL: a key has none */
 		field = read_row_field(&p);
-		values[i] = OidInputFunctionCall(col->input, field, col->ioparam, -1);
+		values[i] = worker_key_input(col->input, field, col->ioparam);
 	}
 	MemoryContextSwitchTo(old);
 	if (*p++ != ')' || *p != '\0')

@@ -34,6 +34,7 @@
 #include "shmem.h"
 #include "xact.h"
 #include "tenancy.h"
+#include "worker.h"
 
 /* a copy in the pass's memory, which outlives the transaction */
 static char *
@@ -47,8 +48,7 @@ static Datum
 pass_key_from_text(Pass *pass, const char *text)
 {
 	MemoryContext old = MemoryContextSwitchTo(pass->cxt);
-	Datum		d = OidInputFunctionCall(pass->key_input, (char *) text,
-										 pass->key_ioparam, -1);
+	Datum		d = worker_key_input(pass->key_input, text, pass->key_ioparam);
 
 	MemoryContextSwitchTo(old);
 	return d;
@@ -414,7 +414,7 @@ plan_upper_bound(Pass *pass)
 		return keyset_row_text(&pass->keyset, values);
 	}
 	last = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	return isnull ? NULL : OidOutputFunctionCall(pass->key_output, last);
+	return isnull ? NULL : worker_key_output(pass->key_output, last);
 }
 
 /* the bounds of a key of one column, from backfill.plan_bounds */
@@ -927,7 +927,7 @@ recorded_keys(Pass *pass)
 		return construct_array(keys, n, TEXTOID, -1, false, TYPALIGN_INT);
 	}
 	for (int i = 0; i < n; i++)
-		keys[i] = OidInputFunctionCall(pass->key_input, texts[i], pass->key_ioparam, -1);
+		keys[i] = worker_key_input(pass->key_input, texts[i], pass->key_ioparam);
 	get_typlenbyvalalign(pass->keytype, &pass->key_len, &pass->key_byval, &align);
 	return construct_array(keys, n, pass->keytype, pass->key_len, pass->key_byval, align);
 }

@@ -9,6 +9,11 @@
 # sessions now write and read key text under one style (DateStyle ISO,
 # IntervalStyle postgres, extra_float_digits 3): the pass is paused
 # under one style and resumed under another, and every row is done once.
+# An action that sets DateStyle itself, for its session (set_config(...,
+# false)) or its transaction, cannot change how the cursors are written:
+# each key's text is made under the fixed style for that call alone, so
+# the action keeps what it set (attacker finding N1: a reclaiming lane
+# skipped 178 rows).
 use strict;
 use warnings;
 
@@ -50,6 +55,51 @@ is(sq($node, q{SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <>
 	'200|0', 'every row done exactly once: none skipped, none twice');
 is(sq($node, "SELECT rows FROM backfill.ledger WHERE run_id = $run"), '200',
 	'the ledger counts every row once');
+
+# (b) an action that sets DateStyle SQL, DMY for its session; (c) one that
+# sets it for its transaction only, on a composite (date, int) key: the
+# cursor is written after the action, in the same transaction
+$node->safe_psql('postgres', q{
+	CREATE TABLE dk2 (d date PRIMARY KEY, n int NOT NULL DEFAULT 0, style text);
+	INSERT INTO dk2 (d) SELECT DATE '2026-03-01' + g FROM generate_series(0, 199) g;
+	CREATE TABLE dk3 (d date, i int, n int NOT NULL DEFAULT 0, PRIMARY KEY (d, i));
+	INSERT INTO dk3 (d, i) SELECT DATE '2026-03-01' + g / 2, g % 2 FROM generate_series(0, 199) g;
+	ALTER TABLE dk2 OWNER TO dk_owner;
+	ALTER TABLE dk3 OWNER TO dk_owner;
+	ALTER ROLE dk_owner RESET DateStyle;
+	CREATE FUNCTION restyle(local boolean) RETURNS boolean LANGUAGE sql VOLATILE AS
+	  $f$ SELECT pg_catalog.set_config('DateStyle', 'SQL, DMY', local) IS NOT NULL $f$;
+});
+$node->safe_psql('postgres', q{
+	SELECT backfill_declare('dk2', 'dk2', 'n = 0',
+		'UPDATE dk2 SET n = n + 1, style = pg_catalog.current_setting(''DateStyle'')
+		  WHERE d BETWEEN $1 AND $2 AND public.restyle(false)',
+		batch_size => 5, rate => 20);
+	SELECT backfill_declare('dk3', 'dk3', 'n = 0',
+		'UPDATE dk3 SET n = n + 1 WHERE (d, i) BETWEEN ($1, $2) AND ($3, $4) AND public.restyle(true)',
+		batch_size => 5, rate => 20);
+}, extra_params => [ '-U', 'dk_owner' ]);
+foreach my $t ([ 'b', 'dk2' ], [ 'c', 'dk3' ])
+{
+	my ($case, $name) = @$t;
+	$run = sq($node, qq{SELECT backfill_run('$name', wait => false)});
+	ok(poll_until($node, qq{SELECT rows >= 60 FROM backfill_status('$name')}, 't', 60),
+		"($case) the pass is under way, its action setting DateStyle SQL, DMY");
+	sq($node, qq{SELECT backfill_pause('$name')});
+	ok(poll_until($node, q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'},
+			'0', 60), "($case) paused: its lane left");
+	$cursor = sq($node, qq{SELECT cursor FROM backfill_partitions('$name') WHERE cursor IS NOT NULL LIMIT 1});
+	like($cursor, qr/^\(?2026-\d\d-\d\d(,\d)?\)?$/, "($case) the cursor is still written in ISO form ($cursor)");
+	sq($node, qq{SELECT backfill_resume('$name')});
+	is(wait_pass_end($node, $run, 120), 'completed', "($case) resumed by a new lane, the pass completes");
+	is(sq($node, qq{SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <> 1) FROM $name}),
+		'200|0', "($case) every row done exactly once");
+	is(sq($node, "SELECT rows FROM backfill.ledger WHERE run_id = $run"), '200',
+		"($case) the ledger counts every row once");
+}
+# the action kept its own setting: after its first batch in a lane it saw SQL, DMY
+cmp_ok(sq($node, q{SELECT count(*) FROM dk2 WHERE style = 'SQL, DMY'}), '>', 0,
+	'(b) the action kept the DateStyle it set for its session');
 
 $node->stop;
 done_testing();
