@@ -768,6 +768,9 @@ read_trust_options(const DeclareArgs *a, Declaration *d)
 	d->input_shape = arg_jsonb(a, "input");
 	d->scope = arg_text(a, "scope");
 	d->settings = arg_jsonb(a, "settings");
+	/* no settings, however written: '{}' is the declaration without them */
+	if (d->settings != NULL && JB_ROOT_IS_OBJECT(d->settings) && JB_ROOT_COUNT(d->settings) == 0)
+		d->settings = NULL;
 	d->tenant = arg_text(a, "tenant");
 	d->requires = arg_text(a, "requires");
 	d->requires_backfill = arg_text(a, "requires_backfill");

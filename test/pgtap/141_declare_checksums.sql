@@ -78,4 +78,14 @@ SELECT results_eq(
     $$VALUES ('changed', true)$$,
     'and a different definition turns the state changed');
 
+-- no settings, however written: '{}' is the declaration without them
+SELECT is(backfill_declare(name => 'bf141_nosettings', relation => 'bf141_t',
+    predicate => 'c IS NULL', action => 'UPDATE bf141_t SET c = id WHERE id BETWEEN $1 AND $2',
+    settings => '{}'),
+    backfill_declare(name => 'bf141_nosettings', relation => 'bf141_t',
+    predicate => 'c IS NULL', action => 'UPDATE bf141_t SET c = id WHERE id BETWEEN $1 AND $2'),
+    'settings => ''{}'' has the checksum of no settings');
+SELECT is((SELECT settings FROM backfill.declaration WHERE name = 'bf141_nosettings'), NULL,
+    'and is stored as no settings');
+
 SELECT * FROM finish();
