@@ -39,6 +39,43 @@
 #include "catalog.h"
 #include "errors.h"
 
+/*
+ * The extension's row of pg_extension: its owner and (when version is not
+ * NULL) its version, NULL when the row has none.  False when no row has
+ * that oid.
+ */
+static bool
+extension_row(Oid extoid, Oid *owner, char **version)
+{
+	Relation	rel;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
+	bool		found;
+
+	rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber,
+				F_OIDEQ, ObjectIdGetDatum(extoid));
+	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
+	tuple = systable_getnext(scan);
+	found = HeapTupleIsValid(tuple);
+	if (found)
+	{
+		*owner = ((Form_pg_extension) GETSTRUCT(tuple))->extowner;
+		if (version != NULL)
+		{
+			bool		isnull;
+			Datum		d = heap_getattr(tuple, Anum_pg_extension_extversion,
+										 RelationGetDescr(rel), &isnull);
+
+			*version = isnull ? NULL : TextDatumGetCString(d);
+		}
+	}
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
 /* the role that owns the extension in this database */
 static Oid
 catalog_owner(void)
@@ -47,10 +84,6 @@ catalog_owner(void)
 	static Oid	cached_owner = InvalidOid;
 	Oid			extoid;
 	Oid			owner = InvalidOid;
-	Relation	rel;
-	ScanKeyData key;
-	SysScanDesc scan;
-	HeapTuple	tuple;
 
 	/* asked once per batch: remember the answer for the transaction */
 	if (cached_lxid == compat_my_lxid() && OidIsValid(cached_owner))
@@ -64,17 +97,7 @@ catalog_owner(void)
 						BACKFILL_EXTENSION_NAME),
 				 errhint("Run CREATE EXTENSION %s;", BACKFILL_EXTENSION_NAME)));
 
-	rel = table_open(ExtensionRelationId, AccessShareLock);
-	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber,
-				F_OIDEQ, ObjectIdGetDatum(extoid));
-	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
-	tuple = systable_getnext(scan);
-	if (HeapTupleIsValid(tuple))
-		owner = ((Form_pg_extension) GETSTRUCT(tuple))->extowner;
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-
-	if (!OidIsValid(owner))
+	if (!extension_row(extoid, &owner, NULL) || !OidIsValid(owner))
 		elog(ERROR, "could not find the owner of extension \"%s\"",
 			 BACKFILL_EXTENSION_NAME);
 	cached_lxid = compat_my_lxid();
@@ -86,29 +109,10 @@ catalog_owner(void)
 static char *
 catalog_version(void)
 {
-	Oid			extoid = get_extension_oid(BACKFILL_EXTENSION_NAME, false);
+	Oid			owner;
 	char	   *version = NULL;
-	Relation	rel;
-	ScanKeyData key;
-	SysScanDesc scan;
-	HeapTuple	tuple;
 
-	rel = table_open(ExtensionRelationId, AccessShareLock);
-	ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber,
-				F_OIDEQ, ObjectIdGetDatum(extoid));
-	scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &key);
-	tuple = systable_getnext(scan);
-	if (HeapTupleIsValid(tuple))
-	{
-		bool		isnull;
-		Datum		d = heap_getattr(tuple, Anum_pg_extension_extversion,
-									 RelationGetDescr(rel), &isnull);
-
-		if (!isnull)
-			version = TextDatumGetCString(d);
-	}
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
+	(void) extension_row(get_extension_oid(BACKFILL_EXTENSION_NAME, false), &owner, &version);
 	return version;
 }
 
