@@ -26,6 +26,7 @@ OBJS = \
 	src/engine/poison.o \
 	src/engine/work.o \
 	src/engine/keyset.o \
+	src/engine/leaves.o \
 	src/engine/pacing.o \
 	src/engine/health.o \
 	src/engine/backoff.o \

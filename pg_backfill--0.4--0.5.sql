@@ -116,6 +116,60 @@ ALTER TABLE backfill.declaration
         OR (pg_catalog.array_length(key_columns, 1) BETWEEN 2 AND 4
             AND pg_catalog.array_length(key_types, 1) = pg_catalog.array_length(key_columns, 1)));
 
+/*
+ * A partitioned table planned per leaf: each partition of such a pass
+ * lies inside one leaf's interval of the leading key column, its
+ * leaf_range ("[10,15)", "[7,7]", "(,100)"), which every key scan of the
+ * partition adds to its bounds; the scan still names the parent, so the
+ * parent's privileges and row-level security apply and the planner prunes
+ * to that one leaf.  leaf is the leaf it was planned for (a regclass:
+ * pg_upgrade keeps a table's oid, a dump writes its name).  Both NULL in
+ * a pass that walks the parent.
+ */
+ALTER TABLE backfill.partition
+    ADD COLUMN leaf regclass,
+    ADD COLUMN leaf_range text;
+
+DROP FUNCTION backfill_partitions(text);
+CREATE FUNCTION backfill_partitions(name text)
+RETURNS TABLE (
+    run_id        bigint,
+    part_no       integer,
+    lo            text,
+    hi            text,
+    cursor        text,
+    state         text,
+    rows          bigint,
+    batches       bigint,
+    holder_pid    integer,
+    holder_alive  boolean,
+    renewed_at    timestamptz,
+    claims        integer,
+    reclaims      integer,
+    failures      integer,
+    last_error    text,
+    batch_size    integer,
+    last_batch_ms double precision,
+    throttle      text,
+    leaf          regclass,
+    leaf_range    text)
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT p.run_id, p.part_no, p.lo, p.hi, p.cursor, p.state, p.rows, p.batches,
+           p.holder_pid,
+           p.holder_pid IS NOT NULL AND EXISTS (SELECT 1 FROM pg_stat_activity a
+                                                 WHERE a.pid = p.holder_pid
+                                                   AND a.backend_start = p.holder_start),
+           p.renewed_at, p.claims, p.reclaims, p.failures, p.last_error,
+           p.batch_size, p.last_batch_ms, p.throttle, p.leaf, p.leaf_range
+      FROM backfill.partition p
+     WHERE p.run_id = (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.declaration = $1)
+     ORDER BY p.part_no;
+$$;
+COMMENT ON FUNCTION backfill_partitions(text) IS
+'the partitions of the newest pass: bounds, cursor, lease holder, claims, reclaims, failures, leaf';
+
 /* ---- poison rows (issue 14, part 1) and finalize (part 4) ---- */
 
 /*

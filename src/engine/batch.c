@@ -48,6 +48,7 @@
 #include "health.h"
 #include "jsonobj.h"
 #include "keyset.h"
+#include "leaves.h"
 #include "worker.h"
 #include "xact.h"
 
@@ -150,6 +151,8 @@ key_scan_sql(Pass *pass, int variant, const char *key, const char *gt, const cha
 		appendStringInfo(&sql, "%s %s $2 AND ", key, gt);
 	if (variant & 2)
 		appendStringInfo(&sql, "%s %s $3 AND ", key, le);
+	if (pass->partitioned)
+		appendStringInfoString(&sql, leaves_scan_sql(key, pass->keytype, 4));
 	/* between newlines: a trailing "--" comment in it cannot reach further */
 	appendStringInfo(&sql, "(\n%s\n) ORDER BY %s LIMIT $1", pass->predicate, key);
 	if (pass->keys_aggregated)
@@ -166,17 +169,24 @@ static void
 prepare_table_composite(Pass *pass)
 {
 	int			k = pass->keyset.nkeys;
-	Oid			key_types[1 + 2 * DECLARATION_MAX_KEY_COLUMNS];
+	Oid			key_types[1 + 2 * DECLARATION_MAX_KEY_COLUMNS + LEAVES_SCAN_PARAMS];
 	Oid		   *action_types = key_types + 1;
+	int			nleaf = pass->partitioned ? LEAVES_SCAN_PARAMS : 0;
+	char	   *leaf_sql = pass->partitioned ?
+		leaves_scan_sql(keyset_lead_sql(&pass->keyset), pass->keyset.cols[0].type, 2 * k + 2) :
+		NULL;
 
 	key_types[0] = INT8OID;
 	for (int i = 0; i < 2 * k; i++)
 		action_types[i] = pass->keyset.cols[i % k].type;
+	for (int i = 0; i < nleaf; i++)
+		key_types[1 + 2 * k + i] = pass->keyset.cols[0].type;
 	pass->keys_aggregated = false;
 	/*
 	 * A partitioned table's key scan is planned for each batch's bounds, so
 	 * that the planner prunes its leaves and reads the one or two left in
-	 * index order; a generic plan would sort what every leaf returns.  A
+	 * index order (planned per leaf: the one leaf of the claim's piece,
+	 * leaves.c); a generic plan would sort what every leaf returns.  A
 	 * table's is generic from the first batch: the planner estimates the
 	 * row comparison by its leading column alone, so a custom plan for a
 	 * cursor early in the table expects most of it and may read the index
@@ -184,9 +194,10 @@ prepare_table_composite(Pass *pass)
 	 */
 	for (int variant = 0; variant < 4; variant++)
 		pass->keys_plan[variant] = prepare_kept(pass, "key scan",
-												keyset_scan_sql(&pass->keyset, pass->predicate, variant),
-												1 + 2 * k, key_types,
-												get_rel_relkind(pass->relid) == RELKIND_PARTITIONED_TABLE ?
+												keyset_scan_sql(&pass->keyset, pass->predicate, variant,
+																leaf_sql),
+												1 + 2 * k + nleaf, key_types,
+												pass->partitioned ?
 												CURSOR_OPT_CUSTOM_PLAN : CURSOR_OPT_GENERIC_PLAN);
 	/*
 	 * A generic plan: the planner estimates a row comparison by its leading
@@ -205,7 +216,8 @@ prepare_table(Pass *pass)
 	const char *key = quote_identifier(pass->key);
 	char	   *gt = keyset_operator(pass->keytype, BTGreaterStrategyNumber);
 	char	   *le = keyset_operator(pass->keytype, BTLessEqualStrategyNumber);
-	Oid			key_types[3] = {INT8OID, pass->keytype, pass->keytype};
+	Oid			key_types[3 + LEAVES_SCAN_PARAMS] = {INT8OID, pass->keytype, pass->keytype,
+	pass->keytype, pass->keytype, pass->keytype, pass->keytype};
 	Oid			action_types[2] = {pass->keytype, pass->keytype};
 
 	pass->key_gt = MemoryContextStrdup(pass->cxt, gt);
@@ -213,10 +225,13 @@ prepare_table(Pass *pass)
 	pass->keys_aggregated = key_type_aggregated(pass->keytype);
 	pass->key_eq = MemoryContextStrdup(pass->cxt,
 									   keyset_operator(pass->keytype, BTEqualStrategyNumber));
+	/* a partitioned table's: planned for each batch, as a composite key's (leaves.c) */
 	for (int variant = 0; variant < 4; variant++)
 		pass->keys_plan[variant] = prepare_kept(pass, "key scan",
 												key_scan_sql(pass, variant, key, gt, le),
-												3, key_types, 0);
+												pass->partitioned ? 3 + LEAVES_SCAN_PARAMS : 3,
+												key_types,
+												pass->partitioned ? CURSOR_OPT_CUSTOM_PLAN : 0);
 	/* the plan cache chooses, as for PL/pgSQL: a generic plan once it is no worse */
 	pass->action_plan = prepare_kept(pass, "action", pass->action, 2, action_types, 0);
 }
@@ -525,6 +540,11 @@ key_scan_args(Pass *pass, Claim *claim, int64 limit, Datum *values, char *nulls)
 {
 	int			k = pass->keyset.nkeys;
 
+	/* a partitioned table's: the claim's piece of a leaf, or none */
+	if (pass->partitioned)
+		leaves_scan_args(claim->has_piece ? &claim->piece : NULL, values + 1 + 2 * k,
+						 nulls + 1 + 2 * k);
+
 	values[0] = Int64GetDatum(limit);
 	nulls[0] = ' ';
 	for (int i = 0; i < k; i++)
@@ -618,8 +638,8 @@ bool
 batch_first_key(Pass *pass, Claim *claim, Datum *key)
 {
 	int			variant = (claim->has_cursor ? 1 : 0) | (claim->has_hi ? 2 : 0);
-	Datum		key_values[1 + 2 * DECLARATION_MAX_KEY_COLUMNS];
-	char		key_nulls[1 + 2 * DECLARATION_MAX_KEY_COLUMNS];
+	Datum		key_values[1 + 2 * DECLARATION_MAX_KEY_COLUMNS + LEAVES_SCAN_PARAMS];
+	char		key_nulls[1 + 2 * DECLARATION_MAX_KEY_COLUMNS + LEAVES_SCAN_PARAMS];
 	Datum		range[2 * DECLARATION_MAX_KEY_COLUMNS];
 
 	key_scan_args(pass, claim, 1, key_values, key_nulls);
@@ -654,8 +674,8 @@ batch_run(Pass *pass, Claim *claim)
 {
 	int			variant = (claim->has_cursor ? 1 : 0) | (claim->has_hi ? 2 : 0);
 	int			k = pass->keyset.nkeys;
-	Datum		key_values[1 + 2 * DECLARATION_MAX_KEY_COLUMNS];
-	char		key_nulls[1 + 2 * DECLARATION_MAX_KEY_COLUMNS];
+	Datum		key_values[1 + 2 * DECLARATION_MAX_KEY_COLUMNS + LEAVES_SCAN_PARAMS];
+	char		key_nulls[1 + 2 * DECLARATION_MAX_KEY_COLUMNS + LEAVES_SCAN_PARAMS];
 	Datum		range[2 * DECLARATION_MAX_KEY_COLUMNS];
 	Datum		next_cursor[DECLARATION_MAX_KEY_COLUMNS];
 	uint64		nkeys;
@@ -681,6 +701,13 @@ batch_run(Pass *pass, Claim *claim)
 	if (nkeys == 0)
 	{
 		disable_timeout(STATEMENT_TIMEOUT, false);
+		if (claim->has_piece && !leaves_still_partition(claim->piece.leaf, pass->relid))
+			ereport(LOG,
+					(errmsg("backfill \"%s\" run " INT64_FORMAT ": partition %d is done; its "
+							"leaf was detached or dropped while the pass ran",
+							pass->name, pass->run_id, claim->part_no),
+					 errdetail("The partition did " INT64_FORMAT " rows; the rows that left "
+							   "with the leaf are no longer the table's.", claim->rows)));
 		checkpoint_partition_done(pass, claim);
 		worker_commit_xact();
 		return BATCH_PARTITION_DONE;

@@ -438,6 +438,13 @@ column_sql(Keyset *ks, int i)
 	return psprintf("%s COLLATE %s", name, collation_sql(col->collation));
 }
 
+/* the leading column as the scan names it */
+char *
+keyset_lead_sql(Keyset *ks)
+{
+	return column_sql(ks, 0);
+}
+
 /* "a, b" (with their collations), or "$n, $n+1", or "a DESC, b DESC" */
 static char *
 columns_sql(Keyset *ks, int ncols, int first_param, const char *suffix)
@@ -486,10 +493,11 @@ keyset_bound_sql(Keyset *ks, bool beyond, int first)
 /*
  * The key scan of one variant: bit 1, a lower bound ($2..$k+1,
  * exclusive); bit 2, an upper bound ($k+2..$2k+1, inclusive); $1 the batch
- * size.  It returns the batch's keys in order.
+ * size; then the conditions in more (a partitioned table's leaf: "...
+ * AND "), or NULL.  It returns the batch's keys in order.
  */
 char *
-keyset_scan_sql(Keyset *ks, const char *predicate, int variant)
+keyset_scan_sql(Keyset *ks, const char *predicate, int variant, const char *more)
 {
 	StringInfoData sql;
 	int			k = ks->nkeys;
@@ -509,6 +517,8 @@ keyset_scan_sql(Keyset *ks, const char *predicate, int variant)
 	if (variant & 2)
 		appendStringInfo(&sql, "ROW(%s) %s ROW(%s) AND %s %s $%d AND ", cols, ks->le,
 						 columns_sql(ks, k, k + 2, ""), lead, ks->le_first, k + 2);
+	if (more != NULL)
+		appendStringInfoString(&sql, more);
 	/* between newlines: a trailing "--" comment in it cannot reach further */
 	appendStringInfo(&sql, "(\n%s\n) ORDER BY %s LIMIT $1", predicate, cols);
 	return sql.data;
@@ -549,7 +559,7 @@ stats_array(HeapTuple tuple, TupleDesc desc, int fno, Oid type, Datum **elems)
 
 /* pg_stats of key column i, as the lane's role (it may read the table) */
 static void
-read_column_stats(Keyset *ks, int i, ColumnStats *stats)
+read_column_stats(Keyset *ks, Oid relid, int i, ColumnStats *stats)
 {
 	Oid			types[4] = {TEXTOID, TEXTOID, NAMEOID, BOOLOID};
 	Datum		values[4];
@@ -557,10 +567,10 @@ read_column_stats(Keyset *ks, int i, ColumnStats *stats)
 
 	memset(stats, 0, sizeof(ColumnStats));
 	namestrcpy(&attname, ks->cols[i].name);
-	values[0] = CStringGetTextDatum(get_namespace_name(get_rel_namespace(ks->relid)));
-	values[1] = CStringGetTextDatum(get_rel_name(ks->relid));
+	values[0] = CStringGetTextDatum(get_namespace_name(get_rel_namespace(relid)));
+	values[1] = CStringGetTextDatum(get_rel_name(relid));
 	values[2] = NameGetDatum(&attname);
-	values[3] = BoolGetDatum(get_rel_relkind(ks->relid) == RELKIND_PARTITIONED_TABLE);
+	values[3] = BoolGetDatum(get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE);
 	if (SPI_execute_with_args("SELECT s.histogram_bounds, s.most_common_vals,"
 							  "       s.most_common_freqs FROM pg_catalog.pg_stats s"
 							  " WHERE s.schemaname = $1 AND s.tablename = $2"
@@ -592,12 +602,16 @@ typedef struct KeyProbes
 	SPIPlanPtr	next_lead[2];	/* the first leading value; the first after $1 */
 	SPIPlanPtr	second_end[2];	/* the first and last second value under a leading one */
 	List	   *bounds;			/* the bounds found, as row literals, in order */
+	const KeyPlanScope *scope;	/* a leaf's piece ($3, $4), or NULL */
 } KeyProbes;
 
+/* the probes' parameters: $1, $2 their own, $3, $4 the piece they keep to */
+#define PROBE_NARGS 4
+
 static SPIPlanPtr
-probe_prepare(const char *sql, int nargs, Oid *types)
+probe_prepare(const char *sql, Oid *types)
 {
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
+	SPIPlanPtr	plan = SPI_prepare_cursor(sql, PROBE_NARGS, types, CURSOR_OPT_CUSTOM_PLAN);
 
 	if (plan == NULL)
 		elog(ERROR, "could not prepare a plan probe: %s", SPI_result_code_string(SPI_result));
@@ -605,48 +619,71 @@ probe_prepare(const char *sql, int nargs, Oid *types)
 }
 
 static void
-probes_prepare(KeyProbes *probes, Keyset *ks)
+probes_prepare(KeyProbes *probes, Keyset *ks, const KeyPlanScope *scope)
 {
-	Oid			types[2] = {ks->cols[0].type, ks->cols[1].type};
+	Oid			types[PROBE_NARGS] = {ks->cols[0].type, ks->cols[1].type,
+	ks->cols[0].type, ks->cols[0].type};
 	char	   *all = columns_sql(ks, ks->nkeys, 0, "");
 	char	   *desc = columns_sql(ks, ks->nkeys, 0, " DESC");
 	char	   *lead = column_sql(ks, 0);
 	char	   *second = column_sql(ks, 1);
 	char	   *eq = keyset_operator(types[0], BTEqualStrategyNumber);
+	const char *in = scope ? scope->where : "true";
 
 	probes->ks = ks;
 	probes->bounds = NIL;
-	probes->last_at[0] = probe_prepare(psprintf("SELECT %s FROM %s WHERE %s %s $1 ORDER BY %s LIMIT 1",
+	probes->scope = scope;
+	probes->last_at[0] = probe_prepare(psprintf("SELECT %s FROM %s WHERE %s %s $1 AND %s"
+												" ORDER BY %s LIMIT 1",
 												all, ks->relation, lead,
 												keyset_operator(types[0], BTLessEqualStrategyNumber),
-												desc), 1, types);
+												in, desc), types);
 	probes->last_at[1] = probe_prepare(psprintf("SELECT %s FROM %s WHERE ROW(%s, %s) %s ROW($1, $2)"
-												" ORDER BY %s LIMIT 1",
+												" AND %s ORDER BY %s LIMIT 1",
 												all, ks->relation, lead, second,
 												keyset_common_operator(2, types,
 																	   BTLessEqualStrategyNumber),
-												desc), 2, types);
-	probes->next_lead[0] = probe_prepare(psprintf("SELECT %s FROM %s ORDER BY %s LIMIT 1",
-												  lead, ks->relation, lead), 0, types);
-	probes->next_lead[1] = probe_prepare(psprintf("SELECT %s FROM %s WHERE %s %s $1"
+												in, desc), types);
+	probes->next_lead[0] = probe_prepare(psprintf("SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT 1",
+												  lead, ks->relation, in, lead), types);
+	probes->next_lead[1] = probe_prepare(psprintf("SELECT %s FROM %s WHERE %s %s $1 AND %s"
 												  " ORDER BY %s LIMIT 1", lead, ks->relation, lead,
 												  keyset_operator(types[0], BTGreaterStrategyNumber),
-												  lead), 1, types);
+												  in, lead), types);
 	for (int end = 0; end < 2; end++)
-		probes->second_end[end] = probe_prepare(psprintf("SELECT %s FROM %s WHERE %s %s $1"
+		probes->second_end[end] = probe_prepare(psprintf("SELECT %s FROM %s WHERE %s %s $1 AND %s"
 														 " ORDER BY %s%s, %s%s LIMIT 1",
-														 second, ks->relation, lead, eq,
+														 second, ks->relation, lead, eq, in,
 														 lead, end ? " DESC" : "",
 														 second, end ? " DESC" : ""),
-												1, types);
+												types);
+}
+
+/* a probe's parameters: its own two, then the piece's bounds */
+static void
+probe_args(KeyProbes *probes, Datum a0, Datum a1, Datum *args, char *nulls)
+{
+	args[0] = a0;
+	args[1] = a1;
+	for (int i = 0; i < 2; i++)
+	{
+		bool		set = probes->scope != NULL && i < probes->scope->nargs;
+
+		args[2 + i] = set ? probes->scope->args[i] : (Datum) 0;
+		nulls[2 + i] = set ? ' ' : 'n';
+	}
+	nulls[0] = nulls[1] = ' ';
 }
 
 /* run a probe; its first column, or false when it found no row */
 static bool
-probe_value(SPIPlanPtr plan, Datum *args, const char *nulls, Datum *value)
+probe_value(KeyProbes *probes, SPIPlanPtr plan, Datum a0, Datum *value)
 {
 	bool		isnull;
+	Datum		args[PROBE_NARGS];
+	char		nulls[PROBE_NARGS];
 
+	probe_args(probes, a0, (Datum) 0, args, nulls);
 	if (SPI_execute_plan(plan, args, nulls, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "a plan probe failed");
 	if (SPI_processed == 0)
@@ -659,12 +696,14 @@ probe_value(SPIPlanPtr plan, Datum *args, const char *nulls, Datum *value)
 static void
 add_bound(KeyProbes *probes, int npoint, Datum v0, Datum v1)
 {
-	Datum		args[2] = {v0, v1};
+	Datum		args[PROBE_NARGS];
+	char		nulls[PROBE_NARGS];
 	Datum		key[DECLARATION_MAX_KEY_COLUMNS];
 	bool		isnull;
 	char	   *text;
 
-	if (SPI_execute_plan(probes->last_at[npoint - 1], args, NULL, true, 1) != SPI_OK_SELECT)
+	probe_args(probes, v0, v1, args, nulls);
+	if (SPI_execute_plan(probes->last_at[npoint - 1], args, nulls, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "a plan probe failed");
 	if (SPI_processed == 0)
 		return;
@@ -744,8 +783,8 @@ split_by_second(KeyProbes *probes, ColumnStats *second, Datum lead, int pieces)
 	FmgrInfo   *cmp;
 	List	   *inside = NIL;
 
-	if (!probe_value(probes->second_end[0], &lead, NULL, &lo) ||
-		!probe_value(probes->second_end[1], &lead, NULL, &hi))
+	if (!probe_value(probes, probes->second_end[0], lead, &lo) ||
+		!probe_value(probes, probes->second_end[1], lead, &hi))
 		return;
 	if (integer_type(type))
 	{
@@ -784,12 +823,12 @@ bounds_from_few_values(KeyProbes *probes, ColumnStats *lead, int nparts)
 
 	/* (the probes' rows stay in SPI's memory until the transaction ends) */
 	while (n <= KEYSET_FEW_VALUES &&
-		   probe_value(probes->next_lead[n > 0], n > 0 ? &values[n - 1] : NULL, NULL,
+		   probe_value(probes, probes->next_lead[n > 0], n > 0 ? values[n - 1] : (Datum) 0,
 					   &values[n]))
 		n++;
 	if (n > KEYSET_FEW_VALUES || n == 0)
 		return false;
-	read_column_stats(ks, 1, &second);
+	read_column_stats(ks, probes->scope ? probes->scope->stats_relid : ks->relid, 1, &second);
 	for (int i = 0; i < n; i++)
 	{
 		double		share = value_share(ks, lead, values[i], n) * nparts;
@@ -817,10 +856,18 @@ bounds_from_minmax(KeyProbes *probes, int nparts)
 	int64		lo;
 	int64		hi;
 	bool		isnull;
+	Oid			types[PROBE_NARGS] = {INT4OID, INT4OID, type, type};
+	Datum		args[PROBE_NARGS];
+	char		nulls[PROBE_NARGS];
 
-	if (SPI_execute(psprintf("SELECT pg_catalog.min(%s)::pg_catalog.int8,"
-							 " pg_catalog.max(%s)::pg_catalog.int8 FROM %s",
-							 lead, lead, ks->relation), true, 1) != SPI_OK_SELECT)
+	/* $1 and $2 are not used: the piece's bounds are $3 and $4, as in the probes */
+	probe_args(probes, (Datum) 0, (Datum) 0, args, nulls);
+	nulls[0] = nulls[1] = 'n';
+	if (SPI_execute_with_args(psprintf("SELECT pg_catalog.min(%s)::pg_catalog.int8,"
+									   " pg_catalog.max(%s)::pg_catalog.int8 FROM %s WHERE %s",
+									   lead, lead, ks->relation,
+									   probes->scope ? probes->scope->where : "true"),
+							  PROBE_NARGS, types, args, nulls, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the range of the key of backfill \"%s\"", ks->name);
 	lo = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (isnull)
@@ -837,10 +884,11 @@ bounds_from_minmax(KeyProbes *probes, int nparts)
  * histogram (the leading column's), few_values (each leading value, the
  * big ones split by the next column), minmax (an integer leading column's
  * range) or single.  Runs as the declaring role, in the planning
- * transaction.
+ * transaction.  With a scope, only within one leaf's piece, from that
+ * leaf's own statistics (what the role may see of them in pg_stats).
  */
 Datum
-keyset_plan_bounds(Keyset *ks, int nparts, const char **method)
+keyset_plan_bounds(Keyset *ks, int nparts, const KeyPlanScope *scope, const char **method)
 {
 	KeyProbes	probes;
 	ColumnStats lead;
@@ -851,8 +899,8 @@ keyset_plan_bounds(Keyset *ks, int nparts, const char **method)
 	*method = "single";
 	if (nparts <= 1)
 		return PointerGetDatum(construct_empty_array(TEXTOID));
-	probes_prepare(&probes, ks);
-	read_column_stats(ks, 0, &lead);
+	probes_prepare(&probes, ks, scope);
+	read_column_stats(ks, scope ? scope->stats_relid : ks->relid, 0, &lead);
 	if (lead.nhist > nparts)
 	{
 		bounds_from_histogram(&probes, &lead, nparts);

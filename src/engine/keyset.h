@@ -44,6 +44,19 @@ typedef struct Keyset
 	char	   *le_first;
 } Keyset;
 
+/*
+ * Where a plan of the key space looks (keyset_plan_bounds): NULL, the
+ * whole table; else one leaf's piece of it, a condition on the
+ * parameters $3 and $4, and the leaf whose own statistics split it.
+ */
+typedef struct KeyPlanScope
+{
+	Oid			stats_relid;
+	const char *where;
+	int			nargs;
+	Datum		args[2];
+} KeyPlanScope;
+
 /* how the unique indexes of a table serve the columns a key names */
 typedef enum KeyIndexMatch
 {
@@ -73,9 +86,12 @@ extern void keyset_resolve(Keyset *ks, ArrayType *columns, ArrayType *types,
 extern char *keyset_row_text(Keyset *ks, const Datum *values);
 extern void keyset_row_parse(Keyset *ks, const char *text, Datum *values, MemoryContext cxt);
 extern char *keyset_columns_sql(Keyset *ks);
-extern char *keyset_scan_sql(Keyset *ks, const char *predicate, int variant);
+extern char *keyset_scan_sql(Keyset *ks, const char *predicate, int variant,
+							 const char *more);
 extern char *keyset_max_sql(Keyset *ks);
 extern char *keyset_bound_sql(Keyset *ks, bool beyond, int first);
-extern Datum keyset_plan_bounds(Keyset *ks, int nparts, const char **method);
+extern char *keyset_lead_sql(Keyset *ks);
+extern Datum keyset_plan_bounds(Keyset *ks, int nparts, const KeyPlanScope *scope,
+								const char **method);
 
 #endif							/* BACKFILL_KEYSET_H */

@@ -15,11 +15,13 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_class.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/regproc.h"
 #include "utils/lsyscache.h"
 #include "utils/guc.h"
@@ -175,6 +177,7 @@ pass_resolve_source(Pass *pass)
 		old = MemoryContextSwitchTo(pass->cxt);
 		pass->relation = quote_qualified_identifier(nspname, relname);
 		MemoryContextSwitchTo(old);
+		pass->partitioned = get_rel_relkind(pass->relid) == RELKIND_PARTITIONED_TABLE;
 	}
 	getTypeInputInfo(pass->keytype, &pass->key_input, &pass->key_ioparam);
 	getTypeOutputInfo(pass->keytype, &pass->key_output, &varlena);
@@ -333,11 +336,20 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 /* what planning a pass found: its partitions' bounds and the rows to do */
 typedef struct PassPlan
 {
-	const char *method;			/* histogram, minmax, single or pages */
+	const char *method;			/* histogram, minmax, single or pages; per leaf (n leaves) */
 	Datum		bounds;			/* text[]: partition i covers (bounds[i-1], bounds[i]] */
 	Datum		estimate;		/* int8 */
 	bool		has_estimate;
 	char	   *bound;			/* the largest key when planned (key text), or NULL */
+	/* planned per leaf: partition i is (lo[i], hi[i]] within leaf_range[i] of leaf[i] */
+	int			nleafparts;
+	int			room;			/* allocated for that many */
+	Datum	   *lo;
+	bool	   *lo_null;
+	Datum	   *hi;
+	bool	   *hi_null;
+	Datum	   *leaf;
+	Datum	   *leaf_range;
 } PassPlan;
 
 /* An int8 from the first row SPI returned, as the plan's estimate. */
@@ -439,6 +451,177 @@ plan_key_bounds(Pass *pass, PassPlan *plan, int nparts)
 	plan->bounds = PointerGetDatum(PG_DETOAST_DATUM_COPY(catalog_getdatum(0, 2, &isnull)));
 }
 
+/* the leading key column: its name, type, collation and how a scan names it */
+static void
+pass_lead(Pass *pass, const char **column, Oid *type, Oid *collation, char **sql)
+{
+	if (pass->keyset.nkeys > 1)
+	{
+		*column = pass->keyset.cols[0].name;
+		*type = pass->keyset.cols[0].type;
+		*collation = pass->keyset.cols[0].collation;
+		*sql = keyset_lead_sql(&pass->keyset);
+	}
+	else
+	{
+		int32		typmod;
+
+		*column = pass->key;
+		get_atttypetypmodcoll(pass->relid, get_attnum(pass->relid, pass->key), type, &typmod,
+							  collation);
+		*type = pass->keytype;
+		*sql = (char *) quote_identifier(pass->key);
+	}
+}
+
+/* how many partitions a piece gets: its leaf's share of the rows, at least one */
+static int
+piece_parts(LeafPiece *piece, double total, int npieces, int nparts)
+{
+	if (nparts <= 1)
+		return 1;
+	if (total <= 0)
+		return Max(1, nparts / npieces);
+	return Max(1, (int) (nparts * piece->tuples / total + 0.5));
+}
+
+/* the interior bounds of one piece, as text[], from its leaf's statistics */
+static Datum
+piece_bounds(Pass *pass, LeafPiece *piece, int n, const char *lead_sql, Oid lead_type)
+{
+	const char *method;
+
+	if (pass->keyset.nkeys > 1)
+	{
+		KeyPlanScope scope = {0};
+
+		scope.stats_relid = piece->leaf;
+		scope.where = leaves_piece_sql(piece, lead_sql, lead_type, 3, scope.args, &scope.nargs);
+		return keyset_plan_bounds(&pass->keyset, n, &scope, &method);
+	}
+	return leaves_single_bounds(piece, pass->relation, pass->key, pass->keytype, n, &method);
+}
+
+/* the partitions of one piece into the plan: (NULL, b1], (b1, b2], ... (bn, NULL] */
+static void
+plan_add_piece(PassPlan *plan, LeafPiece *piece, Datum bounds, Oid lead_type)
+{
+	ArrayType  *arr = DatumGetArrayTypeP(bounds);
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+	Datum		range = CStringGetTextDatum(leaves_range_text(piece, lead_type));
+
+	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (plan->nleafparts + n + 1 > plan->room)
+	{
+		plan->room = 2 * (plan->nleafparts + n + 1);
+		plan->lo = repalloc(plan->lo, sizeof(Datum) * plan->room);
+		plan->hi = repalloc(plan->hi, sizeof(Datum) * plan->room);
+		plan->lo_null = repalloc(plan->lo_null, sizeof(bool) * plan->room);
+		plan->hi_null = repalloc(plan->hi_null, sizeof(bool) * plan->room);
+		plan->leaf = repalloc(plan->leaf, sizeof(Datum) * plan->room);
+		plan->leaf_range = repalloc(plan->leaf_range, sizeof(Datum) * plan->room);
+	}
+	for (int i = 0; i <= n; i++)
+	{
+		int			j = plan->nleafparts++;
+
+		plan->lo_null[j] = (i == 0);
+		plan->lo[j] = i > 0 ? elems[i - 1] : (Datum) 0;
+		plan->hi_null[j] = (i == n);
+		plan->hi[j] = i < n ? elems[i] : (Datum) 0;
+		plan->leaf[j] = ObjectIdGetDatum(piece->leaf);
+		plan->leaf_range[j] = range;
+	}
+}
+
+/*
+ * A partitioned table whose leaves keep apart in key order (leaves.c) is
+ * planned leaf by leaf: each piece of a leaf gets partitions in
+ * proportion to the leaf's reltuples, split from that leaf's own
+ * statistics, every bound inside the piece.  Returns false, with *why
+ * when the table is partitioned, when the pass walks the parent instead.
+ * Needs the 0.5 catalog (partition.leaf).
+ */
+static bool
+plan_per_leaf(Pass *pass, PassPlan *plan, int nparts, const char **why)
+{
+	const char *column;
+	Oid			type;
+	Oid			collation;
+	char	   *lead_sql;
+	List	   *pieces;
+	double		total = 0;
+	ListCell   *lc;
+
+	if (!pass->partitioned || !catalog_has_column("partition", "leaf_range"))
+		return false;
+	pass_lead(pass, &column, &type, &collation, &lead_sql);
+	pieces = leaves_pieces(pass->relid, column, type, collation, why);
+	if (pieces == NIL)
+		return false;
+	foreach(lc, pieces)
+		total += ((LeafPiece *) lfirst(lc))->tuples;
+	/* each piece's partitions are its bounds and one more (grown as needed) */
+	plan->room = list_length(pieces) * 2;
+	plan->lo = palloc(sizeof(Datum) * plan->room);
+	plan->hi = palloc(sizeof(Datum) * plan->room);
+	plan->lo_null = palloc(sizeof(bool) * plan->room);
+	plan->hi_null = palloc(sizeof(bool) * plan->room);
+	plan->leaf = palloc(sizeof(Datum) * plan->room);
+	plan->leaf_range = palloc(sizeof(Datum) * plan->room);
+	foreach(lc, pieces)
+	{
+		LeafPiece  *piece = lfirst(lc);
+		int			n = Min(piece_parts(piece, total, list_length(pieces), nparts), nparts);
+
+		plan_add_piece(plan, piece, piece_bounds(pass, piece, n, lead_sql, type), type);
+	}
+	plan->method = list_length(pieces) == leaves_count(pieces) ?
+		psprintf("per leaf (%d leaves)", leaves_count(pieces)) :
+		psprintf("per leaf (%d leaves, %d intervals)", leaves_count(pieces), list_length(pieces));
+	plan->bounds = PointerGetDatum(construct_empty_array(TEXTOID));
+	return true;
+}
+
+/* an array of n values of a type, NULL where nulls says so */
+static Datum
+plan_array(Datum *values, bool *nulls, int n, Oid type)
+{
+	int			dims[1] = {n};
+	int			lbs[1] = {1};
+	int16		len;
+	bool		byval;
+	char		align;
+
+	get_typlenbyvalalign(type, &len, &byval, &align);
+	return PointerGetDatum(construct_md_array(values, nulls, 1, dims, lbs, type, len, byval,
+											  align));
+}
+
+/* the partitions of a plan per leaf, numbered from first, pending (in the catalog scope) */
+static void
+insert_leaf_partitions(Pass *pass, PassPlan *plan, int first)
+{
+	Oid			types[6] = {INT8OID, INT4OID, TEXTARRAYOID, TEXTARRAYOID, OIDARRAYOID,
+	TEXTARRAYOID};
+	Datum		values[6];
+
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = Int32GetDatum(first);
+	values[2] = plan_array(plan->lo, plan->lo_null, plan->nleafparts, TEXTOID);
+	values[3] = plan_array(plan->hi, plan->hi_null, plan->nleafparts, TEXTOID);
+	values[4] = plan_array(plan->leaf, NULL, plan->nleafparts, OIDOID);
+	values[5] = plan_array(plan->leaf_range, NULL, plan->nleafparts, TEXTOID);
+	catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, leaf, leaf_range)"
+				 " SELECT $1, $2 + u.o::pg_catalog.int4 - 1, u.lo, u.hi, u.leaf, u.leaf_range"
+				 "   FROM ROWS FROM (pg_catalog.unnest($3), pg_catalog.unnest($4),"
+				 "                   pg_catalog.unnest($5), pg_catalog.unnest($6))"
+				 "        WITH ORDINALITY AS u(lo, hi, leaf, leaf_range, o)",
+				 6, types, values, NULL, SPI_OK_INSERT);
+}
+
 /*
  * A table: bounds about four partitions per lane (a composite key's from
  * keyset.c), and the planner's estimate of the rows the predicate
@@ -450,11 +633,17 @@ plan_table(Pass *pass, PassPlan *plan)
 	Oid			etypes[2] = {TEXTOID, TEXTOID};
 	Datum		evalues[2];
 	int			nparts = pass->max_parallel > 1 ? pass->max_parallel * 4 : 1;
+	const char *why = NULL;
 
-	if (pass->keyset.nkeys > 1)
-		plan->bounds = keyset_plan_bounds(&pass->keyset, nparts, &plan->method);
-	else
-		plan_key_bounds(pass, plan, nparts);
+	if (!plan_per_leaf(pass, plan, nparts, &why))
+	{
+		if (pass->keyset.nkeys > 1)
+			plan->bounds = keyset_plan_bounds(&pass->keyset, nparts, NULL, &plan->method);
+		else
+			plan_key_bounds(pass, plan, nparts);
+		if (why != NULL)
+			plan->method = psprintf("parent walk: %s; %s", why, plan->method);
+	}
 	plan->bound = plan_upper_bound(pass);
 
 	evalues[0] = CStringGetTextDatum(pass->relation);
@@ -482,13 +671,17 @@ plan_store(Pass *pass, PassPlan *plan)
 	catalog_enter(&scope);
 	/*
 	 * partition i covers (bounds[i-1], bounds[i]]; the ends are open, and
-	 * the run's bound closes the last one when a lane claims it
+	 * the run's bound closes the last one when a lane claims it (per leaf:
+	 * within the piece of its leaf)
 	 */
-	catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi)"
-				 " SELECT $1, i - 1, $2[i - 1], $2[i]"
-				 "   FROM pg_catalog.generate_series(1,"
-				 "          coalesce(pg_catalog.array_length($2, 1), 0) + 1) i",
-				 4, types, values, nulls, SPI_OK_INSERT);
+	if (plan->nleafparts > 0)
+		insert_leaf_partitions(pass, plan, 0);
+	else
+		catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi)"
+					 " SELECT $1, i - 1, $2[i - 1], $2[i]"
+					 "   FROM pg_catalog.generate_series(1,"
+					 "          coalesce(pg_catalog.array_length($2, 1), 0) + 1) i",
+					 4, types, values, nulls, SPI_OK_INSERT);
 	catalog_exec(plan->bound ?
 				 "UPDATE backfill.run SET phase = 'running', plan_method = $3,"
 				 " estimate = $4, bound = $5, updated_at = pg_catalog.now() WHERE run_id = $1" :
@@ -500,6 +693,7 @@ plan_store(Pass *pass, PassPlan *plan)
 			(errmsg("backfill \"%s\" run " INT64_FORMAT " started: %d partitions by %s, "
 					"about %s rows to do",
 					pass->name, pass->run_id,
+					plan->nleafparts > 0 ? plan->nleafparts :
 					1 + (int) ArrayGetNItems(ARR_NDIM(bounds), ARR_DIMS(bounds)),
 					plan->method,
 					plan->has_estimate ? psprintf(INT64_FORMAT, DatumGetInt64(plan->estimate)) :
@@ -540,6 +734,30 @@ pass_plan(Pass *pass)
 	worker_commit_xact();
 }
 
+/* the type of the leading key column */
+static Oid
+pass_lead_type(Pass *pass)
+{
+	return pass->keyset.nkeys > 1 ? pass->keyset.cols[0].type : pass->keytype;
+}
+
+/* a claim's piece into the pass's memory: it outlives the claiming transaction */
+static void
+pass_copy_piece(Pass *pass, LeafPiece *piece)
+{
+	Oid			type = pass_lead_type(pass);
+	int16		len;
+	bool		byval;
+	MemoryContext old = MemoryContextSwitchTo(pass->cxt);
+
+	get_typlenbyval(type, &len, &byval);
+	if (piece->has_lo)
+		piece->lo = datumCopy(piece->lo, byval, len);
+	if (piece->has_hi)
+		piece->hi = datumCopy(piece->hi, byval, len);
+	MemoryContextSwitchTo(old);
+}
+
 /*
  * Take the lease on a partition that is pending, or whose holder is dead.
  * Returns false when no partition is left to claim.
@@ -554,6 +772,9 @@ pass_claim(Pass *pass, Claim *claim)
 	int			nclaimed;
 	char	   *cursor = NULL;
 	char	   *hi = NULL;
+	char	   *leaf_range = NULL;
+	Oid			leaf = InvalidOid;
+	bool		isnull;
 
 	values[0] = Int64GetDatum(pass->run_id);
 	values[1] = Int32GetDatum(LANE_PID());
@@ -568,8 +789,6 @@ pass_claim(Pass *pass, Claim *claim)
 			 nclaimed);
 	if (nclaimed == 1)
 	{
-		bool		isnull;
-
 		cursor = catalog_gettext(0, 2);
 		hi = catalog_gettext(0, 3);
 		found = true;
@@ -597,7 +816,29 @@ pass_claim(Pass *pass, Claim *claim)
 		exec_on_run(pass, "SELECT bound FROM backfill.run WHERE run_id = $1", SPI_OK_SELECT);
 		hi = catalog_gettext(0, 1);
 	}
+	/* a pass planned per leaf: the partition keeps to its leaf's piece */
+	if (found && pass->partitioned && catalog_has_column("partition", "leaf_range"))
+	{
+		values[1] = Int32GetDatum(claim->part_no);
+		types[1] = INT4OID;
+		catalog_exec("SELECT leaf::pg_catalog.oid, leaf_range FROM backfill.partition"
+					 " WHERE run_id = $1 AND part_no = $2", 2, types, values, NULL, SPI_OK_SELECT);
+		leaf_range = catalog_gettext(0, 2);
+		if (leaf_range != NULL)
+			leaf = DatumGetObjectId(catalog_getdatum(0, 1, &isnull));
+	}
 	catalog_leave(&scope);
+
+	claim->has_piece = false;
+	if (leaf_range != NULL)
+	{
+		if (!leaves_range_parse(leaf_range, pass_lead_type(pass), &claim->piece))
+			elog(ERROR, "partition %d of backfill \"%s\" has a leaf range that is not one: %s",
+				 claim->part_no, pass->name, leaf_range);
+		claim->piece.leaf = leaf;
+		claim->has_piece = true;
+		pass_copy_piece(pass, &claim->piece);
+	}
 
 	/*
 	 * The bounds become keys as the lane's role, outside the catalog scope:
@@ -810,6 +1051,86 @@ pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message)
 }
 
 /*
+ * A pass planned per leaf, before it is counted: the leaves are listed
+ * again, and a leaf attached since the plan, in a gap no partition's piece
+ * reaches, gets a partition of its own (pending: lanes cover it, each row
+ * once, up to the pass's bound).  A leaf attached where a planned piece
+ * lies is covered by that piece's partitions; one attached after this
+ * look is found by the count (STALLED).  Called with the ledger row
+ * locked, outside the catalog scope: the planned pieces become values as
+ * the lane's role.  True when partitions were added.
+ */
+static bool
+cover_new_leaves(Pass *pass)
+{
+	CatalogScope scope;
+	const char *column;
+	Oid			type;
+	Oid			collation;
+	char	   *lead_sql;
+	const char *why;
+	List	   *planned = NIL;
+	List	   *fresh;
+	PassPlan	plan = {0};
+	int			n;
+	int			next_part;
+	ListCell   *lc;
+
+	if (!pass->partitioned || !catalog_has_column("partition", "leaf_range"))
+		return false;
+	catalog_enter(&scope);
+	n = exec_on_run(pass, "SELECT leaf_range, (SELECT pg_catalog.max(q.part_no) + 1"
+					"   FROM backfill.partition q WHERE q.run_id = $1)"
+					" FROM backfill.partition WHERE run_id = $1 AND leaf_range IS NOT NULL",
+					SPI_OK_SELECT);
+	next_part = n > 0 ? (int) catalog_getint64(0, 2) : 0;
+	for (int i = 0; i < n; i++)
+		planned = lappend(planned, catalog_gettext(i, 1));
+	catalog_leave(&scope);
+	if (n == 0)
+		return false;			/* the pass walks the parent */
+
+	pass_lead(pass, &column, &type, &collation, &lead_sql);
+	foreach(lc, planned)
+	{
+		LeafPiece  *piece = palloc(sizeof(LeafPiece));
+
+		if (!leaves_range_parse((char *) lfirst(lc), type, piece))
+			elog(ERROR, "backfill \"%s\" has a leaf range that is not one: %s", pass->name,
+				 (char *) lfirst(lc));
+		lfirst(lc) = piece;
+	}
+	fresh = leaves_uncovered(leaves_pieces(pass->relid, column, type, collation, &why),
+							 planned, type, collation);
+	if (fresh == NIL)
+		return false;
+	plan.room = 2 * list_length(fresh);
+	plan.lo = palloc(sizeof(Datum) * plan.room);
+	plan.hi = palloc(sizeof(Datum) * plan.room);
+	plan.lo_null = palloc(sizeof(bool) * plan.room);
+	plan.hi_null = palloc(sizeof(bool) * plan.room);
+	plan.leaf = palloc(sizeof(Datum) * plan.room);
+	plan.leaf_range = palloc(sizeof(Datum) * plan.room);
+	foreach(lc, fresh)
+	{
+		LeafPiece  *piece = lfirst(lc);
+
+		plan_add_piece(&plan, piece, PointerGetDatum(construct_empty_array(TEXTOID)), type);
+		ereport(LOG,
+				(errmsg("backfill \"%s\" run " INT64_FORMAT ": leaf %s was attached since the "
+						"plan; partition %d covers it", pass->name, pass->run_id,
+						get_rel_name(piece->leaf) ? get_rel_name(piece->leaf) : "?",
+						next_part + plan.nleafparts - 1),
+				 errdetail("Its interval of the leading key column: %s.",
+						   leaves_range_text(piece, type))));
+	}
+	catalog_enter(&scope);
+	insert_leaf_partitions(pass, &plan, next_part);
+	catalog_leave(&scope);
+	return true;
+}
+
+/*
  * With the ledger row locked, as backfill_retry and backfill_cancel lock
  * it: a retry that puts failed partitions back to pending comes wholly
  * before this look (the pass goes on) or wholly after it (it resumes the
@@ -850,12 +1171,19 @@ pass_ready_to_count(Pass *pass)
 		worker_commit_xact();
 		return false;
 	}
+	pass->more_leaves = false;
 	if (open_parts == 0)
+	{
+		catalog_leave(&scope);
+		pass->more_leaves = cover_new_leaves(pass);
+		catalog_enter(&scope);
+	}
+	if (open_parts == 0 && !pass->more_leaves)
 		exec_on_run(pass, "UPDATE backfill.run SET phase = 'counting', updated_at = pg_catalog.now()"
 					" WHERE run_id = $1 AND phase = 'running'", SPI_OK_UPDATE);
 	catalog_leave(&scope);
 	worker_commit_xact();
-	return open_parts == 0;
+	return open_parts == 0 && !pass->more_leaves;
 }
 
 /*

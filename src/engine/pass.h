@@ -19,6 +19,7 @@
 #include "declaration.h"
 #include "health.h"
 #include "keyset.h"
+#include "leaves.h"
 
 
 /* the pass, as loaded when the lane starts (lives in cxt) */
@@ -31,6 +32,8 @@ typedef struct Pass
 	char	   *checksum;		/* the checksum the pass started with */
 	Oid			relid;
 	char	   *relation;		/* quoted, schema-qualified */
+	bool		partitioned;	/* a partitioned table: its key scans take a leaf's piece */
+	bool		more_leaves;	/* the end found leaves attached since the plan (pass_finish) */
 	char	   *key;			/* key column */
 	Oid			keytype;
 	char	   *predicate;		/* the rows the pass visits */
@@ -88,6 +91,8 @@ typedef struct Claim
 	Datum		hi;
 	Datum		cursor_key[DECLARATION_MAX_KEY_COLUMNS];	/* a composite key's */
 	Datum		hi_key[DECLARATION_MAX_KEY_COLUMNS];
+	bool		has_piece;		/* planned per leaf: the leaf's interval (leaves.c) */
+	LeafPiece	piece;
 	int64		rows;
 	ItemPointerData checkpoint_tid; /* where the last checkpoint left the
 									 * partition's row; a hint (batch.c) */

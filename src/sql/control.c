@@ -376,6 +376,20 @@ retry_failed_rows(int64 new_id, int64 old_id)
 	Oid			types[2] = {INT8OID, INT8OID};
 	Datum		values[2] = {Int64GetDatum(new_id), Int64GetDatum(old_id)};
 
+	/* a pass planned per leaf: the row's partition keeps to its leaf's piece */
+	if (catalog_has_column("partition", "leaf_range"))
+		return catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, state,"
+							"   leaf, leaf_range)"
+							" SELECT $1, m.n + pg_catalog.row_number() OVER (ORDER BY f.at,"
+							"        f.part_no, f.key), f.after_key, f.key, 'pending',"
+							"        o.leaf, o.leaf_range"
+							"   FROM backfill.failed_row f"
+							"   LEFT JOIN backfill.partition o"
+							"     ON o.run_id = f.run_id AND o.part_no = f.part_no,"
+							"        (SELECT coalesce(pg_catalog.max(p.part_no), -1) AS n"
+							"           FROM backfill.partition p WHERE p.run_id = $1) m"
+							"  WHERE f.run_id = $2",
+							2, types, values, NULL, SPI_OK_INSERT);
 	return catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, state)"
 						" SELECT $1, m.n + pg_catalog.row_number() OVER (ORDER BY f.at, f.part_no,"
 						"        f.key), f.after_key, f.key, 'pending'"
@@ -420,7 +434,15 @@ retry_failed_pass(Target *t)
 	values[0] = Int64GetDatum(run_id);
 	values[1] = Int64GetDatum(t->last_id);
 	catalog_enter(&scope);
-	copied = catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, state)"
+	/* a partition planned per leaf keeps its leaf's piece (engine/leaves.c) */
+	copied = catalog_exec(catalog_has_column("partition", "leaf_range") ?
+						  "INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, state,"
+						  "   leaf, leaf_range)"
+						  " SELECT $1, part_no, lo, hi, cursor,"
+						  "        CASE WHEN state = 'done' THEN 'done' ELSE 'pending' END,"
+						  "        leaf, leaf_range"
+						  "   FROM backfill.partition WHERE run_id = $2" :
+						  "INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, state)"
 						  " SELECT $1, part_no, lo, hi, cursor,"
 						  "        CASE WHEN state = 'done' THEN 'done' ELSE 'pending' END"
 						  "   FROM backfill.partition WHERE run_id = $2",

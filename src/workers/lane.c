@@ -127,12 +127,15 @@ backfill_lane_main(Datum main_arg)
 	if (!work_step(&pass, lane_prepare_and_plan, "preparing the pass"))
 		proc_exit(0);
 
-	while (pass_claim(&pass, &claim))
+	/* the end may find leaves attached since the plan, with partitions of their own */
+	do
 	{
-		pacing_start(&pass, &claim);
-		if (!work_partition(&pass, &claim, scratch))
-			proc_exit(0);
-	}
-	(void) work_step(&pass, pass_finish, "ending the pass");
+		while (pass_claim(&pass, &claim))
+		{
+			pacing_start(&pass, &claim);
+			if (!work_partition(&pass, &claim, scratch))
+				proc_exit(0);
+		}
+	} while (work_step(&pass, pass_finish, "ending the pass") && pass.more_leaves);
 	proc_exit(0);
 }

@@ -1,0 +1,693 @@
+/*-------------------------------------------------------------------------
+ *
+ * leaves.c
+ *	  A partitioned table's leaves in key order: may a pass be planned leaf
+ *	  by leaf, each leaf's interval of the leading key column, and that
+ *	  interval as the partition row keeps it and as a scan of the parent
+ *	  names it.
+ *
+ * A pass's partitions must cover disjoint key ranges, and a batch's action
+ * (which names the parent) touches every row between the first and the
+ * last key its scan found.  A partition may therefore keep to one leaf
+ * only when that leaf is one interval of the key order that no other leaf
+ * enters: when every level of the tree is partitioned by RANGE or LIST on
+ * the leading key column alone, under the key's own btree operator family
+ * and collation, with no DEFAULT partition (a default holds whatever falls
+ * in the gaps, interleaved with the others).  A RANGE leaf is then the
+ * interval of its bounds, met with those of its ancestors; a LIST leaf is
+ * one interval per value: its values need not be neighbours (a leaf of 10
+ * and 30 beside a leaf of 20), so each value is a piece of its own, and
+ * a batch inside one value touches only that value's rows.  HASH
+ * partitioning, a partition key of other or more columns, or a default
+ * leaf keep the walk of the parent.
+ *
+ * The scan of a piece is a scan of the PARENT with the piece's bounds on
+ * the leading column: the planner prunes it to the one leaf, which it
+ * reads through the leaf's own index, and the parent's privileges and
+ * row-level security policies hold (a leaf read directly would need
+ * privileges of its own and would bypass the parent's policies).
+ *
+ * Nothing here runs SQL but the statistics and range probes of
+ * leaves_single_bounds, as the lane's role.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <ctype.h>
+
+#include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/stratnum.h"
+#include "catalog/partition.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_inherits.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "nodes/parsenodes.h"
+#include "partitioning/partbounds.h"
+#include "partitioning/partdesc.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/partcache.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+#include "utils/typcache.h"
+
+#include "leaves.h"
+
+/* what the walk of the tree compares with */
+typedef struct LeafWalk
+{
+	const char *lead_column;
+	Oid			lead_type;
+	Oid			lead_collation;
+	FmgrInfo   *cmp;
+	List	   *pieces;
+	const char *why;			/* set: the table is not planned per leaf */
+} LeafWalk;
+
+static int
+compare_values(FmgrInfo *cmp, Oid collation, Datum a, Datum b)
+{
+	return DatumGetInt32(FunctionCall2Coll(cmp, collation, a, b));
+}
+
+static FmgrInfo *
+type_cmp(Oid type)
+{
+	TypeCacheEntry *entry = lookup_type_cache(type, TYPECACHE_CMP_PROC_FINFO);
+
+	if (!OidIsValid(entry->cmp_proc))
+		elog(ERROR, "type %s has no btree comparison", format_type_be(type));
+	return &entry->cmp_proc_finfo;
+}
+
+/* is the piece empty (its lower end above its upper)? */
+static bool
+piece_empty(const LeafPiece *p, FmgrInfo *cmp, Oid collation)
+{
+	int			c;
+
+	if (!p->has_lo || !p->has_hi)
+		return false;
+	c = compare_values(cmp, collation, p->lo, p->hi);
+	return c > 0 || (c == 0 && !(p->lo_incl && p->hi_incl));
+}
+
+/* a and b met: the higher lower end, the lower upper end */
+static LeafPiece
+piece_meet(const LeafPiece *a, const LeafPiece *b, FmgrInfo *cmp, Oid collation)
+{
+	LeafPiece	m = *b;
+	int			c;
+
+	if (a->has_lo && (!b->has_lo ||
+					  (c = compare_values(cmp, collation, a->lo, b->lo)) > 0 ||
+					  (c == 0 && !a->lo_incl)))
+	{
+		m.has_lo = true;
+		m.lo = a->lo;
+		m.lo_incl = a->lo_incl;
+	}
+	if (a->has_hi && (!b->has_hi ||
+					  (c = compare_values(cmp, collation, a->hi, b->hi)) < 0 ||
+					  (c == 0 && !a->hi_incl)))
+	{
+		m.has_hi = true;
+		m.hi = a->hi;
+		m.hi_incl = a->hi_incl;
+	}
+	return m;
+}
+
+/* a partition's bound, from pg_class.relpartbound; its reltuples */
+static PartitionBoundSpec *
+bound_spec(Oid child, double *tuples)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(child));
+	Datum		d;
+	bool		isnull;
+	PartitionBoundSpec *spec;
+
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "cache lookup failed for relation %u", child);
+	d = SysCacheGetAttr(RELOID, tuple, Anum_pg_class_relpartbound, &isnull);
+	if (isnull)
+		elog(ERROR, "relation %u has no partition bound", child);
+	spec = castNode(PartitionBoundSpec, stringToNode(TextDatumGetCString(d)));
+	*tuples = Max(((Form_pg_class) GETSTRUCT(tuple))->reltuples, 0);
+	ReleaseSysCache(tuple);
+	return spec;
+}
+
+/* one end of a RANGE bound of one column: false when it is MINVALUE or MAXVALUE */
+static bool
+range_end(List *datums, Datum *value)
+{
+	PartitionRangeDatum *prd = linitial_node(PartitionRangeDatum, datums);
+
+	if (prd->kind != PARTITION_RANGE_DATUM_VALUE)
+		return false;
+	*value = castNode(Const, prd->value)->constvalue;
+	return true;
+}
+
+/* why a level of the tree does not keep its leaves apart in key order, or NULL */
+static const char *
+level_refusal(Relation rel, LeafWalk *w)
+{
+	PartitionKey key = RelationGetPartitionKey(rel);
+	AttrNumber	lead = get_attnum(RelationGetRelid(rel), w->lead_column);
+	TypeCacheEntry *entry = lookup_type_cache(w->lead_type, TYPECACHE_BTREE_OPFAMILY);
+
+	if (key->strategy == PARTITION_STRATEGY_HASH)
+		return "leaves interleave in key order (hash)";
+	if (key->partnatts != 1 || key->partattrs[0] != lead)
+		return psprintf("%s is not partitioned on the leading key column alone",
+						RelationGetRelationName(rel));
+	if (key->partopfamily[0] != entry->btree_opf ||
+		(OidIsValid(w->lead_collation) && key->partcollation[0] != w->lead_collation))
+		return psprintf("%s orders its partitions by another operator class or collation "
+						"than the key's", RelationGetRelationName(rel));
+	return NULL;
+}
+
+static void walk_level(Oid relid, const LeafPiece *within, LeafWalk *w);
+
+/* one child's pieces (a LIST child: one per value), met with what its parent allows */
+static void
+walk_child(Oid child, bool is_leaf, const LeafPiece *within, LeafWalk *w)
+{
+	double		tuples;
+	PartitionBoundSpec *spec = bound_spec(child, &tuples);
+	List	   *mine = NIL;
+	ListCell   *lc;
+	int			n = 0;
+
+	if (spec->strategy == PARTITION_STRATEGY_LIST)
+	{
+		foreach(lc, spec->listdatums)
+		{
+			Const	   *c = lfirst_node(Const, lc);
+			LeafPiece  *p = palloc0(sizeof(LeafPiece));
+
+			if (c->constisnull)
+				continue;		/* a key has no NULL */
+			p->has_lo = p->has_hi = p->lo_incl = p->hi_incl = true;
+			p->lo = p->hi = c->constvalue;
+			mine = lappend(mine, p);
+		}
+	}
+	else
+	{
+		LeafPiece  *p = palloc0(sizeof(LeafPiece));
+
+		p->has_lo = range_end(spec->lowerdatums, &p->lo);
+		p->lo_incl = true;
+		p->has_hi = range_end(spec->upperdatums, &p->hi);
+		p->hi_incl = false;
+		mine = lappend(mine, p);
+	}
+	foreach(lc, mine)
+	{
+		LeafPiece	met = piece_meet(within, (LeafPiece *) lfirst(lc), w->cmp, w->lead_collation);
+
+		if (piece_empty(&met, w->cmp, w->lead_collation))
+			continue;
+		met.leaf = child;
+		if (is_leaf)
+		{
+			LeafPiece  *keep = palloc(sizeof(LeafPiece));
+
+			*keep = met;
+			w->pieces = lappend(w->pieces, keep);
+			n++;
+		}
+		else
+			walk_level(child, &met, w);
+	}
+	/* the leaf's rows shared evenly among its values */
+	for (int i = list_length(w->pieces) - n; i < list_length(w->pieces); i++)
+		((LeafPiece *) list_nth(w->pieces, i))->tuples = tuples / n;
+}
+
+/* the pieces of one partitioned level and those below it */
+static void
+walk_level(Oid relid, const LeafPiece *within, LeafWalk *w)
+{
+	Relation	rel = relation_open(relid, AccessShareLock);
+	PartitionDesc pd;
+
+	if (w->why == NULL)
+		w->why = level_refusal(rel, w);
+	if (w->why == NULL)
+	{
+		pd = RelationGetPartitionDesc(rel, true);
+		if (partition_bound_has_default(pd->boundinfo))
+			w->why = "a default partition holds what falls between the others";
+		for (int i = 0; i < pd->nparts && w->why == NULL; i++)
+			walk_child(pd->oids[i], pd->is_leaf[i], within, w);
+	}
+	relation_close(rel, AccessShareLock);
+}
+
+/* qsort_arg's comparison of pieces by their lower ends (open first) */
+static int
+piece_order(const void *a, const void *b, void *arg)
+{
+	const LeafPiece *pa = *(LeafPiece *const *) a;
+	const LeafPiece *pb = *(LeafPiece *const *) b;
+	LeafWalk   *w = (LeafWalk *) arg;
+	int			c;
+
+	if (!pa->has_lo || !pb->has_lo)
+		return (int) pb->has_lo - (int) pa->has_lo;
+	c = compare_values(w->cmp, w->lead_collation, pa->lo, pb->lo);
+	if (c != 0)
+		return c;
+	return (int) pb->lo_incl - (int) pa->lo_incl;
+}
+
+/* does a (lower in order) reach into b? */
+static bool
+pieces_overlap(const LeafPiece *a, const LeafPiece *b, FmgrInfo *cmp, Oid collation)
+{
+	int			c;
+
+	if (!a->has_hi || !b->has_lo)
+		return true;
+	c = compare_values(cmp, collation, a->hi, b->lo);
+	return c > 0 || (c == 0 && a->hi_incl && b->lo_incl);
+}
+
+/* the pieces sorted by their lower ends; false when two overlap */
+static bool
+sort_pieces(List **pieces, LeafWalk *w)
+{
+	int			n = list_length(*pieces);
+	LeafPiece **arr = palloc(sizeof(LeafPiece *) * Max(n, 1));
+	List	   *sorted = NIL;
+
+	for (int i = 0; i < n; i++)
+		arr[i] = list_nth(*pieces, i);
+	qsort_arg(arr, n, sizeof(LeafPiece *), piece_order, w);
+	for (int i = 0; i < n; i++)
+	{
+		if (i > 0 && pieces_overlap(arr[i - 1], arr[i], w->cmp, w->lead_collation))
+			return false;
+		sorted = lappend(sorted, arr[i]);
+	}
+	*pieces = sorted;
+	return true;
+}
+
+/*
+ * The pieces of a partitioned table's leaves in key order, or NIL with
+ * *why saying why the table is walked through its parent instead.
+ * Partitions being detached (CONCURRENTLY) are left out.
+ */
+List *
+leaves_pieces(Oid relid, const char *lead_column, Oid lead_type, Oid lead_collation,
+			  const char **why)
+{
+	LeafWalk	w = {0};
+	LeafPiece	all = {0};
+
+	w.lead_column = lead_column;
+	w.lead_type = lead_type;
+	w.lead_collation = lead_collation;
+	w.cmp = type_cmp(lead_type);
+	walk_level(relid, &all, &w);
+	if (w.why == NULL && w.pieces == NIL)
+		w.why = "it has no leaves";
+	if (w.why == NULL && !sort_pieces(&w.pieces, &w))
+		w.why = "its leaves overlap in key order";
+	*why = w.why;
+	return w.why ? NIL : w.pieces;
+}
+
+/* how many leaves the pieces come from */
+int
+leaves_count(List *pieces)
+{
+	List	   *seen = NIL;
+	ListCell   *lc;
+
+	foreach(lc, pieces)
+		seen = list_append_unique_oid(seen, ((LeafPiece *) lfirst(lc))->leaf);
+	return list_length(seen);
+}
+
+/*
+ * The pieces that overlap none planned already: a leaf attached since the
+ * plan, in a gap between the planned ones.  A leaf that overlaps a
+ * planned piece (one attached where a detached one was) is left out: the
+ * partitions of that piece cover its rows in their range, and two
+ * partitions must never share a key.
+ */
+List *
+leaves_uncovered(List *pieces, List *planned, Oid lead_type, Oid lead_collation)
+{
+	FmgrInfo   *cmp = type_cmp(lead_type);
+	List	   *fresh = NIL;
+	ListCell   *lc;
+	ListCell   *pc;
+
+	foreach(lc, pieces)
+	{
+		LeafPiece  *p = lfirst(lc);
+		bool		covered = false;
+
+		foreach(pc, planned)
+		{
+			LeafPiece	met = piece_meet(p, (LeafPiece *) lfirst(pc), cmp, lead_collation);
+
+			covered |= !piece_empty(&met, cmp, lead_collation);
+		}
+		if (!covered)
+			fresh = lappend(fresh, p);
+	}
+	return fresh;
+}
+
+/* a value as a range's bound writes it: quoted when empty or special */
+static void
+append_value(StringInfo buf, Datum value, Oid type)
+{
+	Oid			output;
+	bool		varlena;
+	char	   *text;
+	bool		quote;
+
+	getTypeOutputInfo(type, &output, &varlena);
+	text = OidOutputFunctionCall(output, value);
+	quote = (text[0] == '\0');
+	for (const char *p = text; *p && !quote; p++)
+		quote = (*p == '"' || *p == '\\' || *p == '(' || *p == ')' || *p == '[' ||
+				 *p == ']' || *p == ',' || isspace((unsigned char) *p));
+	if (!quote)
+	{
+		appendStringInfoString(buf, text);
+		return;
+	}
+	appendStringInfoChar(buf, '"');
+	for (const char *p = text; *p; p++)
+	{
+		if (*p == '"' || *p == '\\')
+			appendStringInfoChar(buf, '\\');
+		appendStringInfoChar(buf, *p);
+	}
+	appendStringInfoChar(buf, '"');
+}
+
+/* a piece as text, as a range literal writes it: "[10,15)", "[7,7]", "(,100)" */
+char *
+leaves_range_text(const LeafPiece *piece, Oid lead_type)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, piece->has_lo && piece->lo_incl ? '[' : '(');
+	if (piece->has_lo)
+		append_value(&buf, piece->lo, lead_type);
+	appendStringInfoChar(&buf, ',');
+	if (piece->has_hi)
+		append_value(&buf, piece->hi, lead_type);
+	appendStringInfoChar(&buf, piece->has_hi && piece->hi_incl ? ']' : ')');
+	return buf.data;
+}
+
+/* one bound of a range literal, or false when it is empty (open); p moved past it */
+static bool
+read_value(const char **p, Oid type, Datum *value)
+{
+	StringInfoData buf;
+	bool		quoted = false;
+	bool		any = false;
+	Oid			input;
+	Oid			ioparam;
+
+	initStringInfo(&buf);
+	while (**p != '\0' && (quoted || (**p != ',' && **p != ')' && **p != ']')))
+	{
+		char		ch = *(*p)++;
+
+		any = true;
+		if (ch == '\\' && quoted && **p != '\0')
+			appendStringInfoChar(&buf, *(*p)++);
+		else if (ch == '"')
+			quoted = !quoted;
+		else
+			appendStringInfoChar(&buf, ch);
+	}
+	if (!any)
+		return false;
+	getTypeInputInfo(type, &input, &ioparam);
+	*value = OidInputFunctionCall(input, buf.data, ioparam, -1);
+	return true;
+}
+
+/*
+ * A piece back from its text, each bound through the type's input
+ * function (as the lane's role: a domain's CHECK is the declarer's code);
+ * false when the text is no range literal.
+ */
+bool
+leaves_range_parse(const char *text, Oid lead_type, LeafPiece *piece)
+{
+	const char *p = text;
+
+	memset(piece, 0, sizeof(LeafPiece));
+	if (*p != '[' && *p != '(')
+		return false;
+	piece->lo_incl = (*p++ == '[');
+	piece->has_lo = read_value(&p, lead_type, &piece->lo);
+	if (*p++ != ',')
+		return false;
+	piece->has_hi = read_value(&p, lead_type, &piece->hi);
+	if (*p != ']' && *p != ')')
+		return false;
+	piece->hi_incl = (*p++ == ']');
+	return *p == '\0';
+}
+
+/*
+ * The piece as a condition on the leading column, its bounds parameters
+ * $first.. (into args; *nargs how many), "true" when it is open at both
+ * ends: the planning probes' restriction.
+ */
+char *
+leaves_piece_sql(const LeafPiece *piece, const char *lead_sql, Oid lead_type, int first_param,
+				 Datum *args, int *nargs)
+{
+	StringInfoData sql;
+
+	initStringInfo(&sql);
+	*nargs = 0;
+	appendStringInfoString(&sql, "true");
+	if (piece->has_lo)
+	{
+		appendStringInfo(&sql, " AND %s %s $%d", lead_sql,
+						 keyset_operator(lead_type, piece->lo_incl ? BTGreaterEqualStrategyNumber :
+										 BTGreaterStrategyNumber), first_param + *nargs);
+		args[(*nargs)++] = piece->lo;
+	}
+	if (piece->has_hi)
+	{
+		appendStringInfo(&sql, " AND %s %s $%d", lead_sql,
+						 keyset_operator(lead_type, piece->hi_incl ? BTLessEqualStrategyNumber :
+										 BTLessStrategyNumber), first_param + *nargs);
+		args[(*nargs)++] = piece->hi;
+	}
+	return sql.data;
+}
+
+/*
+ * The leaf condition of a key scan of a partitioned table, prepared once
+ * per lane: LEAVES_SCAN_PARAMS parameters from $first (>=, >, <, <=), each
+ * NULL when the claim's piece has no such end, or when the partition has
+ * no piece (a walk of the parent).  The key scan of a partitioned table
+ * is planned for each batch's values (a custom plan), so a NULL's
+ * condition folds away and the others prune the leaves.
+ */
+char *
+leaves_scan_sql(const char *lead_sql, Oid lead_type, int first_param)
+{
+	StringInfoData sql;
+	int16		strategies[LEAVES_SCAN_PARAMS] = {BTGreaterEqualStrategyNumber,
+		BTGreaterStrategyNumber, BTLessStrategyNumber, BTLessEqualStrategyNumber};
+
+	initStringInfo(&sql);
+	for (int i = 0; i < LEAVES_SCAN_PARAMS; i++)
+		appendStringInfo(&sql, "($%d IS NULL OR %s %s $%d) AND ", first_param + i, lead_sql,
+						 keyset_operator(lead_type, strategies[i]), first_param + i);
+	return sql.data;
+}
+
+/* the values of leaves_scan_sql's parameters for a piece (NULL: no piece) */
+void
+leaves_scan_args(const LeafPiece *piece, Datum *values, char *nulls)
+{
+	for (int i = 0; i < LEAVES_SCAN_PARAMS; i++)
+	{
+		values[i] = (Datum) 0;
+		nulls[i] = 'n';
+	}
+	if (piece == NULL)
+		return;
+	if (piece->has_lo)
+	{
+		values[piece->lo_incl ? 0 : 1] = piece->lo;
+		nulls[piece->lo_incl ? 0 : 1] = ' ';
+	}
+	if (piece->has_hi)
+	{
+		values[piece->hi_incl ? 3 : 2] = piece->hi;
+		nulls[piece->hi_incl ? 3 : 2] = ' ';
+	}
+}
+
+/* is the leaf still in relid's tree (not detached, not dropped)? */
+bool
+leaves_still_partition(Oid leaf, Oid relid)
+{
+	List	   *ancestors;
+	bool		found;
+
+	if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(leaf)) || !get_rel_relispartition(leaf))
+		return false;
+	ancestors = get_partition_ancestors(leaf);
+	found = list_member_oid(ancestors, relid);
+	list_free(ancestors);
+	return found;
+}
+
+/* the histogram of a leaf's key column, as the lane's role sees pg_stats */
+static int
+leaf_histogram(Oid leaf, const char *key, Oid key_type, Datum **hist)
+{
+	Oid			types[3] = {TEXTOID, TEXTOID, NAMEOID};
+	Datum		values[3];
+	NameData	attname;
+	bool		isnull;
+	Datum		d;
+	ArrayType  *arr;
+	int16		len;
+	bool		byval;
+	char		align;
+	bool	   *nulls;
+	int			n;
+
+	namestrcpy(&attname, key);
+	values[0] = CStringGetTextDatum(get_namespace_name(get_rel_namespace(leaf)));
+	values[1] = CStringGetTextDatum(get_rel_name(leaf));
+	values[2] = NameGetDatum(&attname);
+	if (SPI_execute_with_args("SELECT s.histogram_bounds FROM pg_catalog.pg_stats s"
+							  " WHERE s.schemaname = $1 AND s.tablename = $2"
+							  "   AND s.attname = $3 AND NOT s.inherited",
+							  3, types, values, NULL, true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		return 0;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	if (isnull)
+		return 0;
+	arr = DatumGetArrayTypeP(d);
+	if (ARR_ELEMTYPE(arr) != key_type)
+		return 0;
+	get_typlenbyvalalign(key_type, &len, &byval, &align);
+	deconstruct_array(arr, key_type, len, byval, align, hist, &nulls, &n);
+	return n;
+}
+
+/* is the value strictly inside the piece? */
+static bool
+inside(const LeafPiece *p, Datum v, FmgrInfo *cmp, Oid collation)
+{
+	return (!p->has_lo || compare_values(cmp, collation, v, p->lo) > 0) &&
+		(!p->has_hi || compare_values(cmp, collation, v, p->hi) < 0);
+}
+
+/* an integer key's range within the piece, read through the parent, cut evenly */
+static List *
+minmax_bounds(const LeafPiece *piece, const char *relation, const char *key, Oid key_type,
+			  int nparts)
+{
+	Datum		args[2];
+	Oid			types[2] = {key_type, key_type};
+	int			nargs;
+	char	   *where = leaves_piece_sql(piece, key, key_type, 1, args, &nargs);
+	bool		isnull;
+	int64		lo;
+	int64		hi;
+	List	   *bounds = NIL;
+
+	if (key_type != INT2OID && key_type != INT4OID && key_type != INT8OID)
+		return NIL;
+	if (SPI_execute_with_args(psprintf("SELECT pg_catalog.min(%s)::pg_catalog.int8,"
+									   " pg_catalog.max(%s)::pg_catalog.int8 FROM %s WHERE %s",
+									   key, key, relation, where),
+							  nargs, types, args, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the key range of a leaf");
+	lo = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (isnull)
+		return NIL;
+	hi = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	for (int i = 1; i < nparts && hi - lo >= nparts; i++)
+		bounds = lappend(bounds, psprintf(INT64_FORMAT, lo + (int64) ((double) (hi - lo) * i / nparts)));
+	return bounds;
+}
+
+/*
+ * The interior bounds of about nparts partitions of one piece of a key of
+ * one column, as text[]: picked from the leaf's own histogram (pg_stats,
+ * not inherited: what the role may see of the leaf), else from the
+ * range of an integer key within the piece, read through the parent (the
+ * role's privileges and policies on it); else none.  As the lane's role.
+ */
+Datum
+leaves_single_bounds(const LeafPiece *piece, const char *relation, const char *key,
+					 Oid key_type, int nparts, const char **method)
+{
+	FmgrInfo   *cmp = type_cmp(key_type);
+	Oid			collation = get_typcollation(key_type);
+	Datum	   *hist;
+	int			nhist = nparts > 1 ? leaf_histogram(piece->leaf, key, key_type, &hist) : 0;
+	List	   *bounds = NIL;
+	List	   *within = NIL;
+	Datum	   *elems;
+	int			n = 0;
+	ListCell   *lc;
+	Oid			output;
+	bool		varlena;
+
+	*method = "single";
+	getTypeOutputInfo(key_type, &output, &varlena);
+	for (int i = 0; i < nhist; i++)
+		if (inside(piece, hist[i], cmp, collation))
+			within = lappend(within, DatumGetPointer(hist[i]));
+	if (list_length(within) >= nparts)
+	{
+		const char *last = NULL;
+
+		for (int i = 1; i < nparts; i++)
+		{
+			char	   *text = OidOutputFunctionCall(output, PointerGetDatum(
+														 list_nth(within, (i * (list_length(within) - 1)) / nparts)));
+
+			if (last == NULL || strcmp(last, text) != 0)
+				bounds = lappend(bounds, text);
+			last = text;
+		}
+		*method = "histogram";
+	}
+	else if (nparts > 1 && (bounds = minmax_bounds(piece, relation, quote_identifier(key),
+												   key_type, nparts)) != NIL)
+		*method = "minmax";
+	elems = palloc(sizeof(Datum) * Max(list_length(bounds), 1));
+	foreach(lc, bounds)
+		elems[n++] = CStringGetTextDatum((char *) lfirst(lc));
+	return PointerGetDatum(construct_array(elems, n, TEXTOID, -1, false, TYPALIGN_INT));
+}
