@@ -264,7 +264,7 @@ piece_order(const void *a, const void *b, void *arg)
 	int			c;
 
 	if (!pa->has_lo || !pb->has_lo)
-		return (int) pb->has_lo - (int) pa->has_lo;
+		return (int) pa->has_lo - (int) pb->has_lo;
 	c = compare_values(w->cmp, w->lead_collation, pa->lo, pb->lo);
 	if (c != 0)
 		return c;
