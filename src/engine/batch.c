@@ -628,6 +628,54 @@ batch_move_cursor(Pass *pass, Claim *claim, const Datum *next)
 }
 
 /*
+ * Run the key scan of a variant.  A partitioned table's is planned for
+ * each batch; a leaf attached since the last ANALYZE has no statistics,
+ * and the planner, expecting a row or two, would read the leaf's rest into
+ * a bitmap and sort it, in every batch.  So, for its planning only, no
+ * sort, no bitmap and no sequential scan: the leaf's own index in key
+ * order, which the LIMIT ends (a GUC nest level of its own, undone at once).
+ */
+static int
+run_key_scan(Pass *pass, int variant, Datum *values, const char *nulls)
+{
+	int			nest;
+	int			rc;
+
+	if (!pass->partitioned)
+		return SPI_execute_plan(pass->keys_plan[variant], values, nulls, false, 0);
+	nest = NewGUCNestLevel();
+	(void) set_config_option("enable_sort", "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+	(void) set_config_option("enable_bitmapscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	rc = SPI_execute_plan(pass->keys_plan[variant], values, nulls, false, 0);
+	AtEOXact_GUC(true, nest);
+	return rc;
+}
+
+/*
+ * A partition planned per leaf whose leaf has left the table (detached or
+ * dropped) since the plan: it is done with what it did, logged, without
+ * a scan (the parent's scan of its interval would find no leaf, or a leaf
+ * attached there since, which the count then finds: STALLED).
+ */
+static bool
+leaf_gone(Pass *pass, Claim *claim)
+{
+	if (!claim->has_piece || leaves_still_partition(claim->piece.leaf, pass->relid))
+		return false;
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT ": partition %d is done; its leaf was "
+					"detached or dropped while the pass ran", pass->name, pass->run_id,
+					claim->part_no),
+			 errdetail("The partition did " INT64_FORMAT " rows; the rows that left with the "
+					   "leaf are no longer the table's.", claim->rows)));
+	return true;
+}
+
+/*
  * The first key after the claim's cursor that still matches the predicate
  * (k values for a composite key), found in a batch transaction begun here
  * and left open: the caller (poison.c) records the row and moves the
@@ -644,8 +692,12 @@ batch_first_key(Pass *pass, Claim *claim, Datum *key)
 
 	key_scan_args(pass, claim, 1, key_values, key_nulls);
 	begin_batch(pass, claim);
-	if (SPI_execute_plan(pass->keys_plan[variant], key_values, key_nulls, false, 0) !=
-		SPI_OK_SELECT)
+	if (leaf_gone(pass, claim))
+	{
+		disable_timeout(STATEMENT_TIMEOUT, false);
+		return false;
+	}
+	if (run_key_scan(pass, variant, key_values, key_nulls) != SPI_OK_SELECT)
 		elog(ERROR, "key scan of backfill \"%s\" failed", pass->name);
 	disable_timeout(STATEMENT_TIMEOUT, false);
 	if (SPI_processed == 0 || batch_range(pass, range) == 0)
@@ -692,7 +744,14 @@ batch_run(Pass *pass, Claim *claim)
 	begin_batch(pass, claim);
 	claim->scanned_keys = -1;
 
-	rc = SPI_execute_plan(pass->keys_plan[variant], key_values, key_nulls, false, 0);
+	if (leaf_gone(pass, claim))
+	{
+		disable_timeout(STATEMENT_TIMEOUT, false);
+		checkpoint_partition_done(pass, claim);
+		worker_commit_xact();
+		return BATCH_PARTITION_DONE;
+	}
+	rc = run_key_scan(pass, variant, key_values, key_nulls);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "key scan of backfill \"%s\" failed: %s", pass->name,
 			 SPI_result_code_string(rc));
@@ -701,13 +760,6 @@ batch_run(Pass *pass, Claim *claim)
 	if (nkeys == 0)
 	{
 		disable_timeout(STATEMENT_TIMEOUT, false);
-		if (claim->has_piece && !leaves_still_partition(claim->piece.leaf, pass->relid))
-			ereport(LOG,
-					(errmsg("backfill \"%s\" run " INT64_FORMAT ": partition %d is done; its "
-							"leaf was detached or dropped while the pass ran",
-							pass->name, pass->run_id, claim->part_no),
-					 errdetail("The partition did " INT64_FORMAT " rows; the rows that left "
-							   "with the leaf are no longer the table's.", claim->rows)));
 		checkpoint_partition_done(pass, claim);
 		worker_commit_xact();
 		return BATCH_PARTITION_DONE;
