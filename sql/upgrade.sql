@@ -183,6 +183,17 @@ SELECT count(*) FILTER (WHERE watch) AS watch_passes FROM backfill.ledger;
 SELECT count(*) FILTER (WHERE bound IS NOT NULL OR beyond IS NOT NULL) AS bounded_runs
   FROM backfill.run;
 SELECT count(*) AS watch_rows FROM backfill.watch;
+-- partitions of a pass planned per leaf name their leaf and its interval;
+-- none of 0.4's does, and backfill_partitions shows both
+SELECT string_agg(a.attname || ' ' || a.atttypid::regtype, ', ' ORDER BY a.attnum)
+       AS partition_leaf_columns
+  FROM pg_attribute a
+ WHERE a.attrelid = 'backfill.partition'::regclass AND a.attname IN ('leaf', 'leaf_range');
+SELECT count(*) FILTER (WHERE leaf IS NOT NULL OR leaf_range IS NOT NULL) AS per_leaf_partitions
+  FROM backfill.partition;
+SELECT string_agg(name, ', ' ORDER BY ord) FILTER (WHERE ord > 19) AS backfill_partitions_adds
+  FROM pg_proc p, unnest(p.proargnames) WITH ORDINALITY AS u(name, ord)
+ WHERE p.oid = 'backfill_partitions(text)'::regprocedure;
 SELECT to_regprocedure('backfill.drift_probe(text)') IS NOT NULL AS has_drift_probe;
 -- a key of one column, declared before 0.5, has no key_columns: its passes
 -- read and resume as they did; a composite key fills them
