@@ -11,6 +11,7 @@
 #                             unless KEEP=1; server.log stays)
 #   PGPORT=55470  PGBIN=/usr/lib/postgresql/15/bin
 #   CSV=bench/results/bench.csv     one row per measured case is appended at the end
+#   PARTITIONED_ONLY=1        only the partitioned pair (plain vs 8 leaves, planned per leaf)
 #   N_BIG=                    also run pg_backfill at batch 1000 with 1 and 2 lanes on N_BIG rows
 #                             (20000000 for issue 13's scale target: rows/s within 10% of N,
 #                             lane RssAnon flat within 1 MB); unset: those target lines say n/a
@@ -243,6 +244,79 @@ if [ "${COMPOSITE_ONLY:-0}" = 1 ]; then
 fi
 # ------------------------------------------------------------------ end of composite key (issue 12)
 
+# ------------------------------------------------------------------ partitioned, per leaf (issue 12, item 4)
+# The composite case's rows and action, once in the plain table items_ck and once in items_pt,
+# RANGE-partitioned on tenant_id into 8 leaves (sql/fresh_items_pt.sql), planned per leaf: each
+# batch's key scan names the parent and is pruned to one leaf, read through its own index;
+# 1 lane.  The ratio is the cost per row of a leaf against the plain table.
+# PARTITIONED_BATCHES="1000" the batch sizes; PARTITIONED=0 skips it; PARTITIONED_ONLY=1 runs
+# only it (a quick check at a small N).
+PARTITIONED_BATCHES=${PARTITIONED_BATCHES:-1000}
+PT_RES=$TMP/partitioned.tsv
+: >"$PT_RES"
+
+pt_case() {  # table batch rep -> one line "table batch rep secs plan" in $PT_RES
+    local table=$1 b=$2 rep=$3 name="bench_${1}_${2}_${3}" t0 t1 out status bad plan
+    Q -v n="$N" -f "$HERE/sql/fresh_${table}.sql"
+    Q -c "SELECT backfill_declare(name => '$name', relation => '$table', predicate => 'c IS NULL',
+              action => 'UPDATE $table SET c = a * 2
+                          WHERE ((tenant_id = \$1 AND tenant_id = \$3 AND id BETWEEN \$2 AND \$4)
+                              OR (tenant_id = \$1 AND tenant_id < \$3 AND id >= \$2)
+                              OR (tenant_id > \$1 AND tenant_id < \$3)
+                              OR (tenant_id = \$3 AND tenant_id > \$1 AND id <= \$4)) AND c IS NULL',
+              batch_size => $b, rate => 100000, max_parallel => 1)" >/dev/null
+    t0=$(now)
+    out=$(Q -F'|' <<SQL
+SELECT backfill_run('$name') AS run_id \gset
+SELECT :run_id, backfill_wait(:run_id, '30 min');
+SQL
+)
+    t1=$(now)
+    status=${out#*|}
+    [ "$status" = completed ] || die "backfill $name ended as '$status', not 'completed'"
+    bad=$(Q -c "SELECT count(*) FROM $table WHERE c IS DISTINCT FROM a * 2")
+    [ "$bad" = 0 ] || die "VERIFY FAILED: $bad rows of $table have c IS DISTINCT FROM a*2"
+    plan=$(Q -c "SELECT plan_method FROM backfill.run WHERE run_id = ${out%%|*}")
+    printf '%s\t%s\t%s\t%.3f\t%s\n' "$table" "$b" "$rep" "$(echo "$t1 - $t0" | bc -l)" "$plan" >>"$PT_RES"
+    say "$(printf '%-9s lanes=1 batch=%-6s rep=%s: %7.2f s  %8.0f rows/s  verify ok (%s)' \
+        "$table" "$b" "$rep" "$(echo "$t1 - $t0" | bc -l)" "$(echo "$N / ($t1 - $t0)" | bc -l)" "$plan")"
+    Q -c "DROP TABLE $table" >/dev/null
+}
+
+pt_pairs() {
+    local b rep
+    for b in $PARTITIONED_BATCHES; do
+        for rep in $(seq 1 "$REPS"); do
+            pt_case items_ck "$b" "$rep"
+            pt_case items_pt "$b" "$rep"
+        done
+    done
+}
+
+pt_report() {
+    local b p l x
+    echo
+    echo "Partitioned (8 leaves by RANGE on tenant_id, planned per leaf) against the plain table:"
+    echo "same rows, same action, key (tenant_id, id), 1 lane"
+    echo
+    echo "| batch | plain s | partitioned s | partitioned / plain (per row) | plan |"
+    echo "|---:|---:|---:|---:|---|"
+    for b in $PARTITIONED_BATCHES; do
+        p=$(awk -F'\t' -v b="$b" '$1 == "items_ck" && $2 == b { print $4 }' "$PT_RES" | median)
+        l=$(awk -F'\t' -v b="$b" '$1 == "items_pt" && $2 == b { print $4 }' "$PT_RES" | median)
+        x=$(awk -v a="$l" -v b="$p" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }')
+        printf '| %s | %.2f | %.2f | %sx | %s |\n' "$b" "$p" "$l" "$x" \
+            "$(awk -F'\t' -v b="$b" '$1 == "items_pt" && $2 == b { print $5; exit }' "$PT_RES")"
+    done
+}
+
+if [ "${PARTITIONED_ONLY:-0}" = 1 ]; then
+    pt_pairs
+    pt_report
+    exit 0
+fi
+# ------------------------------------------------------------------ end of partitioned, per leaf (issue 12, item 4)
+
 # ------------------------------------------------------------------ the cases
 CASES=("single:-:-")
 for b in $BATCHES; do CASES+=("loop:-:$b"); done
@@ -384,6 +458,8 @@ echo "Total measured time $(printf '%.0f' "$TOTAL") s (incl. table rebuilds). Se
 
 # composite key (issue 12): the pair and its ratio, after the main cases
 [ "${COMPOSITE:-1}" = 1 ] && { ck_pairs; ck_report; }
+# partitioned, per leaf (issue 12, item 4): the pair and its ratio
+[ "${PARTITIONED:-1}" = 1 ] && { pt_pairs; pt_report; }
 
 # ------------------------------------------------------------------ csv
 mkdir -p "$(dirname "$CSV")"
