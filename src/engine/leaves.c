@@ -17,7 +17,9 @@
  * interval of its bounds, met with those of its ancestors; a LIST leaf is
  * one interval per value: its values need not be neighbours (a leaf of 10
  * and 30 beside a leaf of 20), so each value is a piece of its own, and
- * a batch inside one value touches only that value's rows.  HASH
+ * a batch inside one value touches only that value's rows; values of one
+ * leaf with no other leaf's value between them (4 and 5) make one piece,
+ * since no key of another leaf lies inside it.  HASH
  * partitioning, a partition key of other or more columns, or a default
  * leaf keep the walk of the parent.
  *
@@ -283,22 +285,37 @@ pieces_overlap(const LeafPiece *a, const LeafPiece *b, FmgrInfo *cmp, Oid collat
 	return c > 0 || (c == 0 && a->hi_incl && b->lo_incl);
 }
 
-/* the pieces sorted by their lower ends; false when two overlap */
+/*
+ * The pieces sorted by their lower ends; false when two overlap.  Pieces
+ * of one leaf that follow each other with no other leaf's between them
+ * (the values 4 and 5 of a LIST leaf) become one: no key of another leaf
+ * lies between them.
+ */
 static bool
 sort_pieces(List **pieces, LeafWalk *w)
 {
 	int			n = list_length(*pieces);
 	LeafPiece **arr = palloc(sizeof(LeafPiece *) * Max(n, 1));
 	List	   *sorted = NIL;
+	LeafPiece  *last = NULL;
 
 	for (int i = 0; i < n; i++)
 		arr[i] = list_nth(*pieces, i);
 	qsort_arg(arr, n, sizeof(LeafPiece *), piece_order, w);
 	for (int i = 0; i < n; i++)
 	{
-		if (i > 0 && pieces_overlap(arr[i - 1], arr[i], w->cmp, w->lead_collation))
+		if (last != NULL && pieces_overlap(last, arr[i], w->cmp, w->lead_collation))
 			return false;
+		if (last != NULL && last->leaf == arr[i]->leaf)
+		{
+			last->has_hi = arr[i]->has_hi;
+			last->hi = arr[i]->hi;
+			last->hi_incl = arr[i]->hi_incl;
+			last->tuples += arr[i]->tuples;
+			continue;
+		}
 		sorted = lappend(sorted, arr[i]);
+		last = arr[i];
 	}
 	*pieces = sorted;
 	return true;
@@ -649,10 +666,9 @@ minmax_bounds(const LeafPiece *piece, const char *relation, const char *key, Oid
  */
 Datum
 leaves_single_bounds(const LeafPiece *piece, const char *relation, const char *key,
-					 Oid key_type, int nparts, const char **method)
+					 Oid key_type, Oid collation, int nparts, const char **method)
 {
 	FmgrInfo   *cmp = type_cmp(key_type);
-	Oid			collation = get_typcollation(key_type);
 	Datum	   *hist;
 	int			nhist = nparts > 1 ? leaf_histogram(piece->leaf, key, key_type, &hist) : 0;
 	List	   *bounds = NIL;

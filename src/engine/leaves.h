@@ -49,7 +49,7 @@ extern char *leaves_scan_sql(const char *lead_sql, Oid lead_type, int first_para
 extern void leaves_scan_args(const LeafPiece *piece, Datum *values, char *nulls);
 extern bool leaves_still_partition(Oid leaf, Oid relid);
 extern Datum leaves_single_bounds(const LeafPiece *piece, const char *relation,
-								  const char *key, Oid key_type, int nparts,
+								  const char *key, Oid key_type, Oid collation, int nparts,
 								  const char **method);
 
 #endif							/* BACKFILL_LEAVES_H */

@@ -487,7 +487,8 @@ piece_parts(LeafPiece *piece, double total, int npieces, int nparts)
 
 /* the interior bounds of one piece, as text[], from its leaf's statistics */
 static Datum
-piece_bounds(Pass *pass, LeafPiece *piece, int n, const char *lead_sql, Oid lead_type)
+piece_bounds(Pass *pass, LeafPiece *piece, int n, const char *lead_sql, Oid lead_type,
+			 Oid collation)
 {
 	const char *method;
 
@@ -499,7 +500,8 @@ piece_bounds(Pass *pass, LeafPiece *piece, int n, const char *lead_sql, Oid lead
 		scope.where = leaves_piece_sql(piece, lead_sql, lead_type, 3, scope.args, &scope.nargs);
 		return keyset_plan_bounds(&pass->keyset, n, &scope, &method);
 	}
-	return leaves_single_bounds(piece, pass->relation, pass->key, pass->keytype, n, &method);
+	return leaves_single_bounds(piece, pass->relation, pass->key, pass->keytype, collation, n,
+								&method);
 }
 
 /* the partitions of one piece into the plan: (NULL, b1], (b1, b2], ... (bn, NULL] */
@@ -576,7 +578,7 @@ plan_per_leaf(Pass *pass, PassPlan *plan, int nparts, const char **why)
 		LeafPiece  *piece = lfirst(lc);
 		int			n = Min(piece_parts(piece, total, list_length(pieces), nparts), nparts);
 
-		plan_add_piece(plan, piece, piece_bounds(pass, piece, n, lead_sql, type), type);
+		plan_add_piece(plan, piece, piece_bounds(pass, piece, n, lead_sql, type, collation), type);
 	}
 	plan->method = list_length(pieces) == leaves_count(pieces) ?
 		psprintf("per leaf (%d leaves)", leaves_count(pieces)) :

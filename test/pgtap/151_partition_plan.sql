@@ -37,7 +37,8 @@ CREATE TABLE bf151_list (tenant_id int, id int, n int NOT NULL DEFAULT 0,
                          PRIMARY KEY (tenant_id, id)) PARTITION BY LIST (tenant_id);
 CREATE TABLE bf151_list_13 PARTITION OF bf151_list FOR VALUES IN (1, 3);
 CREATE TABLE bf151_list_2 PARTITION OF bf151_list FOR VALUES IN (2);
-INSERT INTO bf151_list (tenant_id, id) SELECT t, i FROM generate_series(1, 3) t, generate_series(1, 300) i;
+CREATE TABLE bf151_list_45 PARTITION OF bf151_list FOR VALUES IN (4, 5);
+INSERT INTO bf151_list (tenant_id, id) SELECT t, i FROM generate_series(1, 5) t, generate_series(1, 300) i;
 CREATE TABLE bf151_hash (id int PRIMARY KEY, n int NOT NULL DEFAULT 0) PARTITION BY HASH (id);
 CREATE TABLE bf151_hash_0 PARTITION OF bf151_hash FOR VALUES WITH (MODULUS 2, REMAINDER 0);
 CREATE TABLE bf151_hash_1 PARTITION OF bf151_hash FOR VALUES WITH (MODULUS 2, REMAINDER 1);
@@ -106,19 +107,24 @@ SELECT is((SELECT rows FROM backfill.ledger WHERE declaration = 'bf151_range'), 
           'the ledger counts the table''s rows');
 
 -- ---- LIST on the leading key column: one interval per value
-SELECT is(pg_temp.method('bf151_list'), 'per leaf (2 leaves, 3 intervals)',
-          'list on tenant_id: planned per leaf and value');
+SELECT is(pg_temp.method('bf151_list'), 'per leaf (3 leaves, 4 intervals)',
+          'list on tenant_id: planned per leaf and value, neighbouring values of a leaf one interval');
 SELECT results_eq($$SELECT leaf::text, leaf_range FROM backfill_partitions('bf151_list')
                      GROUP BY 1, 2 ORDER BY 2$$,
                   $$VALUES ('bf151_list_13', '[1,1]'), ('bf151_list_2', '[2,2]'),
-                           ('bf151_list_13', '[3,3]')$$,
-                  'the leaf of 1 and 3 has an interval per value, the leaf of 2 lies between them');
+                           ('bf151_list_13', '[3,3]'), ('bf151_list_45', '[4,5]')$$,
+                  'the leaf of 1 and 3 has an interval per value (the leaf of 2 lies between them), the leaf of 4 and 5 one');
 SELECT is((SELECT count(*) FROM backfill_partitions('bf151_list') p
-            WHERE (p.lo IS NOT NULL AND p.lo NOT LIKE '(' || substr(p.leaf_range, 2, 1) || ',%')
-               OR (p.hi IS NOT NULL AND p.hi NOT LIKE '(' || substr(p.leaf_range, 2, 1) || ',%')),
+            WHERE p.leaf_range <> '[4,5]'
+              AND ((p.lo IS NOT NULL AND p.lo NOT LIKE '(' || substr(p.leaf_range, 2, 1) || ',%')
+                OR (p.hi IS NOT NULL AND p.hi NOT LIKE '(' || substr(p.leaf_range, 2, 1) || ',%'))),
           0::bigint, 'every bound of a value''s partitions is a key of that value');
+SELECT is((SELECT count(*) FROM backfill_partitions('bf151_list') p
+            WHERE p.leaf_range = '[4,5]'
+              AND ((p.lo IS NOT NULL AND p.lo !~ '^\([45],') OR (p.hi IS NOT NULL AND p.hi !~ '^\([45],'))),
+          0::bigint, 'the bounds of the leaf of 4 and 5 are its keys');
 SELECT results_eq($$SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <> 1) FROM bf151_list$$,
-                  $$VALUES (900::bigint, 0::bigint)$$, 'every row of the list leaves done exactly once');
+                  $$VALUES (1500::bigint, 0::bigint)$$, 'every row of the list leaves done exactly once');
 
 -- ---- HASH and a DEFAULT leaf: the walk of the parent, and why
 SELECT matches(pg_temp.method('bf151_hash'), '^parent walk: leaves interleave in key order \(hash\); ',
