@@ -59,6 +59,7 @@
 #include "utils/typcache.h"
 
 #include "leaves.h"
+#include "worker.h"
 
 /* what the walk of the tree compares with */
 typedef struct LeafWalk
@@ -400,7 +401,7 @@ append_value(StringInfo buf, Datum value, Oid type)
 	bool		quote;
 
 	getTypeOutputInfo(type, &output, &varlena);
-	text = OidOutputFunctionCall(output, value);
+	text = worker_key_output(output, value);
 	quote = (text[0] == '\0');
 	for (const char *p = text; *p && !quote; p++)
 		quote = (*p == '"' || *p == '\\' || *p == '(' || *p == ')' || *p == '[' ||
@@ -463,13 +464,14 @@ read_value(const char **p, Oid type, Datum *value)
 	if (!any)
 		return false;
 	getTypeInputInfo(type, &input, &ioparam);
-	*value = OidInputFunctionCall(input, buf.data, ioparam, -1);
+	*value = worker_key_input(input, buf.data, ioparam);
 	return true;
 }
 
 /*
  * A piece back from its text, each bound through the type's input
- * function (as the lane's role: a domain's CHECK is the declarer's code);
+ * function (as the lane's role: a domain's CHECK is the declarer's code),
+ * under the fixed style keys are written in (worker.c);
  * false when the text is no range literal.
  */
 bool
@@ -690,7 +692,7 @@ leaves_single_bounds(const LeafPiece *piece, const char *relation, const char *k
 
 		for (int i = 1; i < nparts; i++)
 		{
-			char	   *text = OidOutputFunctionCall(output, PointerGetDatum(
+			char	   *text = worker_key_output(output, PointerGetDatum(
 														 list_nth(within, (i * (list_length(within) - 1)) / nparts)));
 
 			if (last == NULL || strcmp(last, text) != 0)
