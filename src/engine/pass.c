@@ -1082,7 +1082,7 @@ cover_new_leaves(Pass *pass)
 		return false;
 	catalog_enter(&scope);
 	n = exec_on_run(pass, "SELECT leaf_range, (SELECT pg_catalog.max(q.part_no) + 1"
-					"   FROM backfill.partition q WHERE q.run_id = $1)"
+					"   FROM backfill.partition q WHERE q.run_id = $1)::pg_catalog.int8"
 					" FROM backfill.partition WHERE run_id = $1 AND leaf_range IS NOT NULL",
 					SPI_OK_SELECT);
 	next_part = n > 0 ? (int) catalog_getint64(0, 2) : 0;
