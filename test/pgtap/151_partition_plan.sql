@@ -6,7 +6,9 @@
 -- role holds privileges on the parent only, never on a leaf, and a policy
 -- of the parent's row-level security hides rows: the pass still plans
 -- per leaf, does every row it may see once and no row the policy hides
--- (a leaf read directly would have failed, or shown those rows).
+-- (a leaf read directly would have failed, or shown those rows).  A retry
+-- of a pass planned per leaf keeps each partition's leaf interval, the
+-- partition of a row that failed alone too.
 \set ON_ERROR_STOP 1
 SET client_min_messages = warning;
 \ir include/quiet_lanes.psql
@@ -15,7 +17,8 @@ CREATE EXTENSION pg_backfill;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 \ir include/poll.psql
 
-DROP TABLE IF EXISTS bf151_range, bf151_list, bf151_hash, bf151_default, bf151_rls CASCADE;
+DROP TABLE IF EXISTS bf151_range, bf151_list, bf151_hash, bf151_default, bf151_rls,
+    bf151_retry CASCADE;
 DO $$ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'bf151_parent') THEN
         CREATE ROLE bf151_parent LOGIN;
@@ -56,10 +59,19 @@ INSERT INTO bf151_rls (tenant_id, id) SELECT t, i FROM unnest(ARRAY[10, 20]) t, 
 ALTER TABLE bf151_rls ENABLE ROW LEVEL SECURITY;
 CREATE POLICY bf151_tenant ON bf151_rls
     USING (tenant_id = pg_catalog.current_setting('app.tenant_id', true)::int);
-ANALYZE bf151_range, bf151_list, bf151_hash, bf151_default, bf151_rls;
+-- the first row of the second leaf fails alone (its src is no integer)
+CREATE TABLE bf151_retry (tenant_id int, id int, src text NOT NULL DEFAULT '1', v int,
+                          n int NOT NULL DEFAULT 0, PRIMARY KEY (tenant_id, id))
+    PARTITION BY RANGE (tenant_id);
+CREATE TABLE bf151_retry_10 PARTITION OF bf151_retry FOR VALUES FROM (10) TO (15);
+CREATE TABLE bf151_retry_20 PARTITION OF bf151_retry FOR VALUES FROM (20) TO (25);
+CREATE TABLE bf151_retry_30 PARTITION OF bf151_retry FOR VALUES FROM (30) TO (35);
+INSERT INTO bf151_retry (tenant_id, id) SELECT t, i FROM unnest(ARRAY[10, 20, 30]) t, generate_series(1, 200) i;
+UPDATE bf151_retry SET src = 'x' WHERE (tenant_id, id) = (20, 1);
+ANALYZE bf151_range, bf151_list, bf151_hash, bf151_default, bf151_rls, bf151_retry;
 -- privileges on the parents only: no leaf is granted anything
-GRANT SELECT, UPDATE ON bf151_range, bf151_list, bf151_hash, bf151_default, bf151_rls
-    TO bf151_parent;
+GRANT SELECT, UPDATE ON bf151_range, bf151_list, bf151_hash, bf151_default, bf151_rls,
+    bf151_retry TO bf151_parent;
 
 SELECT * FROM no_plan();
 
@@ -145,5 +157,44 @@ SELECT results_eq($$SELECT tenant_id, count(*) FILTER (WHERE n = 1), count(*) FI
                   $$VALUES (10, 0::bigint, 500::bigint), (20, 500::bigint, 0::bigint)$$,
                   'the rows the policy shows done once; the leaf of the hidden tenant untouched');
 
+-- ---- a retry keeps the leaf intervals, the failed row's partition too
+SET ROLE bf151_parent;
+SELECT lives_ok($$SELECT backfill_declare(name => 'bf151_retry', relation => 'bf151_retry',
+        predicate => 'v IS NULL',
+        action => 'UPDATE bf151_retry SET v = src::int, n = n + 1
+                    WHERE (tenant_id, id) BETWEEN ($1, $2) AND ($3, $4) AND v IS NULL',
+        batch_size => 40, rate => 1000, max_parallel => 2, max_failed_rows => 1)$$,
+        'bf151_retry declares, tolerating one row that fails alone');
+SELECT backfill_run('bf151_retry') AS retry1 \gset
+RESET ROLE;
+SELECT ok(bf_test_poll(format('SELECT status <> %L FROM backfill.ledger WHERE run_id = %s',
+                              'running', :retry1), 90), 'the pass with a failing row ends');
+SELECT results_eq(format('SELECT l.status, r.plan_method FROM backfill.ledger l JOIN backfill.run r'
+                         ' USING (run_id) WHERE run_id = %s', :retry1),
+                  $$VALUES ('completed_with_failures'::text, 'per leaf (3 leaves)'::text)$$,
+                  'planned per leaf, it ends completed_with_failures');
+SELECT results_eq($$SELECT key, after_key FROM backfill.failed_row f JOIN backfill.ledger l USING (run_id)
+                     WHERE l.declaration = 'bf151_retry'$$,
+                  $$VALUES ('(20,1)'::text, NULL::text)$$,
+                  'the first row of the second leaf failed alone: no cursor before it in its partition');
+UPDATE bf151_retry SET src = '1' WHERE (tenant_id, id) = (20, 1);
+SET ROLE bf151_parent;
+SELECT is(backfill_retry('bf151_retry'), true, 'the retry starts a new pass');
+RESET ROLE;
+SELECT max(run_id) AS retry2 FROM backfill.ledger WHERE declaration = 'bf151_retry' \gset
+SELECT is((SELECT count(*) FROM backfill.partition WHERE run_id = :retry2 AND leaf_range IS NULL),
+          0::bigint, 'every partition of the retry keeps its leaf''s interval');
+SELECT results_eq(format($$SELECT leaf::text, leaf_range, lo, hi FROM backfill.partition
+                            WHERE run_id = %s AND hi = '(20,1)'$$, :retry2),
+                  $$VALUES ('bf151_retry_20'::text, '[20,25)'::text, NULL::text, '(20,1)'::text)$$,
+                  'the failed row''s partition (nothing before it, up to its key) keeps to its leaf');
+SELECT ok(bf_test_poll(format('SELECT status <> %L FROM backfill.ledger WHERE run_id = %s',
+                              'running', :retry2), 90), 'the retry ends');
+SELECT results_eq(format('SELECT status, rows FROM backfill.ledger WHERE run_id = %s', :retry2),
+                  $$VALUES ('completed'::text, 1::bigint)$$,
+                  'the retry completes, doing exactly the recorded row');
+SELECT results_eq($$SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <> 1) FROM bf151_retry$$,
+                  $$VALUES (600::bigint, 0::bigint)$$, 'every row of bf151_retry done exactly once');
+
 SELECT * FROM finish();
-DROP TABLE bf151_range, bf151_list, bf151_hash, bf151_default, bf151_rls CASCADE;
+DROP TABLE bf151_range, bf151_list, bf151_hash, bf151_default, bf151_rls, bf151_retry CASCADE;
