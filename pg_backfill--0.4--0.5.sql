@@ -15,6 +15,17 @@ ALTER TABLE backfill.declaration
     ADD COLUMN watch_ms integer;
 
 /*
+ * backfill_partitions, backfill_status and backfill_pending return new
+ * columns, so they are dropped and created again below; what an operator
+ * granted or revoked on them is kept for them (given back at the end of
+ * this script).
+ */
+SELECT pg_catalog.set_config('pg_backfill.upgrade_acl_' || f.tag, coalesce(p.proacl::text, ''), true)
+  FROM (VALUES ('partitions', 'backfill_partitions(text)'), ('status', 'backfill_status(text)'),
+               ('pending', 'backfill_pending()')) f(tag, signature)
+  JOIN pg_catalog.pg_proc p ON p.oid = f.signature::pg_catalog.regprocedure;
+
+/*
  * A new argument is a new signature: the function of 0.4 is dropped and
  * created again with the new options last, its privileges carried over as
  * in the update to 0.4.
@@ -933,5 +944,32 @@ BEGIN
             END IF;
         END LOOP;
     END IF;
+END
+$$;
+
+/* ---- privileges of the functions created again (see the top) ---- */
+
+DO $$
+DECLARE
+    f record;
+    item record;
+    acl pg_catalog.aclitem[];
+BEGIN
+    FOR f IN SELECT * FROM (VALUES ('partitions', 'backfill_partitions(text)'),
+                                   ('status', 'backfill_status(text)'),
+                                   ('pending', 'backfill_pending()')) v(tag, signature)
+    LOOP
+        acl := NULLIF(pg_catalog.current_setting('pg_backfill.upgrade_acl_' || f.tag, true), '');
+        CONTINUE WHEN acl IS NULL;
+        EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f.signature);
+        FOR item IN SELECT a.grantee, a.is_grantable FROM pg_catalog.aclexplode(acl) a
+                     WHERE a.privilege_type = 'EXECUTE'
+        LOOP
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', f.signature,
+                CASE WHEN item.grantee = 0 THEN 'PUBLIC'
+                     ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(item.grantee)) END,
+                CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        END LOOP;
+    END LOOP;
 END
 $$;

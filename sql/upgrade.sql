@@ -122,8 +122,21 @@ REVOKE EXECUTE ON FUNCTION backfill_declare(text, text, text, text, text, intege
     double precision, integer, integer, interval, text[], interval, interval, interval,
     interval, integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean)
     FROM PUBLIC;
+-- and functions 0.5 creates again keep what was granted and revoked on them
+CREATE ROLE upgrade_reader;
+REVOKE EXECUTE ON FUNCTION backfill_partitions(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION backfill_partitions(text) TO upgrade_reader;
 ALTER EXTENSION pg_backfill UPDATE TO '0.5';
 SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
+SELECT f.signature, has_function_privilege('public', f.signature, 'EXECUTE') AS public_can_execute,
+       has_function_privilege('upgrade_reader', f.signature, 'EXECUTE') AS granted_can_execute
+  FROM (VALUES ('backfill_partitions(text)'), ('backfill_status(text)'),
+               ('backfill_pending()')) f(signature)
+ ORDER BY 1;
+GRANT EXECUTE ON FUNCTION backfill_partitions(text) TO PUBLIC;
+REVOKE ALL ON FUNCTION backfill_partitions(text) FROM upgrade_reader;
+DROP OWNED BY upgrade_reader;
+DROP ROLE upgrade_reader;
 SELECT p.pronargs, p.pronargdefaults,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_can_execute
   FROM pg_proc p WHERE p.proname = 'backfill_declare';
