@@ -35,6 +35,7 @@ OBJS = \
 	src/workers/scheduler.o \
 	src/workers/lane.o \
 	src/xact.o \
+	src/advisory.o \
 	src/worker.o \
 	src/outbox/outbox.o \
 	src/outbox/relay.o

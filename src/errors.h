@@ -63,6 +63,8 @@
 #define ERRCODE_BACKFILL_CATALOG_VERSION MAKE_SQLSTATE('B','F','0','2','7')
 /* a scoped backfill's revert names the scope it undoes (its input) */
 #define ERRCODE_BACKFILL_SCOPED			MAKE_SQLSTATE('B','F','0','2','8')
+/* the declarer's SQL would take or release an advisory lock of the session finalizing it */
+#define ERRCODE_BACKFILL_SESSION_LOCK	MAKE_SQLSTATE('B','F','0','3','2')
 
 /*
  * In a PG_CATCH block of a backend, before raising the caught error again

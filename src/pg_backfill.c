@@ -3,7 +3,8 @@
  * pg_backfill.c
  *	  The module's entry point: _PG_init defines the settings (config.c),
  *	  checks the preload, and sets up shared memory, the launcher and its
- *	  DROP DATABASE hook (launcher.c).
+ *	  DROP DATABASE hook (launcher.c), and the log hook that keeps counting
+ *	  a session's advisory locks quiet (advisory.c).
  *
  * pg_backfill must be in shared_preload_libraries: its launcher is a static
  * background worker and its wake-up latches live in shared memory.
@@ -17,6 +18,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "advisory.h"
 #include "config.h"
 #include "launcher.h"
 #include "shmem.h"
@@ -51,4 +53,5 @@ _PG_init(void)
 
 	backfill_shmem_init();
 	backfill_register_launcher();
+	advisory_init();
 }

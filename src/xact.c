@@ -29,9 +29,13 @@
  * nest level of its own and throws it away, committed or not, so the
  * caller's search_path, statement_timeout, DateStyle, custom settings and
  * default_transaction_read_only are back before the commit.  A session
- * advisory lock outlives any transaction: after each one (and at the end,
- * error or not) the session keeps only the advisory locks the caller held
- * when the work began.
+ * advisory lock outlives any transaction: after each one (error or not)
+ * the declarer's are let go and the caller's kept as often as it held them
+ * (advisory.c); one the declarer released ends the work with BF032.  The
+ * caller's statement_timeout bounds the whole call: a batch's timeout ends
+ * no later, and is followed by the caller's again.  An error that ends the work (a cancel, a
+ * timeout, BF032) leaves the session on until what it holds is given back
+ * (worker_session_abort).
  *
  *-------------------------------------------------------------------------
  */
@@ -41,12 +45,13 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
-#include "storage/lock.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/timeout.h"
+#include "utils/timestamp.h"
 
-#include "compat.h"
+#include "advisory.h"
 #include "worker.h"
 #include "xact.h"
 
@@ -62,105 +67,31 @@ static Oid	session_caller = InvalidOid;
 static int	session_caller_sec = 0;
 static int	session_guc_nest = 0;
 
-/* the advisory locks (tag and mode) the caller held when the work began */
-typedef struct HeldLock
-{
-	LOCKTAG		tag;
-	LOCKMODE	mode;
-} HeldLock;
-
-static HeldLock *caller_locks = NULL;
-static int	caller_nlocks = 0;
-
-/* The advisory locks this backend holds, in TopMemoryContext. */
-static HeldLock *
-held_advisory_locks(int *count)
-{
-	LockData   *data = GetLockStatusData();
-	HeldLock   *held = MemoryContextAllocZero(TopMemoryContext,
-											  sizeof(HeldLock) * (data->nelements + 1));
-	int			n = 0;
-
-	for (int i = 0; i < data->nelements; i++)
-	{
-		LockInstanceData *lock = &data->locks[i];
-
-		if (lock->pid != MyProcPid || lock->locktag.locktag_type != LOCKTAG_ADVISORY)
-			continue;
-		for (LOCKMODE mode = 1; mode <= MaxLockMode; mode++)
-			if (lock->holdMask & LOCKBIT_ON(mode))
-			{
-				held[n].tag = lock->locktag;
-				held[n].mode = mode;
-				n++;
-			}
-	}
-	pfree(data->locks);
-	pfree(data);
-	*count = n;
-	return held;
-}
-
-static bool
-caller_held(const HeldLock *lock)
-{
-	for (int i = 0; i < caller_nlocks; i++)
-		if (caller_locks[i].mode == lock->mode &&
-			memcmp(&caller_locks[i].tag, &lock->tag, sizeof(LOCKTAG)) == 0)
-			return true;
-	return false;
-}
-
-/*
- * Release the session advisory locks the declarer's SQL took: all of them
- * when the caller held none (the common case), else each lock the caller
- * did not hold, as often as it was taken.
- */
-static void
-release_declarer_locks(void)
-{
-	HeldLock   *now;
-	int			n;
-
-	if (caller_nlocks == 0)
-	{
-		LockReleaseSession(USER_LOCKMETHOD);
-		return;
-	}
-	now = held_advisory_locks(&n);
-	for (int i = 0; i < n; i++)
-		if (!caller_held(&now[i]))
-			while (compat_lock_held_by_me(&now[i].tag, now[i].mode) &&
-				   LockRelease(&now[i].tag, now[i].mode, true))
-				;
-	pfree(now);
-}
+/* the end of the caller's statement_timeout, or 0 when it has none */
+static TimestampTz session_statement_end = 0;
 
 void
-worker_session_begin(Oid run_as, const char *search_path)
+worker_session_begin(Oid run_as, const char *search_path, const char *name)
 {
 	in_session = true;
 	session_role = run_as;
 	session_search_path = (search_path && search_path[0]) ?
 		MemoryContextStrdup(TopMemoryContext, search_path) : NULL;
 	session_in_xact = false;
-	caller_locks = held_advisory_locks(&caller_nlocks);
+	session_statement_end = get_timeout_active(STATEMENT_TIMEOUT) ?
+		get_timeout_finish_time(STATEMENT_TIMEOUT) : 0;
+	advisory_guard_begin(name);
 }
 
 void
 worker_session_end(void)
 {
-	if (in_session)
-		release_declarer_locks();
+	advisory_guard_end();
 	in_session = false;
 	session_in_xact = false;
 	if (session_search_path)
 		pfree(session_search_path);
 	session_search_path = NULL;
-	if (caller_locks)
-		pfree(caller_locks);
-	caller_locks = NULL;
-	caller_nlocks = 0;
 }
 
 bool
@@ -207,8 +138,8 @@ session_commit_xact(void)
 	session_in_xact = false;
 	MemoryContextSwitchTo(outer_cxt);
 	SPI_commit();
-	release_declarer_locks();
 	MemoryContextSwitchTo(outer_cxt);
+	advisory_after_transaction(true);
 }
 
 void
@@ -262,12 +193,72 @@ worker_abort_xact(MemoryContext keep)
 		session_in_xact = false;
 		MemoryContextSwitchTo(keep);
 		SPI_commit();
-		release_declarer_locks();
 		MemoryContextSwitchTo(keep);
+		advisory_after_transaction(true);
 		return edata;
 	}
 	AbortCurrentTransaction();
 	pgstat_report_activity(STATE_IDLE, NULL);
 	MemoryContextSwitchTo(keep);
 	return edata;
+}
+
+/*
+ * In a session, for an error that ends the work: whatever of the
+ * procedure's transaction is open is rolled back (SPI_rollback starts the
+ * next), the caller's statement timeout is off (it has already ended the
+ * call, or will not be waited for) and the session stays on, so that what
+ * it holds can be given back in a transaction of work before the error is
+ * raised again.  The caller holds interrupts off until then.
+ */
+ErrorData *
+worker_session_abort(MemoryContext keep)
+{
+	ErrorData  *edata;
+
+	Assert(in_session);
+	MemoryContextSwitchTo(keep);
+	edata = CopyErrorData();
+	FlushErrorState();
+	disable_timeout(STATEMENT_TIMEOUT, false);
+	QueryCancelPending = false;
+	if (session_in_xact)
+		RollbackAndReleaseCurrentSubTransaction();
+	session_in_xact = false;
+	MemoryContextSwitchTo(keep);
+	SPI_rollback();
+	MemoryContextSwitchTo(keep);
+	advisory_after_transaction(false);
+	/* the declarer's SQL is over: what gives back the leases is the extension's */
+	advisory_guard_end();
+	return edata;
+}
+
+/*
+ * A batch's statement timeout.  In a session it ends no later than the
+ * caller's statement_timeout, which worker_statement_timeout_end sets
+ * again (a deadline already past cancels at once): the caller's bound
+ * holds across every batch.
+ */
+void
+worker_statement_timeout(int ms)
+{
+	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
+
+	if (!in_session)
+	{
+		enable_timeout_after(STATEMENT_TIMEOUT, ms);
+		return;
+	}
+	if (session_statement_end != 0 && session_statement_end < end)
+		end = session_statement_end;
+	enable_timeout_at(STATEMENT_TIMEOUT, end);
+}
+
+void
+worker_statement_timeout_end(void)
+{
+	disable_timeout(STATEMENT_TIMEOUT, false);
+	if (in_session && session_statement_end != 0)
+		enable_timeout_at(STATEMENT_TIMEOUT, session_statement_end);
 }

@@ -424,7 +424,7 @@ begin_batch(Pass *pass, Claim *claim)
 	if (pass->async_commit || synchronous_commit == SYNCHRONOUS_COMMIT_OFF)
 		(void) set_config_option("synchronous_commit", pass->async_commit ? "off" : "on",
 								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
-	enable_timeout_after(STATEMENT_TIMEOUT, pass->batch_timeout_ms);
+	worker_statement_timeout(pass->batch_timeout_ms);
 }
 
 /*
@@ -496,7 +496,7 @@ batch_run_page(Pass *pass, Claim *claim)
 		if (SPI_execute_plan(pass->action_plan, rows_arg, NULL, false, 0) < 0)
 			elog(ERROR, "action of backfill \"%s\" failed", pass->name);
 	}
-	disable_timeout(STATEMENT_TIMEOUT, false);
+	worker_statement_timeout_end();
 	claim->last_keys = nrows;
 	claim->last_batch_ms = (GetCurrentTimestamp() - batch_start) / 1000.0;
 
@@ -699,7 +699,7 @@ batch_first_key(Pass *pass, Claim *claim, Datum *key)
 	}
 	if (run_key_scan(pass, variant, key_values, key_nulls) != SPI_OK_SELECT)
 		elog(ERROR, "key scan of backfill \"%s\" failed", pass->name);
-	disable_timeout(STATEMENT_TIMEOUT, false);
+	worker_statement_timeout_end();
 	if (SPI_processed == 0 || batch_range(pass, range) == 0)
 		return false;			/* no key, or min() of no keys */
 	copy_next_cursor(pass, range, key);
@@ -759,7 +759,7 @@ batch_run(Pass *pass, Claim *claim)
 	claim->scanned_keys = (int64) nkeys;
 	if (nkeys == 0)
 	{
-		disable_timeout(STATEMENT_TIMEOUT, false);
+		worker_statement_timeout_end();
 		checkpoint_partition_done(pass, claim);
 		worker_commit_xact();
 		return BATCH_PARTITION_DONE;
@@ -772,7 +772,7 @@ batch_run(Pass *pass, Claim *claim)
 	if (rc < 0)
 		elog(ERROR, "action of backfill \"%s\" failed: %s", pass->name,
 			 SPI_result_code_string(rc));
-	disable_timeout(STATEMENT_TIMEOUT, false);
+	worker_statement_timeout_end();
 	claim->last_keys = (int64) nkeys;
 	claim->last_batch_ms = (GetCurrentTimestamp() - batch_start) / 1000.0;
 

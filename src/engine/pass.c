@@ -889,6 +889,32 @@ pass_release(Pass *pass, Claim *claim)
 }
 
 /*
+ * Give back every lease of run_id this backend holds, each partition
+ * pending again at its checkpoint: a finalizing session whose work ended
+ * on an error, while it lives on, so that a lane can take them.
+ */
+void
+pass_release_held(int64 run_id)
+{
+	CatalogScope scope;
+	Oid			types[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[3];
+
+	values[0] = Int64GetDatum(run_id);
+	values[1] = Int32GetDatum(LANE_PID());
+	values[2] = TimestampTzGetDatum(LANE_START());
+	worker_begin_xact("pg_backfill: giving partitions back");
+	catalog_enter(&scope);
+	catalog_exec("UPDATE backfill.partition SET state = 'pending', holder_pid = NULL,"
+				 " holder_start = NULL, renewed_at = pg_catalog.now()"
+				 " WHERE run_id = $1 AND holder_pid = $2 AND holder_start = $3"
+				 " AND state = 'running'",
+				 3, types, values, NULL, SPI_OK_UPDATE);
+	catalog_leave(&scope);
+	worker_commit_xact();
+}
+
+/*
  * A partition whose batch failed max_attempts times in a row fails; the
  * pass goes on with its other partitions and ends failed when nothing is
  * left (pass_finish).  backfill_retry puts it back to pending.

@@ -141,6 +141,7 @@ extern bool pass_load(Pass *pass, int64 run_id, MemoryContext cxt);
 extern void pass_plan(Pass *pass);
 extern bool pass_claim(Pass *pass, Claim *claim);
 extern void pass_release(Pass *pass, Claim *claim);
+extern void pass_release_held(int64 run_id);
 extern void pass_fail_partition(Pass *pass, Claim *claim, const char *message);
 extern void pass_finish(Pass *pass);
 extern void pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message);

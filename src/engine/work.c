@@ -19,7 +19,6 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
-#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "backoff.h"
@@ -45,6 +44,20 @@ work_must_stop(void)
 	pqsignal(SIGINT, SIG_IGN);
 	QueryCancelPending = false;
 	return true;
+}
+
+/*
+ * A backend working the pass itself: a cancel (the caller's, or a
+ * statement timeout) ends its call with that error, never a retry; so does
+ * BF032 (the declarer's SQL released an advisory lock of the caller's),
+ * SQL a lane may run.
+ */
+static void
+rethrow_if_session_stop(ErrorData *edata)
+{
+	if (worker_in_session() && (edata->sqlerrcode == ERRCODE_QUERY_CANCELED ||
+								edata->sqlerrcode == ERRCODE_BACKFILL_SESSION_LOCK))
+		ReThrowError(edata);
 }
 
 /* Errors that no retry fixes: the pass fails at once. */
@@ -105,6 +118,7 @@ batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
 	Datum		values[3];
 	int64		delay_ms;
 
+	rethrow_if_session_stop(edata);
 	/* lost lease (cancelled, or taken over): nothing of ours to record */
 	if (edata->sqlerrcode == ERRCODE_BACKFILL_CONFLICT)
 	{
@@ -250,16 +264,6 @@ work_set_deadline(TimestampTz deadline)
 	work_deadline = deadline;
 }
 
-/*
- * A backend working the pass itself: a cancel (the caller's, or a
- * statement timeout) ends its call with that error, never a retry.
- */
-static void
-rethrow_if_session_cancel(ErrorData *edata)
-{
-	if (worker_in_session() && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-		ReThrowError(edata);
-}
 
 /*
  * Run batches on a claimed partition until it is exhausted (true) or the
@@ -327,10 +331,10 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 			ErrorData  *edata;
 			FailureAction next;
 
-			disable_timeout(STATEMENT_TIMEOUT, false);
+			worker_statement_timeout_end();
 			edata = worker_abort_xact(pass->cxt);
 			MemoryContextSwitchTo(scratch);
-			rethrow_if_session_cancel(edata);
+			rethrow_if_session_stop(edata);
 			/* cancelled: the batch rolled back, nothing of it is recorded */
 			if (stopping)
 			{
@@ -410,7 +414,7 @@ work_step(Pass *pass, void (*step) (Pass *), const char *what)
 
 		if (edata == NULL)
 			return true;
-		rethrow_if_session_cancel(edata);
+		rethrow_if_session_stop(edata);
 		if (error_is_final(edata->sqlerrcode))
 		{
 			pass_fail(pass, -1, edata->sqlerrcode, edata->message);

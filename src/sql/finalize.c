@@ -209,16 +209,19 @@ prepare_and_plan(Pass *pass)
 /*
  * Work run run_id here: claim partitions and run their batches until none
  * is left to claim, then end the pass if no other holder still works one;
- * stop at the deadline (the partition given back at its checkpoint).
+ * stop at the deadline (the partition given back at its checkpoint).  An
+ * error that ends the work (a cancel, the caller's statement_timeout,
+ * BF032) gives back every lease this session holds before it is raised:
+ * the session lives on, and a lane takes the pass up from its checkpoints.
  */
 static void
 work_in_session(Final *f, TimestampTz deadline)
 {
+	MemoryContext old = CurrentMemoryContext;
 	MemoryContext cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill finalize",
 											  ALLOCSET_DEFAULT_SIZES);
 	MemoryContext scratch = AllocSetContextCreate(cxt, "pg_backfill finalize batch",
 												  ALLOCSET_DEFAULT_SIZES);
-	MemoryContext old = MemoryContextSwitchTo(scratch);
 	Pass		pass;
 	Claim		claim;
 
@@ -229,7 +232,8 @@ work_in_session(Final *f, TimestampTz deadline)
 						f->name, f->run_id),
 				 errdetail("No lane holds any of its partitions.")));
 	f->worked = true;
-	worker_session_begin(f->run_as, f->search_path);
+	MemoryContextSwitchTo(scratch);
+	worker_session_begin(f->run_as, f->search_path, f->name);
 	work_set_deadline(deadline);
 	PG_TRY();
 	{
@@ -247,12 +251,30 @@ work_in_session(Final *f, TimestampTz deadline)
 			batch_free_plans(&pass);
 		}
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
+		ErrorData  *volatile edata = NULL;
+
 		work_set_deadline(0);
-		worker_session_end();
+		HOLD_INTERRUPTS();
+		PG_TRY();
+		{
+			edata = worker_session_abort(old);
+			pass_release_held(f->run_id);
+		}
+		PG_FINALLY();
+		{
+			worker_session_end();
+		}
+		PG_END_TRY();
+		RESUME_INTERRUPTS();
+		MemoryContextSwitchTo(old);
+		MemoryContextDelete(cxt);
+		ReThrowError(edata);
 	}
 	PG_END_TRY();
+	work_set_deadline(0);
+	worker_session_end();
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
 }
