@@ -10,7 +10,8 @@
  *	 16  stringToQualifiedNameList and parseTypeString report soft errors
  *	     through an escontext node instead of a flag
  *	 17  a backend's local transaction id moved into PGPROC's vxid
- *	 17  LockHeldByMe took an orstronger flag
+ *	 17  LockHeldByMe took an orstronger flag (17.0; 17beta2 had two
+ *	     arguments still: the betas are not supported)
  *
  *-------------------------------------------------------------------------
  */
@@ -37,8 +38,8 @@
 #define compat_my_lxid()	(MyProc->lxid)
 #endif
 
-/* does this backend hold the lock in exactly this mode? (orstronger: 18; 17beta2 has two arguments) */
-#if PG_VERSION_NUM >= 180000
+/* does this backend hold the lock in exactly this mode? */
+#if PG_VERSION_NUM >= 170000
 #define compat_lock_held_by_me(tag, mode) LockHeldByMe((tag), (mode), false)
 #else
 #define compat_lock_held_by_me(tag, mode) LockHeldByMe((tag), (mode))
