@@ -24,6 +24,7 @@ int			backfill_max_workers = 4;
 int			backfill_max_workers_per_role = 0;
 double		backfill_default_rate = 5.0;
 int			backfill_naptime = 10;
+int			backfill_scheduler_idle_exit = 300;	/* s */
 int			backfill_max_replication_lag = 1024 * 1024;	/* kB */
 int			backfill_max_dead_tuples = -1;
 int			backfill_throttle_delay = 1000;	/* ms */
@@ -170,6 +171,18 @@ config_define_worker_settings(void)
 							"naptime bounds how late a crashed lane is noticed.",
 							&backfill_naptime,
 							10, 1, 3600,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.scheduler_idle_exit",
+							"Seconds a scheduler with nothing to do stays before it exits "
+							"(0: it never does).",
+							"Nothing to do: no running or paused pass, no watched backfill, no "
+							"outbox message pending or dead.  A backfill_run, backfill_resume, "
+							"backfill_retry or backfill_outbox_emit in its database starts it "
+							"again at once.",
+							&backfill_scheduler_idle_exit,
+							300, 0, 86400,
 							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
 }

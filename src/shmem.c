@@ -16,7 +16,10 @@
  * database no scheduler serves yet (the first backfill_run after CREATE
  * EXTENSION) reaches it instead, with the database to look at now.  A
  * scheduler that found no pg_backfill in its database says so in its slot
- * before it exits (the launcher then waits longer before it looks again).
+ * before it exits (the launcher then waits longer before it looks again);
+ * one that leaves with nothing to do (backfill.scheduler_idle_exit) gives
+ * its slot up first, so that a wake from then on reaches the launcher, and
+ * says so too (the launcher then waits for a wake).
  * DROP DATABASE marks its database as going, so that the launcher starts
  * no scheduler for it, and asks its scheduler and lanes to stop.
  *
@@ -62,6 +65,7 @@ typedef struct BackfillSchedulerSlot
 	pid_t		pid;
 	Latch	   *latch;
 	Oid			absent_dboid;	/* its last scheduler found no pg_backfill there */
+	Oid			idle_dboid;		/* its last scheduler left there with nothing to do */
 } BackfillSchedulerSlot;
 
 typedef struct BackfillLaneEntry
@@ -244,6 +248,31 @@ backfill_shmem_scheduler_absent(void)
 	SpinLockRelease(&shared->mutex);
 }
 
+/*
+ * The scheduler leaves with nothing to do: its slot is released now, so
+ * that any wake from here on reaches the launcher, and marked for the
+ * launcher as left idle (idle false: not so after all, undone).
+ */
+void
+backfill_shmem_scheduler_idle(int slot, bool idle)
+{
+	if (shared == NULL || slot < 0 || slot >= BACKFILL_MAX_DATABASES)
+		return;
+	SpinLockAcquire(&shared->mutex);
+	if (!idle)
+		shared->slots[slot].idle_dboid = InvalidOid;
+	else if (shared->slots[slot].pid == MyProcPid)
+	{
+		shared->slots[slot].idle_dboid = MyDatabaseId;
+		shared->slots[slot].dboid = InvalidOid;
+		shared->slots[slot].pid = 0;
+		shared->slots[slot].latch = NULL;
+	}
+	SpinLockRelease(&shared->mutex);
+	if (idle)
+		my_slot = -1;
+}
+
 /* ------------------------------------------------------------------
  * The launcher
  * ------------------------------------------------------------------ */
@@ -298,6 +327,19 @@ backfill_shmem_slot_free(int slot, Oid *dboid, pid_t *pid)
 	*dboid = InvalidOid;
 	*pid = 0;
 	return true;
+}
+
+/* Did the last scheduler of slot i leave dboid with nothing to do?  (Cleared.) */
+bool
+backfill_shmem_take_idle(int slot, Oid dboid)
+{
+	bool		idle;
+
+	SpinLockAcquire(&shared->mutex);
+	idle = shared->slots[slot].idle_dboid == dboid;
+	shared->slots[slot].idle_dboid = InvalidOid;
+	SpinLockRelease(&shared->mutex);
+	return idle;
 }
 
 /* Did the last scheduler of slot i find no pg_backfill in dboid?  (Cleared.) */

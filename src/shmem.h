@@ -37,14 +37,23 @@ extern bool backfill_shmem_attach_scheduler(int slot, pid_t *holder);
 extern void backfill_shmem_scheduler_absent(void);
 
 /*
+ * The scheduler leaves with nothing to do: its slot released at once (a
+ * wake then reaches the launcher) and marked idle; idle false undoes the
+ * mark (work came after all).
+ */
+extern void backfill_shmem_scheduler_idle(int slot, bool idle);
+
+/*
  * The launcher: its latch, for the wakes of databases no scheduler serves
  * yet; the database to look at now (InvalidOid: none; *all: every one);
- * the slots, and whether a slot's last scheduler found no pg_backfill.
+ * the slots, and whether a slot's last scheduler found no pg_backfill or
+ * left with nothing to do.
  */
 extern void backfill_shmem_attach_launcher(void);
 extern Oid	backfill_shmem_take_look_at(bool *all);
 extern bool backfill_shmem_slot_free(int slot, Oid *dboid, pid_t *pid);
 extern bool backfill_shmem_take_absent(int slot, Oid dboid);
+extern bool backfill_shmem_take_idle(int slot, Oid dboid);
 
 /* DROP DATABASE: keep the launcher off the database, stop its workers */
 extern void backfill_shmem_database_going(Oid dboid);

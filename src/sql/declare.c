@@ -1131,6 +1131,9 @@ backfill_declare(PG_FUNCTION_ARGS)
 	check_redeclaration(&decl);
 	declaration_store(&decl);
 	catalog_leave(&scope);
+	/* a watch needs the scheduler: one that left idle comes back at commit */
+	if (decl.watch_ms > 0)
+		backfill_wake_scheduler_at_commit();
 
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(decl.checksum));

@@ -18,14 +18,19 @@
  * instead, which looks at that database at once: CREATE EXTENSION and the
  * first run need no restart.  A scheduler that was serving is started
  * again when it stops: at once if it had run a while, after a doubling
- * delay (up to a minute) if it stopped soon after starting.  DROP
+ * delay (up to a minute) if it stopped soon after starting.  A scheduler
+ * that left because it had nothing to do (backfill.scheduler_idle_exit) is
+ * not started again until a wake for its database comes.  DROP
  * EXTENSION makes the scheduler exit at its next look; DROP DATABASE asks
  * it (and the database's lanes) to exit before it runs, and keeps the
  * launcher off the database meanwhile (the ProcessUtility hook below).
  *
  * At most BACKFILL_MAX_DATABASES schedulers run at once (their slots in
  * shared memory); a database beyond that is reported, once a minute, as a
- * WARNING with a hint.  A database named in backfill.database_names that
+ * WARNING with a hint.  A scheduler that cannot start for want of a
+ * background worker slot (max_worker_processes) is reported once, as a
+ * WARNING with what pg_backfill needs, tried again every minute and at
+ * each wake, and its start after that is logged.  A database named in backfill.database_names that
  * does not exist is reported once, as a WARNING with a hint, and looked
  * for again every naptime; it is never a FATAL error repeated every few
  * seconds.  The postmaster restarts the launcher itself if it exits.
@@ -82,6 +87,9 @@ typedef struct DatabaseState
 	int			quick_stops;	/* in a row */
 	int			absent_checks;	/* checks in a row that found no pg_backfill */
 	bool		serving;		/* its last scheduler found pg_backfill */
+	bool		idle;			/* its last scheduler left with nothing to do */
+	bool		woken;			/* a wake came for it: start a scheduler now */
+	bool		no_slot_reported;	/* no worker slot for its scheduler, said */
 	bool		seen;			/* in pg_database at the last look */
 	bool		other_reported; /* served by an older launcher's scheduler, said */
 } DatabaseState;
@@ -354,17 +362,31 @@ start_scheduler(DatabaseState *st, int i, MemoryContext cxt)
 							  Int32GetDatum(i), &st->dboid, sizeof(Oid), cxt);
 	st->started_at = GetCurrentTimestamp();
 	st->slot = i;
-	if (st->handle == NULL)
+	if (st->handle != NULL)
 	{
-		st->next_start = TimestampTzPlusMilliseconds(st->started_at, SCHEDULER_RETRY_MAX_MS);
+		if (st->no_slot_reported)
+			ereport(LOG,
+					(errmsg("pg_backfill started the scheduler of database \"%s\": a background "
+							"worker slot is free again", st->dbname)));
+		st->no_slot_reported = false;
+		return;
+	}
+	st->next_start = TimestampTzPlusMilliseconds(st->started_at, SCHEDULER_RETRY_MAX_MS);
+	/* said once: the launcher tries again every minute and at each wake */
+	if (!st->no_slot_reported)
 		ereport(WARNING,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("pg_backfill could not start the scheduler of database \"%s\"",
-						st->dbname),
-				 errdetail("Every background worker slot is in use."),
-				 errhint("Raise max_worker_processes (a restart is needed); the launcher tries "
-						 "again in a minute.")));
-	}
+				 errmsg("pg_backfill cannot start the scheduler of database \"%s\": no "
+						"background worker slot is free", st->dbname),
+				 errdetail("max_worker_processes is %d.  pg_backfill takes one for its launcher, "
+						   "one for the scheduler of each database with the extension, up to "
+						   "backfill.max_workers (%d) for lanes, and one for a database's outbox "
+						   "relay while messages wait.", max_worker_processes,
+						   backfill_max_workers),
+				 errhint("Raise max_worker_processes (a restart is needed).  Until then the "
+						 "launcher tries again every minute and at each backfill_run there; "
+						 "its success is logged.")));
+	st->no_slot_reported = true;
 }
 
 /*
@@ -377,7 +399,13 @@ note_stop(DatabaseState *st, TimestampTz now)
 {
 	int64		delay = 0;
 
-	if (backfill_shmem_take_absent(st->slot, st->dboid))
+	if (backfill_shmem_take_idle(st->slot, st->dboid))
+	{
+		/* nothing to do there: no scheduler until a wake (look_at_database) */
+		st->idle = true;
+		st->quick_stops = 0;
+	}
+	else if (backfill_shmem_take_absent(st->slot, st->dboid))
 	{
 		st->serving = false;
 		st->quick_stops = 0;
@@ -427,8 +455,16 @@ look_at_database(const DatabaseRow *row, TimestampTz now, long *sleep_ms, Memory
 		}
 		note_stop(st, now);
 	}
+	/* a wake (backfill_run...) for the database: a scheduler now, whatever its delay */
+	if (st->woken)
+	{
+		st->woken = false;
+		st->idle = false;
+		st->next_start = 0;
+		st->absent_checks = 0;
+	}
 	if (!database_eligible(row) || backfill_shmem_database_is_going(row->dboid) ||
-		served_by_another(st))
+		served_by_another(st) || st->idle)
 		return;
 	if (st->next_start > now)
 	{
@@ -457,7 +493,10 @@ look_at_database(const DatabaseRow *row, TimestampTz now, long *sleep_ms, Memory
 	start_scheduler(st, slot, cxt);
 }
 
-/* The database a wake asked about is looked at now, whatever its delay. */
+/*
+ * The database a wake asked about is looked at now, whatever its delay;
+ * if its scheduler is still stopping (it just left idle), once it stopped.
+ */
 static void
 take_wakes(void)
 {
@@ -470,10 +509,7 @@ take_wakes(void)
 		DatabaseState *st = lfirst(lc);
 
 		if (all || st->dboid == dboid)
-		{
-			st->next_start = 0;
-			st->absent_checks = 0;
-		}
+			st->woken = true;
 	}
 }
 

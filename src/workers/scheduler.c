@@ -19,6 +19,13 @@
  * checkpoint), or a pass whose partitions are all done but which nobody
  * has finished.
  *
+ * A scheduler with nothing to do (no pass running, paused or queued, no
+ * watched backfill, no outbox message pending or dead, no child of its
+ * own) for backfill.scheduler_idle_exit exits, so that a database whose
+ * backfills are done holds no worker slot: it gives its slot up first, so
+ * that a wake from then on reaches the launcher, which starts it again at
+ * once, looks one last time, and says so in the slot.
+ *
  * Lanes never restart by themselves.  A lane that dies quickly is started
  * again only after a doubling delay, so a pass that cannot start never
  * floods the log.  See src/README.md for the state machine.
@@ -123,6 +130,7 @@ static TimestampTz last_slot_warning = 0;
 static BackgroundWorkerHandle *relay = NULL;
 static bool outbox_pending = false;
 static bool extension_present = true;
+static bool database_busy = true;	/* has work that needs the scheduler (database_has_work) */
 static const char *database_refusal = NULL;	/* why this database is no longer served */
 
 static RunMemo *
@@ -274,6 +282,30 @@ database_no_longer_served(void)
 }
 
 /*
+ * Has the database work that needs its scheduler: a pass running (paused
+ * and queued ones too: a resume wakes, but a requirement met does not), a
+ * watched backfill, an outbox message pending or dead (a sink set or a
+ * requeue wakes nobody)?  In the caller's transaction.
+ */
+static bool
+database_has_work(void)
+{
+	if (catalog_ask("look for running passes",
+					"SELECT EXISTS (SELECT 1 FROM backfill.ledger WHERE status = 'running')",
+					0, NULL, NULL))
+		return true;
+	if (catalog_has_column("declaration", "watch_ms") &&
+		catalog_ask("look for watched backfills",
+					"SELECT EXISTS (SELECT 1 FROM backfill.declaration WHERE watch_ms IS NOT NULL)",
+					0, NULL, NULL))
+		return true;
+	return catalog_has_column("outbox", "state") &&
+		catalog_ask("look for outbox messages",
+					"SELECT EXISTS (SELECT 1 FROM backfill.outbox WHERE state IN ('pending', 'dead'))",
+					0, NULL, NULL);
+}
+
+/*
  * Read the running passes and how many lanes each wants.  Runs in its own
  * transaction; the result is allocated in the caller's memory context.
  */
@@ -328,6 +360,7 @@ read_running_passes(MemoryContext result_cxt)
 	/* is there outbox work (delivery or pruning) for the relay? (0.3 and later) */
 	outbox_pending = OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true)) &&
 		relay_has_work();
+	database_busy = extension_present && database_has_work();
 
 	worker_commit_xact();
 	return needs;
@@ -787,6 +820,58 @@ exit_without_extension(const char *dbname, bool dropped)
 	proc_exit(0);
 }
 
+/*
+ * Nothing to do for backfill.scheduler_idle_exit: leave.  The slot is given
+ * up first, so that a wake from here on reaches the launcher; then one last
+ * look finds what a wake that reached this scheduler just before brought,
+ * and if there is work the slot is not marked idle: the launcher starts a
+ * scheduler again at once, as after any stop of one that ran a while.
+ */
+static void
+exit_idle(const char *dbname, int slot)
+{
+	bool		work;
+
+	backfill_shmem_scheduler_idle(slot, true);
+	worker_begin_xact("pg_backfill scheduler: a last look before it leaves");
+	work = OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true)) && database_has_work();
+	worker_commit_xact();
+	if (work)
+		backfill_shmem_scheduler_idle(slot, false);
+	ereport(LOG,
+			(errmsg("pg_backfill scheduler for database \"%s\" stops: %s", dbname,
+					work ? "work came as it left; the launcher starts it again" :
+					psprintf("nothing to do for %d s (backfill.scheduler_idle_exit)",
+							 backfill_scheduler_idle_exit)),
+			 errdetail("A backfill_run, backfill_resume, backfill_retry or "
+					   "backfill_outbox_emit in the database starts it again at once.")));
+	proc_exit(0);
+}
+
+/*
+ * Idle bookkeeping after a look (busy: it found work, or failed): exits
+ * when the scheduler has had nothing to do for backfill.scheduler_idle_exit,
+ * else lowers *sleep_ms to that moment.
+ */
+static void
+note_idle(bool busy, TimestampTz *idle_since, const char *dbname, int slot, long *sleep_ms)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz leave_at;
+
+	if (busy || lanes != NIL || relay != NULL || backfill_scheduler_idle_exit <= 0)
+	{
+		*idle_since = 0;
+		return;
+	}
+	if (*idle_since == 0)
+		*idle_since = now;
+	leave_at = TimestampTzPlusMilliseconds(*idle_since, backfill_scheduler_idle_exit * 1000L);
+	if (now >= leave_at)
+		exit_idle(dbname, slot);
+	*sleep_ms = Min(*sleep_ms, Max(backoff_ms_until(now, leave_at), 10L));
+}
+
 /* is pg_backfill installed here?  (its own transaction) */
 static bool
 extension_installed(void)
@@ -818,6 +903,7 @@ backfill_scheduler_main(Datum main_arg)
 	Oid			dboid;
 	char		dbname[NAMEDATALEN];
 	MemoryContext scratch;
+	TimestampTz idle_since = 0;
 
 	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
 
@@ -889,6 +975,7 @@ backfill_scheduler_main(Datum main_arg)
 			EmitErrorReport();
 			(void) worker_abort_xact(scratch);
 			sleep_ms = backfill_naptime * 1000L;
+			database_busy = true;	/* a failed look found out nothing */
 		}
 		PG_END_TRY();
 		MemoryContextSwitchTo(scheduler_cxt);
@@ -900,6 +987,12 @@ backfill_scheduler_main(Datum main_arg)
 					(errmsg("pg_backfill scheduler for database \"%s\" stops: %s",
 							dbname, database_refusal)));
 			proc_exit(0);
+		}
+		{
+			long		idle_sleep_ms = sleep_ms;
+
+			note_idle(database_busy, &idle_since, dbname, slot, &idle_sleep_ms);
+			sleep_ms = idle_sleep_ms;
 		}
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
