@@ -5,10 +5,13 @@
 # what it was, the pages source's checksum and functions resolve, and the
 # paused pass resumes and completes with every row done exactly once.
 #
-# The new server is the newest PostgreSQL newer than the one under test
-# that has pg_upgrade and pg_backfill of the same version installed
-# (PG_UPGRADE_NEW names one installation directory instead); the test
-# installs nothing.  With none, it SKIPs (as in CI, which has 15 only).
+# The new server is the newest installation newer than the one under test
+# that has pg_upgrade and pg_backfill (PG_UPGRADE_NEW names one installation
+# directory instead); the test installs nothing.  With none, it SKIPs (as in
+# CI, which has 15 only), and so it does, in one line, when that
+# installation's pg_backfill is not this tree's (another default_version in
+# its control file, or install scripts that differ from the tree's): a stale
+# install elsewhere on the machine never fails the suite.
 use strict;
 use warnings;
 
@@ -32,6 +35,15 @@ sub major_of
 	return (pg_config_of($bindir, '--version') =~ /PostgreSQL (\d+)/)[0] // 0;
 }
 
+# the default_version a control file names, or '' when it cannot be read
+sub control_version
+{
+	my ($control) = @_;
+	open my $fh, '<', $control or return '';
+	my ($v) = map { /^\s*default_version\s*=\s*'([^']*)'/ ? $1 : () } <$fh>;
+	return $v // '';
+}
+
 # pg_backfill's default_version in an installation, or '' when absent
 sub backfill_version
 {
@@ -39,15 +51,29 @@ sub backfill_version
 	my $control = pg_config_of($bindir, '--sharedir') . '/extension/pg_backfill.control';
 	my $lib = pg_config_of($bindir, '--pkglibdir') . '/pg_backfill.so';
 	return '' unless -f $control && -f $lib;
-	open my $fh, '<', $control or return '';
-	my ($v) = map { /^\s*default_version\s*=\s*'([^']*)'/ ? $1 : () } <$fh>;
-	return $v // '';
+	return control_version($control);
 }
 
+# the first of this tree's install scripts that an installation lacks or
+# has otherwise, or undef when it has them all as they are here
+sub script_differing
+{
+	my ($bindir, $tree) = @_;
+	my $extdir = pg_config_of($bindir, '--sharedir') . '/extension';
+	for my $script (sort glob("$tree/pg_backfill--*.sql"))
+	{
+		my $name = (split m{/}, $script)[-1];
+		return $name
+		  unless -f "$extdir/$name" && slurp_file("$extdir/$name") eq slurp_file($script);
+	}
+	return undef;
+}
+
+my $tree = "$FindBin::RealBin/../..";
+my $version = control_version("$tree/pg_backfill.control");
 my $old_bindir = `pg_config --bindir`;
 chomp $old_bindir;
 my $old_major = major_of($old_bindir);
-my $version = backfill_version($old_bindir);
 
 my @candidates = defined $ENV{PG_UPGRADE_NEW}
   ? ($ENV{PG_UPGRADE_NEW})
@@ -58,13 +84,23 @@ for my $root (@candidates)
 	next unless -x "$root/bin/pg_upgrade" && -x "$root/bin/pg_config";
 	my $major = major_of("$root/bin");
 	next unless $major > $old_major && $major > $new_major;
-	next unless backfill_version("$root/bin") eq $version;
+	next if backfill_version("$root/bin") eq '';
 	($new_root, $new_major) = ($root, $major);
 }
 if (!defined $new_root)
 {
 	plan skip_all => "SKIP: no PostgreSQL newer than $old_major with pg_upgrade and "
-	  . "pg_backfill $version installed (set PG_UPGRADE_NEW to an installation directory)";
+	  . "pg_backfill installed (set PG_UPGRADE_NEW to an installation directory)";
+}
+my $new_version = backfill_version("$new_root/bin");
+my $differing = script_differing("$new_root/bin", $tree);
+if ($new_version ne $version || defined $differing)
+{
+	plan skip_all => "SKIP: the pg_backfill installed in $new_root is not this tree's ("
+	  . ($new_version ne $version
+		? "version $new_version, the tree's is $version"
+		: "its $differing differs from the tree's")
+	  . "); install this tree there with make PG_CONFIG=$new_root/bin/pg_config install";
 }
 note("pg_upgrade from PostgreSQL $old_major ($old_bindir) to $new_major ($new_root)");
 
