@@ -851,10 +851,10 @@ exit_idle(const char *dbname, int slot)
 /*
  * Idle bookkeeping after a look (busy: it found work, or failed): exits
  * when the scheduler has had nothing to do for backfill.scheduler_idle_exit,
- * else lowers *sleep_ms to that moment.
+ * else returns sleep_ms, lowered to that moment.
  */
-static void
-note_idle(bool busy, TimestampTz *idle_since, const char *dbname, int slot, long *sleep_ms)
+static long
+note_idle(bool busy, TimestampTz *idle_since, const char *dbname, int slot, long sleep_ms)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz leave_at;
@@ -862,14 +862,14 @@ note_idle(bool busy, TimestampTz *idle_since, const char *dbname, int slot, long
 	if (busy || lanes != NIL || relay != NULL || backfill_scheduler_idle_exit <= 0)
 	{
 		*idle_since = 0;
-		return;
+		return sleep_ms;
 	}
 	if (*idle_since == 0)
 		*idle_since = now;
 	leave_at = TimestampTzPlusMilliseconds(*idle_since, backfill_scheduler_idle_exit * 1000L);
 	if (now >= leave_at)
 		exit_idle(dbname, slot);
-	*sleep_ms = Min(*sleep_ms, Max(backoff_ms_until(now, leave_at), 10L));
+	return Min(sleep_ms, Max(backoff_ms_until(now, leave_at), 10L));
 }
 
 /* is pg_backfill installed here?  (its own transaction) */
@@ -988,12 +988,7 @@ backfill_scheduler_main(Datum main_arg)
 							dbname, database_refusal)));
 			proc_exit(0);
 		}
-		{
-			long		idle_sleep_ms = sleep_ms;
-
-			note_idle(database_busy, &idle_since, dbname, slot, &idle_sleep_ms);
-			sleep_ms = idle_sleep_ms;
-		}
+		sleep_ms = note_idle(database_busy, &idle_since, dbname, slot, sleep_ms);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);
