@@ -21,6 +21,7 @@ OBJS = \
 	src/trust/scope.o \
 	src/trust/tenancy.o \
 	src/engine/enqueue.o \
+	src/engine/citus.o \
 	src/engine/pass.o \
 	src/engine/batch.o \
 	src/engine/poison.o \

@@ -973,3 +973,44 @@ BEGIN
     END LOOP;
 END
 $$;
+
+/* ---- Citus (issue 15) ---- */
+
+/*
+ * The rows a predicate matches in a Citus distributed table, from the
+ * shards' own statistics: the planner's estimate on each shard, on the
+ * node that holds it (Citus's run_command_on_shards, which connects as the
+ * current role), summed.  The coordinator's planner knows nothing of the
+ * shards: it answers a fixed 100,000.  Run by the lanes as the declaring
+ * role; estimate is NULL when Citus is not installed or a shard did not
+ * answer (the plan keeps the coordinator's estimate then).  Nothing of
+ * Citus is named unless it is installed: the statement is EXECUTEd.
+ */
+CREATE FUNCTION backfill.citus_estimate_rows(rel regclass, predicate text,
+                                             OUT estimate bigint, OUT shards integer)
+LANGUAGE plpgsql VOLATILE STRICT
+AS $$
+DECLARE
+    failed integer;
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RETURN;
+    END IF;
+    -- run_command_on_shards formats the command with the shard's name: %L
+    -- is that name as a literal, and the predicate's own % are doubled
+    EXECUTE 'SELECT pg_catalog.sum(r.result::pg_catalog.int8) FILTER (WHERE r.success)::pg_catalog.int8,'
+            '       pg_catalog.count(*)::pg_catalog.int4,'
+            '       pg_catalog.count(*) FILTER (WHERE NOT r.success)::pg_catalog.int4'
+            '  FROM pg_catalog.run_command_on_shards($1, $2) r'
+       INTO estimate, shards, failed
+      USING rel, 'SELECT backfill.estimate_rows(%L, '
+                 OPERATOR(pg_catalog.||) pg_catalog.replace(pg_catalog.quote_literal(predicate), '%', '%%')
+                 OPERATOR(pg_catalog.||) ')';
+    IF failed OPERATOR(pg_catalog.>) 0 OR shards OPERATOR(pg_catalog.=) 0 THEN
+        estimate := NULL;
+    END IF;
+EXCEPTION WHEN OTHERS THEN
+    estimate := NULL;
+    shards := NULL;
+END
+$$;

@@ -45,6 +45,7 @@
 #include "catalog.h"
 #include "errors.h"
 #include "batch.h"
+#include "citus.h"
 #include "health.h"
 #include "jsonobj.h"
 #include "keyset.h"
@@ -424,6 +425,9 @@ begin_batch(Pass *pass, Claim *claim)
 	if (pass->async_commit || synchronous_commit == SYNCHRONOUS_COMMIT_OFF)
 		(void) set_config_option("synchronous_commit", pass->async_commit ? "off" : "on",
 								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	/* a Citus table's batch: two-phase on the workers, synchronous here (citus.c) */
+	if (pass->citus_remote)
+		citus_fence_batch();
 	worker_statement_timeout(pass->batch_timeout_ms);
 }
 

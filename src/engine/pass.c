@@ -28,6 +28,7 @@
 #include "utils/memutils.h"
 
 #include "catalog.h"
+#include "citus.h"
 #include "declaration.h"
 #include "errors.h"
 #include "identity.h"
@@ -110,6 +111,31 @@ lane_run_as_ok(Pass *pass, Oid owner, Oid run_as)
 										 "as its run_as role: %s", pass->name, refused));
 	worker_commit_xact();
 	pass_fail(pass, -1, ERRCODE_BACKFILL_PRIVILEGE, refused);
+	return false;
+}
+
+/*
+ * May this node work the pass's table (citus.c)?  If not, the pass fails,
+ * ending the transaction; if so, note whether its batches write to other
+ * nodes, which fences each of them.
+ */
+static bool
+lane_citus_ok(Pass *pass)
+{
+	int			sqlerrcode;
+	char	   *refused;
+
+	if (!OidIsValid(pass->relid))
+		return true;
+	refused = citus_refusal(pass->name, pass->relid, &sqlerrcode);
+	if (refused == NULL)
+	{
+		pass->citus_remote = citus_writes_elsewhere(pass->relid);
+		return true;
+	}
+	refused = pass_strdup(pass, refused);
+	worker_commit_xact();
+	pass_fail(pass, -1, sqlerrcode, refused);
 	return false;
 }
 
@@ -314,6 +340,10 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 
 	/* a REVOKE since the run started takes effect here: the pass fails, once */
 	if (ok && !lane_run_as_ok(pass, owner, run_as))
+		return false;
+
+	/* a Citus shard, or a Citus table off the coordinator, is never worked (citus.c) */
+	if (ok && !lane_citus_ok(pass))
 		return false;
 
 	if (ok && !pass_resolve_source(pass))
@@ -625,6 +655,24 @@ insert_leaf_partitions(Pass *pass, PassPlan *plan, int first)
 }
 
 /*
+ * A Citus table's rows are on its shards, which the coordinator's planner
+ * does not see: the estimate is the sum of the shards' own (citus.c), and
+ * the method says so.
+ */
+static void
+plan_citus_estimate(Pass *pass, PassPlan *plan)
+{
+	int64		estimate;
+	int			shards;
+
+	if (!citus_estimate_rows(pass->relid, pass->predicate, &estimate, &shards))
+		return;
+	plan->estimate = Int64GetDatum(estimate);
+	plan->has_estimate = true;
+	plan->method = psprintf("%s, rows from %d Citus shards", plan->method, shards);
+}
+
+/*
  * A table: bounds about four partitions per lane (a composite key's from
  * keyset.c), and the planner's estimate of the rows the predicate
  * matches; both as the declaring role.
@@ -653,6 +701,8 @@ plan_table(Pass *pass, PassPlan *plan)
 	if (SPI_execute_with_args("SELECT backfill.estimate_rows($1, $2)", 2, etypes, evalues,
 							  NULL, false, 1) == SPI_OK_SELECT && SPI_processed == 1)
 		plan_take_estimate(plan);
+	if (pass->citus_remote)
+		plan_citus_estimate(pass, plan);
 }
 
 /* Insert the partitions and move the run to running; say so in the log. */
@@ -1399,6 +1449,9 @@ count_remaining(Pass *pass)
 
 	if (!pass->counted)
 		return 0;				/* a revert without a predicate: the walk is the proof */
+	/* a batch a crash left prepared on a worker is done: Citus commits it first */
+	if (pass->citus_remote)
+		citus_recover_prepared(pass->name);
 	if (!OidIsValid(pass->pages_fn))
 		return count_table_remaining(pass);
 	if (!OidIsValid(pass->count_fn))

@@ -49,6 +49,7 @@ typedef struct Pass
 	int			batch_timeout_ms;
 	int			lock_timeout_ms;
 	bool		async_commit;	/* batches commit without waiting for disk */
+	bool		citus_remote;	/* a Citus table: batches write to other nodes (citus.c) */
 	int			target_batch_ms;	/* 0: fixed batch size */
 	int			min_batch_size;
 	int			max_batch_size;

@@ -24,6 +24,7 @@
 #include "backoff.h"
 #include "batch.h"
 #include "catalog.h"
+#include "citus.h"
 #include "errors.h"
 #include "pacing.h"
 #include "pass.h"
@@ -151,6 +152,9 @@ batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
 				 " WHERE run_id = $1 AND part_no = $2",
 				 3, types, values, NULL, SPI_OK_UPDATE);
 	catalog_leave(&scope);
+	/* rows a worker's crash left locked in a prepared batch are freed (citus.c) */
+	if (pass->citus_remote)
+		citus_recover_prepared(pass->name);
 	worker_commit_xact();
 
 	/* capped doubling delay with jitter: half to all of it */

@@ -52,6 +52,7 @@
 #include "compat.h"
 #include "config.h"
 #include "catalog.h"
+#include "citus.h"
 #include "declaration.h"
 #include "errors.h"
 #include "key.h"
@@ -1120,6 +1121,10 @@ backfill_declare(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+
+	/* never a Citus shard, nor a Citus table off the coordinator (citus.c) */
+	if (OidIsValid(decl.relid))
+		citus_check_declarable(decl.name, decl.relid);
 
 	/* only a backfill of a role the declarer is a member of (checked at run too) */
 	requires_check_backfill(decl.name, decl.owner, decl.requires_backfill);

@@ -1,0 +1,220 @@
+# 160_citus.pl -- pg_backfill on Citus: a coordinator and two workers.
+#
+# Runs only where Citus is installed for the server under test (citus.so
+# in pg_config --pkglibdir); prints one SKIP line otherwise.  Three nodes
+# on loopback, Citus preloaded first; a hash-distributed table of 8 shards.
+#
+# - A shard table on a worker is refused at declaration (BF030, naming the
+#   shard and its distributed table, hint: the coordinator); the
+#   distributed table itself on a worker is refused too (BF031).
+# - A pass over the distributed table on the coordinator: its estimate is
+#   the shards' own (the coordinator's planner says 100,000), and the plan
+#   method says so.
+# - The same pass, with a non-idempotent action (n = n + 1), survives a
+#   lane killed with SIGKILL, the coordinator stopped with -m immediate,
+#   a worker stopped with -m immediate, and a shard moved to the other
+#   worker mid-pass: every row exactly once, the ledger counting each row
+#   once, and nothing written to the moved shard's old placement after
+#   the move.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep time);
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
+
+my $libdir = `pg_config --pkglibdir`;
+chomp $libdir;
+plan skip_all => "SKIP: Citus is not installed for this server (no citus.so in $libdir)"
+  unless -f "$libdir/citus.so";
+
+my $ROWS = 40_000;
+
+# a node with Citus (first) and pg_backfill preloaded, listening on loopback
+sub citus_node
+{
+	my ($name) = @_;
+	return BackfillTest::node(
+		$name,
+		crash_restart => 1,
+		extra_conf => "shared_preload_libraries = 'citus,pg_backfill'\n"
+		  . "listen_addresses = '127.0.0.1'\n"
+		  . "max_prepared_transactions = 100\n"
+		  . "max_connections = 100\n");
+}
+
+my $coord = citus_node('coord');
+my @workers = (citus_node('worker1'), citus_node('worker2'));
+$_->safe_psql('postgres', 'CREATE EXTENSION citus') for ($coord, @workers);
+$coord->safe_psql('postgres',
+	"SELECT citus_set_coordinator_host('localhost', " . $coord->port . ')');
+$coord->safe_psql('postgres', "SELECT citus_add_node('localhost', " . $_->port . ')')
+  for @workers;
+$coord->safe_psql('postgres', 'CREATE EXTENSION pg_backfill');
+note('Citus ' . sq($coord, q{SELECT extversion FROM pg_extension WHERE extname = 'citus'}));
+is( sq($workers[0], q{SELECT count(*) FROM pg_extension WHERE extname = 'pg_backfill'}),
+	'1', 'CREATE EXTENSION pg_backfill on the coordinator reached the workers');
+
+$coord->safe_psql('postgres', qq{
+	SET citus.shard_count = 8;
+	CREATE TABLE t (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	SELECT create_distributed_table('t', 'id');
+	INSERT INTO t (id) SELECT g FROM generate_series(1, $ROWS) g;
+	ANALYZE t;
+});
+
+# ---- refusals on a worker
+my $port1 = $workers[0]->port;
+my $shard = sq($workers[0], qq{
+	SELECT s.shardid FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid)
+	  JOIN pg_dist_node n ON n.groupid = p.groupid
+	 WHERE s.logicalrelid = 't'::regclass AND n.nodeport = $port1
+	 ORDER BY s.shardid LIMIT 1});
+my ($rc, $out, $err) = $workers[0]->psql('postgres', qq{\\set VERBOSITY verbose
+	SELECT backfill_declare('fill_shard', 't_$shard', 'n = 0',
+		'UPDATE t_$shard SET n = n + 1 WHERE id BETWEEN \$1 AND \$2')});
+like($err, qr/ERROR:\s+BF030: backfill "fill_shard" may not rewrite shard "t_$shard"/,
+	'a shard table on a worker is refused with BF030, naming the backfill and the shard');
+like($err, qr/DETAIL:\s+"t_$shard" is shard $shard of Citus distributed table public.t\b/,
+	'the detail says which distributed table it is a shard of');
+like($err, qr/HINT:\s+Declare the backfill on the Citus coordinator, against public.t\./,
+	'the hint says to declare it on the coordinator against the distributed table');
+($rc, $out, $err) = $workers[0]->psql('postgres', q{\set VERBOSITY verbose
+	SELECT backfill_declare('fill_w', 't', 'n = 0',
+		'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2')});
+like($err, qr/ERROR:\s+BF031: .*"fill_w".*coordinator only/,
+	'the distributed table itself is refused on a worker with BF031');
+like($err, qr/HINT:\s+Connect to the Citus coordinator/, 'its hint names the coordinator');
+is(sq($workers[0], 'SELECT count(*) FROM backfill.declaration'), '0',
+	'nothing was declared on the worker');
+
+# ---- the coordinator-side pass
+is(sq($coord, q{SELECT backfill.estimate_rows('t', 'n = 0')}), '100000',
+	"the coordinator's own planner estimates Citus's fixed 100,000 rows");
+
+# start a pass of fill_t (n from $from to $from + 1); returns its run id
+sub start_pass
+{
+	my ($from) = @_;
+	$coord->safe_psql('postgres', qq{
+		SELECT backfill_declare('fill_t', 't', 'n = $from',
+			'UPDATE t SET n = n + 1 WHERE id BETWEEN \$1 AND \$2',
+			batch_size => 200, rate => 25, max_parallel => 2, max_attempts => 30,
+			backoff_base => '100 ms', backoff_cap => '1 s')});
+	return sq($coord, q{SELECT backfill_run('fill_t', force => true)});
+}
+
+# wait until the pass has done at least $rows rows (and is still running)
+sub midway
+{
+	my ($run_id, $rows) = @_;
+	return poll_until($coord,
+		"SELECT coalesce(sum(rows), 0) >= $rows FROM backfill.partition WHERE run_id = $run_id",
+		't', 120);
+}
+
+# every row done once by pass $run_id: n = $n everywhere, the ledger counts $ROWS
+sub done_once
+{
+	my ($label, $run_id, $n) = @_;
+	is(wait_pass_end($coord, $run_id, 240), 'completed', "$label: the pass completed");
+	is( sq($coord, "SELECT count(*), count(*) FILTER (WHERE n = $n) FROM t"),
+		"$ROWS|$ROWS", "$label: every row was done exactly once (n = $n)");
+	is(ledger($coord, $run_id, 'rows'), $ROWS, "$label: the ledger counts each row once");
+	return;
+}
+
+# (a) a plain pass: the estimate and the plan
+my $run_id = start_pass(0);
+ok(poll_until($coord, "SELECT phase FROM backfill.run WHERE run_id = $run_id", 'running', 60),
+	'the pass was planned');
+my ($method, $estimate) = split /\|/,
+  sq($coord, "SELECT plan_method, estimate FROM backfill.run WHERE run_id = $run_id");
+like($method, qr/rows from 8 Citus shards/, "the plan method says where the estimate is from ($method)");
+ok($estimate >= $ROWS / 2 && $estimate <= $ROWS * 2,
+	"the estimate ($estimate) is within a factor 2 of the $ROWS rows, not 100,000");
+
+# (b) a lane killed with SIGKILL mid-pass
+ok(midway($run_id, $ROWS / 5), 'lane kill: the pass is under way');
+my $lane = sq($coord, "SELECT holder_pid FROM backfill.partition WHERE run_id = $run_id "
+	  . "AND state = 'running' AND holder_pid IS NOT NULL LIMIT 1");
+ok($lane, "lane kill: a lane holds a partition (pid $lane)");
+kill 'KILL', $lane;
+done_once('lane kill', $run_id, 1);
+
+# (c) the coordinator stopped with -m immediate mid-pass
+$run_id = start_pass(1);
+ok(midway($run_id, $ROWS / 5), 'coordinator crash: the pass is under way');
+$coord->stop('immediate');
+$coord->start;
+done_once('coordinator crash', $run_id, 2);
+
+# (d) a worker stopped with -m immediate mid-pass
+$run_id = start_pass(2);
+ok(midway($run_id, $ROWS / 5), 'worker crash: the pass is under way');
+$workers[1]->stop('immediate');
+$workers[1]->start;
+done_once('worker crash', $run_id, 3);
+
+# (e) a shard moved to the other worker mid-pass
+my $port2 = $workers[1]->port;
+my $shard_rows = sq($workers[0], "SELECT count(*) FROM t_$shard");
+$run_id = start_pass(3);
+ok(midway($run_id, $ROWS / 5), 'shard move: the pass is under way');
+my $t0 = time();
+$coord->safe_psql('postgres', qq{
+	SELECT citus_move_shard_placement($shard, 'localhost', $port1, 'localhost', $port2,
+		shard_transfer_mode => 'block_writes')});
+note(sprintf('the move took %.1f s', time() - $t0));
+is(ledger($coord, $run_id, 'status'), 'running', 'shard move: the shard moved while the pass ran');
+my $done_at_move = sq($coord, "SELECT sum(rows) FROM backfill.partition WHERE run_id = $run_id");
+cmp_ok($done_at_move, '<', $ROWS, "shard move: $done_at_move of $ROWS rows done at the move");
+done_once('shard move', $run_id, 4);
+is( sq($workers[1], "SELECT count(*), count(*) FILTER (WHERE n = 4) FROM t_$shard"),
+	"$shard_rows|$shard_rows",
+	'shard move: on its new placement, every row of the moved shard was done (n = 4)');
+# the old placement, if Citus has not dropped it yet, was left at the move
+my $old = sq($workers[0],
+	"SET citus.override_table_visibility = off; SELECT to_regclass('t_$shard') IS NULL");
+$old = $old eq 't' ? 'dropped' : sq($workers[0], qq{SET citus.override_table_visibility = off;
+	SELECT count(*) FILTER (WHERE n = 4) FROM t_$shard});
+ok($old eq 'dropped' || $old < $shard_rows,
+	"shard move: the old placement got none of the later writes ($old)");
+
+# (f) a table of one shard: Citus would commit a batch that writes to one
+# worker there, before the checkpoint commits here (one-phase); the lane
+# asks for two-phase commit, which the workers' statement logs show
+$coord->safe_psql('postgres', q{
+	CREATE TABLE one (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	SELECT create_distributed_table('one', 'id', shard_count => 1);
+	INSERT INTO one (id) SELECT g FROM generate_series(1, 2000) g;
+	SELECT backfill_declare('fill_one', 'one', 'n = 0',
+		'UPDATE one SET n = n + 1 WHERE id BETWEEN $1 AND $2', batch_size => 500,
+		rate => 100);
+});
+my @offsets;
+for my $w (@workers)
+{
+	$w->safe_psql('postgres', q{ALTER SYSTEM SET log_statement = 'all'; SELECT pg_reload_conf()});
+	push @offsets, -s $w->logfile;
+}
+$run_id = sq($coord, q{SELECT backfill_run('fill_one')});
+is(wait_pass_end($coord, $run_id, 60), 'completed', 'one shard: the pass completed');
+is(sq($coord, 'SELECT count(*) FILTER (WHERE n = 1) FROM one'), '2000',
+	'one shard: every row done once');
+my ($prepared, $committed) = (0, 0);
+for my $i (0, 1)
+{
+	my $log = substr(slurp_file($workers[$i]->logfile), $offsets[$i]);
+	$prepared += () = $log =~ /statement: PREPARE TRANSACTION 'citus_/g;
+	$committed += () = $log =~ /statement: COMMIT PREPARED 'citus_/g;
+}
+cmp_ok($prepared, '>=', 4, "one shard: each batch was prepared on its worker ($prepared)");
+cmp_ok($committed, '>=', 4, "one shard: and committed after the checkpoint ($committed)");
+
+$_->stop for ($coord, @workers);
+done_testing();
