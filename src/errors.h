@@ -63,13 +63,12 @@
 #define ERRCODE_BACKFILL_CATALOG_VERSION MAKE_SQLSTATE('B','F','0','2','7')
 /* a scoped backfill's revert names the scope it undoes (its input) */
 #define ERRCODE_BACKFILL_SCOPED			MAKE_SQLSTATE('B','F','0','2','8')
-/* the declarer's SQL would take or release an advisory lock of the session finalizing it */
-#define ERRCODE_BACKFILL_SESSION_LOCK	MAKE_SQLSTATE('B','F','0','3','2')
-
 /* the relation is one shard of a Citus distributed table */
 #define ERRCODE_BACKFILL_CITUS_SHARD	MAKE_SQLSTATE('B','F','0','3','0')
 /* a Citus distributed or reference table, on a node that is not the coordinator */
 #define ERRCODE_BACKFILL_CITUS_NODE		MAKE_SQLSTATE('B','F','0','3','1')
+/* the declarer's SQL would take or release an advisory lock of the session finalizing it */
+#define ERRCODE_BACKFILL_SESSION_LOCK	MAKE_SQLSTATE('B','F','0','3','2')
 
 /*
  * In a PG_CATCH block of a backend, before raising the caught error again
