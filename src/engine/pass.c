@@ -669,7 +669,8 @@ plan_citus_estimate(Pass *pass, PassPlan *plan)
 		return;
 	plan->estimate = Int64GetDatum(estimate);
 	plan->has_estimate = true;
-	plan->method = psprintf("%s, rows from %d Citus shards", plan->method, shards);
+	plan->method = psprintf("%s, rows from %d Citus shard%s", plan->method, shards,
+								shards == 1 ? "" : "s");
 }
 
 /*

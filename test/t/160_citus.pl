@@ -149,6 +149,11 @@ ok($estimate >= $ROWS / 2 && $estimate <= $ROWS * 2,
 
 # (b) a lane killed with SIGKILL mid-pass
 ok(midway($run_id, $ROWS / 5), 'lane kill: the pass is under way');
+my ($progress, $rows_done, $eta) = split /\|/,
+  sq($coord, q{SELECT progress, rows, eta IS NOT NULL FROM backfill_status('fill_t')});
+ok(abs($progress - $rows_done / $ROWS) < 0.05 && $progress < 1,
+	"backfill_status's progress ($progress at $rows_done rows) is the share of the table done");
+is($eta, 't', 'backfill_status has an ETA while the pass runs');
 my $lane = sq($coord, "SELECT holder_pid FROM backfill.partition WHERE run_id = $run_id "
 	  . "AND state = 'running' AND holder_pid IS NOT NULL LIMIT 1");
 ok($lane, "lane kill: a lane holds a partition (pid $lane)");
