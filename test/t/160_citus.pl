@@ -20,6 +20,7 @@
 #   rows done that the ledger never counted (39,800 and 39,400 of 40,000);
 #   without the lanes' call for Citus's recovery the worker crash ended
 #   the pass STALLED with 107 rows that a prepared batch held locked.
+# - A reference table: every row done once in the copy on each node.
 # - A table of one shard: each batch is prepared on its worker and
 #   committed after the checkpoint (without the coordinated transaction
 #   citus_fence_batch asks for, Citus ran each UPDATE there in autocommit).
@@ -238,6 +239,26 @@ for my $i (0, 1)
 }
 cmp_ok($prepared, '>=', 4, "one shard: each batch was prepared on its worker ($prepared)");
 cmp_ok($committed, '>=', 4, "one shard: and committed after the checkpoint ($committed)");
+
+# (g) a reference table: a copy on every node, each batch written to all
+$coord->safe_psql('postgres', q{
+	CREATE TABLE ref (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	SELECT create_reference_table('ref');
+	INSERT INTO ref (id) SELECT g FROM generate_series(1, 2000) g;
+	SELECT backfill_declare('fill_ref', 'ref', 'n = 0',
+		'UPDATE ref SET n = n + 1 WHERE id BETWEEN $1 AND $2', batch_size => 500,
+		rate => 100);
+});
+$run_id = sq($coord, q{SELECT backfill_run('fill_ref')});
+is(wait_pass_end($coord, $run_id, 60), 'completed', 'reference table: the pass completed');
+my $ref_shard = sq($coord, q{SELECT shardid FROM pg_dist_shard WHERE logicalrelid = 'ref'::regclass});
+for my $node ($coord, @workers)
+{
+	is( sq($node, qq{SET citus.override_table_visibility = off;
+			SELECT count(*), count(*) FILTER (WHERE n = 1) FROM ref_$ref_shard}),
+		'2000|2000', 'reference table: every row done once in the copy on ' . $node->name);
+}
+is(ledger($coord, $run_id, 'rows'), '2000', 'reference table: the ledger counts each row once');
 
 $_->stop for ($coord, @workers);
 done_testing();
