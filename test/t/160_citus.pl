@@ -37,7 +37,7 @@ use BackfillTest;
 
 my $libdir = `pg_config --pkglibdir`;
 chomp $libdir;
-plan skip_all => "SKIP: Citus is not installed for this server (no citus.so in $libdir)"
+plan skip_all => "Citus is not installed for this server (no citus.so in $libdir)"
   unless -f "$libdir/citus.so";
 
 my $ROWS = 40_000;
