@@ -207,6 +207,31 @@ prepare_and_plan(Pass *pass)
 }
 
 /*
+ * After an error in the session's work: the declarer's transaction aborted
+ * and every lease the session holds given back, its session mode ended
+ * whatever happens; returns the error.  A function of its own: a PG_TRY
+ * inside the caller's PG_CATCH would shadow the caller's, which PostgreSQL
+ * 16 and later build with -Wshadow=compatible-local (an error there).
+ */
+static ErrorData *
+abandon_session_work(Final *f, MemoryContext old)
+{
+	ErrorData  *volatile edata = NULL;
+
+	PG_TRY();
+	{
+		edata = worker_session_abort(old);
+		pass_release_held(f->run_id);
+	}
+	PG_FINALLY();
+	{
+		worker_session_end();
+	}
+	PG_END_TRY();
+	return edata;
+}
+
+/*
  * Work run run_id here: claim partitions and run their batches until none
  * is left to claim, then end the pass if no other holder still works one;
  * stop at the deadline (the partition given back at its checkpoint).  An
@@ -253,20 +278,11 @@ work_in_session(Final *f, TimestampTz deadline)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *volatile edata = NULL;
+		ErrorData  *edata;
 
 		work_set_deadline(0);
 		HOLD_INTERRUPTS();
-		PG_TRY();
-		{
-			edata = worker_session_abort(old);
-			pass_release_held(f->run_id);
-		}
-		PG_FINALLY();
-		{
-			worker_session_end();
-		}
-		PG_END_TRY();
+		edata = abandon_session_work(f, old);
 		RESUME_INTERRUPTS();
 		MemoryContextSwitchTo(old);
 		MemoryContextDelete(cxt);
