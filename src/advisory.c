@@ -29,6 +29,11 @@
  * released and taken again within one of the declarer's transactions goes
  * unseen (its count is the same after it).
  *
+ * The same guard holds around the declarer's SQL that asrole.c evaluates
+ * in a session not its own (backfill_run's scope in the caller's session,
+ * backfill_pending's drift probe, a requirement read): its subtransaction
+ * is rolled back, which ends no session lock.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -51,7 +56,9 @@ typedef struct CallerLock
 } CallerLock;
 
 static bool guard_on = false;
-static char *guard_name = NULL;
+static bool guard_finalize = false;	/* CALL backfill_finalize, else asrole.c */
+static char *guard_name = NULL;		/* the backfill, or NULL */
+static Oid	guard_role = InvalidOid;	/* as whom its SQL runs */
 static CallerLock *caller_locks = NULL;
 static int	caller_nlocks = 0;
 
@@ -162,7 +169,7 @@ lock_key(const LOCKTAG *tag)
 }
 
 void
-advisory_guard_begin(const char *name)
+advisory_guard_begin(const char *name, Oid role, bool finalize)
 {
 	CallerLock *held;
 	int			n;
@@ -181,27 +188,57 @@ advisory_guard_begin(const char *name)
 			held[caller_nlocks++] = held[i];
 	}
 	caller_locks = held;
-	guard_name = MemoryContextStrdup(TopMemoryContext, name);
+	guard_name = name ? MemoryContextStrdup(TopMemoryContext, name) : NULL;
+	guard_role = role;
+	guard_finalize = finalize;
 	guard_on = true;
+}
+
+bool
+advisory_guard_on(void)
+{
+	return guard_on;
 }
 
 /* BF032: the declarer's SQL released a lock of the caller's */
 static void
 raise_released(const CallerLock *lock, int left, bool taken_back)
 {
+	const char *again = taken_back ? "The session holds it again as often as before." :
+		"Another session holds it now: this session no longer does.";
+
+	if (guard_finalize)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SESSION_LOCK),
+				 errmsg("backfill \"%s\" released an advisory lock of the session that finalizes it",
+						guard_name),
+				 errdetail_plural("Its SQL released advisory lock %s, which the calling session "
+								  "held %d time, while CALL backfill_finalize ran its batches "
+								  "there (%d left). %s Finalize stopped; the pass goes on.",
+								  "Its SQL released advisory lock %s, which the calling session "
+								  "held %d times, while CALL backfill_finalize ran its batches "
+								  "there (%d left). %s Finalize stopped; the pass goes on.",
+								  lock->count,
+								  lock_key(&lock->tag), lock->count, left, again),
+				 errhint("Release only the backfill's own locks in its SQL, or use transaction-level "
+						 "locks (pg_advisory_xact_lock); or call backfill_finalize from a session "
+						 "that holds no advisory lock.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_BACKFILL_SESSION_LOCK),
-			 errmsg("backfill \"%s\" released an advisory lock of the session that finalizes it",
-					guard_name),
-			 errdetail("Its SQL released advisory lock %s, which the calling session held %d "
-					   "times, while CALL backfill_finalize ran its batches there (%d left). %s "
-					   "Finalize stopped; the pass goes on.",
-					   lock_key(&lock->tag), lock->count, left,
-					   taken_back ? "The session holds it again as often as before." :
-					   "Another session holds it now: this session no longer does."),
-			 errhint("Release only the backfill's own locks in its SQL, or use transaction-level "
-					 "locks (pg_advisory_xact_lock); or call backfill_finalize from a session "
-					 "that holds no advisory lock.")));
+			 guard_name ?
+			 errmsg("backfill \"%s\" released an advisory lock of the session that evaluated its SQL",
+					guard_name) :
+			 errmsg("SQL read as role \"%s\" released an advisory lock of the session that ran it",
+					GetUserNameFromId(guard_role, true)),
+			 errdetail_plural("Its SQL, evaluated as role %s in this session, released advisory "
+							  "lock %s, which the session held %d time (%d left). %s",
+							  "Its SQL, evaluated as role %s in this session, released advisory "
+							  "lock %s, which the session held %d times (%d left). %s",
+							  lock->count,
+							  GetUserNameFromId(guard_role, true), lock_key(&lock->tag),
+							  lock->count, left, again),
+			 errhint("Release only the locks that SQL takes itself, or use transaction-level locks "
+					 "(pg_advisory_xact_lock).")));
 }
 
 /*
@@ -264,6 +301,8 @@ void
 advisory_guard_end(void)
 {
 	guard_on = false;
+	guard_finalize = false;
+	guard_role = InvalidOid;
 	if (caller_locks)
 		pfree(caller_locks);
 	caller_locks = NULL;

@@ -80,7 +80,7 @@ worker_session_begin(Oid run_as, const char *search_path, const char *name)
 	session_in_xact = false;
 	session_statement_end = get_timeout_active(STATEMENT_TIMEOUT) ?
 		get_timeout_finish_time(STATEMENT_TIMEOUT) : 0;
-	advisory_guard_begin(name);
+	advisory_guard_begin(name, run_as, true);
 }
 
 void

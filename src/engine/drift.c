@@ -76,12 +76,12 @@ check_reopen_allowed(const char *a_name, Oid a_owner, const char *b_name, Oid b_
  * reaches the scheduler's own session.
  */
 static bool
-predicate_matches(Oid run_as, const char *search_path, const char *relation,
+predicate_matches(const char *name, Oid run_as, const char *search_path, const char *relation,
 				  const char *predicate)
 {
 	char	   *answer;
 
-	answer = asrole_query(run_as, search_path,
+	answer = asrole_query(name, run_as, search_path,
 						  psprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE (\n%s\n))",
 								   relation, predicate),
 						  0, NULL, NULL, NULL, NULL);
@@ -95,12 +95,12 @@ predicate_matches(Oid run_as, const char *search_path, const char *relation,
  * The caller is connected to SPI.
  */
 static int64
-probe_rows(Oid run_as, const char *search_path, const char *relation, const char *predicate,
-		   ErrorData **error)
+probe_rows(const char *name, Oid run_as, const char *search_path, const char *relation,
+		   const char *predicate, ErrorData **error)
 {
 	char	   *answer;
 
-	answer = asrole_query(run_as, search_path,
+	answer = asrole_query(name, run_as, search_path,
 						  psprintf("SELECT pg_catalog.count(*) FROM (SELECT 1 FROM %s WHERE (\n%s\n)"
 								   " LIMIT %d) probe", relation, predicate, DRIFT_PROBE_LIMIT),
 						  0, NULL, NULL, NULL, error);
@@ -148,7 +148,8 @@ backfill_drift_probe(PG_FUNCTION_ARGS)
 	}
 	catalog_leave(&scope);
 	if (found && has_privs_of_role(GetUserId(), owner))
-		rows = probe_rows(run_as, search_path, relation, predicate, &error);
+		rows = probe_rows(text_to_cstring(PG_GETARG_TEXT_PP(0)), run_as, search_path, relation,
+						  predicate, &error);
 	SPI_finish();
 	if (rows < 0)
 		PG_RETURN_NULL();
@@ -235,7 +236,8 @@ reopen_if_drifted(Required *r)
 
 	check_reopen_allowed(r->a_name, r->a_owner, r->b_name, r->b_owner, r->b_run_as,
 						 r->b_environments, r->b_envlist);
-	if (!predicate_matches(r->b_run_as, r->b_search_path, r->b_relation, r->b_predicate))
+	if (!predicate_matches(r->b_name, r->b_run_as, r->b_search_path, r->b_relation,
+						   r->b_predicate))
 		return false;
 	run_id = enqueue_pass(r->b_name, r->b_name, r->b_checksum, true, r->b_last, r->b_owner, NULL);
 	ereport(LOG,
@@ -429,8 +431,8 @@ watch_one(Watched *w, MemoryContext cxt)
 	worker_begin_xact("pg_backfill scheduler: probing a watched backfill");
 	PG_TRY();
 	{
-		int64		found = probe_rows(w->run_as, w->search_path, w->relation, w->predicate,
-									   NULL);
+		int64		found = probe_rows(w->name, w->run_as, w->search_path, w->relation,
+									   w->predicate, NULL);
 
 		watch_count_probe(w->name, found);
 		if (found > 0)

@@ -21,7 +21,9 @@
  * objects), with a fixed search_path, inside a subtransaction that is
  * always rolled back, even when it succeeded.  Whatever the SQL changed
  * (settings, rows, locks) ends with it; only the result the caller copied
- * out remains.
+ * out remains.  A session advisory lock outlives a rollback: around the
+ * call the session's are counted and kept as they were (advisory.c), and
+ * SQL that released one of them raises BF032.
  *
  *-------------------------------------------------------------------------
  */
@@ -35,22 +37,28 @@
 #include "utils/memutils.h"
 #include "utils/resowner.h"
 
+#include "advisory.h"
 #include "asrole.h"
 
 #define ASROLE_DEFAULT_SEARCH_PATH	"pg_catalog, pg_temp"
 
 ErrorData *
-asrole_call(Oid role, const char *search_path, AsRoleFunc fn, void *arg, bool catch_errors)
+asrole_call(const char *name, Oid role, const char *search_path, AsRoleFunc fn, void *arg,
+			bool catch_errors)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
 	Oid			save_user;
 	int			save_sec;
 	ErrorData  *volatile error = NULL;
+	/* inside CALL backfill_finalize's work, its own guard holds */
+	bool		guard = !advisory_guard_on();
 
 	if (search_path == NULL || search_path[0] == '\0')
 		search_path = ASROLE_DEFAULT_SEARCH_PATH;
 
+	if (guard)
+		advisory_guard_begin(name, role, false);
 	GetUserIdAndSecContext(&save_user, &save_sec);
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
@@ -83,6 +91,19 @@ asrole_call(Oid role, const char *search_path, AsRoleFunc fn, void *arg, bool ca
 	MemoryContextSwitchTo(cxt);
 	CurrentResourceOwner = owner;
 	SetUserIdAndSecContext(save_user, save_sec);
+	/* a session advisory lock outlives the rollback: the caller's kept, the SQL's let go */
+	if (guard)
+	{
+		PG_TRY();
+		{
+			advisory_after_transaction(true);
+		}
+		PG_FINALLY();
+		{
+			advisory_guard_end();
+		}
+		PG_END_TRY();
+	}
 
 	if (error != NULL && (!catch_errors || error->sqlerrcode == ERRCODE_QUERY_CANCELED))
 		ReThrowError(error);
@@ -123,14 +144,14 @@ run_query(void *arg)
 }
 
 char *
-asrole_query(Oid role, const char *search_path, const char *sql, int nargs,
+asrole_query(const char *name, Oid role, const char *search_path, const char *sql, int nargs,
 			 Oid *types, Datum *values, const char *nulls, ErrorData **error)
 {
 	AsRoleQuery q = {.sql = sql, .nargs = nargs, .types = types, .values = values,
 	.nulls = nulls, .result_cxt = CurrentMemoryContext};
 	ErrorData  *caught;
 
-	caught = asrole_call(role, search_path, run_query, &q, error != NULL);
+	caught = asrole_call(name, role, search_path, run_query, &q, error != NULL);
 	if (error != NULL)
 		*error = caught;
 	return caught ? NULL : q.result;

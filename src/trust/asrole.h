@@ -22,9 +22,11 @@ typedef void (*AsRoleFunc) (void *arg);
  * the caller's connection or a connection of its own.  With
  * catch_errors, an error fn raises (other than a cancel) is returned,
  * copied; otherwise it is re-thrown after the rollback.  NULL: no error.
+ * name is the backfill whose SQL it is (NULL: none), for BF032 when that
+ * SQL released a session advisory lock of the caller's (advisory.h).
  */
-extern ErrorData *asrole_call(Oid role, const char *search_path, AsRoleFunc fn, void *arg,
-							  bool catch_errors);
+extern ErrorData *asrole_call(const char *name, Oid role, const char *search_path,
+							  AsRoleFunc fn, void *arg, bool catch_errors);
 
 /*
  * One query through asrole_call: the first column of its first row as
@@ -32,7 +34,8 @@ extern ErrorData *asrole_call(Oid role, const char *search_path, AsRoleFunc fn, 
  * caller must be connected to SPI.  Errors are re-thrown after the
  * rollback, unless error is not NULL: then *error receives it.
  */
-extern char *asrole_query(Oid role, const char *search_path, const char *sql, int nargs,
-						  Oid *types, Datum *values, const char *nulls, ErrorData **error);
+extern char *asrole_query(const char *name, Oid role, const char *search_path, const char *sql,
+						  int nargs, Oid *types, Datum *values, const char *nulls,
+						  ErrorData **error);
 
 #endif							/* BACKFILL_ASROLE_H */

@@ -183,7 +183,7 @@ migration_listed(Oid role, const char *relation, const char *column, const char 
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	applied = asrole_query(role, NULL, sql, 1, types, values, NULL, &error);
+	applied = asrole_query(NULL, role, NULL, sql, 1, types, values, NULL, &error);
 	/* both live in SPI's memory: keep what is needed */
 	*unreadable = error ? MemoryContextStrdup(cxt, error->message) : NULL;
 	listed = applied != NULL && strcmp(applied, "t") == 0;

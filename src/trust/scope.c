@@ -276,6 +276,6 @@ scope_ledger_name(const char *name, Jsonb *shape, const char *scope, Jsonb *inpu
 	 */
 	e = (ScopeEval) {.name = name, .shape = shape, .scope = scope, .input = input,
 	.result_cxt = CurrentMemoryContext};
-	(void) asrole_call(owner, search_path, scope_evaluate, &e, false);
+	(void) asrole_call(name, owner, search_path, scope_evaluate, &e, false);
 	return e.ledger_name;
 }

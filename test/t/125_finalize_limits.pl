@@ -21,7 +21,11 @@
 #      own completes, and the caller holds 77 exactly twice, and nothing
 #      else;
 #  (e) once the slow pass is cancelled, lanes take up every pass the
-#      sessions left and complete each, every row done exactly once.
+#      sessions left and complete each, every row done exactly once;
+#  (f) a predicate evaluated in the caller's session by backfill_pending's
+#      drift probe (asrole.c): one that takes lock 999 leaves the session
+#      holding 77 only; one that calls pg_advisory_unlock_all() fails
+#      backfill_pending with BF032, and 77 is held again.
 use strict;
 use warnings;
 
@@ -194,18 +198,61 @@ is($out, 'true true false', '(d) the caller held 77 exactly twice: two unlocks f
 is(ledger($node, run_of('fl_d'), 'status'), 'running', '(d) the pass of fl_d goes on');
 $s->quit;
 
+# two backfills whose predicates take a lock of their own, or release every
+# lock: the lanes run them in (e); (f) probes them from a session of its own
+for my $t (['fl_p1', 'PERFORM pg_advisory_lock(999);'], ['fl_p2', 'PERFORM pg_advisory_unlock_all();'])
+{
+	my ($name, $body) = @$t;
+	$node->safe_psql('postgres', qq{
+		SET ROLE fl_user;
+		CREATE TABLE $name (id int PRIMARY KEY, n int NOT NULL DEFAULT 0, v int);
+		INSERT INTO $name (id) SELECT g FROM generate_series(1, 200) g;
+		CREATE FUNCTION public.${name}_pred(x int) RETURNS boolean LANGUAGE plpgsql STABLE AS
+			\$f\$ BEGIN $body RETURN x IS NULL; END \$f\$;
+		SELECT backfill_declare(name => '$name', relation => '$name',
+			predicate => 'public.${name}_pred(v)',
+			action => 'UPDATE $name SET v = 1, n = n + 1 WHERE id BETWEEN \$1 AND \$2',
+			batch_size => 50, rate => 1000);
+		SELECT backfill_run('$name');
+	});
+}
+
 # ------------------------------------------------------------------
 # (e) the lanes take up what the sessions left
 # ------------------------------------------------------------------
 $node->safe_psql('postgres', q{SELECT backfill_cancel('fl_hog')});
 is(wait_pass_end($node, $run_hog, 60), 'cancelled', '(e) the slow pass is cancelled');
-for my $t (['fl_a', 2000], ['fl_c', 2000], ['fl_d', 300])
+for my $t (['fl_a', 2000], ['fl_c', 2000], ['fl_d', 300], ['fl_p1', 200], ['fl_p2', 200])
 {
 	my ($name, $rows) = @$t;
 	my $run = run_of($name);
 	is(wait_pass_end($node, $run, 120), 'completed', "(e) a lane completed $name");
 	each_row_done_once($node, $name, $rows, $run);
 }
+
+# ------------------------------------------------------------------
+# (f) a declarer's SQL evaluated in the caller's session (asrole.c): the
+#     drift probe of backfill_pending; a rollback ends no session lock
+# ------------------------------------------------------------------
+my $locks = q{SELECT 'held|' || coalesce(string_agg(objid::text, ',' ORDER BY objid), '')
+	FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()};
+my ($rc);
+($rc, $out, $err) = $node->psql('postgres', qq{
+	\\set VERBOSITY verbose
+	SELECT pg_advisory_lock(77);
+	SELECT 'probe|' || backfill.drift_probe('fl_p1');
+	$locks;
+	SELECT count(*) FROM backfill_pending();
+	$locks;
+}, on_error_stop => 0);
+like($out, qr/^probe\|0$/m, '(f) the probe of a predicate that takes lock 999 reads 0 rows');
+like($out, qr/^held\|77\nheld\|77$/m,
+	'(f) afterwards the session holds its lock 77, and never 999; after backfill_pending too');
+like($err,
+	qr/ERROR:  BF032: backfill "fl_p2" released an advisory lock of the session that evaluated its SQL/,
+	'(f) a predicate that calls pg_advisory_unlock_all(): backfill_pending fails with BF032');
+like($err, qr/DETAIL:  Its SQL, evaluated as role fl_user in this session, released advisory lock 77, which the session held 1 time \(0 left\)\. The session holds it again/,
+	'(f) naming the lock, and that the session holds it again');
 
 $node->stop;
 done_testing();
