@@ -39,7 +39,6 @@
 #include "utils/memutils.h"
 #include "utils/regproc.h"
 #include "utils/syscache.h"
-#include "utils/timeout.h"
 #include "utils/typcache.h"
 
 #include "catalog.h"
@@ -698,7 +697,7 @@ batch_first_key(Pass *pass, Claim *claim, Datum *key)
 	begin_batch(pass, claim);
 	if (leaf_gone(pass, claim))
 	{
-		disable_timeout(STATEMENT_TIMEOUT, false);
+		worker_statement_timeout_end();
 		return false;
 	}
 	if (run_key_scan(pass, variant, key_values, key_nulls) != SPI_OK_SELECT)
@@ -750,7 +749,7 @@ batch_run(Pass *pass, Claim *claim)
 
 	if (leaf_gone(pass, claim))
 	{
-		disable_timeout(STATEMENT_TIMEOUT, false);
+		worker_statement_timeout_end();
 		checkpoint_partition_done(pass, claim);
 		worker_commit_xact();
 		return BATCH_PARTITION_DONE;
