@@ -55,6 +55,7 @@ SELECT backfill_declare('fill', 'orders', 'total IS NULL', 'UPDATE orders SET to
 SELECT backfill_declare('fill', 'orders', 'total IS NULL', 'SELECT 1', batch_size => 0);
 SELECT backfill_declare('fill', 'orders', 'total IS NULL', 'SELECT 1', rate => 0);
 SELECT backfill_declare('fill', 'orders', 'total IS NULL', 'SELECT 1', rate => 'Infinity');
+SELECT backfill_declare('fill', 'orders', 'total IS NULL', 'SELECT 1', rate => 1e-13);
 SELECT backfill_declare('fill', 'orders', 'total IS NULL', 'SELECT 1',
                         backoff_base => '10 s', backoff_cap => '1 s');
 SELECT backfill_declare('fill', 'orders', 'total IS NULL', 'SELECT 1', environments => '{}');

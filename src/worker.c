@@ -14,6 +14,8 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
+
 #include "miscadmin.h"
 #include "utils/guc.h"
 
@@ -78,6 +80,26 @@ worker_own_settings(void)
 }
 
 /*
+ * ALTER DATABASE (or ALTER ROLE) ... SET role or SET session_authorization
+ * would make every session of the database another role, a worker's too:
+ * a scheduler would read the catalogs as that role and fail every look,
+ * a lane would run a superuser's backfill as the database's owner.  A
+ * worker is the role it logged in as, whatever those settings say.  source
+ * is PGC_S_OVERRIDE for workers that run only the extension's SQL, and
+ * PGC_S_SESSION for a lane, whose declarer's SQL may still SET ROLE.  Its
+ * own transaction: the check of session_authorization reads pg_authid.
+ */
+void
+worker_own_identity(GucSource source)
+{
+	StartTransactionCommand();
+	SetConfigOption("session_authorization",
+					GetUserNameFromId(GetAuthenticatedUserId(), false), PGC_SUSET, source);
+	SetConfigOption("role", "none", PGC_SUSET, source);
+	CommitTransactionCommand();
+}
+
+/*
  * A cursor is stored as its key's text and read back by another lane, a
  * retry or a finalizing session: a date written under DateStyle 'SQL, DMY'
  * ("08/01/2026") and read under 'ISO, MDY' is the 1st of August, and the
@@ -106,13 +128,24 @@ worker_key_text_settings(GucAction action)
  * level of its own, as a function's SET clause), so the action keeps
  * whatever it set.
  */
+static int
+key_text_enter(void)
+{
+	int			level = NewGUCNestLevel();
+
+	worker_key_text_settings(GUC_ACTION_SAVE);
+	/* money's text follows lc_monetary: fixed here, not for the whole lane */
+	(void) set_config_option("lc_monetary", "C", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return level;
+}
+
 char *
 worker_key_output(Oid output, Datum value)
 {
-	int			level = NewGUCNestLevel();
+	int			level = key_text_enter();
 	char	   *text;
 
-	worker_key_text_settings(GUC_ACTION_SAVE);
 	text = OidOutputFunctionCall(output, value);
 	AtEOXact_GUC(true, level);
 	return text;
@@ -121,10 +154,9 @@ worker_key_output(Oid output, Datum value)
 Datum
 worker_key_input(Oid input, const char *text, Oid ioparam)
 {
-	int			level = NewGUCNestLevel();
+	int			level = key_text_enter();
 	Datum		value;
 
-	worker_key_text_settings(GUC_ACTION_SAVE);
 	value = OidInputFunctionCall(input, (char *) text, ioparam, -1);
 	AtEOXact_GUC(true, level);
 	return value;

@@ -36,6 +36,12 @@ extern void worker_describe(BackgroundWorker *worker, const char *function,
 extern void worker_own_settings(void);
 
 /*
+ * A worker is the role it logged in as: a database's or role's SET role
+ * or SET session_authorization is undone (in a transaction of its own).
+ */
+extern void worker_own_identity(GucSource source);
+
+/*
  * The settings under which keys, cursors and bounds become text and back,
  * the same in every lane and finalizing session whatever the role, the
  * database or the caller set: DateStyle ISO, IntervalStyle postgres,
@@ -46,7 +52,8 @@ extern void worker_key_text_settings(GucAction action);
 
 /*
  * One key value's text (output function output) or value from its text
- * (input function input), under those settings for the call alone.
+ * (input function input), under those settings and lc_monetary C for the
+ * call alone.
  */
 extern char *worker_key_output(Oid output, Datum value);
 extern Datum worker_key_input(Oid input, const char *text, Oid ioparam);

@@ -828,6 +828,7 @@ backfill_relay_main(Datum main_arg)
 
 	/* the relay runs no user SQL but sink functions, which it runs as their owner */
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, InvalidOid, 0);
+	worker_own_identity(PGC_S_OVERRIDE);
 	SetConfigOption("application_name", "pg_backfill relay", PGC_USERSET, PGC_S_OVERRIDE);
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 	worker_own_settings();

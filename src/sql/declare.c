@@ -25,6 +25,7 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_proc.h"
+#include "catalog/pg_type.h"
 #include "common/keywords.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -184,6 +185,48 @@ resolve_composite_key(const char *name, Relation rel, const char *key, int pk_n,
 	src->key = pstrdup(src->composite.columns[0]);
 	src->keytype = src->composite.types[0];
 	relation_close(rel, AccessShareLock);
+}
+
+/*
+ * A key is written as text and read back by the next lane: the text of an
+ * object identifier type (regclass, regtype...) names the object as the
+ * session's search_path sees it, so another lane, or the same one after
+ * the action moved search_path, reads another object and skips or redoes
+ * batches.  Such keys (or domains and arrays of them) are refused.
+ */
+static void
+refuse_search_path_key(const char *name, const char *column, Oid type)
+{
+	Oid			base = getBaseType(type);
+	Oid			elem = get_base_element_type(base);
+
+	if (OidIsValid(elem))
+		base = getBaseType(elem);
+	switch (base)
+	{
+		case REGCLASSOID:
+		case REGTYPEOID:
+		case REGPROCOID:
+		case REGPROCEDUREOID:
+		case REGOPEROID:
+		case REGOPERATOROID:
+		case REGCONFIGOID:
+		case REGDICTIONARYOID:
+		case REGNAMESPACEOID:
+		case REGROLEOID:
+		case REGCOLLATIONOID:
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+					 errmsg("key column \"%s\" of backfill \"%s\" is of type %s, whose text "
+							"depends on search_path", column, name, format_type_be(type)),
+					 errdetail("A cursor is stored as its key's text and read back by the next "
+							   "lane, which may see another object under that name."),
+					 errhint("Key the backfill on a column of another type (the oid as "
+							 "oid, or a unique id column).")));
+			break;
+		default:
+			break;
+	}
 }
 
 static void
@@ -673,10 +716,11 @@ read_batch_options(const DeclareArgs *a, Declaration *d)
 
 	d->rate = arg_isnull(a, "rate") ? backfill_default_rate :
 		DatumGetFloat8(arg_datum(a, "rate"));
-	if (isnan(d->rate) || isinf(d->rate) || d->rate <= 0 || d->rate > 100000)
+	/* as backfill.default_rate: below one batch in 1000 s, the wait overflows */
+	if (isnan(d->rate) || isinf(d->rate) || d->rate < 0.001 || d->rate > 100000)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
-				 errmsg("rate of backfill \"%s\" must be above 0 and at most 100000", name),
+				 errmsg("rate of backfill \"%s\" must be between 0.001 and 100000", name),
 				 errdetail("The rate is batches per second; pacing cannot be switched off."),
 				 errhint("Pass rate => 0.5 for one batch every two seconds, or rate => 50 to go fast.")));
 
@@ -855,6 +899,11 @@ resolve_table_source(const DeclareArgs *a, Declaration *d, const char *run_as_na
 				 errhint("GRANT SELECT, UPDATE ON %s TO %s;", src.relation,
 						 quote_identifier(run_as_name))));
 	resolve_key(name, arg_text(a, "key"), &src);
+	if (src.composite.nkeys > 1)
+		for (int i = 0; i < src.composite.nkeys; i++)
+			refuse_search_path_key(name, src.composite.columns[i], src.composite.types[i]);
+	else
+		refuse_search_path_key(name, src.key, src.keytype);
 	d->relid = src.relid;
 	d->relation = src.relation;
 	d->key_column = src.key;

@@ -81,6 +81,7 @@ backfill_lane_main(Datum main_arg)
 
 	/* as the declaring role: never more privilege than it has */
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.roleoid, 0);
+	worker_own_identity(PGC_S_SESSION);
 	SetConfigOption("application_name", "pg_backfill lane", PGC_USERSET, PGC_S_OVERRIDE);
 	/*
 	 * No JIT: a batch's statements are too small for it, and compiling the

@@ -912,6 +912,7 @@ backfill_scheduler_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 
 	BackgroundWorkerInitializeConnectionByOid(dboid, InvalidOid, 0);
+	worker_own_identity(PGC_S_OVERRIDE);
 	pgstat_report_appname("pg_backfill scheduler");
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("application_name", "pg_backfill scheduler", PGC_USERSET, PGC_S_OVERRIDE);

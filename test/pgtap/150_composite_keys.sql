@@ -246,6 +246,22 @@ SELECT results_eq($$SELECT tenant_id, sum(n)::int FROM bf150_scoped GROUP BY 1 O
                   $$VALUES (1, 0), (2, 400), (3, 0)$$,
                   'tenant 2''s rows once each, no other tenant''s');
 
+-- keys whose text depends on search_path (object identifier types) are refused
+CREATE TABLE bf150_regkey (r regclass PRIMARY KEY, n int NOT NULL DEFAULT 0);
+CREATE TABLE bf150_regkey2 (a int, t regtype, n int NOT NULL DEFAULT 0, PRIMARY KEY (a, t));
+SELECT results_eq(
+    $$SELECT state, message LIKE '%"bf150_reg"%regclass%search_path%', hint LIKE '%another type%'
+        FROM pg_temp.bf_error($q$SELECT backfill_declare('bf150_reg', 'bf150_regkey', 'n = 0',
+             'UPDATE bf150_regkey SET n = n + 1 WHERE r BETWEEN $1 AND $2')$q$)$$,
+    $$VALUES ('BF001', true, true)$$,
+    'a regclass key: BF001, its text depends on search_path');
+SELECT results_eq(
+    $$SELECT state, message LIKE '%"t"%"bf150_reg2"%regtype%'
+        FROM pg_temp.bf_error($q$SELECT backfill_declare('bf150_reg2', 'bf150_regkey2', 'n = 0',
+             'UPDATE bf150_regkey2 SET n = n + 1 WHERE (a, t) BETWEEN ($1, $2) AND ($3, $4)')$q$)$$,
+    $$VALUES ('BF001', true)$$,
+    'a composite key with a regtype column: BF001 naming the column');
+
 SELECT * FROM finish();
 DROP TABLE bf150_t, bf150_mixed, bf150_five, bf150_nullable, bf150_partial, bf150_expr,
     bf150_order, bf150_noidx, bf150_coll, bf150_three, bf150_single, bf150_scoped CASCADE;

@@ -7,7 +7,10 @@
 # the declarer's SQL and keep them: a lane that cannot write ends its pass
 # failed with the reason, visible in backfill_status, instead of a pass
 # left running with no rows and no error while the scheduler fails every
-# look (attacker finding F7).
+# look (attacker finding F7).  Nor does any worker take the database's
+# SET role or SET session_authorization: the owner's ALTER DATABASE ... SET
+# role = itself stopped the scheduler (every look: permission denied) and
+# made a superuser's lane run as the owner.
 use strict;
 use warnings;
 
@@ -79,6 +82,38 @@ ok(poll_db("SET statement_timeout = 0; SELECT status <> 'running' FROM backfill.
 	'(b) under a 1 ms statement_timeout for the database the pass ends');
 my $scheduler_errors = () = slurp_file($node->logfile) =~ /pg_backfill scheduler[^\n]*\n?[^\n]*canceling statement due to statement timeout/g;
 is($scheduler_errors, 0, '(b) no look of the scheduler was cancelled by the timeout');
+
+# (c) the owner names itself as everybody's role: the scheduler still serves
+# the database as the superuser it is, a superuser's lane still runs as it
+dbq(q{SET statement_timeout = 0; ALTER DATABASE dbo_db RESET statement_timeout});
+$node->safe_psql('dbo_db', q{
+	CREATE TABLE su (id int PRIMARY KEY, n int NOT NULL DEFAULT 0, who text);
+	INSERT INTO su (id) SELECT g FROM generate_series(1, 500) g;
+	SELECT backfill_declare('su', 'su', 'n = 0',
+	    'UPDATE su SET n = n + 1, who = current_user WHERE id BETWEEN $1 AND $2',
+	    batch_size => 100, rate => 100);
+});
+dbq(q{SET statement_timeout = 0; ALTER DATABASE dbo_db RESET statement_timeout});
+# the test's own superuser sessions take those settings too: undone first
+sub suq { return $node->safe_psql('dbo_db', "SET SESSION AUTHORIZATION DEFAULT; SET role = none; $_[0]") }
+foreach my $setting ('role', 'session_authorization')
+{
+	dbq(qq{ALTER DATABASE dbo_db SET $setting = 'dbo'});
+	$node->restart;
+	suq(q{UPDATE su SET n = 0, who = NULL});
+	$run = suq(q{SELECT backfill_run('su', force => true, wait => false)});
+	ok(poll_db("SET SESSION AUTHORIZATION DEFAULT; SET role = none;
+			SELECT status <> 'running' FROM backfill.ledger WHERE run_id = $run", 't', 90),
+		"(c) under SET $setting = dbo for the database the pass ends");
+	is(suq("SELECT status FROM backfill.ledger WHERE run_id = $run"),
+		'completed', "(c) $setting: the superuser's pass completed");
+	is(suq(q{SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <> 1),
+			string_agg(DISTINCT who, ',') FROM su}),
+		'500|0|postgres', "(c) $setting: every row done once, as the superuser, not as the owner");
+	dbq(qq{ALTER DATABASE dbo_db RESET $setting});
+}
+unlike(slurp_file($node->logfile), qr/permission denied for function fail_unbound_passes/,
+	'(c) no look of the scheduler was refused');
 
 $node->stop;
 done_testing();
