@@ -339,7 +339,9 @@ citus_fence_batch(void)
  * locked and still read as not done.  So a lane asks before it retries a
  * failed batch and before the convergence count.  As the extension's
  * owner (Citus lets no one else), in a subtransaction: a worker still
- * down is logged, and the caller goes on.
+ * down is logged, and the caller goes on; it waits at most two seconds
+ * for a worker's connection (measured: a lane waited Citus's default 30 s,
+ * twice, for a worker that was starting again).
  */
 void
 citus_recover_prepared(const char *name)
@@ -352,6 +354,9 @@ citus_recover_prepared(const char *name)
 	PG_TRY();
 	{
 		catalog_enter(&scope);
+		/* a worker still down costs two seconds, not Citus's 30 (undone by catalog_leave) */
+		catalog_exec("SELECT pg_catalog.set_config('citus.node_connection_timeout', '2000', true)",
+					 0, NULL, NULL, NULL, SPI_OK_SELECT);
 		catalog_exec("SELECT pg_catalog.recover_prepared_transactions()", 0, NULL, NULL, NULL,
 					 SPI_OK_SELECT);
 		catalog_leave(&scope);

@@ -101,6 +101,36 @@ like($err, qr/ERROR:\s+BF031: .*"fill_w".*coordinator only/,
 like($err, qr/HINT:\s+Connect to the Citus coordinator/, 'its hint names the coordinator');
 is(sq($workers[0], 'SELECT count(*) FROM backfill.declaration'), '0',
 	'nothing was declared on the worker');
+# a table whose name only looks like a shard's is no shard: another
+# table's name with the shard id, or the shard's name in another schema
+$coord->safe_psql('postgres', 'CREATE SCHEMA elsewhere');	# Citus creates it on the workers
+$workers[0]->safe_psql('postgres', qq{
+	CREATE TABLE other_$shard (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	CREATE TABLE elsewhere.t_$shard (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	SELECT backfill_declare('fill_other', 'other_$shard', 'n = 0',
+		'UPDATE other_$shard SET n = n + 1 WHERE id BETWEEN \$1 AND \$2');
+	SELECT backfill_declare('fill_elsewhere', 'elsewhere.t_$shard', 'n = 0',
+		'UPDATE elsewhere.t_$shard SET n = n + 1 WHERE id BETWEEN \$1 AND \$2');
+});
+is(sq($workers[0], 'SELECT string_agg(name, \',\' ORDER BY name) FROM backfill.declaration'),
+	'fill_elsewhere,fill_other',
+	'a local table named like a shard (another prefix, another schema) may be declared');
+
+# a shard of a table with a long name: Citus truncates it and adds a hash
+my $long = 'a_table_whose_name_is_long_enough_that_citus_truncates_it';
+$coord->safe_psql('postgres', qq{
+	CREATE TABLE $long (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	SELECT create_distributed_table('$long', 'id', shard_count => 2);
+});
+my $long_shard = sq($workers[0], qq{
+	SELECT shard_name(s.logicalrelid, s.shardid) FROM pg_dist_shard s
+	  JOIN pg_dist_placement p USING (shardid) JOIN pg_dist_node n ON n.groupid = p.groupid
+	 WHERE s.logicalrelid = '$long'::regclass AND n.nodeport = $port1 LIMIT 1});
+($rc, $out, $err) = $workers[0]->psql('postgres', qq{\\set VERBOSITY verbose
+	SELECT backfill_declare('fill_long', '$long_shard', 'n = 0',
+		'UPDATE $long_shard SET n = n + 1 WHERE id BETWEEN \$1 AND \$2')});
+like($err, qr/ERROR:\s+BF030: .*DETAIL:\s+"\Q$long_shard\E" is shard \d+ of Citus distributed table public\.$long\b/s,
+	"the shard $long_shard of a table whose name Citus truncated is refused too");
 
 # ---- the coordinator-side pass
 is(sq($coord, q{SELECT backfill.estimate_rows('t', 'n = 0')}), '100000',
