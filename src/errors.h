@@ -69,6 +69,8 @@
 #define ERRCODE_BACKFILL_CITUS_NODE		MAKE_SQLSTATE('B','F','0','3','1')
 /* the declarer's SQL would take or release an advisory lock of the session finalizing it */
 #define ERRCODE_BACKFILL_SESSION_LOCK	MAKE_SQLSTATE('B','F','0','3','2')
+/* a partition's cursor or bound, kept as text, no longer reads as a key of its type */
+#define ERRCODE_BACKFILL_KEY_UNREADABLE	MAKE_SQLSTATE('B','F','0','3','3')
 
 /*
  * In a PG_CATCH block of a backend, before raising the caught error again

@@ -17,6 +17,7 @@
 #include "access/xact.h"
 #include "catalog/pg_class.h"
 #include "fmgr.h"
+#include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "utils/array.h"
@@ -213,18 +214,41 @@ pass_resolve_source(Pass *pass)
 
 /*
  * A composite key (keyset.c): its columns, the index that serves it now,
- * their I/O.  A key of one column is a keyset of one.
+ * their I/O, in a transaction of its own.  A key of one column is a keyset
+ * of one.  A key column renamed or dropped, or its unique index dropped,
+ * fails the pass and returns false, rather than kill the lane before its
+ * first batch, which the scheduler would only start again.
  */
-static void
+static bool
 pass_resolve_keyset(Pass *pass, const Declaration *decl)
 {
+	MemoryContext cxt = CurrentMemoryContext;
+	ErrorData  *volatile edata = NULL;
+
 	pass->keyset.nkeys = 1;
 	if (decl->key_columns == NULL || OidIsValid(pass->pages_fn))
-		return;
+		return true;
 	pass->keyset.name = pass->name;
 	pass->keyset.relid = pass->relid;
 	pass->keyset.relation = pass->relation;
-	keyset_resolve(&pass->keyset, decl->key_columns, decl->key_types, pass->cxt);
+	worker_begin_xact("pg_backfill lane: finding the key's index");
+	PG_TRY();
+	{
+		keyset_resolve(&pass->keyset, decl->key_columns, decl->key_types, pass->cxt);
+		worker_commit_xact();
+	}
+	PG_CATCH();
+	{
+		edata = worker_abort_xact(pass->cxt);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	if (edata == NULL)
+		return true;
+	if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		ReThrowError(edata);
+	pass_fail(pass, -1, edata->sqlerrcode, edata->message);
+	return false;
 }
 
 /* a column of the first row of the last catalog statement, by name, as text */
@@ -348,9 +372,9 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 
 	if (ok && !pass_resolve_source(pass))
 		return false;
-	if (ok)
-		pass_resolve_keyset(pass, &decl);
 	worker_commit_xact();
+	if (ok && !pass_resolve_keyset(pass, &decl))
+		return false;
 
 	/* the names in the predicate and action resolve as they did for the declarer */
 	if (ok && search_path != NULL && search_path[0] != '\0' && !worker_in_session())
@@ -882,40 +906,107 @@ pass_claim(Pass *pass, Claim *claim)
 	}
 	catalog_leave(&scope);
 
+	/* read as keys by pass_claim_read_keys, as an attempt of the partition */
+	claim->keys_read = false;
+	claim->cursor_text = pass_strdup(pass, cursor);
+	claim->hi_text = pass_strdup(pass, hi);
+	claim->leaf_range_text = pass_strdup(pass, leaf_range);
+	claim->leaf = leaf;
+	worker_commit_xact();
+	return found;
+}
+
+/* the key's type as a message names it: "integer", or "(text, integer)" */
+static char *
+pass_key_type_name(Pass *pass)
+{
+	StringInfoData buf;
+
+	if (pass->keyset.nkeys <= 1)
+		return format_type_be(pass->keytype);
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '(');
+	for (int i = 0; i < pass->keyset.nkeys; i++)
+		appendStringInfo(&buf, "%s%s", i > 0 ? ", " : "", format_type_be(pass->keyset.cols[i].type));
+	appendStringInfoChar(&buf, ')');
+	return buf.data;
+}
+
+/* the claimed partition's bounds, its leaf's piece and its cursor as values */
+static void
+claim_parse_keys(Pass *pass, Claim *claim, const char *volatile *reading)
+{
 	claim->has_piece = false;
-	if (leaf_range != NULL)
+	if (claim->leaf_range_text != NULL)
 	{
-		if (!leaves_range_parse(leaf_range, pass_lead_type(pass), &claim->piece))
-			elog(ERROR, "partition %d of backfill \"%s\" has a leaf range that is not one: %s",
-				 claim->part_no, pass->name, leaf_range);
-		claim->piece.leaf = leaf;
+		*reading = claim->leaf_range_text;
+		if (!leaves_range_parse(claim->leaf_range_text, pass_lead_type(pass), &claim->piece))
+			elog(ERROR, "it is not a range of the key's leading column");
+		claim->piece.leaf = claim->leaf;
 		claim->has_piece = true;
 		pass_copy_piece(pass, &claim->piece);
 	}
+	claim->has_cursor = (claim->cursor_text != NULL);
+	claim->has_hi = (claim->hi_text != NULL);
+	if (claim->cursor_text)
+	{
+		*reading = claim->cursor_text;
+		if (pass->keyset.nkeys > 1)
+			keyset_row_parse(&pass->keyset, claim->cursor_text, claim->cursor_key, pass->cxt);
+		else
+			claim->cursor = pass_key_from_text(pass, claim->cursor_text);
+	}
+	if (claim->hi_text)
+	{
+		*reading = claim->hi_text;
+		if (pass->keyset.nkeys > 1)
+			keyset_row_parse(&pass->keyset, claim->hi_text, claim->hi_key, pass->cxt);
+		else
+			claim->hi = pass_key_from_text(pass, claim->hi_text);
+	}
+}
 
-	/*
-	 * The bounds become keys as the lane's role, outside the catalog scope:
-	 * the key's type may be the declarer's domain, whose CHECK runs its
-	 * functions.
-	 */
-	if (found && pass->keyset.nkeys > 1)
+/*
+ * The claimed partition's bounds and cursor, kept as text, read back as
+ * keys, in a transaction of their own, as the lane's role and outside the
+ * catalog scope: the key's type may be the declarer's domain, whose CHECK
+ * runs its functions.  A text that no longer reads as a key (a CHECK added
+ * to the domain, an enum label renamed, the leaf range of a changed type)
+ * is BF033, an error of the partition: work.c records it and retries it
+ * like a failed batch, and fails the pass after max_attempts.
+ */
+void
+pass_claim_read_keys(Pass *pass, Claim *claim)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	const char *volatile reading = NULL;
+
+	worker_begin_xact("pg_backfill lane: reading a partition's keys");
+	PG_TRY();
 	{
-		claim->has_cursor = (cursor != NULL);
-		claim->has_hi = (hi != NULL);
-		if (cursor)
-			keyset_row_parse(&pass->keyset, cursor, claim->cursor_key, pass->cxt);
-		if (hi)
-			keyset_row_parse(&pass->keyset, hi, claim->hi_key, pass->cxt);
+		claim_parse_keys(pass, claim, &reading);
 	}
-	else if (found)
+	PG_CATCH();
 	{
-		claim->has_cursor = (cursor != NULL);
-		claim->cursor = cursor ? pass_key_from_text(pass, cursor) : (Datum) 0;
-		claim->has_hi = (hi != NULL);
-		claim->hi = hi ? pass_key_from_text(pass, hi) : (Datum) 0;
+		ErrorData  *edata = backfill_take_error(cxt);
+
+		if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED || reading == NULL)
+			ReThrowError(edata);
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_KEY_UNREADABLE),
+				 errmsg("backfill \"%s\" cannot read \"%s\" of partition %d as its key %s: %s",
+						pass->name, reading, claim->part_no, pass_key_type_name(pass),
+						edata->message),
+				 errdetail("The partition's %s was written as text by an earlier batch or the plan.",
+						   reading == claim->cursor_text ? "cursor" :
+						   reading == claim->hi_text ? "upper bound" : "leaf range"),
+				 errhint("The key's type changed under the pass: change it back so that the text "
+						 "reads again and call backfill_retry('%s'), or start a new pass with "
+						 "backfill_run('%s', force => true).", pass->name, pass->name)));
 	}
+	PG_END_TRY();
 	worker_commit_xact();
-	return found;
+	claim->keys_read = true;
 }
 
 /* Give the lease back (the pass was paused): the partition is pending again. */
@@ -1126,6 +1217,33 @@ pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message)
 {
 	worker_begin_xact("pg_backfill lane: failing the pass");
 	pass_fail_in_xact(pass, part_no, sqlerrcode, message);
+	worker_commit_xact();
+}
+
+/*
+ * An error no step caught is ending this lane (the scheduler will start
+ * another): say so in the run's last_error, which backfill_status shows
+ * while the pass runs, so that a lane that keeps dying is never silent.
+ * Called outside any transaction; the caller raises the error again.
+ */
+void
+pass_note_lane_error(Pass *pass, const ErrorData *edata)
+{
+	CatalogScope scope;
+	Oid			types[2] = {INT8OID, TEXTOID};
+	Datum		values[2];
+
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = CStringGetTextDatum(psprintf("a lane died: SQLSTATE %s: %s",
+											 unpack_sql_state(edata->sqlerrcode),
+											 edata->message));
+	worker_begin_xact("pg_backfill lane: recording why it dies");
+	catalog_enter(&scope);
+	catalog_exec("UPDATE backfill.run r SET last_error = $2, updated_at = pg_catalog.now()"
+				 " FROM backfill.ledger l WHERE r.run_id = $1 AND l.run_id = r.run_id"
+				 " AND l.status = 'running'",
+				 2, types, values, NULL, SPI_OK_UPDATE);
+	catalog_leave(&scope);
 	worker_commit_xact();
 }
 

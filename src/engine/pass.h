@@ -86,6 +86,12 @@ typedef struct Pass
 typedef struct Claim
 {
 	int			part_no;
+	/* as the catalog keeps them, until pass_claim_read_keys reads them as keys */
+	bool		keys_read;
+	char	   *cursor_text;
+	char	   *hi_text;
+	char	   *leaf_range_text;
+	Oid			leaf;
 	bool		has_cursor;		/* lower bound, exclusive: last key done or lo */
 	Datum		cursor;
 	bool		has_hi;			/* upper bound, inclusive */
@@ -141,6 +147,8 @@ typedef enum BatchOutcome
 extern bool pass_load(Pass *pass, int64 run_id, MemoryContext cxt);
 extern void pass_plan(Pass *pass);
 extern bool pass_claim(Pass *pass, Claim *claim);
+extern void pass_claim_read_keys(Pass *pass, Claim *claim);
+extern void pass_note_lane_error(Pass *pass, const ErrorData *edata);
 extern void pass_release(Pass *pass, Claim *claim);
 extern void pass_release_held(int64 run_id);
 extern void pass_fail_partition(Pass *pass, Claim *claim, const char *message);

@@ -111,13 +111,34 @@ typedef enum FailureAction
 	FAILURE_STOP
 } FailureAction;
 
-static FailureAction
-batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
+/* a failed attempt on the partition's row: its failures and last error */
+static void
+record_failed_attempt(Pass *pass, Claim *claim, ErrorData *edata)
 {
 	CatalogScope scope;
 	Oid			types[3] = {INT8OID, INT4OID, TEXTOID};
 	Datum		values[3];
+
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = Int32GetDatum(claim->part_no);
+	values[2] = CStringGetTextDatum(edata->message);
+	worker_begin_xact("pg_backfill lane: recording a failed batch");
+	catalog_enter(&scope);
+	catalog_exec("UPDATE backfill.partition SET failures = failures + 1, last_error = $3"
+				 " WHERE run_id = $1 AND part_no = $2",
+				 3, types, values, NULL, SPI_OK_UPDATE);
+	catalog_leave(&scope);
+	/* rows a worker's crash left locked in a prepared batch are freed (citus.c) */
+	if (pass->citus_remote)
+		citus_recover_prepared(pass->name);
+	worker_commit_xact();
+}
+
+static FailureAction
+batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
+{
 	int64		delay_ms;
+	bool		unreadable = edata->sqlerrcode == ERRCODE_BACKFILL_KEY_UNREADABLE;
 
 	rethrow_if_session_stop(edata);
 	/* lost lease (cancelled, or taken over): nothing of ours to record */
@@ -134,7 +155,7 @@ batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
 		return FAILURE_STOP;
 	}
 
-	if (failures >= pass->max_attempts)
+	if (failures >= pass->max_attempts && !unreadable)
 	{
 		pass_fail_partition(pass, claim,
 							psprintf("a batch failed %d times in a row: SQLSTATE %s: %s",
@@ -143,29 +164,28 @@ batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
 		return FAILURE_NEXT;
 	}
 
-	values[0] = Int64GetDatum(pass->run_id);
-	values[1] = Int32GetDatum(claim->part_no);
-	values[2] = CStringGetTextDatum(edata->message);
-	worker_begin_xact("pg_backfill lane: recording a failed batch");
-	catalog_enter(&scope);
-	catalog_exec("UPDATE backfill.partition SET failures = failures + 1, last_error = $3"
-				 " WHERE run_id = $1 AND part_no = $2",
-				 3, types, values, NULL, SPI_OK_UPDATE);
-	catalog_leave(&scope);
-	/* rows a worker's crash left locked in a prepared batch are freed (citus.c) */
-	if (pass->citus_remote)
-		citus_recover_prepared(pass->name);
-	worker_commit_xact();
+	record_failed_attempt(pass, claim, edata);
+
+	/* a cursor or bound that no longer reads as a key: the pass fails, with the hint */
+	if (failures >= pass->max_attempts)
+	{
+		pass_fail(pass, claim->part_no, edata->sqlerrcode,
+				  psprintf("%s (%d attempts). %s", edata->message, failures,
+						   edata->hint ? edata->hint : ""));
+		return FAILURE_STOP;
+	}
 
 	/* capped doubling delay with jitter: half to all of it */
 	delay_ms = backoff_jittered_ms(failures - 1, pass->backoff_base_ms, pass->backoff_cap_ms);
 
 	ereport(LOG,
-			(errmsg("backfill \"%s\" run " INT64_FORMAT ": batch failed (attempt %d of %d), "
+			(errmsg("backfill \"%s\" run " INT64_FORMAT ": %s failed (attempt %d of %d), "
 					"retrying in " INT64_FORMAT " ms",
-					pass->name, pass->run_id, failures, pass->max_attempts, delay_ms),
+					pass->name, pass->run_id, unreadable ? "reading a partition's keys" : "batch",
+					failures, pass->max_attempts, delay_ms),
 			 errdetail("SQLSTATE %s: %s", unpack_sql_state(edata->sqlerrcode),
-					   edata->message)));
+					   edata->message),
+			 edata->hint ? errhint("%s", edata->hint) : 0));
 	return wait_to_retry(delay_ms) ? FAILURE_RETRY : FAILURE_STOP;
 }
 
@@ -319,6 +339,9 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		backfill_lane_set_in_batch(true);
 		PG_TRY();
 		{
+			/* its cursor and bounds as keys first: a failure is this partition's (BF033) */
+			if (!claim->keys_read)
+				pass_claim_read_keys(pass, claim);
 			outcome = batch_run(pass, claim);
 		}
 		PG_CATCH();

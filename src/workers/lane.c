@@ -54,12 +54,36 @@ lane_prepare_and_plan(Pass *pass)
 	pass_plan(pass);
 }
 
+/*
+ * Prepare and plan the pass, then claim and work partitions until none is
+ * left, and end the pass.  Returns when the lane's work is over.
+ */
+static void
+lane_work(Pass *pass, MemoryContext scratch)
+{
+	Claim		claim;
+
+	/* errors outside a batch (preparing, planning, counting): retried, or fail the pass */
+	if (!work_step(pass, lane_prepare_and_plan, "preparing the pass"))
+		return;
+
+	/* the end may find leaves attached since the plan, with partitions of their own */
+	do
+	{
+		while (pass_claim(pass, &claim))
+		{
+			pacing_start(pass, &claim);
+			if (!work_partition(pass, &claim, scratch))
+				return;
+		}
+	} while (work_step(pass, pass_finish, "ending the pass") && pass->more_leaves);
+}
+
 void
 backfill_lane_main(Datum main_arg)
 {
 	LaneArgs	args;
 	Pass		pass;
-	Claim		claim;
 	MemoryContext lane_cxt;
 	MemoryContext scratch;
 	bool		role_read_only;
@@ -124,19 +148,18 @@ backfill_lane_main(Datum main_arg)
 		proc_exit(0);
 	}
 
-	/* errors outside a batch (preparing, planning, counting): retried, or fail the pass */
-	if (!work_step(&pass, lane_prepare_and_plan, "preparing the pass"))
-		proc_exit(0);
-
-	/* the end may find leaves attached since the plan, with partitions of their own */
-	do
+	PG_TRY();
 	{
-		while (pass_claim(&pass, &claim))
-		{
-			pacing_start(&pass, &claim);
-			if (!work_partition(&pass, &claim, scratch))
-				proc_exit(0);
-		}
-	} while (work_step(&pass, pass_finish, "ending the pass") && pass.more_leaves);
+		lane_work(&pass, scratch);
+	}
+	PG_CATCH();
+	{
+		/* an error no step caught: recorded (backfill_status shows it), then the lane dies */
+		ErrorData  *edata = worker_abort_xact(lane_cxt);
+
+		pass_note_lane_error(&pass, edata);
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
 	proc_exit(0);
 }
