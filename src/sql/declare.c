@@ -26,6 +26,7 @@
 #include "catalog/pg_index.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "common/int.h"
 #include "common/keywords.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -265,13 +266,15 @@ resolve_key(const char *name, const char *key, DeclaredSource *src)
 		attnum = pk->rd_index->indkey.values[0];
 		index_close(pk, AccessShareLock);
 	}
-	else if (strchr(key, ',') != NULL || strchr(key, '(') != NULL)
+	else if (list_length(key_names(name, key)) > 1)
 	{
 		resolve_composite_key(name, rel, key, 0, NULL, src);
 		return;
 	}
 	else
 	{
+		/* one SQL identifier: ID is id, "ID" is ID */
+		key = linitial(key_names(name, key));
 		attnum = get_attnum(src->relid, key);
 		if (attnum == InvalidAttrNumber || attnum < 0)
 			ereport(ERROR,
@@ -443,10 +446,14 @@ static int
 interval_to_ms(const char *name, const char *option, Interval *iv, int64 max_ms)
 {
 	int64		us;
+	int64		days_us;
+	bool		overflow;
 
-	us = iv->time + (int64) iv->day * USECS_PER_DAY +
-		(int64) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
-	if (us < 1000 || us / 1000 > max_ms)
+	/* the whole interval, microseconds included; one too big for int64 is out of range */
+	overflow = pg_mul_s64_overflow((int64) iv->month * DAYS_PER_MONTH + iv->day, USECS_PER_DAY,
+								   &days_us) ||
+		pg_add_s64_overflow(iv->time, days_us, &us);
+	if (overflow || us < 1000 || us > max_ms * 1000)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
 				 errmsg("%s of backfill \"%s\" is out of range", option, name),
@@ -478,6 +485,13 @@ text_array_or_null(ArrayType *arr, const char *name, bool *isnull)
 	*isnull = (arr == NULL);
 	if (arr == NULL)
 		return (Datum) 0;
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("environments of backfill \"%s\" is an array of %d dimensions", name,
+						ARR_NDIM(arr)),
+				 errdetail("It is a list of environment names: one dimension."),
+				 errhint("Pass environments => ARRAY['production', 'staging'].")));
 	deconstruct_array(arr, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
 	if (n == 0)
 		ereport(ERROR,
@@ -489,7 +503,10 @@ text_array_or_null(ArrayType *arr, const char *name, bool *isnull)
 		if (nulls[i] || VARSIZE_ANY_EXHDR(DatumGetPointer(elems[i])) == 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
-					 errmsg("environments of backfill \"%s\" contains an empty name", name),
+					 errmsg("environments of backfill \"%s\" contains %s", name,
+							nulls[i] ? "a NULL" : "an empty name"),
+					 errdetail("Element %d of the list is %s.", i + 1,
+							   nulls[i] ? "NULL" : "''"),
 					 errhint("List environment names such as 'production' or 'staging'.")));
 	return PointerGetDatum(arr);
 }
@@ -821,7 +838,15 @@ read_trust_options(const DeclareArgs *a, Declaration *d)
 	d->requires_backfill = arg_text(a, "requires_backfill");
 
 	scope_check_declaration(name, d->input_shape, d->scope);
-	tenancy_check_settings(name, d->settings, d->tenant);
+	if (d->input_shape != NULL && d->watch_ms > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("scoped backfill \"%s\" cannot be watched", name),
+				 errdetail("A watch heals drift with catch-up passes of the whole table; a scoped "
+						   "backfill's passes each need an input."),
+				 errhint("Leave watch out, and run each scope again with backfill_run('%s', "
+						 "input => ...) when it drifts.", name)));
+	tenancy_check_settings(name, d->settings, d->tenant, d->input_shape);
 	d->run_as = tenancy_run_as(name, run_as_name);
 	if (d->requires != NULL && d->requires[0] == '\0')
 		ereport(ERROR,

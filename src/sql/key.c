@@ -61,14 +61,18 @@ key_action_form(int n, char **columns)
 					param_list(n, 1), param_list(n, n + 1));
 }
 
-/* the columns a key names, split as SQL identifiers; an expression is refused */
-static List *
+/*
+ * The columns a key names, split as SQL identifiers (unquoted ones folded
+ * to lower case, spaces around each trimmed, "Quoted" ones kept as
+ * written); an expression, or an empty name, is refused.
+ */
+List *
 key_names(const char *name, const char *key)
 {
 	List	   *names = NIL;
 	char	   *raw = pstrdup(key);
 
-	if (strchr(key, '(') != NULL || !SplitIdentifierString(raw, ',', &names))
+	if (strchr(key, '(') != NULL || !SplitIdentifierString(raw, ',', &names) || names == NIL)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
 				 errmsg("key of backfill \"%s\" is not a list of columns", name),

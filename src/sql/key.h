@@ -29,6 +29,7 @@ typedef struct KeyResolved
 extern void key_resolve_composite(const char *name, Relation rel, const char *relation,
 								  const char *key, int pk_n, char **pk_columns,
 								  KeyResolved *out);
+extern List *key_names(const char *name, const char *key);
 extern void key_from_declaration(const Declaration *d, KeyResolved *out);
 extern char *key_action_form(int n, char **columns);
 extern void key_check_action(const char *name, const char *what, const char *action,

@@ -165,11 +165,17 @@ check_input(const char *name, Jsonb *shape, Jsonb *input)
 		Oid			typid = shape_type(name, keys[i], &types[i]);
 		JsonbValue *found = jsonobj_field(input, keys[i]);
 
-		if (found == NULL || found->type == jbvNull)
+		if (found == NULL)
 			ereport(ERROR,
 					(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
 					 errmsg("input of backfill \"%s\" lacks key \"%s\"", name, keys[i]),
 					 errhint("Give every key the input shape declares a value.")));
+		if (found->type == jbvNull)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+					 errmsg("key \"%s\" of the input of backfill \"%s\" is null", keys[i], name),
+					 errdetail("A scope is named by its input's values; a null names none."),
+					 errhint("Give key \"%s\" a value of its declared type.", keys[i])));
 		check_input_value(name, input, keys[i], typid);
 	}
 	if (ninput != nshape)

@@ -168,8 +168,35 @@ apply_setting(const char *name, const char *key, const char *value, bool change)
 	PG_END_TRY();
 }
 
+/*
+ * A setting whose value is ":key" takes that key of each run's input: the
+ * backfill must be scoped, and its input shape must declare the key, or
+ * the lane would set the literal text.
+ */
+static void
+check_input_key(const char *name, const char *setting, const char *key, Jsonb *input_shape)
+{
+	if (input_shape == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("setting \"%s\" of backfill \"%s\" takes input key \"%s\", but the "
+						"backfill is not scoped", setting, name, key),
+				 errdetail("A value \":key\" is the key of each run's input; a backfill without "
+						   "input and scope has none."),
+				 errhint("Declare input and scope to set it from each run's input, or write the "
+						 "value itself.")));
+	if (jsonobj_field(input_shape, key) == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("setting \"%s\" of backfill \"%s\" takes input key \"%s\", which its "
+						"input does not declare", setting, name, key),
+				 errhint("Name a key of the input shape, such as \":tenant\" for input => "
+						 "'{\"tenant\": \"integer\"}'.")));
+}
+
 void
-tenancy_check_settings(const char *name, Jsonb *settings, const char *tenant)
+tenancy_check_settings(const char *name, Jsonb *settings, const char *tenant,
+					   Jsonb *input_shape)
 {
 	char	  **keys;
 	JsonbValue *values;
@@ -206,7 +233,11 @@ tenancy_check_settings(const char *name, Jsonb *settings, const char *tenant)
 					 errhint("Write the value as a JSON string, or \":key\" for an input key.")));
 		/* an input key's value is known only at run time; the lane checks it */
 		if (v->val.string.len > 0 && v->val.string.val[0] == ':')
+		{
+			check_input_key(name, key, pnstrdup(v->val.string.val + 1,
+												v->val.string.len - 1), input_shape);
 			continue;
+		}
 		apply_setting(name, key, pnstrdup(v->val.string.val, v->val.string.len), false);
 	}
 }

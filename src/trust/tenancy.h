@@ -26,7 +26,8 @@ extern char *tenancy_run_as_refused(Oid owner, Oid run_as);
 extern void tenancy_check_run_as(const char *name, Oid owner, Oid run_as);
 
 /* settings must be custom (dotted) names; tenant NULL or 'none' */
-extern void tenancy_check_settings(const char *name, Jsonb *settings, const char *tenant);
+extern void tenancy_check_settings(const char *name, Jsonb *settings, const char *tenant,
+								   Jsonb *input_shape);
 
 /* a table under row-level security needs a tenant setting or tenant => 'none' */
 extern void tenancy_check_rls(const char *name, Oid relid, const char *relation, Oid run_as,
