@@ -30,6 +30,7 @@
 #include "declaration.h"
 #include "errors.h"
 #include "identity.h"
+#include "launcher.h"
 #include "enqueue.h"
 #include "scope.h"
 #include "shmem.h"
@@ -311,8 +312,13 @@ resume_pass(Target *t)
 {
 	bool		changed = false;
 
+	/* no lane would take it up: refused, as backfill_run is (BF013) */
+	backfill_check_database_served(t->name);
+	/* the reason a scheduler paused it (the database was no longer served) is over */
 	if (lock_running_pass(t))
-		changed = on_running_pass(t, "UPDATE backfill.run SET paused = false, updated_at = now()"
+		changed = on_running_pass(t, "UPDATE backfill.run SET paused = false, updated_at = now(),"
+								  " last_error = CASE WHEN last_error LIKE '"
+								  BACKFILL_UNSERVED_PAUSE "%' THEN NULL ELSE last_error END"
 								  " WHERE run_id = $1 AND paused ") > 0;
 	if (changed)
 		backfill_wake_scheduler_at_commit();
@@ -485,6 +491,7 @@ retry_pass(Target *t)
 {
 	bool		changed = false;
 
+	backfill_check_database_served(t->name);
 	if (t->running_id != 0 && !lock_running_pass(t))
 		target_load(t->name, t, false, "backfill_retry");	/* it ended meanwhile */
 	/* a retry starts lanes as run_as: the owner must still be a member */
@@ -806,6 +813,7 @@ backfill_revert(PG_FUNCTION_ARGS)
 		PG_RETURN_NULL();
 	}
 	tenancy_check_run_as(t.name, t.owner, t.run_as);
+	backfill_check_database_served(t.name);
 	if (t.last_id != 0 && strcmp(t.last_status, "completed") != 0 &&
 		strcmp(pass_direction(t.last_id), "revert") == 0)
 		run_id = retry_failed_pass(&t);	/* its checkpoints: no row undone twice */

@@ -68,48 +68,6 @@ typedef struct LedgerState
 } LedgerState;
 
 /*
- * Refuse a run in a database no scheduler serves: one that
- * backfill.database_names leaves out, a template, or one that takes no
- * connections.  Any other database with pg_backfill is served: the
- * launcher starts its scheduler when this run commits, if none runs yet.
- */
-static void
-check_database_served(const char *name)
-{
-	char	   *dbname = get_database_name(MyDatabaseId);
-	HeapTuple	tuple;
-	bool		istemplate = false;
-	bool		allowconn = true;
-
-	tuple = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(MyDatabaseId));
-	if (HeapTupleIsValid(tuple))
-	{
-		istemplate = ((Form_pg_database) GETSTRUCT(tuple))->datistemplate;
-		allowconn = ((Form_pg_database) GETSTRUCT(tuple))->datallowconn;
-		ReleaseSysCache(tuple);
-	}
-	if (!backfill_database_is_listed(dbname))
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_NOT_SERVED),
-				 errmsg("backfill \"%s\" cannot run in database \"%s\"", name, dbname),
-				 errdetail("backfill.database_names is \"%s\"; no scheduler serves this database.",
-						   backfill_database_names),
-				 errhint("Add the database to backfill.database_names, or empty the setting to "
-						 "serve every database that has pg_backfill, and restart the server.")));
-	if (istemplate || !allowconn)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_NOT_SERVED),
-				 errmsg("backfill \"%s\" cannot run in database \"%s\"", name, dbname),
-				 errdetail(istemplate ?
-						   "The database is a template; no scheduler serves templates." :
-						   "The database does not allow connections; no scheduler can connect."),
-				 errhint(istemplate ?
-						 "Run it in a database created from the template, or ALTER DATABASE "
-						 "... IS_TEMPLATE false." :
-						 "ALTER DATABASE ... ALLOW_CONNECTIONS true, then run it again.")));
-}
-
-/*
  * Lock the declaration's row, which serializes concurrent runs of one
  * backfill, and read it; UNKNOWN when it is not declared.
  */
@@ -270,7 +228,7 @@ backfill_run(PG_FUNCTION_ARGS)
 	check_backfill_name(name);
 	check_not_standby("run backfill", name);
 	check_catalog_current("run backfill", name);
-	check_database_served(name);
+	backfill_check_database_served(name);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");

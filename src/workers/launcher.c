@@ -56,12 +56,14 @@
 #include "tcop/tcopprot.h"
 #include "tcop/utility.h"
 #include "utils/guc.h"
+#include "utils/syscache.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
 
 #include "config.h"
 #include "backoff.h"
+#include "errors.h"
 #include "launcher.h"
 #include "shmem.h"
 #include "worker.h"
@@ -136,6 +138,50 @@ backfill_database_is_listed(const char *dbname)
 		if (strcmp((char *) lfirst(lc), dbname) == 0)
 			return true;
 	return false;
+}
+
+/*
+ * Refuse to start or restart a pass (backfill_run, backfill_resume,
+ * backfill_retry, backfill_revert) in a database no scheduler serves: one
+ * that backfill.database_names leaves out, a template, or one that takes
+ * no connections (the databases this launcher never starts a scheduler
+ * in).  Any other database with pg_backfill is served: the launcher starts
+ * its scheduler when the caller commits, if none runs yet.
+ */
+void
+backfill_check_database_served(const char *name)
+{
+	char	   *dbname = get_database_name(MyDatabaseId);
+	HeapTuple	tuple;
+	bool		istemplate = false;
+	bool		allowconn = true;
+
+	tuple = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(MyDatabaseId));
+	if (HeapTupleIsValid(tuple))
+	{
+		istemplate = ((Form_pg_database) GETSTRUCT(tuple))->datistemplate;
+		allowconn = ((Form_pg_database) GETSTRUCT(tuple))->datallowconn;
+		ReleaseSysCache(tuple);
+	}
+	if (!backfill_database_is_listed(dbname))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_NOT_SERVED),
+				 errmsg("backfill \"%s\" cannot run in database \"%s\"", name, dbname),
+				 errdetail("backfill.database_names is \"%s\"; no scheduler serves this database.",
+						   backfill_database_names),
+				 errhint("Add the database to backfill.database_names, or empty the setting to "
+						 "serve every database that has pg_backfill, and restart the server.")));
+	if (istemplate || !allowconn)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_NOT_SERVED),
+				 errmsg("backfill \"%s\" cannot run in database \"%s\"", name, dbname),
+				 errdetail(istemplate ?
+						   "The database is a template; no scheduler serves templates." :
+						   "The database does not allow connections; no scheduler can connect."),
+				 errhint(istemplate ?
+						 "Run it in a database created from the template, or ALTER DATABASE "
+						 "... IS_TEMPLATE false." :
+						 "ALTER DATABASE ... ALLOW_CONNECTIONS true, then run it again.")));
 }
 
 /*

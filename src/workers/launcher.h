@@ -16,6 +16,14 @@
 extern void backfill_register_launcher(void);
 /* may this database be served: named in backfill.database_names, or it is empty */
 extern bool backfill_database_is_listed(const char *dbname);
+extern void backfill_check_database_served(const char *name);
+
+/*
+ * How the run's last_error begins when a scheduler paused the pass because
+ * its database is no longer served (a template, no connections); a resume
+ * clears it.
+ */
+#define BACKFILL_UNSERVED_PAUSE "paused by its scheduler: "
 
 PGDLLEXPORT void backfill_launcher_main(Datum main_arg);
 

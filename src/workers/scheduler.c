@@ -68,6 +68,7 @@
 #include "drift.h"
 #include "errors.h"
 #include "pass.h"
+#include "launcher.h"
 #include "relay.h"
 #include "scheduler.h"
 #include "shmem.h"
@@ -282,6 +283,50 @@ database_no_longer_served(void)
 }
 
 /*
+ * The database is no longer served (why): every running pass is paused,
+ * with the reason in its last_error (backfill_status shows it), and its
+ * lanes are woken at commit, so that each leaves at its checkpoint after
+ * the batch in flight instead of working on where no scheduler watches.
+ * Resumed once the database is served again (backfill_resume refuses
+ * before, BF013).  The ledger rows are locked first, as every writer of a
+ * pass's state locks them.
+ */
+static void
+pause_unserved_passes(const char *why)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1];
+	char	   *dbname = get_database_name(MyDatabaseId);
+	int			rc;
+
+	values[0] = CStringGetTextDatum(psprintf(BACKFILL_UNSERVED_PAUSE "%s, and no scheduler serves "
+											 "it; ALTER DATABASE %s IS_TEMPLATE false (or "
+											 "ALLOW_CONNECTIONS true), then backfill_resume",
+											 why, dbname ? quote_identifier(dbname) : "..."));
+	rc = SPI_execute_with_args("WITH l AS (SELECT run_id FROM backfill.ledger"
+							   "   WHERE status = 'running' ORDER BY run_id FOR UPDATE)"
+							   " UPDATE backfill.run r SET paused = true, last_error = $1,"
+							   "   updated_at = pg_catalog.now()"
+							   " FROM l WHERE r.run_id = l.run_id AND NOT r.paused"
+							   " RETURNING r.run_id",
+							   1, types, values, NULL, false, 0);
+	if (rc != SPI_OK_UPDATE_RETURNING)
+		elog(ERROR, "could not pause the passes of a database no longer served: SPI code %d", rc);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		int64		run_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+														 SPI_tuptable->tupdesc, 1, &isnull));
+
+		backfill_wake_lanes_at_commit(run_id, false);
+		ereport(LOG,
+				(errmsg("pg_backfill: run " INT64_FORMAT " paused: %s", run_id, why),
+				 errhint("ALTER DATABASE ... IS_TEMPLATE false (or ALLOW_CONNECTIONS true), "
+						 "then backfill_resume.")));
+	}
+}
+
+/*
  * Has the database work that needs its scheduler: a pass running (paused
  * and queued ones too: a resume wakes, but a requirement met does not), a
  * watched backfill, an outbox message pending or dead (a sink set or a
@@ -323,6 +368,8 @@ read_running_passes(MemoryContext result_cxt)
 		int			rc;
 
 		fail_unbound_passes();
+		if (database_refusal != NULL)
+			pause_unserved_passes(database_refusal);
 		rc = SPI_execute("SELECT l.run_id, coalesce(d.run_as, l.owner), coalesce(d.max_parallel, 1),"
 						 "  r.phase,"
 						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'running' AND p.alive),"

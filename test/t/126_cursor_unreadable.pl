@@ -16,6 +16,16 @@
 # A composite key whose unique index is dropped under a paused pass
 # killed its lanes the same way, while loading the pass: it now fails the
 # pass with BF001 at once.
+#
+# And a pass in a database no scheduler serves (attacker findings t06,
+# t23): backfill_resume and backfill_retry there returned true and left
+# the pass running with no lane and no reason.  They are refused with
+# BF013, as backfill_run is: in a database backfill.database_names leaves
+# out, and in one that became a template.  A database that becomes a
+# template mid-pass: its scheduler pauses the pass, with the reason in
+# its last_error, before it stops; the lane leaves at its checkpoint.
+# Once the database is no template, backfill_resume finishes the pass,
+# every row once.
 use strict;
 use warnings;
 
@@ -26,7 +36,8 @@ use FindBin;
 use lib "$FindBin::RealBin/lib";
 use BackfillTest;
 
-my $node = BackfillTest::node('cursor_unreadable');
+my $node = BackfillTest::node('cursor_unreadable',
+	extra_conf => "backfill.database_names = 'postgres,tpl'\n");
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION pg_backfill;
 	CREATE DOMAIN posint AS int CHECK (VALUE > 0);
@@ -141,5 +152,88 @@ is(sq($node, "SELECT lane_starts FROM backfill.run WHERE run_id = $run"), $start
 unlike(slurp_file($node->logfile, $log_offset), qr/"pg_backfill lane".*exited with exit code 1/,
 	'ck: no lane exited with an error');
 
+# (d) a database backfill.database_names leaves out: resume and retry refused
+$node->safe_psql('postgres', 'CREATE DATABASE unlisted');
+$node->safe_psql('unlisted', q{
+	CREATE EXTENSION pg_backfill;
+	CREATE TABLE u (id int PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	SELECT backfill_declare('u', 'u', 'n = 0', 'UPDATE u SET n = n + 1 WHERE id BETWEEN $1 AND $2');
+});
+foreach my $control ('backfill_resume', 'backfill_retry')
+{
+	my ($rc, $out, $err) = $node->psql('unlisted', "SELECT $control('u')");
+	like($err, qr/ERROR:  backfill "u" cannot run in database "unlisted"/,
+		"(was true) $control in a database no scheduler serves is refused");
+	($rc, $out, $err) = $node->psql('unlisted', "SELECT $control('u')",
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	like($err, qr/BF013/, "$control: with BF013");
+}
+
+# (e) a database that becomes a template mid-pass
+$node->safe_psql('postgres', 'CREATE DATABASE tpl');
+$node->safe_psql('tpl', q{
+	CREATE EXTENSION pg_backfill;
+	CREATE TABLE t (id int PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	INSERT INTO t (id) SELECT generate_series(1, 1000);
+	SELECT backfill_declare('t', 't', 'n = 0', 'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
+		batch_size => 10, rate => 20);
+});
+$run = $node->safe_psql('tpl', q{SELECT backfill_run('t', wait => false)});
+ok(poll_db('tpl', q{SELECT rows > 0 FROM backfill_status('t')}, 't', 60),
+	'tpl: the pass is under way');
+$node->safe_psql('postgres', 'ALTER DATABASE tpl IS_TEMPLATE true');
+ok(poll_db('tpl', q{SELECT paused FROM backfill_status('t')}, 't', 60),
+	'tpl: once the database is a template, its scheduler pauses the pass');
+ok(poll_until($node, q{SELECT count(*) FROM pg_stat_activity
+		WHERE datname = 'tpl' AND backend_type LIKE 'pg_backfill%'}, '0', 60),
+	'tpl: the lane left at its checkpoint and the scheduler stopped');
+like($node->safe_psql('tpl', q{SELECT status || ' ' || last_error FROM backfill_status('t')}),
+	qr/^running paused by its scheduler: the database is now a template, and no scheduler serves it; ALTER DATABASE tpl IS_TEMPLATE false/,
+	'tpl: backfill_status says why it is paused and what to do');
+my $rows = $node->safe_psql('tpl', q{SELECT rows FROM backfill_status('t')});
+cmp_ok($rows, '<', 1000, "tpl: the pass stopped part way ($rows of 1000 rows)");
+foreach my $control ('backfill_resume', 'backfill_retry')
+{
+	my ($rc, $out, $err) = $node->psql('tpl', "SELECT $control('t')");
+	like($err, qr/ERROR:  backfill "t" cannot run in database "tpl"\nDETAIL:  The database is a template/,
+		"tpl: (was true, and nothing ran) $control in a template is refused");
+}
+is($node->safe_psql('tpl', q{SELECT paused FROM backfill_status('t')}), 't',
+	'tpl: the pass is still paused');
+$node->safe_psql('postgres', 'ALTER DATABASE tpl IS_TEMPLATE false');
+is($node->safe_psql('tpl', q{SELECT backfill_resume('t')}), 't',
+	'tpl: no template any more, backfill_resume resumes it');
+is(wait_pass_end_in($node, 'tpl', $run, 120), 'completed', 'tpl: the pass completes');
+is($node->safe_psql('tpl', q{SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <> 1) FROM t}),
+	'1000|0', 'tpl: every row done exactly once (n = n + 1)');
+is($node->safe_psql('tpl', q{SELECT coalesce(last_error, 'none') FROM backfill_status('t')}), 'none',
+	'tpl: the pause\'s reason is gone with the pause');
+
 $node->stop;
 done_testing();
+
+# poll_until in another database: $sql until it returns $expected, up to $timeout s
+sub poll_db
+{
+	my ($db, $sql, $expected, $timeout) = @_;
+	my $deadline = time() + $timeout;
+	my $last = '';
+	while (time() < $deadline)
+	{
+		my ($rc, $out) = $node->psql($db, $sql);
+		$last = $out;
+		return 1 if $rc == 0 && $out eq $expected;
+		select(undef, undef, undef, 0.2);
+	}
+	diag("poll_db timed out after ${timeout}s in $db: $sql\n  expected: $expected\n  last: $last");
+	return 0;
+}
+
+# wait_pass_end in another database
+sub wait_pass_end_in
+{
+	my ($node, $db, $run_id, $timeout) = @_;
+	poll_db($db, "SELECT status <> 'running' FROM backfill.ledger WHERE run_id = $run_id",
+		't', $timeout);
+	return $node->safe_psql($db, "SELECT status FROM backfill.ledger WHERE run_id = $run_id");
+}
