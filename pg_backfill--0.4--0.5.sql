@@ -620,6 +620,61 @@ LANGUAGE C STRICT VOLATILE AS 'MODULE_PATHNAME', 'backfill_revert';
 COMMENT ON FUNCTION backfill_revert(text, jsonb) IS
 'start a revert pass of one scope of a scoped backfill (the scope its input names); returns its run id';
 
+/* ---- a lane that dies at once: its partition cools down (lead) ---- */
+
+/*
+ * A lane that crashes (a segfault in a C function the action calls, say)
+ * takes the whole server through a crash restart, which empties shared
+ * memory and with it the scheduler's doubling delay for lanes that stop
+ * too soon: the next lane reclaimed the partition at once and crashed
+ * again, 29 restarts in a few seconds.  So the delay lives in the
+ * partition row: a partition whose dead holder held it less than 5 s
+ * (renewed_at - holder_start; a long-lived lane that dies is reclaimed at
+ * once) is not reclaimed until 2^reclaims seconds (1 s, 2 s, 4 s ... at
+ * most 60 s) after its last renewal.  The scheduler's look (scheduler.c)
+ * counts such partitions as cooling, not claimable, with the same rule.
+ */
+CREATE OR REPLACE FUNCTION backfill.claim_partition(p_run_id bigint, p_pid integer,
+                                                    p_start timestamptz)
+RETURNS TABLE (part_no integer, cursor text, hi text, rows bigint,
+               reclaimed boolean, dead_pid integer)
+LANGUAGE sql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- MATERIALIZED: the locking subquery must run once.  Inlined, the
+    -- planner may rescan it per partition row, and every rescan skips the
+    -- rows this statement has already locked and takes the next one.
+    WITH c AS MATERIALIZED (
+        SELECT q.part_no, q.state = 'running' AS reclaim, q.holder_pid
+          FROM backfill.partition q
+         WHERE q.run_id = p_run_id
+           AND EXISTS (SELECT 1 FROM backfill.run r
+                         JOIN backfill.ledger l ON l.run_id = r.run_id
+                        WHERE r.run_id = p_run_id AND NOT r.paused
+                          AND l.status = 'running')
+           AND (q.state = 'pending'
+                OR (q.state = 'running'
+                    AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+                                     WHERE a.pid = q.holder_pid
+                                       AND a.backend_start = q.holder_start)
+                    AND NOT (q.renewed_at - q.holder_start < interval '5 s'
+                             AND now() < q.renewed_at
+                                 + least(60, power(2, least(q.reclaims, 6)))
+                                   * interval '1 s')))
+         ORDER BY q.part_no
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED)
+    UPDATE backfill.partition p
+       SET state = 'running', holder_pid = p_pid, holder_start = p_start,
+           renewed_at = now(), claims = p.claims + 1,
+           reclaims = p.reclaims + c.reclaim::integer,
+           started_at = coalesce(p.started_at, now())
+      FROM c
+     WHERE p.run_id = p_run_id AND p.part_no = c.part_no
+    RETURNING p.part_no, coalesce(p.cursor, p.lo), p.hi, p.rows, c.reclaim, c.holder_pid;
+$$;
+REVOKE ALL ON FUNCTION backfill.claim_partition(bigint, integer, timestamptz) FROM PUBLIC;
+
 /* ---- functions several sections change: one definition each ---- */
 
 /*

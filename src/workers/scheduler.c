@@ -239,6 +239,7 @@ need_from_row(uint64 i, MemoryContext result_cxt)
 	char	   *phase = SPI_getvalue(tup, desc, 4);
 	int			live = (int) DatumGetInt64(SPI_getbinval(tup, desc, 5, &isnull));
 	int			claimable = (int) DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
+	int			cooling = (int) DatumGetInt64(SPI_getbinval(tup, desc, 9, &isnull));
 	RunNeed    *need = MemoryContextAllocZero(result_cxt, sizeof(RunNeed));
 	char	   *problem;
 
@@ -253,7 +254,7 @@ need_from_row(uint64 i, MemoryContext result_cxt)
 		need->lanes_wanted = max_parallel;
 	else if (claimable > 0)
 		need->lanes_wanted = Min(max_parallel, live + claimable);
-	else if (live == 0)
+	else if (live == 0 && cooling == 0)
 		need->lanes_wanted = 1; /* all done, nobody finished the pass */
 	else
 		need->lanes_wanted = 0;
@@ -374,15 +375,21 @@ read_running_passes(MemoryContext result_cxt)
 						 "  r.phase,"
 						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'running' AND p.alive),"
 						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'pending'"
-						 "                     OR (p.state = 'running' AND NOT p.alive)),"
-						 "  r.phase = 'queued' AND d.requires_backfill IS NOT NULL, l.declaration"
+						 "                     OR (p.state = 'running' AND NOT p.alive AND NOT p.cooling)),"
+						 "  r.phase = 'queued' AND d.requires_backfill IS NOT NULL, l.declaration,"
+						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'running' AND NOT p.alive AND p.cooling)"
 						 " FROM backfill.ledger l"
 						 " JOIN backfill.run r ON r.run_id = l.run_id"
 						 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
 						 " LEFT JOIN LATERAL ("
 						 "   SELECT q.state, EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a"
 						 "                            WHERE a.pid = q.holder_pid"
-						 "                              AND a.backend_start = q.holder_start) AS alive"
+						 "                              AND a.backend_start = q.holder_start) AS alive,"
+						 /* as backfill.claim_partition: a dead holder that died at once cools down */
+						 "     coalesce(q.renewed_at - q.holder_start < interval '5 s'"
+						 "       AND pg_catalog.now() < q.renewed_at"
+						 "           + least(60, pg_catalog.power(2, least(q.reclaims, 6))) * interval '1 s',"
+						 "       false) AS cooling"
 						 "     FROM backfill.partition q WHERE q.run_id = l.run_id) p ON true"
 						 " WHERE l.status = 'running' AND NOT r.paused"
 						 "   AND (r.phase <> 'queued'"
