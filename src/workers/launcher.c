@@ -46,6 +46,7 @@
 #include "access/xact.h"
 #include "catalog/pg_database.h"
 #include "commands/dbcommands.h"
+#include "commands/defrem.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
 #include "pgstat.h"
@@ -185,18 +186,47 @@ backfill_check_database_served(const char *name)
 }
 
 /*
- * DROP DATABASE: before it runs, the launcher is kept off the database and
- * its scheduler and lanes are asked to exit, so that they do not hold the
- * drop up ("database is being accessed by other users").
+ * The database a statement needs no other session in: DROP DATABASE,
+ * ALTER DATABASE ... RENAME TO, and CREATE DATABASE ... TEMPLATE (of its
+ * template).  NULL for any other statement.
+ */
+static const char *
+database_needing_it_alone(Node *stmt)
+{
+	ListCell   *lc;
+
+	if (IsA(stmt, DropdbStmt))
+		return ((DropdbStmt *) stmt)->dbname;
+	if (IsA(stmt, RenameStmt) && ((RenameStmt *) stmt)->renameType == OBJECT_DATABASE)
+		return ((RenameStmt *) stmt)->subname;
+	if (IsA(stmt, CreatedbStmt))
+		foreach(lc, ((CreatedbStmt *) stmt)->options)
+		{
+			DefElem    *option = lfirst(lc);
+
+			if (strcmp(option->defname, "template") == 0 && option->arg != NULL)
+				return defGetString(option);
+		}
+	return NULL;
+}
+
+/*
+ * DROP DATABASE, RENAME or a copy of a database as a template: before the
+ * statement runs, the launcher is kept off the database (30 s) and its
+ * scheduler and lanes are asked to exit, so that they do not hold it up
+ * ("database is being accessed by other users").  A pass there resumes
+ * from its checkpoints when the database is served again.
  */
 static void
 backfill_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 						 ProcessUtilityContext context, ParamListInfo params,
 						 QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
 {
-	if (IsA(pstmt->utilityStmt, DropdbStmt))
+	const char *dbname = database_needing_it_alone(pstmt->utilityStmt);
+
+	if (dbname != NULL)
 	{
-		Oid			dboid = get_database_oid(((DropdbStmt *) pstmt->utilityStmt)->dbname, true);
+		Oid			dboid = get_database_oid(dbname, true);
 
 		if (OidIsValid(dboid))
 			backfill_shmem_database_going(dboid);

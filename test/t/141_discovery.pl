@@ -7,7 +7,8 @@
 # short checks, paced (never a resident scheduler); templates and
 # databases that refuse connections are never served, and backfill_run
 # there is BF013.  DROP EXTENSION stops the database's scheduler (and
-# CREATE EXTENSION serves it again); DROP DATABASE is not held up by it.
+# CREATE EXTENSION serves it again); DROP DATABASE, ALTER DATABASE ...
+# RENAME and CREATE DATABASE ... TEMPLATE are not held up by it.
 use strict;
 use warnings;
 
@@ -145,8 +146,27 @@ is(pass_end_in('app', $run, 60), 'completed', 'after CREATE EXTENSION again, a p
 is(in_db('app', q{SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <> 1) FROM items}),
 	'200|0', 'every row done exactly once again');
 
+# --- RENAME and CREATE DATABASE ... TEMPLATE of a served database: not held
+# up by its idle scheduler ("being accessed by other users"), served again after
+ok(poll_until($node, schedulers_in('app'), '1', 30), 'app is served before the rename');
+($rc, $out, $err) = $node->psql('postgres', 'ALTER DATABASE app RENAME TO app2');
+is($rc, 0, 'ALTER DATABASE ... RENAME of a served database succeeds') or diag($err);
+($rc, $out, $err) = $node->psql('postgres', 'CREATE DATABASE appcopy TEMPLATE app2');
+is($rc, 0, 'CREATE DATABASE ... TEMPLATE of a served database succeeds') or diag($err);
+is($node->safe_psql('appcopy', q{SELECT count(*) FROM backfill.declaration WHERE name = 'fill'}), '1',
+	'the copy has the declaration');
+($rc, $out, $err) = $node->psql('postgres', 'DROP DATABASE appcopy');
+is($rc, 0, 'and the copy is dropped') or diag($err);
+($rc, $out, $err) = $node->psql('postgres', 'ALTER DATABASE app2 RENAME TO app');
+is($rc, 0, 'renamed back') or diag($err);
+in_db('app', q{UPDATE items SET n = 0});
+$run = in_db('app', q{SELECT backfill_run('fill', force => true)});
+is(pass_end_in('app', $run, 90), 'completed', 'a pass in the renamed database completes');
+is(in_db('app', q{SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <> 1) FROM items}),
+	'200|0', 'every row done exactly once there');
+
 # --- DROP DATABASE with its scheduler resident: not held up, nothing restarts
-ok(poll_until($node, schedulers_in('app'), '1', 30), 'app is served');
+ok(poll_until($node, schedulers_in('app'), '1', 60), 'app is served');
 ($rc, $out, $err) = $node->psql('postgres', 'DROP DATABASE app');
 is($rc, 0, 'DROP DATABASE of a served database succeeds without FORCE') or diag($err);
 $moved = holds_for($node,
