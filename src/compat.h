@@ -9,9 +9,21 @@
  *	 16  pg_proc_aclcheck and pg_database_aclcheck became object_aclcheck
  *	 16  stringToQualifiedNameList and parseTypeString report soft errors
  *	     through an escontext node instead of a flag
+ *	 16  the server's CFLAGS carry -Wshadow=compatible-local: a PG_TRY
+ *	     inside another's PG_CATCH in one function shadows its variables
+ *	     and fails the -Werror build, so the inner one is a function of
+ *	     its own (finalize.c's abandon_session_work); nothing here for it
  *	 17  a backend's local transaction id moved into PGPROC's vxid
  *	 17  LockHeldByMe took an orstronger flag (17.0; 17beta2 had two
  *	     arguments still: the betas are not supported)
+ * Differences only the tests meet, nothing here for them:
+ *	 16  pg_regress and pg_isolation_regress print TAP ("ok 1 - name")
+ *	     instead of "name ... ok" (scripts/test.sh counts both)
+ *	 17  pg_init_privs holds the roles of an extension's initial GRANTs:
+ *	     DROP ROLE needs DROP OWNED first (sql/upgrade.sql)
+ *	 18  initdb turns data checksums on: a pg_upgrade from a cluster
+ *	     without them initializes the new one --no-data-checksums (TAP 140)
+ * Run whole against the releases 15.20 (Debian 12), 16.2, 17.10 and 18.4.
  *
  *-------------------------------------------------------------------------
  */
