@@ -55,6 +55,7 @@
 #include "utils/lsyscache.h"
 #include "utils/partcache.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/typcache.h"
 
@@ -567,6 +568,60 @@ leaves_scan_args(const LeafPiece *piece, Datum *values, char *nulls)
 		values[piece->hi_incl ? 3 : 2] = piece->hi;
 		nulls[piece->hi_incl ? 3 : 2] = ' ';
 	}
+}
+
+/*
+ * The versions of every relation in relid's tree below it, as
+ * (oid << 32 | xmin of its pg_class row): an ATTACH writes the attached
+ * table's pg_class row, so a leaf attached (or detached and attached
+ * again) since an earlier look shows as a member that look did not have.
+ * Read with a fresh catalog snapshot.  The caller compares two with
+ * leaves_changed.
+ */
+List *
+leaves_versions(Oid relid)
+{
+	List	   *members;
+	List	   *versions = NIL;
+	ListCell   *lc;
+
+	InvalidateCatalogSnapshot();
+	members = find_all_inheritors(relid, NoLock, NULL);
+	foreach(lc, members)
+	{
+		Oid			member = lfirst_oid(lc);
+		HeapTuple	tuple;
+
+		if (member == relid)
+			continue;
+		tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(member));
+		if (!HeapTupleIsValid(tuple))
+			continue;			/* dropped since */
+		versions = lappend(versions, psprintf("%u/%u", member,
+											  HeapTupleHeaderGetXmin(tuple->t_data)));
+		ReleaseSysCache(tuple);
+	}
+	list_free(members);
+	return versions;
+}
+
+/* does now hold a member (a version of one) that before had not? */
+bool
+leaves_changed(List *before, List *now)
+{
+	ListCell   *lc;
+	ListCell   *bc;
+
+	foreach(lc, now)
+	{
+		bool		seen = false;
+
+		foreach(bc, before)
+			seen |= strcmp((char *) lfirst(lc), (char *) lfirst(bc)) == 0;
+		if (!seen)
+			return true;
+	}
+	return false;
 }
 
 /* is the leaf still in relid's tree (not detached, not dropped)? */

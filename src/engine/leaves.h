@@ -48,6 +48,8 @@ extern char *leaves_piece_sql(const LeafPiece *piece, const char *lead_sql, Oid 
 extern char *leaves_scan_sql(const char *lead_sql, Oid lead_type, int first_param);
 extern void leaves_scan_args(const LeafPiece *piece, Datum *values, char *nulls);
 extern bool leaves_still_partition(Oid leaf, Oid relid);
+extern List *leaves_versions(Oid relid);
+extern bool leaves_changed(List *before, List *now);
 extern Datum leaves_single_bounds(const LeafPiece *piece, const char *relation,
 								  const char *key, Oid key_type, Oid collation, int nparts,
 								  const char **method);

@@ -20,6 +20,7 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -1110,7 +1111,8 @@ ledger_end(int64 run_id, const char *status, const char *code, const char *messa
 	values[1] = CStringGetTextDatum(status);
 	values[2] = code ? CStringGetTextDatum(code) : (Datum) 0;
 	values[3] = message ? CStringGetTextDatum(message) : (Datum) 0;
-	return catalog_exec("UPDATE backfill.ledger l SET status = $2, finished_at = pg_catalog.now(),"
+	return catalog_exec("UPDATE backfill.ledger l SET status = $2,"
+						"  finished_at = pg_catalog.clock_timestamp(),"
 						"  error_code = $3, error_message = $4,"
 						"  rows = (SELECT coalesce(pg_catalog.sum(p.rows), 0) FROM backfill.partition p"
 						"           WHERE p.run_id = l.run_id),"
@@ -1220,6 +1222,17 @@ pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message)
 	worker_commit_xact();
 }
 
+/* a leaf's schema-qualified name for the log, "?" when it is gone */
+static char *
+leaf_name(Oid leaf)
+{
+	char	   *name = get_rel_name(leaf);
+
+	if (name == NULL)
+		return "?";
+	return quote_qualified_identifier(get_namespace_name(get_rel_namespace(leaf)), name);
+}
+
 /*
  * An error no step caught is ending this lane (the scheduler will start
  * another): say so in the run's last_error, which backfill_status shows
@@ -1316,7 +1329,7 @@ cover_new_leaves(Pass *pass)
 		ereport(LOG,
 				(errmsg("backfill \"%s\" run " INT64_FORMAT ": leaf %s was attached since the "
 						"plan; partition %d covers it", pass->name, pass->run_id,
-						get_rel_name(piece->leaf) ? get_rel_name(piece->leaf) : "?",
+						leaf_name(piece->leaf),
 						next_part + plan.nleafparts - 1),
 				 errdetail("Its interval of the leading key column: %s.",
 						   leaves_range_text(piece, type))));
@@ -1325,6 +1338,104 @@ cover_new_leaves(Pass *pass)
 	insert_leaf_partitions(pass, &plan, next_part);
 	catalog_leave(&scope);
 	return true;
+}
+
+/*
+ * The tree of a partitioned table as this look sees it, kept for the look
+ * after the count (leaves_unchanged_since_count).  Taken before the
+ * count's transaction begins, so before its snapshot: whatever it lists
+ * was committed when the count began, and the count sees its rows.
+ */
+static void
+note_leaves_seen(Pass *pass)
+{
+	MemoryContext old;
+
+	if (!pass->partitioned)
+		return;
+	old = MemoryContextSwitchTo(pass->cxt);
+	if (pass->leaves_seen != NIL)
+		list_free_deep(pass->leaves_seen);
+	pass->leaves_seen = leaves_versions(pass->relid);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * After the count of a partitioned table, in the transaction that ends the
+ * pass: may it end on that count, or was a leaf attached that the count
+ * may have missed (its snapshot was taken before the ATTACH committed)?
+ *
+ * ATTACH PARTITION holds SHARE UPDATE EXCLUSIVE on the parent from its
+ * start to its commit; this takes the same mode, which conflicts with
+ * itself, and keeps it until the pass's end commits.  So every ATTACH
+ * either committed before the lock was granted, and the look below (a
+ * fresh catalog snapshot, after the lock's invalidations) lists it, or
+ * waits for this transaction: its leaf joins a pass that has ended, as a
+ * row inserted after the end would (drift).  One that committed just
+ * before the look but after note_leaves_seen is new to the look, so the
+ * pass does not end: a gap leaf gets partitions (cover_new_leaves), and
+ * the count runs again, with a snapshot that sees the leaf.  One that
+ * committed before note_leaves_seen committed before the count began.
+ *
+ * The lock is tried, not waited for, for up to a second: an ATTACH that
+ * validates a large table holds the parent longer, and the lane must not
+ * wait on it with the ledger row locked, nor queue the DBA's next ATTACH
+ * behind it.  Not having the lock is the same answer as a change: the
+ * lane counts again.  Holding it, the lane blocks an ATTACH only for the
+ * look and the end's commit.
+ */
+#define LEAVES_LOCK_TRIES 100
+#define LEAVES_LOCK_SLEEP_MS 10
+static bool
+leaves_unchanged_since_count(Pass *pass)
+{
+	bool		locked = false;
+	List	   *now;
+
+	if (!pass->partitioned)
+		return true;
+	for (int i = 0; i < LEAVES_LOCK_TRIES && !locked; i++)
+	{
+		locked = ConditionalLockRelationOid(pass->relid, ShareUpdateExclusiveLock);
+		if (!locked)
+		{
+			CHECK_FOR_INTERRUPTS();
+			pg_usleep(LEAVES_LOCK_SLEEP_MS * 1000L);
+		}
+	}
+	if (!locked)
+	{
+		ereport(LOG,
+				(errmsg("backfill \"%s\" run " INT64_FORMAT ": the count did not end the pass: "
+						"the leaves of %s are being changed (its lock is taken); counting again",
+						pass->name, pass->run_id, pass->relation)));
+		return false;
+	}
+	now = leaves_versions(pass->relid);
+	if (!leaves_changed(pass->leaves_seen, now))
+		return true;
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT ": a partition of %s was attached "
+					"while the pass was counted; counting again", pass->name, pass->run_id,
+					pass->relation)));
+	return false;
+}
+
+/*
+ * The count may not end the pass: back to running, leaves attached in a
+ * gap covered, and the lane goes on (more_leaves) to count again.
+ */
+static void
+pass_count_again(Pass *pass)
+{
+	CatalogScope scope;
+
+	(void) cover_new_leaves(pass);
+	catalog_enter(&scope);
+	exec_on_run(pass, "UPDATE backfill.run SET phase = 'running', updated_at = pg_catalog.now()"
+				" WHERE run_id = $1 AND phase = 'counting'", SPI_OK_UPDATE);
+	catalog_leave(&scope);
+	pass->more_leaves = true;
 }
 
 /*
@@ -1372,6 +1483,7 @@ pass_ready_to_count(Pass *pass)
 	if (open_parts == 0)
 	{
 		catalog_leave(&scope);
+		note_leaves_seen(pass);
 		pass->more_leaves = cover_new_leaves(pass);
 		catalog_enter(&scope);
 	}
@@ -1703,7 +1815,10 @@ pass_finish(Pass *pass)
 	{
 		int64		remaining = count_remaining(pass);
 
-		pass_end_counted(pass, remaining, remaining == 0 ? count_beyond(pass) : -1);
+		if (!leaves_unchanged_since_count(pass))
+			pass_count_again(pass);
+		else
+			pass_end_counted(pass, remaining, remaining == 0 ? count_beyond(pass) : -1);
 	}
 	worker_commit_xact();
 }

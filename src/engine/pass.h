@@ -34,6 +34,7 @@ typedef struct Pass
 	char	   *relation;		/* quoted, schema-qualified */
 	bool		partitioned;	/* a partitioned table: its key scans take a leaf's piece */
 	bool		more_leaves;	/* the end found leaves attached since the plan (pass_finish) */
+	List	   *leaves_seen;	/* the tree as the last look before the count saw it */
 	char	   *key;			/* key column */
 	Oid			keytype;
 	char	   *predicate;		/* the rows the pass visits */

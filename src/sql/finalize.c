@@ -266,13 +266,16 @@ work_in_session(Final *f, TimestampTz deadline)
 		{
 			bool		go = work_step(&pass, prepare_and_plan, "preparing the pass");
 
-			while (go && pass_claim(&pass, &claim))
+			/* the end may find leaves attached since the plan, and count again */
+			while (go)
 			{
-				pacing_start(&pass, &claim);
-				go = work_partition(&pass, &claim, scratch);
+				while (go && pass_claim(&pass, &claim))
+				{
+					pacing_start(&pass, &claim);
+					go = work_partition(&pass, &claim, scratch);
+				}
+				go = go && work_step(&pass, pass_finish, "ending the pass") && pass.more_leaves;
 			}
-			if (go)
-				(void) work_step(&pass, pass_finish, "ending the pass");
 			batch_free_plans(&pass);
 		}
 	}

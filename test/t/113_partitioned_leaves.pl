@@ -165,7 +165,7 @@ is($node->safe_psql('postgres', "SELECT rows FROM backfill.ledger WHERE run_id =
 
 my $log = slurp_file($node->logfile);
 is(scalar(() = $log =~ /was terminated by signal 9/g), 3, 'three lanes were killed by signal 9');
-like($log, qr/leaf events_25 was attached since the plan; partition \d+ covers it/,
+like($log, qr/leaf public\.events_25 was attached since the plan; partition \d+ covers it/,
 	'the end of the pass found the attached leaf');
 like($log, qr/partition \d+ is done; its leaf was detached or dropped while the pass ran/,
 	"the detached leaf's partition ended done, logged");

@@ -1,0 +1,133 @@
+# 114_partitioned_races.pl
+#
+# A partitioned table planned per leaf, and the races of its end (issue 12,
+# the attacker's findings).  RANGE leaves [0, 1000) and [2000, 3000), a
+# non-idempotent action (n = n + 1) on the parent.
+#
+# 1. A leaf attached while the final count runs: the predicate of a row
+#    already done waits on an advisory lock, which the test holds, so the
+#    count is known to be running (its snapshot taken) when the leaf
+#    [1000, 1100) is attached in the gap.  Without the look after the
+#    count (pass.c leaves_unchanged_since_count) the pass completed with
+#    the 100 rows of that leaf undone.  Must hold: the pass does not end
+#    on that count, the leaf gets a partition of its own, every row of the
+#    three leaves is done exactly once, and the ledger's finished_at is
+#    after the count ended (it was the count transaction's start).
+# 2. An ATTACH whose transaction stays open when the count ends (it holds
+#    the parent's lock): the lane does not wait on it without bound nor
+#    end the pass under it; it says so and counts again, and once the
+#    ATTACH commits the pass covers that leaf too.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
+
+my $node = BackfillTest::node('partitioned_races');
+
+# has the server's log a line matching $re, within $timeout seconds?
+sub log_shows
+{
+	my ($re, $timeout) = @_;
+	my $deadline = time() + $timeout;
+	while (time() < $deadline)
+	{
+		return 1 if slurp_file($node->logfile) =~ $re;
+		sleep 1;
+	}
+	return 0;
+}
+
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION pg_backfill;
+	-- a row already done waits for the advisory lock 114 (the count only
+	-- evaluates it on rows done: a key scan reads the rows still to do)
+	CREATE FUNCTION todo(n int) RETURNS bool STABLE LANGUAGE plpgsql AS $$
+	BEGIN
+	    IF n <> 0 THEN
+	        PERFORM pg_advisory_xact_lock_shared(114);
+	        RETURN false;
+	    END IF;
+	    RETURN true;
+	END $$;
+	CREATE TABLE t (id int PRIMARY KEY, n int NOT NULL DEFAULT 0) PARTITION BY RANGE (id);
+	CREATE TABLE t0 PARTITION OF t FOR VALUES FROM (0) TO (1000);
+	CREATE TABLE t2 PARTITION OF t FOR VALUES FROM (2000) TO (3000);
+	INSERT INTO t (id) SELECT i FROM generate_series(0, 299) i
+	                   UNION ALL SELECT 2000 + i FROM generate_series(0, 299) i;
+	ANALYZE t;
+	CREATE TABLE t1 (LIKE t INCLUDING DEFAULTS);
+	ALTER TABLE t1 ADD PRIMARY KEY (id);
+	INSERT INTO t1 (id) SELECT 1000 + i FROM generate_series(0, 99) i;
+	CREATE TABLE t15 (LIKE t INCLUDING DEFAULTS);
+	ALTER TABLE t15 ADD PRIMARY KEY (id);
+	INSERT INTO t15 (id) SELECT 1500 + i FROM generate_series(0, 49) i;
+	SELECT backfill_declare(name => 'races', relation => 't', predicate => 'todo(n)',
+		action => 'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
+		batch_size => 100, rate => 50);
+});
+
+# 1. the count holds on the advisory lock; the leaf is attached meanwhile
+my $holder = $node->background_psql('postgres');
+$holder->query_safe('SELECT pg_advisory_lock(114)');
+my $run = $node->safe_psql('postgres', q{SELECT backfill_run('races')});
+ok(poll_until($node, q{
+	SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+	 WHERE l.locktype = 'advisory' AND l.objid = 114 AND NOT l.granted
+	   AND a.backend_type = 'pg_backfill lane'}, '1', 60),
+	'the lane counts, and its count waits on the predicate of a row done');
+is($node->safe_psql('postgres', q{SELECT phase FROM backfill_status('races')}), 'counting',
+	'the pass is counting');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM t WHERE n <> 1}), '0',
+	'the two planned leaves are done');
+$node->safe_psql('postgres', q{ALTER TABLE t ATTACH PARTITION t1 FOR VALUES FROM (1000) TO (1100)});
+my $released = $node->safe_psql('postgres', 'SELECT clock_timestamp()');
+$holder->query_safe('SELECT pg_advisory_unlock(114)');
+
+is(wait_pass_end($node, $run, 120), 'completed', 'the pass completed');
+is($node->safe_psql('postgres', q{SELECT count(*) FILTER (WHERE n = 1) || '/' || count(*) FROM t1}),
+	'100/100', 'the leaf attached during the count was covered: each of its rows done once');
+each_row_done_once($node, 't', 700, $run);
+is($node->safe_psql('postgres', q{SELECT count(*) FROM backfill_partitions('races')
+                                   WHERE leaf = 't1'::regclass AND state = 'done'}),
+	'1', 'the attached leaf got a partition of its own');
+is($node->safe_psql('postgres', qq{SELECT finished_at > '$released' FROM backfill.ledger
+                                    WHERE run_id = $run}),
+	't', "the ledger's finished_at is after the count it ended on (not its transaction's start)");
+my $log = slurp_file($node->logfile);
+like($log, qr/run $run: a partition of public\.t was attached while the pass was counted; counting again/,
+	'the look after the count found the leaf');
+like($log, qr/run $run: leaf public\.t1 was attached since the plan; partition \d+ covers it/,
+	'and the leaf got its partition');
+
+# 2. an ATTACH whose transaction is open when the count ends
+$node->safe_psql('postgres', q{ALTER TABLE t DETACH PARTITION t1; UPDATE t SET n = 0; UPDATE t1 SET n = 0});
+$holder->query_safe('SELECT pg_advisory_lock(114)');
+my $run2 = $node->safe_psql('postgres', q{SELECT backfill_run('races', force => true)});
+ok(poll_until($node, q{
+	SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+	 WHERE l.locktype = 'advisory' AND l.objid = 114 AND NOT l.granted
+	   AND a.backend_type = 'pg_backfill lane'}, '1', 60),
+	'the second pass counts');
+my $attacher = $node->background_psql('postgres');
+$attacher->query_safe('BEGIN');
+$attacher->query_safe(q{ALTER TABLE t ATTACH PARTITION t15 FOR VALUES FROM (1500) TO (1600)});
+$holder->query_safe('SELECT pg_advisory_unlock(114)');
+ok(log_shows(qr/run $run2: the count did not end the pass: the leaves of public\.t are being changed/, 60),
+	'the lane does not wait on the open ATTACH: it says so and counts again');
+is($node->safe_psql('postgres', qq{SELECT status FROM backfill.ledger WHERE run_id = $run2}),
+	'running', 'the pass did not end under the open ATTACH');
+$attacher->query_safe('COMMIT');
+is(wait_pass_end($node, $run2, 120), 'completed', 'the second pass completed once the ATTACH committed');
+is($node->safe_psql('postgres', q{SELECT count(*) FILTER (WHERE n = 1) || '/' || count(*) FROM t15}),
+	'50/50', 'the leaf of the open ATTACH was covered: each of its rows done once');
+each_row_done_once($node, 't', 650, $run2);
+
+$holder->quit;
+$attacher->quit;
+$node->stop;
+done_testing();
