@@ -135,7 +135,8 @@ ALTER TABLE backfill.declaration
  * parent's privileges and row-level security apply and the planner prunes
  * to that one leaf.  leaf is the leaf it was planned for (a regclass:
  * pg_upgrade keeps a table's oid, a dump writes its name).  Both NULL in
- * a pass that walks the parent.
+ * a pass that walks the parent; backfill_partitions shows leaf NULL once
+ * the leaf is dropped.
  */
 ALTER TABLE backfill.partition
     ADD COLUMN leaf regclass,
@@ -173,7 +174,9 @@ AS $$
                                                  WHERE a.pid = p.holder_pid
                                                    AND a.backend_start = p.holder_start),
            p.renewed_at, p.claims, p.reclaims, p.failures, p.last_error,
-           p.batch_size, p.last_batch_ms, p.throttle, p.leaf, p.leaf_range
+           p.batch_size, p.last_batch_ms, p.throttle,
+           -- a leaf dropped since: NULL, not its bare oid
+           (SELECT c.oid::regclass FROM pg_class c WHERE c.oid = p.leaf), p.leaf_range
       FROM backfill.partition p
      WHERE p.run_id = (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.declaration = $1)
      ORDER BY p.part_no;

@@ -71,6 +71,7 @@ typedef struct LeafWalk
 	FmgrInfo   *cmp;
 	List	   *pieces;
 	const char *why;			/* set: the table is not planned per leaf */
+	bool		lenient;		/* covering leaves attached since the plan (see leaves_attached) */
 } LeafWalk;
 
 static int
@@ -181,6 +182,21 @@ level_refusal(Relation rel, LeafWalk *w)
 
 static void walk_level(Oid relid, const LeafPiece *within, LeafWalk *w);
 
+/* why a partitioned child's own tree is not walked leaf by leaf, or NULL */
+static const char *
+subtree_refusal(Oid child, LeafWalk *w)
+{
+	Relation	rel = relation_open(child, AccessShareLock);
+	const char *why = level_refusal(rel, w);
+	PartitionDesc pd = RelationGetPartitionDesc(rel, true);
+
+	/* a table of no partitions has no bounds */
+	if (why == NULL && pd->boundinfo != NULL && partition_bound_has_default(pd->boundinfo))
+		why = "a default partition";
+	relation_close(rel, AccessShareLock);
+	return why;
+}
+
 /* one child's pieces (a LIST child: one per value), met with what its parent allows */
 static void
 walk_child(Oid child, bool is_leaf, const LeafPiece *within, LeafWalk *w)
@@ -222,6 +238,14 @@ walk_child(Oid child, bool is_leaf, const LeafPiece *within, LeafWalk *w)
 		if (piece_empty(&met, w->cmp, w->lead_collation))
 			continue;
 		met.leaf = child;
+		/*
+		 * Covering: a partitioned child whose own tree does not keep its
+		 * leaves apart (HASH below, a default) is one piece, its whole
+		 * interval here; a scan of the parent with it prunes to that
+		 * subtree, read in key order through its leaves' indexes.
+		 */
+		if (!is_leaf && w->lenient && subtree_refusal(child, w) != NULL)
+			is_leaf = true;
 		if (is_leaf)
 		{
 			LeafPiece  *keep = palloc(sizeof(LeafPiece));
@@ -250,10 +274,12 @@ walk_level(Oid relid, const LeafPiece *within, LeafWalk *w)
 	if (w->why == NULL)
 	{
 		pd = RelationGetPartitionDesc(rel, true);
-		if (partition_bound_has_default(pd->boundinfo))
+		if (pd->boundinfo != NULL && partition_bound_has_default(pd->boundinfo) && !w->lenient)
 			w->why = "a default partition holds what falls between the others";
+		/* covering, a default is left to the count (its rows are among the others') */
 		for (int i = 0; i < pd->nparts && w->why == NULL; i++)
-			walk_child(pd->oids[i], pd->is_leaf[i], within, w);
+			if (i != pd->boundinfo->default_index)
+				walk_child(pd->oids[i], pd->is_leaf[i], within, w);
 	}
 	relation_close(rel, AccessShareLock);
 }
@@ -345,6 +371,31 @@ leaves_pieces(Oid relid, const char *lead_column, Oid lead_type, Oid lead_collat
 	if (w.why == NULL && !sort_pieces(&w.pieces, &w))
 		w.why = "its leaves overlap in key order";
 	*why = w.why;
+	return w.why ? NIL : w.pieces;
+}
+
+/*
+ * The pieces of a tree planned per leaf as it is now, to find what was
+ * attached since the plan (leaves_uncovered): as leaves_pieces, but one
+ * leaf or subtree never keeps the others from being listed.  A
+ * partitioned table attached whose own tree is not plannable leaf by leaf
+ * (HASH, a default) is one piece for its whole interval; a default
+ * partition attached is left out (the count finds its rows); pieces are
+ * not sorted nor checked for overlap (leaves_uncovered keeps those that
+ * overlap no planned piece).
+ */
+List *
+leaves_attached(Oid relid, const char *lead_column, Oid lead_type, Oid lead_collation)
+{
+	LeafWalk	w = {0};
+	LeafPiece	all = {0};
+
+	w.lead_column = lead_column;
+	w.lead_type = lead_type;
+	w.lead_collation = lead_collation;
+	w.cmp = type_cmp(lead_type);
+	w.lenient = true;
+	walk_level(relid, &all, &w);
 	return w.why ? NIL : w.pieces;
 }
 

@@ -39,6 +39,8 @@ typedef struct LeafPiece
 
 extern List *leaves_pieces(Oid relid, const char *lead_column, Oid lead_type,
 						   Oid lead_collation, const char **why);
+extern List *leaves_attached(Oid relid, const char *lead_column, Oid lead_type,
+							 Oid lead_collation);
 extern int	leaves_count(List *pieces);
 extern List *leaves_uncovered(List *pieces, List *planned, Oid lead_type, Oid lead_collation);
 extern char *leaves_range_text(const LeafPiece *piece, Oid lead_type);

@@ -14,8 +14,11 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
+#include "access/relation.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_index.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
@@ -28,6 +31,8 @@
 #include "utils/lsyscache.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
 
 #include "catalog.h"
 #include "citus.h"
@@ -260,9 +265,47 @@ column_text(const char *column)
 }
 
 /*
+ * Has the table a unique index on its key column alone (valid, not
+ * partial)?  Every key of one column has one (key.c); a declaration whose
+ * key_column has none lost the further columns of its key.
+ */
+static bool
+key_column_unique(Oid relid, const char *column)
+{
+	AttrNumber	attnum = get_attnum(relid, column);
+	Relation	rel;
+	List	   *indexes;
+	ListCell   *lc;
+	bool		found = false;
+
+	if (attnum == InvalidAttrNumber)
+		return true;			/* the key's column is gone: BF007's to say */
+	rel = relation_open(relid, AccessShareLock);
+	indexes = RelationGetIndexList(rel);
+	foreach(lc, indexes)
+	{
+		HeapTuple	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(lfirst_oid(lc)));
+		Form_pg_index index;
+
+		if (!HeapTupleIsValid(tuple))
+			continue;
+		index = (Form_pg_index) GETSTRUCT(tuple);
+		found |= index->indisunique && index->indisvalid && index->indnkeyatts == 1 &&
+			index->indkey.values[0] == attnum &&
+			heap_attisnull(tuple, Anum_pg_index_indpred, NULL);
+		ReleaseSysCache(tuple);
+	}
+	list_free(indexes);
+	relation_close(rel, AccessShareLock);
+	return found;
+}
+
+/*
  * Why a running pass cannot go on with its declaration as it is now, or
- * NULL: the declaration was dropped or changed (BF007), or a revert pass's
- * declaration no longer declares a revert (BF021).
+ * NULL: the declaration was dropped or changed (BF007), a revert pass's
+ * declaration no longer declares a revert (BF021), or it was declared
+ * with a composite key under catalogs older than 0.5, which kept only
+ * the key's first column (BF027: its action's $3 would fail every batch).
  */
 static const char *
 pass_declaration_refusal(Pass *pass, const Declaration *decl, const char *direction,
@@ -276,6 +319,13 @@ pass_declaration_refusal(Pass *pass, const Declaration *decl, const char *direct
 	*sqlerrcode = ERRCODE_BACKFILL_NO_REVERT;
 	if (strcmp(direction, "revert") == 0 && decl->revert == NULL)
 		return "the declaration no longer declares a revert";
+	*sqlerrcode = ERRCODE_BACKFILL_CATALOG_VERSION;
+	if (!OidIsValid(decl->pages_fn) && decl->key_columns == NULL && decl->key_column != NULL &&
+		get_rel_name(decl->relid) != NULL && !key_column_unique(decl->relid, decl->key_column))
+		return psprintf("backfill \"%s\" was declared with a composite key under catalogs older "
+						"than 0.5, which kept only its first column (%s, not unique); declare "
+						"it again with backfill_declare now that the catalogs are at 0.5",
+						decl->name, decl->key_column);
 	return NULL;
 }
 
@@ -636,8 +686,10 @@ plan_per_leaf(Pass *pass, PassPlan *plan, int nparts, const char **why)
 		plan_add_piece(plan, piece, piece_bounds(pass, piece, n, lead_sql, type, collation), type);
 	}
 	plan->method = list_length(pieces) == leaves_count(pieces) ?
-		psprintf("per leaf (%d leaves)", leaves_count(pieces)) :
-		psprintf("per leaf (%d leaves, %d intervals)", leaves_count(pieces), list_length(pieces));
+		psprintf("per leaf (%d %s)", leaves_count(pieces),
+				 leaves_count(pieces) == 1 ? "leaf" : "leaves") :
+		psprintf("per leaf (%d %s, %d intervals)", leaves_count(pieces),
+				 leaves_count(pieces) == 1 ? "leaf" : "leaves", list_length(pieces));
 	plan->bounds = PointerGetDatum(construct_empty_array(TEXTOID));
 	return true;
 }
@@ -1278,7 +1330,6 @@ cover_new_leaves(Pass *pass)
 	Oid			type;
 	Oid			collation;
 	char	   *lead_sql;
-	const char *why;
 	List	   *planned = NIL;
 	List	   *fresh;
 	PassPlan	plan = {0};
@@ -1310,7 +1361,7 @@ cover_new_leaves(Pass *pass)
 				 (char *) lfirst(lc));
 		lfirst(lc) = piece;
 	}
-	fresh = leaves_uncovered(leaves_pieces(pass->relid, column, type, collation, &why),
+	fresh = leaves_uncovered(leaves_attached(pass->relid, column, type, collation),
 							 planned, type, collation);
 	if (fresh == NIL)
 		return false;

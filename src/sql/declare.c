@@ -75,6 +75,8 @@ typedef struct DeclaredSource
 	KeyResolved composite;		/* nkeys > 1: a composite key (key.c) */
 } DeclaredSource;
 
+static char *key_column_list(const KeyResolved *key);
+
 /* Raise a SOURCE_INVALID error that carries an error caught from below. */
 static void
 rethrow_as_source_invalid(MemoryContext cxt, const char *name, const char *what,
@@ -933,6 +935,16 @@ resolve_table_source(const DeclareArgs *a, Declaration *d, const char *run_as_na
 	d->relation = src.relation;
 	d->key_column = src.key;
 	d->key_type = src.keytype;
+	if (src.composite.nkeys > 1 && !catalog_has_column("declaration", "key_columns"))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_CATALOG_VERSION),
+				 errmsg("cannot declare backfill \"%s\" with a composite key: the catalogs of "
+						"pg_backfill are older than version 0.5", name),
+				 errdetail("The key (%s) has %d columns; the catalogs in this database have no "
+						   "column for them and would keep only the first.",
+						   key_column_list(&src.composite), src.composite.nkeys),
+				 errhint("Run ALTER EXTENSION pg_backfill UPDATE; in this database, then "
+						 "declare it again.")));
 	if (src.composite.nkeys > 1)
 	{
 		d->key_columns = src.composite.key_columns;
@@ -947,6 +959,18 @@ resolve_table_source(const DeclareArgs *a, Declaration *d, const char *run_as_na
 						   "how the pass proves it is done."),
 				 errhint("Pass predicate => 'total IS NULL', true for rows still to do.")));
 	tenancy_check_rls(name, d->relid, d->relation, d->run_as, d->settings, d->tenant);
+}
+
+/* a composite key's columns as a list for a message: "t, id" */
+static char *
+key_column_list(const KeyResolved *key)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	for (int i = 0; i < key->nkeys; i++)
+		appendStringInfo(&buf, "%s%s", i > 0 ? ", " : "", key->columns[i]);
+	return buf.data;
 }
 
 /*

@@ -17,6 +17,11 @@
 #    the parent's lock): the lane does not wait on it without bound nor
 #    end the pass under it; it says so and counts again, and once the
 #    ATTACH commits the pass covers that leaf too.
+# 3. A table sub-partitioned by HASH and a plain leaf, attached in two gaps
+#    during the count: both covered (the subtree by one partition over its
+#    interval, its key scan a Merge Append of its hash leaves, no sort).
+#    Without leaves_attached the subtree's HASH made the whole tree "not
+#    per leaf" at the look, and neither was covered.
 use strict;
 use warnings;
 
@@ -126,6 +131,53 @@ is(wait_pass_end($node, $run2, 120), 'completed', 'the second pass completed onc
 is($node->safe_psql('postgres', q{SELECT count(*) FILTER (WHERE n = 1) || '/' || count(*) FROM t15}),
 	'50/50', 'the leaf of the open ATTACH was covered: each of its rows done once');
 each_row_done_once($node, 't', 650, $run2);
+
+# 3. a table sub-partitioned by HASH attached in a gap, and a plain leaf in
+# another, while the pass counts: the subtree is one piece for its whole
+# interval (its own tree is not plannable leaf by leaf), and it keeps the
+# plain leaf from being covered no more than the plain leaf keeps it
+$node->safe_psql('postgres', q{
+	UPDATE t SET n = 0;
+	CREATE TABLE h (id int NOT NULL, n int NOT NULL DEFAULT 0, PRIMARY KEY (id)) PARTITION BY HASH (id);
+	CREATE TABLE h0 PARTITION OF h FOR VALUES WITH (MODULUS 2, REMAINDER 0);
+	CREATE TABLE h1 PARTITION OF h FOR VALUES WITH (MODULUS 2, REMAINDER 1);
+	INSERT INTO h (id) SELECT 1200 + i FROM generate_series(0, 99) i;
+	CREATE TABLE t16 (LIKE t INCLUDING DEFAULTS);
+	ALTER TABLE t16 ADD PRIMARY KEY (id);
+	INSERT INTO t16 (id) SELECT 1600 + i FROM generate_series(0, 39) i;
+});
+$holder->query_safe('SELECT pg_advisory_lock(114)');
+my $run3 = $node->safe_psql('postgres', q{SELECT backfill_run('races', force => true)});
+ok(poll_until($node, q{
+	SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+	 WHERE l.locktype = 'advisory' AND l.objid = 114 AND NOT l.granted
+	   AND a.backend_type = 'pg_backfill lane'}, '1', 60),
+	'the third pass counts');
+$node->safe_psql('postgres', q{
+	ALTER TABLE t ATTACH PARTITION h FOR VALUES FROM (1200) TO (1300);
+	ALTER TABLE t ATTACH PARTITION t16 FOR VALUES FROM (1600) TO (1700);
+});
+$holder->query_safe('SELECT pg_advisory_unlock(114)');
+is(wait_pass_end($node, $run3, 120), 'completed', 'the third pass completed');
+is($node->safe_psql('postgres', q{SELECT count(*) FILTER (WHERE n = 1) || '/' || count(*) FROM h}),
+	'100/100', 'the HASH-sub-partitioned table attached in a gap was covered, each row once');
+is($node->safe_psql('postgres', q{SELECT count(*) FILTER (WHERE n = 1) || '/' || count(*) FROM t16}),
+	'40/40', 'and the plain leaf attached beside it too');
+each_row_done_once($node, 't', 790, $run3);
+is($node->safe_psql('postgres', q{SELECT leaf::text || ' ' || leaf_range FROM backfill_partitions('races')
+                                   WHERE leaf_range LIKE '[1200,%' OR leaf_range LIKE '[1600,%' ORDER BY 1}),
+	"h [1200,1300)
+t16 [1600,1700)", 'one partition for the whole subtree, one for the leaf');
+# the key scan as a lane plans it for a partitioned table (batch.c: no
+# sort, no bitmap, no sequential scan while it is planned)
+my $plan = $node->safe_psql('postgres', q{
+	SET enable_sort = off; SET enable_bitmapscan = off; SET enable_seqscan = off;
+	EXPLAIN (COSTS OFF) SELECT id FROM t WHERE id >= 1200 AND id < 1300 AND id > 1210
+	                     ORDER BY id LIMIT 100});
+like($plan, qr/Merge Append.*Index Only Scan using h0_pkey on h0.*Index Only Scan using h1_pkey on h1/s,
+	"the subtree's key scan merges its hash leaves' indexes in key order");
+unlike($plan, qr/->  Sort|Seq Scan|Bitmap|on t0|on t2|on t16/,
+	'... no sort node, pruned to the subtree');
 
 $holder->quit;
 $attacher->quit;
