@@ -168,6 +168,12 @@ is($node->safe_psql('postgres', q{SELECT leaf::text || ' ' || leaf_range FROM ba
                                    WHERE leaf_range LIKE '[1200,%' OR leaf_range LIKE '[1600,%' ORDER BY 1}),
 	"h [1200,1300)
 t16 [1600,1700)", 'one partition for the whole subtree, one for the leaf');
+# a leaf dropped since: backfill_partitions shows NULL, not its bare oid
+$node->safe_psql('postgres', 'DROP TABLE t16');
+is($node->safe_psql('postgres', q{SELECT coalesce(leaf::text, 'NULL') FROM backfill_partitions('races')
+                                   WHERE leaf_range = '[1600,1700)'}),
+	'NULL', "a dropped leaf's partition shows leaf NULL (its leaf_range stays)");
+
 # the key scan as a lane plans it for a partitioned table (batch.c: no
 # sort, no bitmap, no sequential scan while it is planned)
 my $plan = $node->safe_psql('postgres', q{
