@@ -15,7 +15,9 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
-#include "access/relation.h"
+#include "access/genam.h"
+#include "access/stratnum.h"
+#include "access/table.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_index.h"
@@ -31,8 +33,8 @@
 #include "utils/lsyscache.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
+#include "utils/fmgroids.h"
 #include "utils/rel.h"
-#include "utils/syscache.h"
 
 #include "catalog.h"
 #include "citus.h"
@@ -267,36 +269,36 @@ column_text(const char *column)
 /*
  * Has the table a unique index on its key column alone (valid, not
  * partial)?  Every key of one column has one (key.c); a declaration whose
- * key_column has none lost the further columns of its key.
+ * key_column has none lost the further columns of its key.  Read from
+ * pg_index, never locking the table: the lane loads its pass before any
+ * retry could absorb a lock timeout.
  */
 static bool
 key_column_unique(Oid relid, const char *column)
 {
 	AttrNumber	attnum = get_attnum(relid, column);
-	Relation	rel;
-	List	   *indexes;
-	ListCell   *lc;
+	Relation	pg_index;
+	ScanKeyData key;
+	SysScanDesc scan;
+	HeapTuple	tuple;
 	bool		found = false;
 
 	if (attnum == InvalidAttrNumber)
 		return true;			/* the key's column is gone: BF007's to say */
-	rel = relation_open(relid, AccessShareLock);
-	indexes = RelationGetIndexList(rel);
-	foreach(lc, indexes)
+	pg_index = table_open(IndexRelationId, AccessShareLock);
+	ScanKeyInit(&key, Anum_pg_index_indrelid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(relid));
+	scan = systable_beginscan(pg_index, IndexIndrelidIndexId, true, NULL, 1, &key);
+	while (!found && HeapTupleIsValid(tuple = systable_getnext(scan)))
 	{
-		HeapTuple	tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(lfirst_oid(lc)));
-		Form_pg_index index;
+		Form_pg_index index = (Form_pg_index) GETSTRUCT(tuple);
 
-		if (!HeapTupleIsValid(tuple))
-			continue;
-		index = (Form_pg_index) GETSTRUCT(tuple);
-		found |= index->indisunique && index->indisvalid && index->indnkeyatts == 1 &&
+		found = index->indisunique && index->indisvalid && index->indnkeyatts == 1 &&
 			index->indkey.values[0] == attnum &&
 			heap_attisnull(tuple, Anum_pg_index_indpred, NULL);
-		ReleaseSysCache(tuple);
 	}
-	list_free(indexes);
-	relation_close(rel, AccessShareLock);
+	systable_endscan(scan);
+	table_close(pg_index, AccessShareLock);
 	return found;
 }
 
