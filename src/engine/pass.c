@@ -324,10 +324,13 @@ pass_declaration_refusal(Pass *pass, const Declaration *decl, const char *direct
 	*sqlerrcode = ERRCODE_BACKFILL_CATALOG_VERSION;
 	if (!OidIsValid(decl->pages_fn) && decl->key_columns == NULL && decl->key_column != NULL &&
 		get_rel_name(decl->relid) != NULL && !key_column_unique(decl->relid, decl->key_column))
-		return psprintf("backfill \"%s\" was declared with a composite key under catalogs older "
-						"than 0.5, which kept only its first column (%s, not unique); declare "
-						"it again with backfill_declare now that the catalogs are at 0.5",
-						decl->name, decl->key_column);
+		/* in the pass's memory: the message outlives the transaction (pass_fail) */
+		return pass_strdup(pass,
+						   psprintf("backfill \"%s\" was declared with a composite key under "
+									"catalogs older than 0.5, which kept only its first column "
+									"(%s, not unique); declare it again with backfill_declare "
+									"now that the catalogs are at 0.5",
+									decl->name, decl->key_column));
 	return NULL;
 }
 
