@@ -15,7 +15,8 @@
 # backfill_retry resumes from the checkpoints and every row is done once.
 # A composite key whose unique index is dropped under a paused pass
 # killed its lanes the same way, while loading the pass: it now fails the
-# pass with BF001 at once.
+# pass with BF001 at once; a key column renamed (of a composite key: it
+# killed them there too; of a one-column key) fails it with 42703.
 #
 # And a pass in a database no scheduler serves (attacker findings t06,
 # t23): backfill_resume and backfill_retry there returned true and left
@@ -151,6 +152,34 @@ is(sq($node, "SELECT lane_starts FROM backfill.run WHERE run_id = $run"), $start
 	'ck: one lane failed it: none died and was started again');
 unlike(slurp_file($node->logfile, $log_offset), qr/"pg_backfill lane".*exited with exit code 1/,
 	'ck: no lane exited with an error');
+
+# (c2) a key column renamed under the paused pass (one column, and one of a composite key)
+$node->safe_psql('postgres', q{
+	CREATE TABLE sk (id int PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	INSERT INTO sk (id) SELECT generate_series(1, 300);
+	SELECT backfill_declare('sk', 'sk', 'n = 0', 'UPDATE sk SET n = n + 1 WHERE id BETWEEN $1 AND $2',
+		batch_size => 10, rate => 20);
+	CREATE TABLE ck2 (a int, b int, n int NOT NULL DEFAULT 0, PRIMARY KEY (a, b));
+	INSERT INTO ck2 (a, b) SELECT g / 10, g % 10 FROM generate_series(1, 300) g;
+	SELECT backfill_declare('ck2', 'ck2', 'n = 0',
+		'UPDATE ck2 SET n = n + 1 WHERE (a, b) BETWEEN ($1, $2) AND ($3, $4)',
+		batch_size => 10, rate => 20);
+});
+foreach my $t ([ 'sk', 'id' ], [ 'ck2', 'b' ])
+{
+	my ($name, $column) = @$t;
+	($run, $cursor) = run_and_pause($name, 50);
+	$starts = sq($node, "SELECT lane_starts FROM backfill.run WHERE run_id = $run");
+	$log_offset = -s $node->logfile;
+	sq($node, "ALTER TABLE $name RENAME COLUMN $column TO ${column}_renamed");
+	sq($node, qq{SELECT backfill_resume('$name')});
+	is(wait_pass_end($node, $run, 60), 'failed', "$name: a key column renamed, the pass fails");
+	is(ledger($node, $run, 'error_code'), '42703', "$name: with undefined_column, at once");
+	is(sq($node, "SELECT lane_starts FROM backfill.run WHERE run_id = $run"), $starts + 1,
+		"$name: one lane failed it: none died and was started again");
+	unlike(slurp_file($node->logfile, $log_offset), qr/"pg_backfill lane".*exited with exit code 1/,
+		"$name: no lane exited with an error");
+}
 
 # (d) a database backfill.database_names leaves out: resume and retry refused
 $node->safe_psql('postgres', 'CREATE DATABASE unlisted');
