@@ -224,8 +224,8 @@ pass_resolve_source(Pass *pass)
  * A composite key (keyset.c): its columns, the index that serves it now,
  * their I/O, in a transaction of its own.  A key of one column is a keyset
  * of one.  A key column renamed or dropped, or its unique index dropped,
- * fails the pass and returns false, rather than kill the lane before its
- * first batch, which the scheduler would only start again.
+ * fails the pass (42703, BF001) and returns false, rather than kill the
+ * lane before its first batch, which the scheduler would only start again.
  */
 static bool
 pass_resolve_keyset(Pass *pass, const Declaration *decl)
@@ -253,7 +253,9 @@ pass_resolve_keyset(Pass *pass, const Declaration *decl)
 	MemoryContextSwitchTo(cxt);
 	if (edata == NULL)
 		return true;
-	if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+	/* anything else (a lock timeout, a cancel) may pass: the lane ends, another retries */
+	if (edata->sqlerrcode != ERRCODE_UNDEFINED_COLUMN &&
+		edata->sqlerrcode != ERRCODE_BACKFILL_SOURCE_INVALID)
 		ReThrowError(edata);
 	pass_fail(pass, -1, edata->sqlerrcode, edata->message);
 	return false;

@@ -55,6 +55,32 @@ lane_prepare_and_plan(Pass *pass)
 }
 
 /*
+ * Load the pass; false when the lane has nothing to do (the pass ended, or
+ * failed here: its declaration changed, or the role's sessions are
+ * read-only, which no batch could write in).
+ */
+static bool
+lane_load(Pass *pass, int64 run_id, MemoryContext lane_cxt, bool role_read_only)
+{
+	char	   *message;
+
+	if (!pass_load(pass, run_id, lane_cxt))
+		return false;
+	if (!role_read_only)
+		return true;
+	/* the role's name is read in a transaction; the message outlives it */
+	worker_begin_xact("naming the read-only role");
+	message = MemoryContextStrdup(lane_cxt,
+								  psprintf("backfill \"%s\" cannot write as role \"%s\": its "
+										   "sessions are read-only "
+										   "(default_transaction_read_only is on)",
+										   pass->name, GetUserNameFromId(GetUserId(), false)));
+	worker_commit_xact();
+	pass_fail(pass, -1, ERRCODE_BACKFILL_PRIVILEGE, message);
+	return false;
+}
+
+/*
  * Prepare and plan the pass, then claim and work partitions until none is
  * left, and end the pass.  Returns when the lane's work is over.
  */
@@ -130,27 +156,13 @@ backfill_lane_main(Datum main_arg)
 									ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(scratch);
 
-	if (!pass_load(&pass, args.run_id, lane_cxt))
-		proc_exit(0);
-	if (role_read_only)
-	{
-		char	   *message;
-
-		/* the role's name is read in a transaction; the message outlives it */
-		worker_begin_xact("naming the read-only role");
-		message = MemoryContextStrdup(lane_cxt,
-									  psprintf("backfill \"%s\" cannot write as role \"%s\": its "
-											   "sessions are read-only "
-											   "(default_transaction_read_only is on)",
-											   pass.name, GetUserNameFromId(GetUserId(), false)));
-		worker_commit_xact();
-		pass_fail(&pass, -1, ERRCODE_BACKFILL_PRIVILEGE, message);
-		proc_exit(0);
-	}
-
+	/* before pass_load: an error there is recorded against this run too */
+	memset(&pass, 0, sizeof(Pass));
+	pass.run_id = args.run_id;
 	PG_TRY();
 	{
-		lane_work(&pass, scratch);
+		if (lane_load(&pass, args.run_id, lane_cxt, role_read_only))
+			lane_work(&pass, scratch);
 	}
 	PG_CATCH();
 	{
