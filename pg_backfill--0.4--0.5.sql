@@ -660,10 +660,10 @@ AS $$
                     AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a
                                      WHERE a.pid = q.holder_pid
                                        AND a.backend_start = q.holder_start)
-                    AND NOT (q.renewed_at - q.holder_start < interval '5 s'
-                             AND now() < q.renewed_at
-                                 + least(60, power(2, least(q.reclaims, 6)))
-                                   * interval '1 s')))
+                    AND NOT coalesce(q.renewed_at - q.holder_start < interval '5 s'
+                                     AND now() < q.renewed_at
+                                         + least(60, power(2, least(q.reclaims, 6)))
+                                           * interval '1 s', false)))
          ORDER BY q.part_no
          LIMIT 1
            FOR UPDATE SKIP LOCKED)
