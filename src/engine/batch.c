@@ -667,7 +667,9 @@ run_key_scan(Pass *pass, int variant, Datum *values, const char *nulls)
 static bool
 leaf_gone(Pass *pass, Claim *claim)
 {
-	if (!claim->has_piece || leaves_still_partition(claim->piece.leaf, pass->relid))
+	/* a union of several leaves' pieces (leaf NULL): a leaf gone just takes its rows */
+	if (!claim->has_piece || !OidIsValid(claim->piece.leaf) ||
+		leaves_still_partition(claim->piece.leaf, pass->relid))
 		return false;
 	ereport(LOG,
 			(errmsg("backfill \"%s\" run " INT64_FORMAT ": partition %d is done; its leaf was "

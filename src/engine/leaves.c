@@ -399,6 +399,76 @@ leaves_attached(Oid relid, const char *lead_column, Oid lead_type, Oid lead_coll
 	return w.why ? NIL : w.pieces;
 }
 
+/*
+ * Does b begin where a ends, with no key between them that a leaf could
+ * hold: a RANGE bound shared ([d1,d2) and [d2,d3)), or, for an integer
+ * key, values that follow each other ([4,4] and [5,5], values of LIST
+ * leaves)?
+ */
+static bool
+pieces_touch(const LeafPiece *a, const LeafPiece *b, Oid type, FmgrInfo *cmp, Oid collation)
+{
+	int64		hi;
+	int64		lo;
+
+	if (!a->has_hi || !b->has_lo)
+		return false;
+	if (a->hi_incl != b->lo_incl)
+		return compare_values(cmp, collation, a->hi, b->lo) == 0;
+	if (!a->hi_incl || (type != INT2OID && type != INT4OID && type != INT8OID))
+		return false;
+	hi = type == INT2OID ? DatumGetInt16(a->hi) : type == INT4OID ? DatumGetInt32(a->hi) :
+		DatumGetInt64(a->hi);
+	lo = type == INT2OID ? DatumGetInt16(b->lo) : type == INT4OID ? DatumGetInt32(b->lo) :
+		DatumGetInt64(b->lo);
+	return hi < PG_INT64_MAX && hi + 1 == lo;
+}
+
+/*
+ * The sorted pieces with neighbours that hold few rows together merged:
+ * consecutive pieces (in key order, of whatever leaves) that touch (no key
+ * between them, pieces_touch) and whose reltuples sum to at most limit
+ * become one piece over their union, its leaf InvalidOid (it spans
+ * several).  The union has no gap, so no leaf can be attached inside it
+ * but over a leaf detached from it (which the count finds, as for any
+ * planned piece).  A scan of the parent within the union is pruned to
+ * those leaves and reads them in key order through their indexes (an
+ * ordered Append of RANGE leaves, a Merge Append of interleaved LIST
+ * leaves), so one partition does them all in a few batches instead of
+ * one batch (at least) per leaf or LIST value.  A piece above the limit
+ * stays alone.  *merged: how many pieces were merged into others.
+ */
+List *
+leaves_coalesce(List *pieces, double limit, Oid lead_type, Oid lead_collation, int *merged)
+{
+	FmgrInfo   *cmp = type_cmp(lead_type);
+	List	   *out = NIL;
+	LeafPiece  *group = NULL;
+	ListCell   *lc;
+
+	*merged = 0;
+	foreach(lc, pieces)
+	{
+		LeafPiece  *p = lfirst(lc);
+
+		if (group != NULL && group->tuples + p->tuples <= limit &&
+			pieces_touch(group, p, lead_type, cmp, lead_collation))
+		{
+			group->has_hi = p->has_hi;
+			group->hi = p->hi;
+			group->hi_incl = p->hi_incl;
+			group->tuples += p->tuples;
+			group->leaf = InvalidOid;
+			(*merged)++;
+			continue;
+		}
+		group = palloc(sizeof(LeafPiece));
+		*group = *p;
+		out = lappend(out, group);
+	}
+	return out;
+}
+
 /* how many leaves the pieces come from */
 int
 leaves_count(List *pieces)

@@ -24,7 +24,7 @@
  */
 typedef struct LeafPiece
 {
-	Oid			leaf;
+	Oid			leaf;			/* InvalidOid: the union of neighbours of several leaves */
 	bool		has_lo;
 	bool		lo_incl;
 	Datum		lo;
@@ -41,6 +41,8 @@ extern List *leaves_pieces(Oid relid, const char *lead_column, Oid lead_type,
 						   Oid lead_collation, const char **why);
 extern List *leaves_attached(Oid relid, const char *lead_column, Oid lead_type,
 							 Oid lead_collation);
+extern List *leaves_coalesce(List *pieces, double limit, Oid lead_type, Oid lead_collation,
+							 int *merged);
 extern int	leaves_count(List *pieces);
 extern List *leaves_uncovered(List *pieces, List *planned, Oid lead_type, Oid lead_collation);
 extern char *leaves_range_text(const LeafPiece *piece, Oid lead_type);

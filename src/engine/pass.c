@@ -667,6 +667,9 @@ plan_per_leaf(Pass *pass, PassPlan *plan, int nparts, const char **why)
 	char	   *lead_sql;
 	List	   *pieces;
 	double		total = 0;
+	int			nleaves;
+	int			nintervals;
+	int			merged = 0;
 	ListCell   *lc;
 
 	if (!pass->partitioned || !catalog_has_column("partition", "leaf_range"))
@@ -677,6 +680,17 @@ plan_per_leaf(Pass *pass, PassPlan *plan, int nparts, const char **why)
 		return false;
 	foreach(lc, pieces)
 		total += ((LeafPiece *) lfirst(lc))->tuples;
+	nleaves = leaves_count(pieces);
+	nintervals = list_length(pieces);
+	/*
+	 * Neighbours with few rows together share a partition: no more than a
+	 * partition's share of the rows (what a walk of the parent gives each
+	 * of its nparts), nor fewer than a few batches' worth.  Without
+	 * statistics (reltuples unknown) every piece stays apart.
+	 */
+	if (total > 0)
+		pieces = leaves_coalesce(pieces, Max(total / nparts, 4.0 * pass->batch_size), type,
+								 collation, &merged);
 	/* each piece's partitions are its bounds and one more (grown as needed) */
 	plan->room = list_length(pieces) * 2;
 	plan->lo = palloc(sizeof(Datum) * plan->room);
@@ -690,13 +704,18 @@ plan_per_leaf(Pass *pass, PassPlan *plan, int nparts, const char **why)
 		LeafPiece  *piece = lfirst(lc);
 		int			n = Min(piece_parts(piece, total, list_length(pieces), nparts), nparts);
 
-		plan_add_piece(plan, piece, piece_bounds(pass, piece, n, lead_sql, type, collation), type);
+		/* a union of several leaves' pieces is small: one partition, no bounds */
+		plan_add_piece(plan, piece, OidIsValid(piece->leaf) ?
+					   piece_bounds(pass, piece, n, lead_sql, type, collation) :
+					   PointerGetDatum(construct_empty_array(TEXTOID)), type);
 	}
-	plan->method = list_length(pieces) == leaves_count(pieces) ?
-		psprintf("per leaf (%d %s)", leaves_count(pieces),
-				 leaves_count(pieces) == 1 ? "leaf" : "leaves") :
-		psprintf("per leaf (%d %s, %d intervals)", leaves_count(pieces),
-				 leaves_count(pieces) == 1 ? "leaf" : "leaves", list_length(pieces));
+	plan->method = psprintf("per leaf (%d %s", nleaves, nleaves == 1 ? "leaf" : "leaves");
+	if (nintervals != nleaves)
+		plan->method = psprintf("%s, %d intervals", plan->method, nintervals);
+	if (merged > 0)
+		plan->method = psprintf("%s; small neighbours merged: %d partition%s", plan->method,
+								plan->nleafparts, plan->nleafparts == 1 ? "" : "s");
+	plan->method = psprintf("%s)", plan->method);
 	plan->bounds = PointerGetDatum(construct_empty_array(TEXTOID));
 	return true;
 }
@@ -731,7 +750,9 @@ insert_leaf_partitions(Pass *pass, PassPlan *plan, int first)
 	values[4] = plan_array(plan->leaf, NULL, plan->nleafparts, OIDOID);
 	values[5] = plan_array(plan->leaf_range, NULL, plan->nleafparts, TEXTOID);
 	catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, leaf, leaf_range)"
-				 " SELECT $1, $2 + u.o::pg_catalog.int4 - 1, u.lo, u.hi, u.leaf, u.leaf_range"
+				 " SELECT $1, $2 + u.o::pg_catalog.int4 - 1, u.lo, u.hi,"
+				 "        CASE WHEN u.leaf OPERATOR(pg_catalog.<>) 0::pg_catalog.oid THEN u.leaf END,"
+				 "        u.leaf_range"
 				 "   FROM ROWS FROM (pg_catalog.unnest($3), pg_catalog.unnest($4),"
 				 "                   pg_catalog.unnest($5), pg_catalog.unnest($6))"
 				 "        WITH ORDINALITY AS u(lo, hi, leaf, leaf_range, o)",
@@ -1325,9 +1346,11 @@ pass_note_lane_error(Pass *pass, const ErrorData *edata)
  * reaches, gets a partition of its own (pending: lanes cover it, each row
  * once, up to the pass's bound).  A leaf attached where a planned piece
  * lies is covered by that piece's partitions; one attached after this
- * look is found by the count (STALLED).  Called with the ledger row
- * locked, outside the catalog scope: the planned pieces become values as
- * the lane's role.  True when partitions were added.
+ * look is found by the count (STALLED).  A partition over the union of
+ * small neighbours (leaf NULL, leaves_coalesce) is planned like any: the
+ * union has no gap a leaf could be attached in.  Called with the ledger
+ * row locked, outside the catalog scope: the planned pieces become
+ * values as the lane's role.  True when partitions were added.
  */
 static bool
 cover_new_leaves(Pass *pass)

@@ -22,6 +22,11 @@
 #    interval, its key scan a Merge Append of its hash leaves, no sort).
 #    Without leaves_attached the subtree's HASH made the whole tree "not
 #    per leaf" at the look, and neither was covered.
+# 4. 400 interleaved LIST values of 5 rows (max_parallel 1) and 60 daily
+#    RANGE leaves of 3 rows (max_parallel 2): neighbours with few rows
+#    together share a partition (leaves_coalesce), so the plan has no more
+#    partitions than a walk of the parent would, and few batches; without,
+#    one partition and one batch per value or leaf.
 use strict;
 use warnings;
 
@@ -184,6 +189,69 @@ like($plan, qr/Merge Append.*Index Only Scan using h0_pkey on h0.*Index Only Sca
 	"the subtree's key scan merges its hash leaves' indexes in key order");
 unlike($plan, qr/->  Sort|Seq Scan|Bitmap|on t0|on t2|on t16/,
 	'... no sort node, pruned to the subtree');
+
+# 4. many small leaves and values: neighbours with few rows together share
+# a partition (without: one partition, and at least one batch, per LIST
+# value or leaf: 400 and 400 here)
+$node->safe_psql('postgres', q{
+	CREATE TABLE lv (tenant int, id int, n int NOT NULL DEFAULT 0, PRIMARY KEY (tenant, id))
+	    PARTITION BY LIST (tenant);
+	DO $$ BEGIN FOR r IN 0..3 LOOP
+	    EXECUTE format('CREATE TABLE lv%s PARTITION OF lv FOR VALUES IN (%s)', r,
+	                   (SELECT string_agg(x::text, ',') FROM generate_series(1, 400) x WHERE x % 4 = r));
+	END LOOP; END $$;
+	INSERT INTO lv (tenant, id) SELECT v, i FROM generate_series(1, 400) v, generate_series(1, 5) i;
+	CREATE TABLE dv (day date, id int, n int NOT NULL DEFAULT 0, PRIMARY KEY (day, id))
+	    PARTITION BY RANGE (day);
+	DO $$ DECLARE d date; BEGIN
+	    FOR d IN SELECT generate_series('2024-01-01'::date, '2024-02-29', '1 day') LOOP
+	        EXECUTE format('CREATE TABLE dv%s PARTITION OF dv FOR VALUES FROM (%L) TO (%L)',
+	                       to_char(d, 'YYYYMMDD'), d, d + 1);
+	    END LOOP;
+	END $$;
+	INSERT INTO dv (day, id) SELECT d, i FROM generate_series('2024-01-01'::date, '2024-02-29', '1 day') d,
+	                                       generate_series(1, 3) i;
+	ANALYZE lv, dv;
+	SELECT backfill_declare(name => 'lv', relation => 'lv', predicate => 'n = 0',
+		action => 'UPDATE lv SET n = n + 1 WHERE (tenant, id) BETWEEN ($1, $2) AND ($3, $4)',
+		batch_size => 1000, rate => 100, max_parallel => 1);
+	SELECT backfill_declare(name => 'dv', relation => 'dv', predicate => 'n = 0',
+		action => 'UPDATE dv SET n = n + 1 WHERE (day, id) BETWEEN ($1, $2) AND ($3, $4)',
+		batch_size => 20, rate => 100, max_parallel => 2);
+});
+my $lv = $node->safe_psql('postgres', q{SELECT backfill_run('lv')});
+is(wait_pass_end($node, $lv, 120), 'completed', '400 interleaved LIST values: the pass completed');
+each_row_done_once($node, 'lv', 2000, $lv);
+is($node->safe_psql('postgres', qq{SELECT count(*) FROM backfill.partition WHERE run_id = $lv}),
+	'1', 'max_parallel 1: one partition, as a walk of the parent plans (not 400)');
+cmp_ok(ledger($node, $lv, 'batches'), '<=', 3, '2000 rows in batches of 1000: at most 3 batches');
+like($node->safe_psql('postgres', qq{SELECT plan_method FROM backfill.run WHERE run_id = $lv}),
+	qr/^per leaf \(4 leaves, 400 intervals; small neighbours merged: 1 partition\)$/,
+	'the plan method says the neighbours were merged');
+my $dv = $node->safe_psql('postgres', q{SELECT backfill_run('dv')});
+is(wait_pass_end($node, $dv, 120), 'completed', '60 daily leaves of 3 rows: the pass completed');
+each_row_done_once($node, 'dv', 180, $dv);
+cmp_ok($node->safe_psql('postgres', qq{SELECT count(*) FROM backfill.partition WHERE run_id = $dv}),
+	'<=', 8, 'max_parallel 2: no more partitions than a walk of the parent plans (8), not 60');
+cmp_ok($node->safe_psql('postgres', qq{SELECT count(*) FROM backfill.partition WHERE run_id = $dv}),
+	'>=', 2, '... and more than one, for the two lanes');
+is($node->safe_psql('postgres', qq{SELECT count(*) FROM backfill.partition WHERE run_id = $dv
+                                    AND leaf IS NULL AND leaf_range IS NOT NULL}),
+	$node->safe_psql('postgres', qq{SELECT count(*) FROM backfill.partition WHERE run_id = $dv}),
+	'each partition spans several leaves: leaf NULL, leaf_range their union');
+cmp_ok(ledger($node, $dv, 'batches'), '<=', 20, '180 rows in batches of 20: not one batch per leaf');
+my $union = $node->safe_psql('postgres', q{
+	SET enable_sort = off; SET enable_bitmapscan = off; SET enable_seqscan = off;
+	EXPLAIN (COSTS OFF) SELECT tenant, id FROM lv WHERE tenant >= 1 AND tenant <= 400
+	                     AND (tenant, id) > (7, 2) AND n = 0 ORDER BY tenant, id LIMIT 1000});
+like($union, qr/Merge Append/, "a union of interleaved LIST leaves is read by a Merge Append");
+unlike($union, qr/->  Sort|Seq Scan|Bitmap/, '... of their indexes, no sort node');
+my $days = $node->safe_psql('postgres', q{
+	SET enable_sort = off; SET enable_bitmapscan = off; SET enable_seqscan = off;
+	EXPLAIN (COSTS OFF) SELECT day, id FROM dv WHERE day >= '2024-01-01' AND day < '2024-01-15'
+	                     AND n = 0 ORDER BY day, id LIMIT 20});
+like($days, qr/Append/, 'a union of RANGE leaves is an Append of them');
+unlike($days, qr/->  Sort|Seq Scan|Bitmap|dv20240115/, '... in key order, no sort node, pruned to the union');
 
 $holder->quit;
 $attacher->quit;
