@@ -93,6 +93,9 @@ sub in_session
 	my ($s, $sql) = @_;
 	$s->{stderr} = '';
 	my $out = $s->query($sql);
+	# PostgreSQL 16's BackgroundPsql can leave the output's trailing
+	# newline after an error (17 and later remove it): the same value
+	$out =~ s/\r?\n\z// if defined $out;
 	my $err = $s->{stderr};
 	$s->{stderr} = '';
 	return ($out, $err);
