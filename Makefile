@@ -69,6 +69,13 @@ include $(PGXS)
 # after the include: pgxs sets its own default, and expands this late
 CONTRIB_TESTDB = backfill_regress
 
+# PGXS tracks no header dependencies (unless the server was built with
+# --enable-depend): every object depends on every project header, so a
+# changed header rebuilds them all instead of leaving stale objects that
+# load cleanly and then fail every pass.
+PROJECT_HEADERS = $(wildcard $(addsuffix /*.h,$(SRC_DIRS)))
+$(OBJS) $(OBJS:.o=.bc): $(PROJECT_HEADERS)
+
 # ---- pg_backfill CLI (cli/; appended by the CLI owner) ----
 # `make` also builds cli/pg_backfill, `make install` installs it into
 # `pg_config --bindir`, `make clean` cleans it.
