@@ -13,6 +13,7 @@ OBJS = \
 	src/sql/run.o \
 	src/sql/control.o \
 	src/sql/finalize.o \
+	src/sql/shard.o \
 	src/catalogs/catalog.o \
 	src/catalogs/declaration.o \
 	src/catalogs/identity.o \
@@ -22,6 +23,7 @@ OBJS = \
 	src/trust/tenancy.o \
 	src/engine/enqueue.o \
 	src/engine/citus.o \
+	src/engine/shards.o \
 	src/engine/pass.o \
 	src/engine/batch.o \
 	src/engine/poison.o \
@@ -58,8 +60,10 @@ ISOLATION = lease_claim states_run finalize_session
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso
 
 SRC_DIRS = src src/sql src/catalogs src/trust src/engine src/workers src/outbox
-PG_CPPFLAGS = $(addprefix -I,$(SRC_DIRS))
+PG_CPPFLAGS = $(addprefix -I,$(SRC_DIRS)) -I$(libpq_srcdir)
+# libpq: a lane's connections to the Citus nodes that hold its shards (shards.c)
 SHLIB_LINK = -lcurl
+SHLIB_LINK_INTERNAL = $(libpq)
 PG_CFLAGS = -Wall -Wmissing-prototypes -Werror
 
 PG_CONFIG ?= pg_config

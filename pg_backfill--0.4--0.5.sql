@@ -140,7 +140,12 @@ ALTER TABLE backfill.declaration
  */
 ALTER TABLE backfill.partition
     ADD COLUMN leaf regclass,
-    ADD COLUMN leaf_range text;
+    ADD COLUMN leaf_range text,
+    -- a Citus distributed table's pass shard by shard (see "Citus" below):
+    -- the shard, and the Citus group of the node whose backfill.shard_cursor
+    -- row holds the partition's authoritative checkpoint (NULL until opened)
+    ADD COLUMN shard bigint,
+    ADD COLUMN shard_group integer;
 
 DROP FUNCTION backfill_partitions(text);
 CREATE FUNCTION backfill_partitions(name text)
@@ -164,7 +169,9 @@ RETURNS TABLE (
     last_batch_ms double precision,
     throttle      text,
     leaf          regclass,
-    leaf_range    text)
+    leaf_range    text,
+    shard         bigint,
+    shard_group   integer)
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -176,13 +183,14 @@ AS $$
            p.renewed_at, p.claims, p.reclaims, p.failures, p.last_error,
            p.batch_size, p.last_batch_ms, p.throttle,
            -- a leaf dropped since: NULL, not its bare oid
-           (SELECT c.oid::regclass FROM pg_class c WHERE c.oid = p.leaf), p.leaf_range
+           (SELECT c.oid::regclass FROM pg_class c WHERE c.oid = p.leaf), p.leaf_range,
+           p.shard, p.shard_group
       FROM backfill.partition p
      WHERE p.run_id = (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.declaration = $1)
      ORDER BY p.part_no;
 $$;
 COMMENT ON FUNCTION backfill_partitions(text) IS
-'the partitions of the newest pass: bounds, cursor, lease holder, claims, reclaims, failures, leaf';
+'the partitions of the newest pass: bounds, cursor, lease holder, claims, reclaims, failures, leaf, Citus shard';
 
 /* ---- poison rows (issue 14, part 1) and finalize (part 4) ---- */
 
@@ -1072,3 +1080,60 @@ EXCEPTION WHEN OTHERS THEN
     shards := NULL;
 END
 $$;
+
+/*
+ * A distributed table's pass shard by shard: each partition is one shard,
+ * and each of its batches runs on the node that holds the shard, as one
+ * local transaction there that also writes the partition's checkpoint: a
+ * row of backfill.shard_cursor on that node, which is the one that counts
+ * (the coordinator's backfill.partition row follows it).  A coordinator's
+ * lane calls these two functions on the worker, connected as its own role.
+ * origin names the coordinator (its system identifier and database oid),
+ * so runs of two clusters never share a row; owner is the role that opened
+ * the row, and no other role reads or moves it (BF036).
+ */
+CREATE TABLE backfill.shard_cursor (
+    origin      text        NOT NULL,
+    run_id      bigint      NOT NULL,
+    part_no     integer     NOT NULL,
+    shardid     bigint      NOT NULL,
+    owner       oid         NOT NULL,
+    cursor      text,
+    rows        bigint      NOT NULL DEFAULT 0,
+    batches     bigint      NOT NULL DEFAULT 0,
+    updated_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (origin, run_id, part_no)
+);
+
+/*
+ * The checkpoint row of a shard's partition on this node: mode 'read'
+ * returns it (found false when there is none), 'open' creates it with the
+ * given cursor and rows unless it exists, 'replace' sets them (the
+ * partition's shard moved here: the row of its old node is taken over).
+ */
+CREATE FUNCTION backfill.shard_checkpoint(origin text, run_id bigint, part_no integer,
+                                          shardid bigint, at_cursor text, at_rows bigint,
+                                          mode text,
+                                          OUT cursor text, OUT rows bigint, OUT found boolean)
+RETURNS record
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_shard_checkpoint';
+
+/*
+ * One batch of a shard's partition, on the node that holds the shard:
+ * fenced against a move of the shard (BF034), the key scan and the action
+ * on the shard table itself as the calling role, the checkpoint row moved
+ * in the same transaction.  status is 'batch' (done: cursor, rows, keys),
+ * 'done' (nothing left) or 'adopt' (the row is not at the cursor and rows
+ * the caller expected: nothing done, the row's are returned).
+ */
+CREATE FUNCTION backfill.shard_batch(origin text, run_id bigint, part_no integer,
+                                     shardid bigint, relation text, key text,
+                                     at_cursor text, at_rows bigint, hi text,
+                                     batch_size integer, predicate text, action text,
+                                     path text, async_commit boolean, lock_timeout_ms integer,
+                                     OUT status text, OUT cursor text, OUT rows bigint,
+                                     OUT keys bigint)
+RETURNS record
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_shard_batch';

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# bench/citus.sh: a coordinator-side pass over a Citus distributed table
-# against the same pass over a plain table on the coordinator.
+# bench/citus.sh: a pass over a Citus distributed table shard by shard, on two
+# workers and on one, against the same pass coordinator-side and over a plain
+# table on the coordinator.
 #
 #   bench/citus.sh [N]        N rows (default 200000)
 #
@@ -11,11 +12,13 @@
 #                             removed at exit unless KEEP=1)
 #   PGPORT=55480              the coordinator's port; the workers take the next two
 #   REPS=3                    passes per case (each line is one pass)
+#   LANES=4                   max_parallel of every pass
 #
 # Three nodes on loopback, shared_preload_libraries = 'citus,pg_backfill'; a hash-distributed
 # table of 8 shards and a plain table, each N rows (id bigint PRIMARY KEY, n int), one pass of
-# `UPDATE ... SET n = n + 1 WHERE id BETWEEN $1 AND $2` at batch 1000, 2 lanes, no pacing to
-# speak of (rate 1000). Rows/s are the ledger's rows over its finished_at - started_at.
+# `UPDATE ... SET n = n + 1 WHERE id BETWEEN $1 AND $2` at batch 1000, LANES lanes, no pacing to
+# speak of (rate 1000). Rows/s are the ledger's rows over its finished_at - started_at; every
+# row must end done once. The last lines print the medians and their ratios.
 set -euo pipefail
 
 ME=citus.sh
@@ -25,6 +28,7 @@ PGBASE=${PGBASE:-/tmp/pg_backfill_citus_bench}
 PGPORT=${PGPORT:-55480}
 PGRUNAS=${PGRUNAS:-postgres}
 REPS=${REPS:-3}
+LANES=${LANES:-4}
 KEEP=${KEEP:-0}
 
 [[ $N =~ ^[0-9]+$ ]] && [ "$N" -ge 1000 ] || { echo "$ME: N must be an integer >= 1000" >&2; exit 2; }
@@ -80,29 +84,61 @@ Q 0 -c "SELECT citus_add_node('localhost', $(port_of 2))" >/dev/null
 Q 0 -c "CREATE EXTENSION pg_backfill"
 say "Citus $(Q 0 -c "SELECT extversion FROM pg_extension WHERE extname = 'citus'"), $(Q 0 -c 'SHOW server_version'), N = $N"
 
-# one pass of case $1 (plain or dist): prints its rows/s
+# one pass of a case: plain (a table on the coordinator), shard (distributed,
+# shard by shard), coord (distributed, coordinator-side: backfill.citus_per_shard
+# off), shard1 (distributed, shard by shard, every shard moved to the first
+# worker); prints its rows/s
 pass() {
-    local kind=$1 t=bench_$1 run
+    local kind=$1 t=bench_$1 run per_shard=on
+    [ "$kind" = coord ] && per_shard=off
+    Q 0 -c "ALTER SYSTEM SET backfill.citus_per_shard = $per_shard" >/dev/null
+    Q 0 -c "SELECT pg_reload_conf()" >/dev/null
     Q 0 -c "DROP TABLE IF EXISTS $t" >/dev/null
     Q 0 -c "CREATE TABLE $t (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0)"
-    if [ "$kind" = dist ]; then
+    if [ "$kind" != plain ]; then
         Q 0 -c "SET citus.shard_count = 8; SELECT create_distributed_table('$t', 'id')" >/dev/null
     fi
     Q 0 -c "INSERT INTO $t (id) SELECT g FROM generate_series(1, $N) g"
+    if [ "$kind" = shard1 ]; then
+        Q 0 -c "SELECT count(citus_move_shard_placement(s.shardid, 'localhost', $(port_of 2),
+                    'localhost', $(port_of 1), shard_transfer_mode => 'block_writes'))
+                  FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid)
+                  JOIN pg_dist_node d ON d.groupid = p.groupid
+                 WHERE s.logicalrelid = '$t'::regclass AND d.nodeport = $(port_of 2)" >/dev/null
+    fi
     Q 0 -c "ANALYZE $t"
     Q 0 -c "SELECT backfill_declare('b_$kind', '$t', 'n = 0',
         'UPDATE $t SET n = n + 1 WHERE id BETWEEN \$1 AND \$2',
-        batch_size => 1000, rate => 1000, max_parallel => 2)" >/dev/null
+        batch_size => 1000, rate => 1000, max_parallel => $LANES)" >/dev/null
     run=$(Q 0 -c "SELECT backfill_run('b_$kind', force => true)")
     until [ "$(Q 0 -c "SELECT status <> 'running' FROM backfill.ledger WHERE run_id = $run")" = t ]; do
         sleep 0.5
     done
+    [ "$(Q 0 -c "SELECT count(*) FROM $t WHERE n <> 1")" = 0 ] || { echo "$ME: $kind: rows not done once" >&2; exit 1; }
     Q 0 -c "SELECT status || ' ' || rows || ' rows, ' ||
-               round(rows / extract(epoch FROM finished_at - started_at)) || ' rows/s'
-              FROM backfill.ledger WHERE run_id = $run"
+               round(rows / extract(epoch FROM finished_at - started_at)) || ' rows/s, ' ||
+               (SELECT plan_method FROM backfill.run r WHERE r.run_id = l.run_id)
+              FROM backfill.ledger l WHERE run_id = $run"
 }
 
+# the median rows/s of a case's lines in $OUT
+median() {
+    grep "^$1 " "$OUT" | sed -E 's/.* ([0-9]+) rows\/s.*/\1/' | sort -n |
+        awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
+
+OUT=$PGBASE/passes.txt
+: >"$OUT"
 for rep in $(seq 1 "$REPS"); do
-    echo "plain table, pass $rep: $(pass plain)"
-    echo "distributed (8 shards, 2 workers), pass $rep: $(pass dist)"
+    for kind in plain shard coord shard1; do
+        line="$kind pass $rep: $(pass $kind)"
+        echo "$line" | tee -a "$OUT"
+    done
 done
+echo
+echo "medians over $REPS passes ($LANES lanes, batch 1000, N = $N), rows/s:"
+for kind in plain shard coord shard1; do printf '  %-7s %s\n' "$kind" "$(median $kind)"; done
+ratio() { awk -v a="$(median "$1")" -v b="$(median "$2")" 'BEGIN {printf "%.2fx", a / b}'; }
+echo "shard by shard, 2 workers / 1 worker:         $(ratio shard shard1)"
+echo "shard by shard / coordinator-side (2 workers): $(ratio shard coord)"
+echo "shard by shard (2 workers) / a plain table:    $(ratio shard plain)"

@@ -29,6 +29,7 @@ int			backfill_max_replication_lag = 1024 * 1024;	/* kB */
 int			backfill_max_dead_tuples = -1;
 int			backfill_throttle_delay = 1000;	/* ms */
 bool		backfill_foreground_throttle = true;
+bool		backfill_citus_per_shard = true;
 static char *backfill_migrations_table = NULL;	/* read with GetConfigOption */
 char	   *backfill_input = NULL;
 int			backfill_outbox_retention = 7 * 24 * 3600;	/* s */
@@ -105,6 +106,16 @@ define_health_settings(void)
 							 "the cores or more it halves the share of time it works, and "
 							 "wins it back step by step once they are fewer.",
 							 &backfill_foreground_throttle,
+							 true,
+							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("backfill.citus_per_shard",
+							 "Whether a pass of a Citus distributed table runs shard by shard, each "
+							 "batch on the node that holds its shard.",
+							 "Off: every batch is a distributed transaction from the coordinator. "
+							 "Read when a pass is planned.",
+							 &backfill_citus_per_shard,
 							 true,
 							 PGC_SUSET, 0,
 							 NULL, NULL, NULL);

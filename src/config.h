@@ -37,6 +37,7 @@ extern int	backfill_max_replication_lag;
 extern int	backfill_max_dead_tuples;
 extern int	backfill_throttle_delay;
 extern bool backfill_foreground_throttle;
+extern bool backfill_citus_per_shard;
 extern char *backfill_input;
 extern int	backfill_outbox_retention;
 extern int	backfill_outbox_dead_retention;

@@ -71,6 +71,12 @@
 #define ERRCODE_BACKFILL_SESSION_LOCK	MAKE_SQLSTATE('B','F','0','3','2')
 /* a partition's cursor or bound, kept as text, no longer reads as a key of its type */
 #define ERRCODE_BACKFILL_KEY_UNREADABLE	MAKE_SQLSTATE('B','F','0','3','3')
+/* a shard's batch found the shard no longer placed on its node (moved, split) */
+#define ERRCODE_BACKFILL_SHARD_MOVED	MAKE_SQLSTATE('B','F','0','3','4')
+/* a shard table whose columns are not laid out as its distributed table's */
+#define ERRCODE_BACKFILL_SHARD_LAYOUT	MAKE_SQLSTATE('B','F','0','3','5')
+/* a shard's checkpoint row missing on its node, or opened by another role */
+#define ERRCODE_BACKFILL_SHARD_CHECKPOINT MAKE_SQLSTATE('B','F','0','3','6')
 
 /*
  * In a PG_CATCH block of a backend, before raising the caught error again

@@ -49,6 +49,7 @@
 #include "jsonobj.h"
 #include "keyset.h"
 #include "leaves.h"
+#include "shards.h"
 #include "worker.h"
 #include "xact.h"
 
@@ -364,7 +365,8 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 
 	values[0] = Int64GetDatum(pass->run_id);
 	values[1] = Int32GetDatum(claim->part_no);
-	values[2] = CStringGetTextDatum(cursor);
+	values[2] = cursor ? CStringGetTextDatum(cursor) : (Datum) 0;
+	nulls[2] = cursor ? ' ' : 'n';
 	values[3] = Int64GetDatum(rows);
 	values[4] = Int32GetDatum(LANE_PID());
 	values[5] = TimestampTzGetDatum(LANE_START());
@@ -425,7 +427,7 @@ begin_batch(Pass *pass, Claim *claim)
 		(void) set_config_option("synchronous_commit", pass->async_commit ? "off" : "on",
 								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 	/* a Citus table's batch: two-phase on the workers, synchronous here (citus.c) */
-	if (pass->citus_remote)
+	if (pass->citus_remote && claim->shardid == 0)
 		citus_fence_batch();
 	worker_statement_timeout(pass->batch_timeout_ms);
 }
@@ -726,6 +728,45 @@ batch_cursor_text(Pass *pass, Claim *claim)
 	return batch_key_text(pass, pass->keyset.nkeys > 1 ? claim->cursor_key : &claim->cursor);
 }
 
+/*
+ * A Citus shard's batch: run on the node that holds the shard, with its
+ * checkpoint there (shards.c); this transaction only mirrors it in the
+ * partition's row and reads the pass's state back.  The node's checkpoint
+ * is read again before the first batch and after any that failed.
+ */
+static BatchOutcome
+batch_run_shard(Pass *pass, Claim *claim)
+{
+	ShardAnswer answer;
+	BatchOutcome outcome;
+	TimestampTz batch_start;
+	int64		rows_before;
+
+	if (!claim->shard_ready)
+		shards_open(pass, claim);
+	batch_start = GetCurrentTimestamp();
+	begin_batch(pass, claim);
+	claim->scanned_keys = -1;
+	claim->shard_ready = false;
+	shards_batch(pass, claim, CLAIM_BATCH_LIMIT(claim), &answer);
+	claim->shard_ready = true;
+	worker_statement_timeout_end();
+	if (answer.status == SHARD_DONE)
+	{
+		checkpoint_partition_done(pass, claim);
+		worker_commit_xact();
+		return BATCH_PARTITION_DONE;
+	}
+	claim->scanned_keys = answer.keys;
+	claim->last_keys = answer.keys;
+	claim->last_batch_ms = (GetCurrentTimestamp() - batch_start) / 1000.0;
+	rows_before = claim->rows;
+	outcome = checkpoint_batch(pass, claim, answer.cursor, answer.rows - rows_before);
+	worker_commit_xact();
+	shards_took(pass, claim, &answer);
+	return outcome;
+}
+
 BatchOutcome
 batch_run(Pass *pass, Claim *claim)
 {
@@ -743,6 +784,8 @@ batch_run(Pass *pass, Claim *claim)
 
 	if (OidIsValid(pass->pages_fn))
 		return batch_run_page(pass, claim);
+	if (claim->shardid != 0)
+		return batch_run_shard(pass, claim);
 
 	key_scan_args(pass, claim, CLAIM_BATCH_LIMIT(claim), key_values, key_nulls);
 	batch_start = GetCurrentTimestamp();

@@ -31,7 +31,8 @@
  *   run distributed queries too, but its backfill catalogs are its own,
  *   and nothing would keep two nodes from running the same backfill.
  *
- * - On the coordinator, a distributed table's pass runs coordinator-side:
+ * - On the coordinator, a pass that is not worked shard by shard runs
+ *   coordinator-side:
  *   each batch's key scan and action are distributed queries, and its
  *   checkpoint is a row of the coordinator's own backfill.partition.  Citus
  *   commits a transaction that wrote over several connections with two-
@@ -60,30 +61,11 @@
  *   own planner, on the node that holds it (run_command_on_shards with
  *   backfill.estimate_rows), and sums.
  *
- * What the next step must build (not built: the pass of a distributed
- * table is coordinator-side, every batch a distributed transaction):
- *
- * - One partition per shard, from pg_dist_shard (the shard's hash range
- *   and placement), each worked by a lane on the node that holds the
- *   shard, on the shard table itself, as one local transaction with its
- *   checkpoint: the checkpoint must then live on that node (a partition
- *   row in the worker's own catalog, or the coordinator's row written by
- *   the worker's batch in the same transaction, which makes it distributed
- *   again).  The coordinator's backfill_status/_partitions would read the
- *   workers' partitions (run_command_on_workers) to show the whole pass.
- *
- * - A fence of every batch against a shard move or split: the move takes
- *   the shard's metadata lock (LockShardDistributionMetadata, an advisory
- *   lock in Citus's lock space) at cut-over, after its logical replication
- *   caught up and before the placement is switched and the old shard
- *   dropped.  A batch would take the same lock in share mode, then check
- *   that pg_dist_placement still puts the shard on this node, and fail
- *   cleanly if not; its partition then resumes from its checkpoint on the
- *   shard's new node.  Not measured: which lock mode the 12.1 cut-over
- *   holds against a concurrent local writer of the shard table (read
- *   operations/shard_transfer.c and shard_split.c before relying on it).
- *
- * - Controls (pause, cancel, retry) acting on every node's lanes.
+ * A distributed table's pass whose batches can run on the shards' own
+ * nodes is not coordinator-side at all: it is planned shard by shard and
+ * each batch is a local transaction on the shard's node (shards.c, and
+ * src/sql/shard.c on the worker).  What is here serves the rest: reference
+ * tables, and the passes shards.c says why it leaves to the coordinator.
  *
  * What was measured (Citus 12.1.9, PostgreSQL 15, coordinator and two
  * workers on loopback) and what is assumed is in test/t/160_citus.pl and
@@ -98,6 +80,9 @@
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "nodes/nodeFuncs.h"
+#include "parser/parser.h"
+#include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -398,4 +383,99 @@ citus_estimate_rows(Oid relid, const char *predicate, int64 *estimate, int *shar
 	*shards = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
 										  &isnull));
 	return true;
+}
+
+/* ---- a distributed table's pass shard by shard: its plan (shards.c runs it) ---- */
+
+/* collect the relations a query tree reads or writes */
+static bool
+relids_walker(Node *node, List **relids)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, RangeTblEntry))
+	{
+		RangeTblEntry *rte = (RangeTblEntry *) node;
+
+		if (rte->rtekind == RTE_RELATION)
+			*relids = list_append_unique_oid(*relids, rte->relid);
+		return false;
+	}
+	if (IsA(node, Query))
+		return query_tree_walker((Query *) node, relids_walker, relids, QTW_EXAMINE_RTES_BEFORE);
+	return expression_tree_walker(node, relids_walker, relids);
+}
+
+/* the relations sql reads or writes once rewritten (views expanded), as the current role */
+static List *
+sql_relids(const char *sql, int nparams, Oid *types)
+{
+	List	   *relids = NIL;
+	ListCell   *lc;
+
+	foreach(lc, raw_parser(sql, RAW_PARSE_DEFAULT))
+	{
+		List	   *queries = pg_analyze_and_rewrite_fixedparams(lfirst_node(RawStmt, lc), sql,
+																 types, nparams, NULL);
+		ListCell   *q;
+
+		foreach(q, queries)
+			(void) relids_walker((Node *) lfirst(q), &relids);
+	}
+	return relids;
+}
+
+/* another Citus table than relid that the action or the predicate names, or NULL */
+static char *
+other_citus_table(Oid relid, const char *relation, const char *action, const char *predicate,
+				  Oid keytype)
+{
+	Oid			types[2] = {keytype, keytype};
+	List	   *relids = sql_relids(action, 2, types);
+	ListCell   *lc;
+
+	relids = list_concat_unique_oid(relids,
+									sql_relids(psprintf("SELECT 1 FROM %s WHERE (%s)",
+														relation, predicate), 0, NULL));
+	foreach(lc, relids)
+	{
+		CitusTable	other;
+
+		if (lfirst_oid(lc) == relid)
+			continue;
+		citus_describe(lfirst_oid(lc), &other);
+		if (other.kind != CITUS_NONE)
+			return quote_qualified_identifier(get_namespace_name(get_rel_namespace(lfirst_oid(lc))),
+											  get_rel_name(lfirst_oid(lc)));
+	}
+	return NULL;
+}
+
+Datum
+citus_plan_shards(Oid relid, const char *relation, const char *action, const char *predicate,
+				  Oid keytype, const char **why)
+{
+	CatalogScope scope;
+	Oid			types[1] = {OIDOID};
+	Datum		values[1] = {ObjectIdGetDatum(relid)};
+	Datum		shards = (Datum) 0;
+	bool		isnull = true;
+	char	   *other = other_citus_table(relid, relation, action, predicate, keytype);
+
+	if (other != NULL)
+	{
+		*why = psprintf("the action or predicate reads %s, another Citus table", other);
+		return (Datum) 0;
+	}
+	catalog_enter(&scope);
+	if (catalog_exec("SELECT pg_catalog.array_agg(s.shardid ORDER BY s.shardid)"
+					 "  FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid = $1::pg_catalog.regclass",
+					 1, types, values, NULL, SPI_OK_SELECT) == 1)
+		shards = catalog_getdatum(0, 1, &isnull);
+	if (!isnull)
+		shards = SPI_datumTransfer(shards, false, -1);
+	catalog_leave(&scope);
+	if (isnull)
+		*why = "no shards in pg_dist_shard";
+	return isnull ? (Datum) 0 : shards;
 }

@@ -62,4 +62,12 @@ extern void citus_recover_prepared(const char *name);
 extern bool citus_estimate_rows(Oid relid, const char *predicate, int64 *estimate,
 								int *shards);
 
+/*
+ * The shards of a distributed table relid (as an int8[]) for a pass worked
+ * shard by shard (shards.c), or 0 and why not: the action or the predicate
+ * reads another Citus table (parsed as the current role), or no shards.
+ */
+extern Datum citus_plan_shards(Oid relid, const char *relation, const char *action,
+							   const char *predicate, Oid keytype, const char **why);
+
 #endif							/* BACKFILL_CITUS_H */

@@ -26,6 +26,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/lmgr.h"
+#include "catalog/pg_type.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -38,6 +39,7 @@
 
 #include "catalog.h"
 #include "citus.h"
+#include "config.h"
 #include "declaration.h"
 #include "errors.h"
 #include "identity.h"
@@ -462,6 +464,8 @@ typedef struct PassPlan
 	bool	   *hi_null;
 	Datum	   *leaf;
 	Datum	   *leaf_range;
+	/* a Citus distributed table shard by shard: partition i is shard shards[i] (int8[]) */
+	Datum		shards;
 } PassPlan;
 
 /* An int8 from the first row SPI returned, as the plan's estimate. */
@@ -779,6 +783,46 @@ plan_citus_estimate(Pass *pass, PassPlan *plan)
 }
 
 /*
+ * A Citus distributed table whose batches can run on the shards' nodes:
+ * one partition per shard (shards.c); else the method says why not.
+ */
+static bool
+plan_per_shard(Pass *pass, PassPlan *plan, const char **why)
+{
+	CitusTable	table;
+
+	citus_describe(pass->relid, &table);
+	if (table.kind != CITUS_DISTRIBUTED)
+		return false;
+	if (!backfill_citus_per_shard)
+		*why = "backfill.citus_per_shard is off";
+	else if (pass->keyset.nkeys > 1)
+		*why = "a composite key";
+	else if (pass->partitioned)
+		*why = "a partitioned table";
+	else if (pass->input != NULL)
+		*why = "a scoped backfill";
+	else if (pass->settings != NULL)
+		*why = "settings";
+	else if (pass->max_failed_rows > 0)
+		*why = "max_failed_rows above 0";
+	if (*why != NULL)
+		return false;
+	plan->shards = citus_plan_shards(pass->relid, pass->relation, pass->action, pass->predicate,
+									 pass->keytype, why);
+	if (plan->shards != (Datum) 0)
+	{
+		ArrayType  *shards = DatumGetArrayTypeP(plan->shards);
+
+		plan->method = psprintf("per shard: %d Citus shards",
+								ArrayGetNItems(ARR_NDIM(shards), ARR_DIMS(shards)));
+		plan->bounds = PointerGetDatum(construct_empty_array(TEXTOID));
+		return true;
+	}
+	return false;
+}
+
+/*
  * A table: bounds about four partitions per lane (a composite key's from
  * keyset.c), and the planner's estimate of the rows the predicate
  * matches; both as the declaring role.
@@ -790,8 +834,11 @@ plan_table(Pass *pass, PassPlan *plan)
 	Datum		evalues[2];
 	int			nparts = pass->max_parallel > 1 ? pass->max_parallel * 4 : 1;
 	const char *why = NULL;
+	const char *not_per_shard = NULL;
 
-	if (!plan_per_leaf(pass, plan, nparts, &why))
+	if (pass->citus_remote && plan_per_shard(pass, plan, &not_per_shard))
+		;
+	else if (!plan_per_leaf(pass, plan, nparts, &why))
 	{
 		if (pass->keyset.nkeys > 1)
 			plan->bounds = keyset_plan_bounds(&pass->keyset, nparts, NULL, &plan->method);
@@ -800,6 +847,8 @@ plan_table(Pass *pass, PassPlan *plan)
 		if (why != NULL)
 			plan->method = psprintf("parent walk: %s; %s", why, plan->method);
 	}
+	if (not_per_shard != NULL)
+		plan->method = psprintf("coordinator-side (%s); %s", not_per_shard, plan->method);
 	plan->bound = plan_upper_bound(pass);
 
 	evalues[0] = CStringGetTextDatum(pass->relation);
@@ -834,6 +883,16 @@ plan_store(Pass *pass, PassPlan *plan)
 	 */
 	if (plan->nleafparts > 0)
 		insert_leaf_partitions(pass, plan, 0);
+	else if (plan->shards != (Datum) 0)
+	{
+		values[1] = plan->shards;
+		types[1] = INT8ARRAYOID;
+		catalog_exec("INSERT INTO backfill.partition (run_id, part_no, shard)"
+					 " SELECT $1, i - 1, $2[i] FROM pg_catalog.generate_subscripts($2, 1) i",
+					 2, types, values, nulls, SPI_OK_INSERT);
+		values[1] = plan->bounds;
+		types[1] = TEXTARRAYOID;
+	}
 	else
 		catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi)"
 					 " SELECT $1, i - 1, $2[i - 1], $2[i]"
@@ -856,6 +915,31 @@ plan_store(Pass *pass, PassPlan *plan)
 					plan->method,
 					plan->has_estimate ? psprintf(INT64_FORMAT, DatumGetInt64(plan->estimate)) :
 					"?")));
+}
+
+/* the claimed partition's Citus shard and the node of its checkpoint, from its row */
+static void
+claim_read_shard(Pass *pass, Claim *claim)
+{
+	Oid			types[2] = {INT8OID, INT4OID};
+	Datum		values[2];
+	Datum		group;
+	bool		isnull;
+
+	claim->shardid = 0;
+	claim->shard_group = -1;
+	claim->shard_ready = false;
+	claim->shard_cursor = NULL;
+	if (!pass->citus_remote || !catalog_has_column("partition", "shard"))
+		return;
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = Int32GetDatum(claim->part_no);
+	catalog_exec("SELECT shard, shard_group FROM backfill.partition"
+				 " WHERE run_id = $1 AND part_no = $2", 2, types, values, NULL, SPI_OK_SELECT);
+	claim->shardid = catalog_getint64(0, 1);
+	group = catalog_getdatum(0, 2, &isnull);
+	if (!isnull)
+		claim->shard_group = DatumGetInt32(group);
 }
 
 /*
@@ -985,6 +1069,9 @@ pass_claim(Pass *pass, Claim *claim)
 		if (leaf_range != NULL)
 			leaf = DatumGetObjectId(catalog_getdatum(0, 1, &isnull));
 	}
+	/* a Citus shard's partition: its shard and the node of its checkpoint (shards.c) */
+	if (found)
+		claim_read_shard(pass, claim);
 	catalog_leave(&scope);
 
 	/* read as keys by pass_claim_read_keys, as an attempt of the partition */

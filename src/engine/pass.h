@@ -118,6 +118,12 @@ typedef struct Claim
 	int64		suspect;		/* keys after the cursor among which a row failed */
 	int			bisect_failures;	/* failed batches since the halving began, or the last row isolated */
 	int64		scanned_keys;	/* keys the last key scan found (-1: it failed) */
+
+	/* a Citus shard's partition, worked on the shard's node (shards.c) */
+	int64		shardid;		/* 0: not a shard's */
+	int			shard_group;	/* the node whose row is its checkpoint; -1: none yet */
+	bool		shard_ready;	/* that row read since the claim and the last failure */
+	char	   *shard_cursor;	/* the cursor as that row has it (in the pass's cxt) */
 } Claim;
 
 /* the batch size of the claim's next batch: halved while a failing row is isolated */

@@ -244,11 +244,16 @@ isolate_row(Pass *pass, Claim *claim, ErrorData *edata, int *failures)
 	return next;
 }
 
-/* a row's fault in a table's batch: isolated (a page cannot be halved) */
+/*
+ * a row's fault in a table's batch: isolated (a page cannot be halved, and
+ * a Citus shard's cursor is its node's, which isolating would not move:
+ * such a batch is retried, and fails its partition after max_attempts)
+ */
 static bool
-is_row_fault(Pass *pass, const ErrorData *edata)
+is_row_fault(Pass *pass, Claim *claim, const ErrorData *edata)
 {
-	return !OidIsValid(pass->pages_fn) && poison_is_row_fault(edata->sqlerrcode);
+	return !OidIsValid(pass->pages_fn) && claim->shardid == 0 &&
+		poison_is_row_fault(edata->sqlerrcode);
 }
 
 /*
@@ -260,7 +265,7 @@ is_row_fault(Pass *pass, const ErrorData *edata)
 static FailureAction
 batch_error(Pass *pass, Claim *claim, ErrorData *edata, int *failures, TimestampTz started)
 {
-	if (is_row_fault(pass, edata))
+	if (is_row_fault(pass, claim, edata))
 	{
 		FailureAction next = isolate_row(pass, claim, edata, failures);
 		BatchOutcome outcome;

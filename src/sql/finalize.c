@@ -49,6 +49,7 @@
 #include "errors.h"
 #include "pacing.h"
 #include "pass.h"
+#include "shards.h"
 #include "work.h"
 #include "xact.h"
 
@@ -278,6 +279,8 @@ work_in_session(Final *f, TimestampTz deadline)
 			}
 			batch_free_plans(&pass);
 		}
+		/* no connection to a Citus node outlives the call (shards.c) */
+		shards_disconnect();
 	}
 	PG_CATCH();
 	{
@@ -285,6 +288,7 @@ work_in_session(Final *f, TimestampTz deadline)
 
 		work_set_deadline(0);
 		HOLD_INTERRUPTS();
+		shards_disconnect();
 		edata = abandon_session_work(f, old);
 		RESUME_INTERRUPTS();
 		MemoryContextSwitchTo(old);

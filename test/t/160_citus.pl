@@ -7,7 +7,8 @@
 # - A shard table on a worker is refused at declaration (BF030, naming the
 #   shard and its distributed table, hint: the coordinator); the
 #   distributed table itself on a worker is refused too (BF031).
-# - A pass over the distributed table on the coordinator: its estimate is
+# - With backfill.citus_per_shard off (161_citus_per_shard.pl: on, the
+#   default), a pass over the distributed table on the coordinator: its estimate is
 #   the shards' own (the coordinator's planner says 100,000), and the plan
 #   method says so.
 # - The same pass, with a non-idempotent action (n = n + 1), survives a
@@ -56,8 +57,10 @@ sub citus_node
 		  . ($conf // ''));
 }
 
-# the old placement of a moved shard stays, to be looked at (Citus drops it later)
-my $coord = citus_node('coord', "citus.defer_shard_delete_interval = -1\n");
+# the old placement of a moved shard stays, to be looked at (Citus drops it later);
+# every pass here is coordinator-side (161_citus_per_shard.pl: shard by shard)
+my $coord = citus_node('coord',
+	"citus.defer_shard_delete_interval = -1\nbackfill.citus_per_shard = off\n");
 my @workers = (citus_node('worker1'), citus_node('worker2'));
 $_->safe_psql('postgres', 'CREATE EXTENSION citus') for ($coord, @workers);
 $coord->safe_psql('postgres',
@@ -175,6 +178,8 @@ ok(poll_until($coord, "SELECT phase FROM backfill.run WHERE run_id = $run_id", '
 my ($method, $estimate) = split /\|/,
   sq($coord, "SELECT plan_method, estimate FROM backfill.run WHERE run_id = $run_id");
 like($method, qr/rows from 8 Citus shards/, "the plan method says where the estimate is from ($method)");
+like($method, qr/^coordinator-side \(backfill\.citus_per_shard is off\); /,
+	'the plan method says the pass is coordinator-side, and why');
 ok($estimate >= $ROWS / 2 && $estimate <= $ROWS * 2,
 	"the estimate ($estimate) is within a factor 2 of the $ROWS rows, not 100,000");
 

@@ -1,0 +1,474 @@
+/*-------------------------------------------------------------------------
+ *
+ * shards.c
+ *	  A Citus distributed table's pass shard by shard, from the
+ *	  coordinator: each batch sent to the node that holds the partition's
+ *	  shard, and the partition's checkpoint there.
+ *
+ * Work follows the data.  A coordinator-side batch of a distributed table
+ * is a distributed transaction over every shard (citus.c); a shard's batch
+ * is instead one local transaction on the node that holds the shard
+ * (backfill.shard_batch, src/sql/shard.c), which also moves the partition's
+ * checkpoint there: a row of that node's backfill.shard_cursor.  The lane
+ * runs on the coordinator, holds the partition's lease as for any pass,
+ * and calls the function over a connection of its own to that node, as its
+ * role (the way Citus connects: the node's address from pg_dist_node, the
+ * options of citus.node_conninfo).  Pause, cancel, retry and the reports
+ * are the coordinator's, as for any pass.
+ *
+ * The node's row is the checkpoint that counts; the coordinator's
+ * partition row follows it after each batch, in a transaction of the lane
+ * that may be lost in a crash.  So every call passes the cursor and rows
+ * the lane believes, and a node whose row says otherwise does nothing and
+ * returns its own ('adopt'): a batch is never done twice, whichever side
+ * crashed.  Before a partition's first batch (and after any failed one) the
+ * lane reads the row where the shard is now: on the node that has the row
+ * (shard_group), or, after Citus moved the shard, on its old node, whose
+ * row is final (its batches are fenced against the move), and writes it to
+ * the new node before it records the new node, synchronously, in the
+ * coordinator's row.
+ *
+ * Which passes (pass.c plan_per_shard, citus.c citus_plan_shards): a
+ * distributed table (hash, range, append or single shard) with a key of
+ * one column, not scoped, without settings or pages, with max_failed_rows
+ * 0 (isolating a row that fails alone would move only the coordinator's
+ * cursor), whose action and predicate read no other Citus table (they run
+ * on the worker, against the shard), while backfill.citus_per_shard is on.
+ * Any other pass of a Citus table is coordinator-side, and its plan_method
+ * says why.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "libpq-fe.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "catalog/pg_type.h"
+#include "commands/dbcommands.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+
+#include "catalog.h"
+#include "citus.h"
+#include "errors.h"
+#include "shards.h"
+#include "xact.h"
+
+/* the lane's connections to the nodes that hold its shards */
+#define SHARDS_MAX_NODES 64
+
+typedef struct NodeConn
+{
+	int			group;
+	PGconn	   *conn;
+	char	   *where;			/* host:port, for messages */
+	int			timeout_ms;		/* the statement_timeout set on it */
+} NodeConn;
+
+static NodeConn nodes[SHARDS_MAX_NODES];
+static int	nnodes = 0;
+
+/* ---- connections to the nodes ---- */
+
+/* the node of a Citus group: its primary's address, from pg_dist_node */
+static void
+node_address(int group, char **host, char **port)
+{
+	CatalogScope scope;
+	Oid			types[1] = {INT4OID};
+	Datum		values[1] = {Int32GetDatum(group)};
+
+	catalog_enter(&scope);
+	if (catalog_exec("SELECT n.nodename, n.nodeport::pg_catalog.text FROM pg_catalog.pg_dist_node n"
+					 " WHERE n.groupid = $1 AND n.noderole = 'primary' AND n.isactive"
+					 " ORDER BY n.nodeid LIMIT 1", 1, types, values, NULL, SPI_OK_SELECT) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SHARD_MOVED),
+				 errmsg("Citus group %d has no active primary node in pg_dist_node", group),
+				 errhint("Add or activate the node (citus_activate_node); the partition is "
+						 "retried.")));
+	*host = MemoryContextStrdup(TopMemoryContext, catalog_gettext(0, 1));
+	*port = MemoryContextStrdup(TopMemoryContext, catalog_gettext(0, 2));
+	catalog_leave(&scope);
+}
+
+/* Connect to the node of group as the current role, as Citus does. */
+static NodeConn *
+node_connect(int group)
+{
+	const char *keys[48];
+	const char *vals[48];
+	int			n = 0;
+	char	   *host;
+	char	   *port;
+	const char *conninfo = GetConfigOption("citus.node_conninfo", true, false);
+	PQconninfoOption *opts = NULL;
+	NodeConn   *node;
+
+	if (nnodes == SHARDS_MAX_NODES)
+		elog(ERROR, "a lane of pg_backfill connects to at most %d Citus nodes", SHARDS_MAX_NODES);
+	node_address(group, &host, &port);
+	if (conninfo != NULL && conninfo[0] != '\0')
+		opts = PQconninfoParse(conninfo, NULL);
+	for (PQconninfoOption *o = opts; o != NULL && o->keyword != NULL && n < 40; o++)
+		if (o->val != NULL && o->val[0] != '\0')
+		{
+			keys[n] = o->keyword;
+			vals[n++] = o->val;
+		}
+	keys[n] = "host", vals[n++] = host;
+	keys[n] = "port", vals[n++] = port;
+	keys[n] = "dbname", vals[n++] = get_database_name(MyDatabaseId);
+	keys[n] = "user", vals[n++] = GetUserNameFromId(GetUserId(), false);
+	keys[n] = "application_name", vals[n++] = "pg_backfill lane";
+	keys[n] = NULL, vals[n] = NULL;
+	node = &nodes[nnodes];
+	node->group = group;
+	node->where = MemoryContextStrdup(TopMemoryContext, psprintf("%s:%s", host, port));
+	node->timeout_ms = -1;
+	node->conn = PQconnectdbParams(keys, vals, false);
+	if (opts)
+		PQconninfoFree(opts);
+	if (PQstatus(node->conn) != CONNECTION_OK)
+	{
+		char	   *message = pchomp(PQerrorMessage(node->conn));
+
+		PQfinish(node->conn);
+		ereport(ERROR,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("cannot connect to Citus node %s (group %d): %s", node->where, group,
+						message),
+				 errhint("The lane connects as its role, with citus.node_conninfo, as Citus "
+						 "does; the batch is retried.")));
+	}
+	nnodes++;
+	return node;
+}
+
+/* Close a connection, cancelling what runs on it. */
+static void
+node_drop(NodeConn *node)
+{
+	PGcancel   *cancel = PQgetCancel(node->conn);
+	char		errbuf[256];
+
+	if (cancel != NULL && PQtransactionStatus(node->conn) == PQTRANS_ACTIVE)
+		(void) PQcancel(cancel, errbuf, sizeof(errbuf));
+	if (cancel != NULL)
+		PQfreeCancel(cancel);
+	PQfinish(node->conn);
+	*node = nodes[--nnodes];
+}
+
+void
+shards_disconnect(void)
+{
+	while (nnodes > 0)
+		node_drop(&nodes[nnodes - 1]);
+}
+
+static NodeConn *
+node_of(int group)
+{
+	for (int i = 0; i < nnodes; i++)
+		if (nodes[i].group == group)
+		{
+			if (PQstatus(nodes[i].conn) == CONNECTION_OK)
+				return &nodes[i];
+			node_drop(&nodes[i]);
+			break;
+		}
+	return node_connect(group);
+}
+
+/* Wait for the node's answer, interruptibly; the last result. */
+static PGresult *
+node_wait(NodeConn *node)
+{
+	PGresult   *last = NULL;
+	PGresult   *res;
+
+	for (;;)
+	{
+		while (PQisBusy(node->conn))
+		{
+			int			rc = WaitLatchOrSocket(MyLatch,
+											   WL_LATCH_SET | WL_SOCKET_READABLE |
+											   WL_EXIT_ON_PM_DEATH,
+											   PQsocket(node->conn), -1L, PG_WAIT_EXTENSION);
+
+			if (rc & WL_LATCH_SET)
+				ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			if ((rc & WL_SOCKET_READABLE) && !PQconsumeInput(node->conn))
+				break;
+		}
+		res = PQgetResult(node->conn);
+		if (res == NULL)
+			break;
+		if (last)
+			PQclear(last);
+		last = res;
+	}
+	return last;
+}
+
+/*
+ * Run sql on the node of group and return its one row (PQclear it); a
+ * failure there is raised here with the node's SQLSTATE and message.  A
+ * cancel or any error while waiting closes the connection.
+ */
+static PGresult *
+node_query(const char *name, int group, const char *sql, int nparams, const char *const *params)
+{
+	NodeConn   *node = node_of(group);
+	PGresult   *volatile res = NULL;
+	char	   *message;
+	const char *state;
+
+	PG_TRY();
+	{
+		if (!PQsendQueryParams(node->conn, sql, nparams, NULL, params, NULL, NULL, 0))
+			res = NULL;
+		else
+			res = node_wait(node);
+	}
+	PG_CATCH();
+	{
+		node_drop(node);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+		return res;
+	message = pchomp(res ? PQresultErrorMessage(res) : PQerrorMessage(node->conn));
+	state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	state = state ? pstrdup(state) : "08006";
+	if (res)
+		PQclear(res);
+	if (PQstatus(node->conn) != CONNECTION_OK || PQtransactionStatus(node->conn) != PQTRANS_IDLE)
+		node_drop(node);
+	ereport(ERROR,
+			(errcode(MAKE_SQLSTATE(state[0], state[1], state[2], state[3], state[4])),
+			 errmsg("%s", message),
+			 errcontext("backfill \"%s\": a batch on Citus group %d", name, group)));
+	return NULL;
+}
+
+/* the pass's batch_timeout as the connection's statement_timeout */
+static void
+node_set_timeout(Pass *pass, int group)
+{
+	NodeConn   *node = node_of(group);
+	const char *params[1];
+	PGresult   *res;
+
+	if (node->timeout_ms == pass->batch_timeout_ms)
+		return;
+	params[0] = psprintf("%d", pass->batch_timeout_ms);
+	res = node_query(pass->name, group,
+					 "SELECT pg_catalog.set_config('statement_timeout', $1, false)", 1, params);
+	PQclear(res);
+	node->timeout_ms = pass->batch_timeout_ms;
+}
+
+/* ---- a shard partition's checkpoint and batches ---- */
+
+static char *
+origin_text(void)
+{
+	return psprintf(UINT64_FORMAT ":%u", GetSystemIdentifier(), MyDatabaseId);
+}
+
+/* the node's checkpoint row: read, open or replace (backfill.shard_checkpoint) */
+static bool
+node_checkpoint(Pass *pass, Claim *claim, int group, const char *mode, char **cursor,
+				int64 *rows)
+{
+	const char *params[7];
+	PGresult   *res;
+	bool		found;
+
+	params[0] = origin_text();
+	params[1] = psprintf(INT64_FORMAT, pass->run_id);
+	params[2] = psprintf("%d", claim->part_no);
+	params[3] = psprintf(INT64_FORMAT, claim->shardid);
+	params[4] = *cursor;
+	params[5] = psprintf(INT64_FORMAT, *rows);
+	params[6] = mode;
+	res = node_query(pass->name, group,
+					 "SELECT cursor, rows, found FROM backfill.shard_checkpoint($1::pg_catalog.text,"
+					 " $2::pg_catalog.int8, $3::pg_catalog.int4, $4::pg_catalog.int8,"
+					 " $5::pg_catalog.text, $6::pg_catalog.int8, $7::pg_catalog.text)",
+					 7, params);
+	found = strcmp(PQgetvalue(res, 0, 2), "t") == 0;
+	*cursor = PQgetisnull(res, 0, 0) ? NULL : pstrdup(PQgetvalue(res, 0, 0));
+	*rows = strtoi64(PQgetvalue(res, 0, 1), NULL, 10);
+	PQclear(res);
+	return found;
+}
+
+/* the Citus group that holds the shard now */
+static int
+shard_placement(Claim *claim)
+{
+	CatalogScope scope;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(claim->shardid)};
+	int			group = -1;
+	bool		isnull;
+
+	catalog_enter(&scope);
+	if (catalog_exec_latest("SELECT p.groupid FROM pg_catalog.pg_dist_placement p"
+							" WHERE p.shardid = $1 ORDER BY p.placementid LIMIT 1",
+							1, types, values, NULL) == 1)
+		group = DatumGetInt32(catalog_getdatum(0, 1, &isnull));
+	catalog_leave(&scope);
+	if (group < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SHARD_MOVED),
+				 errmsg("shard " INT64_FORMAT " has no placement in pg_dist_placement",
+						claim->shardid),
+				 errhint("The shard was split or its table dropped: run the backfill again with "
+						 "backfill_run(name, force => true).")));
+	return group;
+}
+
+/* the checkpoint of a partition lost on its node (restored from an older backup, say) */
+static void
+checkpoint_lost(Pass *pass, Claim *claim, int group)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_SHARD_CHECKPOINT),
+			 errmsg("backfill \"%s\": the checkpoint of partition %d (shard " INT64_FORMAT
+					") is missing on Citus group %d", pass->name, claim->part_no,
+					claim->shardid, group),
+			 errhint("Start a new pass with backfill_run(name, force => true).")));
+}
+
+/* Record where the checkpoint lives now and what it says, synchronously. */
+static void
+mirror_open(Pass *pass, Claim *claim, int group, const char *cursor, int64 rows)
+{
+	CatalogScope scope;
+	Oid			types[7] = {INT8OID, INT4OID, INT4OID, TEXTOID, INT8OID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', cursor ? ' ' : 'n', ' ', ' ', ' '};
+
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = Int32GetDatum(claim->part_no);
+	values[2] = Int32GetDatum(group);
+	values[3] = cursor ? CStringGetTextDatum(cursor) : (Datum) 0;
+	values[4] = Int64GetDatum(rows);
+	values[5] = Int32GetDatum(LANE_PID());
+	values[6] = TimestampTzGetDatum(LANE_START());
+	(void) set_config_option("synchronous_commit", "on", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	catalog_enter(&scope);
+	if (catalog_exec("UPDATE backfill.partition SET shard_group = $3, cursor = $4, rows = $5,"
+					 " renewed_at = pg_catalog.now()"
+					 " WHERE run_id = $1 AND part_no = $2 AND state = 'running'"
+					 "   AND holder_pid = $6 AND holder_start = $7",
+					 7, types, values, nulls, SPI_OK_UPDATE) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_CONFLICT),
+				 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
+						pass->name, claim->part_no)));
+	catalog_leave(&scope);
+}
+
+void
+shards_open(Pass *pass, Claim *claim)
+{
+	int			group;
+	char	   *cursor = claim->cursor_text;
+	int64		rows = claim->rows;
+
+	worker_begin_xact(psprintf("pg_backfill lane: backfill \"%s\" opening shard " INT64_FORMAT,
+							   pass->name, claim->shardid));
+	group = shard_placement(claim);
+	if (claim->shard_group < 0)
+		(void) node_checkpoint(pass, claim, group, "open", &cursor, &rows);
+	else if (claim->shard_group == group)
+	{
+		if (!node_checkpoint(pass, claim, group, "read", &cursor, &rows))
+			checkpoint_lost(pass, claim, group);
+	}
+	else
+	{
+		/* moved: the old node's row is final, its batches fenced off since the cut-over */
+		if (!node_checkpoint(pass, claim, claim->shard_group, "read", &cursor, &rows))
+			checkpoint_lost(pass, claim, claim->shard_group);
+		ereport(LOG,
+				(errmsg("backfill \"%s\" run " INT64_FORMAT ": shard " INT64_FORMAT
+						" moved from Citus group %d to %d; partition %d goes on from its "
+						"checkpoint there", pass->name, pass->run_id, claim->shardid,
+						claim->shard_group, group, claim->part_no)));
+		(void) node_checkpoint(pass, claim, group, "replace", &cursor, &rows);
+	}
+	mirror_open(pass, claim, group, cursor, rows);
+	worker_commit_xact();
+	claim->shard_group = group;
+	claim->rows = rows;
+	if (claim->shard_cursor != NULL)
+		pfree(claim->shard_cursor);
+	claim->shard_cursor = cursor ? MemoryContextStrdup(pass->cxt, cursor) : NULL;
+	node_set_timeout(pass, group);
+	claim->shard_ready = true;
+}
+
+void
+shards_batch(Pass *pass, Claim *claim, int limit, ShardAnswer *answer)
+{
+	const char *params[15];
+	PGresult   *res;
+	const char *status;
+
+	params[0] = origin_text();
+	params[1] = psprintf(INT64_FORMAT, pass->run_id);
+	params[2] = psprintf("%d", claim->part_no);
+	params[3] = psprintf(INT64_FORMAT, claim->shardid);
+	params[4] = pass->relation;
+	params[5] = pass->key;
+	params[6] = claim->shard_cursor;
+	params[7] = psprintf(INT64_FORMAT, claim->rows);
+	params[8] = claim->hi_text;
+	params[9] = psprintf("%d", limit);
+	params[10] = pass->predicate;
+	params[11] = pass->action;
+	params[12] = GetConfigOption("search_path", false, false);
+	params[13] = pass->async_commit ? "true" : "false";
+	params[14] = psprintf("%d", pass->lock_timeout_ms);
+	res = node_query(pass->name, claim->shard_group,
+					 "SELECT status, cursor, rows, keys FROM backfill.shard_batch("
+					 "$1::pg_catalog.text, $2::pg_catalog.int8, $3::pg_catalog.int4,"
+					 " $4::pg_catalog.int8, $5::pg_catalog.text, $6::pg_catalog.text,"
+					 " $7::pg_catalog.text, $8::pg_catalog.int8, $9::pg_catalog.text,"
+					 " $10::pg_catalog.int4, $11::pg_catalog.text, $12::pg_catalog.text,"
+					 " $13::pg_catalog.text, $14::pg_catalog.bool, $15::pg_catalog.int4)",
+					 15, params);
+	status = PQgetvalue(res, 0, 0);
+	answer->status = strcmp(status, "done") == 0 ? SHARD_DONE :
+		strcmp(status, "adopt") == 0 ? SHARD_ADOPT : SHARD_BATCH;
+	answer->cursor = PQgetisnull(res, 0, 1) ? NULL : pstrdup(PQgetvalue(res, 0, 1));
+	answer->rows = strtoi64(PQgetvalue(res, 0, 2), NULL, 10);
+	answer->keys = strtoi64(PQgetvalue(res, 0, 3), NULL, 10);
+	PQclear(res);
+}
+
+void
+shards_took(Pass *pass, Claim *claim, const ShardAnswer *answer)
+{
+	if (claim->shard_cursor != NULL)
+		pfree(claim->shard_cursor);
+	claim->shard_cursor = answer->cursor ? MemoryContextStrdup(pass->cxt, answer->cursor) : NULL;
+	claim->rows = answer->rows;
+}

@@ -1,0 +1,537 @@
+/*-------------------------------------------------------------------------
+ *
+ * shard.c
+ *	  The worker's half of a Citus distributed table's pass shard by
+ *	  shard: backfill.shard_checkpoint and backfill.shard_batch, which a
+ *	  coordinator's lane calls on the node that holds a shard.
+ *
+ * A batch of a shard's partition is one local transaction on that node:
+ * the fence against a move of the shard, the key scan and the action on the
+ * shard table itself, and the partition's checkpoint, a row of
+ * backfill.shard_cursor there.  So a crash of the worker keeps all of a
+ * batch or none of it, exactly as a lane's batch on one server; the
+ * coordinator's backfill.partition row only follows the worker's row (the
+ * coordinator passes the cursor and rows it believes, and a row elsewhere
+ * is returned instead of a batch: 'adopt').
+ *
+ * The fence.  Citus moves or splits a shard (citus_move_shard_placement,
+ * shard_transfer.c; splits in shard_split.c) by blocking writes to it at
+ * the cut-over: BlockWritesToShardList takes the shard's metadata lock in
+ * ExclusiveLock on every node with metadata (an advisory lock in Citus's
+ * lock space, by colocation group and shard index for a hash-distributed
+ * table), waits for the new placement to catch up (or, moving with
+ * block_writes, copies the shard under the lock), switches
+ * pg_dist_placement and commits.  A batch takes the same lock in ShareLock
+ * (through Citus's lock_shard_metadata) before anything else, then reads (in a
+ * new snapshot) that the placement is still this node's group: a batch
+ * either commits before the cut-over, and its writes are replicated to the
+ * new placement, or sees the switch and fails with BF034, and its
+ * partition goes on from the checkpoint on the shard's new node.
+ *
+ * The action names the distributed table: parse analysis of it is made to
+ * read the shard table instead (the range table entries of that relation,
+ * at the top level of the one statement only), so that Citus plans a local
+ * statement.  The shard must lay out its columns as the table does (the
+ * same attribute numbers, names and types): a shard created by a move
+ * after a column was dropped does not, and its batches fail with BF035.
+ *
+ * Both functions run as the calling role (the lane's), with its
+ * privileges; only the checkpoint row is written as the extension's owner,
+ * and only for the role that opened it.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
+#include "parser/analyze.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/varlena.h"
+
+#include "catalog.h"
+#include "citus.h"
+#include "errors.h"
+#include "keyset.h"
+#include "worker.h"
+
+PG_FUNCTION_INFO_V1(backfill_shard_checkpoint);
+PG_FUNCTION_INFO_V1(backfill_shard_batch);
+
+/* a partition's checkpoint row on this node */
+typedef struct ShardRow
+{
+	bool		found;
+	char	   *cursor;
+	int64		rows;
+} ShardRow;
+
+/* the shard a batch works, and its table */
+typedef struct ShardTarget
+{
+	int64		shardid;
+	Oid			table;
+	Oid			shard;
+	char	   *shard_sql;		/* quoted, schema-qualified */
+	AttrNumber	keyattno;
+	Oid			keytype;
+} ShardTarget;
+
+/* the one parse analysis that reads the shard for its table (shard_parse_hook) */
+static post_parse_analyze_hook_type prev_parse_hook = NULL;
+static bool parse_hook_installed = false;
+static Oid	swap_from = InvalidOid;
+static Oid	swap_to = InvalidOid;
+
+/*
+ * Read, open or replace a partition's row as the extension's owner; a row
+ * another role opened is refused.  for_update locks it until the end of
+ * the transaction.
+ */
+static void
+shard_row(Datum *args, const bool *argnull, const char *mode, bool for_update, ShardRow *row)
+{
+	CatalogScope scope;
+	Oid			types[7] = {TEXTOID, INT8OID, INT4OID, INT8OID, TEXTOID, INT8OID, OIDOID};
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			owner = InvalidOid;
+	Oid			caller = GetUserId();
+
+	memcpy(values, args, 6 * sizeof(Datum));
+	nulls[4] = argnull[4] ? 'n' : ' ';
+	values[6] = ObjectIdGetDatum(caller);
+	catalog_enter(&scope);
+	if (strcmp(mode, "open") == 0)
+		catalog_exec("INSERT INTO backfill.shard_cursor (origin, run_id, part_no, shardid, owner,"
+					 " cursor, rows) VALUES ($1, $2, $3, $4, $7, $5, $6)"
+					 " ON CONFLICT (origin, run_id, part_no) DO NOTHING",
+					 7, types, values, nulls, SPI_OK_INSERT);
+	row->found = catalog_exec(for_update || strcmp(mode, "replace") == 0 ?
+							  "SELECT cursor, rows, owner FROM backfill.shard_cursor"
+							  " WHERE origin = $1 AND run_id = $2 AND part_no = $3 FOR UPDATE" :
+							  "SELECT cursor, rows, owner FROM backfill.shard_cursor"
+							  " WHERE origin = $1 AND run_id = $2 AND part_no = $3",
+							  3, types, values, NULL, SPI_OK_SELECT) == 1;
+	if (row->found)
+	{
+		row->cursor = catalog_gettext(0, 1);
+		row->rows = catalog_getint64(0, 2);
+		owner = catalog_getoid(0, 3);
+	}
+	if (row->found && owner != caller)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SHARD_CHECKPOINT),
+				 errmsg("the checkpoint of run " INT64_FORMAT " partition %d on this node "
+						"belongs to another role", DatumGetInt64(args[1]),
+						DatumGetInt32(args[2])),
+				 errdetail("It was opened by role %u; the caller is %s.", owner,
+						   GetUserNameFromId(caller, false)),
+				 errhint("Run the pass's lanes as one role (run_as), and do not write "
+						 "backfill.shard_cursor by hand.")));
+	if (strcmp(mode, "replace") == 0)
+	{
+		catalog_exec(row->found ?
+					 "UPDATE backfill.shard_cursor SET cursor = $5, rows = $6, shardid = $4,"
+					 " batches = batches + 1, updated_at = pg_catalog.now()"
+					 " WHERE origin = $1 AND run_id = $2 AND part_no = $3" :
+					 "INSERT INTO backfill.shard_cursor (origin, run_id, part_no, shardid, owner,"
+					 " cursor, rows) VALUES ($1, $2, $3, $4, $7, $5, $6)",
+					 7, types, values, nulls, row->found ? SPI_OK_UPDATE : SPI_OK_INSERT);
+		row->found = true;
+		row->cursor = argnull[4] ? NULL : TextDatumGetCString(args[4]);
+		row->rows = DatumGetInt64(args[5]);
+	}
+	catalog_leave(&scope);
+}
+
+/* a (text, int8, ...) result of the row's cursor and rows, and one more column */
+static Datum
+shard_result(FunctionCallInfo fcinfo, const char *status, ShardRow *row, int64 keys,
+			 bool found)
+{
+	TupleDesc	desc;
+	Datum		values[4];
+	bool		nulls[4] = {false, false, false, false};
+	int			col = 0;
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	desc = BlessTupleDesc(desc);
+	if (status != NULL)
+		values[col++] = CStringGetTextDatum(status);
+	nulls[col] = row->cursor == NULL;
+	values[col++] = row->cursor ? CStringGetTextDatum(row->cursor) : (Datum) 0;
+	values[col++] = Int64GetDatum(row->rows);
+	values[col++] = status != NULL ? Int64GetDatum(keys) : BoolGetDatum(found);
+	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
+}
+
+static void
+check_args(FunctionCallInfo fcinfo, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (PG_ARGISNULL(i) && i != 4)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SHARD_CHECKPOINT),
+					 errmsg("argument %d of a shard's checkpoint is null", i + 1),
+					 errhint("backfill.shard_checkpoint and backfill.shard_batch are called by "
+							 "pg_backfill's lanes.")));
+}
+
+/*
+ * backfill.shard_checkpoint(origin, run_id, part_no, shardid, at_cursor,
+ * at_rows, mode): 'read', 'open' or 'replace' the row.
+ */
+Datum
+backfill_shard_checkpoint(PG_FUNCTION_ARGS)
+{
+	char	   *mode;
+	ShardRow	row = {0};
+	bool		argnull[6];
+	Datum		args[6];
+	bool		found;
+
+	check_args(fcinfo, 7);
+	mode = text_to_cstring(PG_GETARG_TEXT_PP(6));
+	if (strcmp(mode, "read") != 0 && strcmp(mode, "open") != 0 && strcmp(mode, "replace") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown mode \"%s\" of backfill.shard_checkpoint", mode),
+				 errhint("Use 'read', 'open' or 'replace'.")));
+	for (int i = 0; i < 6; i++)
+		argnull[i] = PG_ARGISNULL(i);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	for (int i = 0; i < 6; i++)
+		args[i] = argnull[i] ? (Datum) 0 : PG_GETARG_DATUM(i);
+	shard_row(args, argnull, mode, false, &row);
+	found = row.found;
+	SPI_finish();
+	return shard_result(fcinfo, NULL, &row, 0, found);
+}
+
+/*
+ * The shard table of shardid, which must be a shard of table: its name is
+ * Citus's (shard_name), found in the table's schema.
+ */
+static void
+shard_resolve(ShardTarget *t, const char *relation, const char *key)
+{
+	Oid			types[2] = {OIDOID, INT8OID};
+	Datum		values[2];
+	List	   *names;
+
+	t->table = RangeVarGetRelid(makeRangeVarFromNameList(textToQualifiedNameList(cstring_to_text(relation))),
+								AccessShareLock, false);
+	values[0] = ObjectIdGetDatum(t->table);
+	values[1] = Int64GetDatum(t->shardid);
+	if (SPI_execute_with_args("SELECT pg_catalog.shard_name(s.logicalrelid, s.shardid)"
+							  "  FROM pg_catalog.pg_dist_shard s"
+							  " WHERE s.shardid OPERATOR(pg_catalog.=) $2"
+							  "   AND s.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass",
+							  2, types, values, NULL, true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SHARD_MOVED),
+				 errmsg("shard " INT64_FORMAT " of table %s is not known on this node",
+						t->shardid, relation),
+				 errhint("The shard was split or its table dropped: retry the pass with "
+						 "backfill_run(name, force => true).")));
+	names = textToQualifiedNameList(cstring_to_text(SPI_getvalue(SPI_tuptable->vals[0],
+																 SPI_tuptable->tupdesc, 1)));
+	t->shard = RangeVarGetRelid(makeRangeVarFromNameList(names), RowExclusiveLock, true);
+	t->keyattno = get_attnum(t->table, key);
+	if (t->keyattno == InvalidAttrNumber)
+		elog(ERROR, "column \"%s\" of %s does not exist", key, relation);
+	t->keytype = get_atttype(t->table, t->keyattno);
+}
+
+/*
+ * The fence: the shard's metadata lock in ShareLock (a move's cut-over
+ * holds it in ExclusiveLock), then, in a new snapshot, its placement on
+ * this node's group.  The lock is Citus's own, taken by Citus's
+ * lock_shard_metadata (its tag depends on the table: a hash-distributed
+ * table's shards lock by colocation group and shard index), which only the
+ * table's owner may call: it is called as the extension's owner, once the
+ * caller has shown it may read the table.
+ */
+static void
+shard_fence(ShardTarget *t, const char *relation)
+{
+	CatalogScope scope;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1];
+
+	if (pg_class_aclcheck(t->table, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(t->table));
+	values[0] = Int64GetDatum(t->shardid);
+	catalog_enter(&scope);
+	catalog_exec("SELECT pg_catalog.lock_shard_metadata(5, ARRAY[$1]::pg_catalog.int8[])",
+				 1, types, values, NULL, SPI_OK_SELECT);
+	catalog_leave(&scope);
+	if (!OidIsValid(t->shard) ||
+		SPI_execute_with_args("SELECT 1 FROM pg_catalog.pg_dist_placement p"
+							  " WHERE p.shardid OPERATOR(pg_catalog.=) $1"
+							  "   AND p.groupid OPERATOR(pg_catalog.=)"
+							  "       (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g)",
+							  1, types, values, NULL, false, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SHARD_MOVED),
+				 errmsg("shard " INT64_FORMAT " of table %s is no longer placed on this node",
+						t->shardid, relation),
+				 errdetail("Citus moved or split it; no batch writes to an old placement."),
+				 errhint("Nothing to do: the partition goes on from its checkpoint on the "
+						 "shard's new node.")));
+	t->shard_sql = quote_qualified_identifier(get_namespace_name(get_rel_namespace(t->shard)),
+											  get_rel_name(t->shard));
+}
+
+/* Do the shard's columns sit where its table's do (BF035 if not)? */
+static void
+shard_check_layout(ShardTarget *t, const char *relation)
+{
+	Relation	table = table_open(t->table, AccessShareLock);
+	Relation	shard = table_open(t->shard, AccessShareLock);
+	TupleDesc	td = RelationGetDescr(table);
+	TupleDesc	sd = RelationGetDescr(shard);
+	bool		same = td->natts == sd->natts;
+
+	for (int i = 0; same && i < td->natts; i++)
+	{
+		Form_pg_attribute ta = TupleDescAttr(td, i);
+		Form_pg_attribute sa = TupleDescAttr(sd, i);
+
+		same = ta->attisdropped == sa->attisdropped &&
+			(ta->attisdropped ||
+			 (strcmp(NameStr(ta->attname), NameStr(sa->attname)) == 0 &&
+			  ta->atttypid == sa->atttypid && ta->atttypmod == sa->atttypmod &&
+			  ta->attcollation == sa->attcollation));
+	}
+	table_close(shard, AccessShareLock);
+	table_close(table, AccessShareLock);
+	if (!same)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SHARD_LAYOUT),
+				 errmsg("shard %s does not lay out its columns as table %s does",
+						t->shard_sql, relation),
+				 errdetail("Its columns differ in number, order, name or type (a shard created "
+						   "after a column of the table was dropped)."),
+				 errhint("Run the backfill coordinator-side: set backfill.citus_per_shard to off "
+						 "(ALTER DATABASE ... SET) and start a new pass with "
+						 "backfill_run(name, force => true).")));
+}
+
+/* Point every range table entry of the table at the shard, in this query and below. */
+static bool
+swap_relation_walker(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, RangeTblEntry))
+	{
+		RangeTblEntry *rte = (RangeTblEntry *) node;
+
+		if (rte->rtekind == RTE_RELATION && rte->relid == swap_from)
+			rte->relid = swap_to;
+		return false;
+	}
+	if (IsA(node, Query))
+	{
+#if PG_VERSION_NUM >= 160000
+		ListCell   *lc;
+
+		foreach(lc, ((Query *) node)->rteperminfos)
+		{
+			RTEPermissionInfo *perm = lfirst_node(RTEPermissionInfo, lc);
+
+			if (perm->relid == swap_from)
+				perm->relid = swap_to;
+		}
+#endif
+		return query_tree_walker((Query *) node, swap_relation_walker, context,
+								 QTW_EXAMINE_RTES_BEFORE);
+	}
+	return expression_tree_walker(node, swap_relation_walker, context);
+}
+
+/* the parse analysis hook: the armed swap, once, then the hooks before */
+static void
+shard_parse_hook(ParseState *pstate, Query *query, JumbleState *jstate)
+{
+	if (OidIsValid(swap_from))
+	{
+		(void) swap_relation_walker((Node *) query, NULL);
+		swap_from = InvalidOid;
+	}
+	if (prev_parse_hook)
+		prev_parse_hook(pstate, query, jstate);
+}
+
+/* Run the action on the shard ($1, $2 the first and last key), as the caller. */
+static void
+shard_action(ShardTarget *t, const char *action, Datum *range)
+{
+	Oid			types[2] = {t->keytype, t->keytype};
+	int			rc;
+
+	if (!parse_hook_installed)
+	{
+		prev_parse_hook = post_parse_analyze_hook;
+		post_parse_analyze_hook = shard_parse_hook;
+		parse_hook_installed = true;
+	}
+	swap_from = t->table;
+	swap_to = t->shard;
+	PG_TRY();
+	{
+		rc = SPI_execute_with_args(action, 2, types, range, NULL, false, 0);
+	}
+	PG_FINALLY();
+	{
+		swap_from = InvalidOid;
+	}
+	PG_END_TRY();
+	if (rc < 0)
+		elog(ERROR, "action on shard %s failed: %s", t->shard_sql, SPI_result_code_string(rc));
+}
+
+/*
+ * The batch's keys in the shard: after the cursor, up to hi, matching the
+ * predicate, in key order; range gets the first and the last.
+ */
+static uint64
+shard_key_scan(ShardTarget *t, const char *cursor, const char *hi, int limit,
+			   const char *predicate, Datum *range)
+{
+	const char *key = quote_identifier(get_attname(t->table, t->keyattno, false));
+	Oid			input;
+	Oid			ioparam;
+	Oid			types[3] = {INT8OID, t->keytype, t->keytype};
+	Datum		values[3];
+	char		nulls[3] = {' ', cursor ? ' ' : 'n', hi ? ' ' : 'n'};
+	char	   *sql;
+	bool		isnull;
+
+	getTypeInputInfo(t->keytype, &input, &ioparam);
+	values[0] = Int64GetDatum(limit);
+	values[1] = cursor ? worker_key_input(input, cursor, ioparam) : (Datum) 0;
+	values[2] = hi ? worker_key_input(input, hi, ioparam) : (Datum) 0;
+	sql = psprintf("SELECT %s FROM %s WHERE ($2 IS NULL OR %s %s $2) AND ($3 IS NULL OR %s %s $3)"
+				   " AND (%s) ORDER BY %s LIMIT $1",
+				   key, t->shard_sql, key, keyset_operator(t->keytype, BTGreaterStrategyNumber),
+				   key, keyset_operator(t->keytype, BTLessEqualStrategyNumber), predicate, key);
+	if (SPI_execute_with_args(sql, 3, types, values, nulls, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "key scan of shard %s failed", t->shard_sql);
+	if (SPI_processed == 0)
+		return 0;
+	range[0] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	range[1] = SPI_getbinval(SPI_tuptable->vals[SPI_processed - 1], SPI_tuptable->tupdesc, 1,
+							 &isnull);
+	return SPI_processed;
+}
+
+/* The batch's own settings, for the rest of its transaction. */
+static void
+shard_batch_settings(const char *path, bool async_commit, int lock_timeout_ms)
+{
+	(void) set_config_option("search_path", path, PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	(void) set_config_option("lock_timeout", psprintf("%d", lock_timeout_ms), PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	(void) set_config_option("synchronous_commit", async_commit ? "off" : "on", PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+}
+
+static bool
+same_text(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/*
+ * backfill.shard_batch(origin, run_id, part_no, shardid, relation, key,
+ * at_cursor, at_rows, hi, batch_size, predicate, action, path,
+ * async_commit, lock_timeout_ms): one batch of the shard's partition.
+ */
+Datum
+backfill_shard_batch(PG_FUNCTION_ARGS)
+{
+	ShardTarget t = {0};
+	ShardRow	row = {0};
+	bool		argnull[6] = {false, false, false, false, PG_ARGISNULL(6), false};
+	Datum		rowargs[6];
+	char	   *relation;
+	char	   *expected;
+	char	   *hi;
+	Datum		range[2];
+	uint64		nkeys;
+	Oid			output;
+	bool		varlena;
+
+	for (int i = 0; i < 15; i++)
+		if (PG_ARGISNULL(i) && i != 6 && i != 8)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SHARD_CHECKPOINT),
+					 errmsg("argument %d of backfill.shard_batch is null", i + 1),
+					 errhint("backfill.shard_batch is called by pg_backfill's lanes.")));
+	relation = text_to_cstring(PG_GETARG_TEXT_PP(4));
+	expected = PG_ARGISNULL(6) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(6));
+	hi = PG_ARGISNULL(8) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(8));
+	t.shardid = PG_GETARG_INT64(3);
+	rowargs[0] = PG_GETARG_DATUM(0);
+	rowargs[1] = PG_GETARG_DATUM(1);
+	rowargs[2] = PG_GETARG_DATUM(2);
+	rowargs[3] = PG_GETARG_DATUM(3);
+	rowargs[4] = PG_ARGISNULL(6) ? (Datum) 0 : PG_GETARG_DATUM(6);
+	rowargs[5] = PG_GETARG_DATUM(7);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	shard_resolve(&t, relation, text_to_cstring(PG_GETARG_TEXT_PP(5)));
+	shard_fence(&t, relation);
+	shard_check_layout(&t, relation);
+	shard_row(rowargs, argnull, "read", true, &row);
+	if (!row.found)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SHARD_CHECKPOINT),
+				 errmsg("run " INT64_FORMAT " partition %d has no checkpoint on this node",
+						PG_GETARG_INT64(1), PG_GETARG_INT32(2)),
+				 errhint("A lane opens it first (backfill.shard_checkpoint).")));
+	if (!same_text(row.cursor, expected) || row.rows != PG_GETARG_INT64(7))
+	{
+		SPI_finish();
+		return shard_result(fcinfo, "adopt", &row, 0, true);
+	}
+	shard_batch_settings(text_to_cstring(PG_GETARG_TEXT_PP(12)), PG_GETARG_BOOL(13),
+						 PG_GETARG_INT32(14));
+	nkeys = shard_key_scan(&t, expected, hi, PG_GETARG_INT32(9),
+						   text_to_cstring(PG_GETARG_TEXT_PP(10)), range);
+	if (nkeys == 0)
+	{
+		SPI_finish();
+		return shard_result(fcinfo, "done", &row, 0, true);
+	}
+	shard_action(&t, text_to_cstring(PG_GETARG_TEXT_PP(11)), range);
+
+	getTypeOutputInfo(t.keytype, &output, &varlena);
+	rowargs[4] = CStringGetTextDatum(worker_key_output(output, range[1]));
+	rowargs[5] = Int64GetDatum(row.rows + (int64) nkeys);
+	argnull[4] = false;
+	shard_row(rowargs, argnull, "replace", true, &row);
+	SPI_finish();
+	return shard_result(fcinfo, "batch", &row, (int64) nkeys, true);
+}

@@ -1,0 +1,265 @@
+# 161_citus_per_shard.pl -- a Citus distributed table's pass shard by shard.
+#
+# Runs only where Citus is installed for the server under test (citus.so in
+# pg_config --pkglibdir); prints one SKIP line otherwise.  A coordinator and
+# two workers on loopback; a hash-distributed table of 1,000,000 rows in 8
+# shards; the action is not idempotent (n = n + 1).
+#
+# - The plan has one partition per shard ("per shard: 8 Citus shards"),
+#   backfill_partitions names each partition's shard and the Citus group
+#   whose backfill.shard_cursor row is its checkpoint; the workers' rows and
+#   the coordinator's agree at the end, and count every row once.
+# - Every row is done exactly once, the ledger counting each once, through
+#   a lane killed with SIGKILL, the coordinator stopped with -m immediate, a
+#   worker stopped with -m immediate, and a shard moved mid-pass by
+#   citus_move_shard_placement with logical replication (the default) and
+#   with block_writes: the partition goes on from its checkpoint on the new
+#   node (the log says so), every row of the moved shard is done on the new
+#   placement, and the old placement (kept for the look) got no write after
+#   the move.
+# - An action that reads another distributed table runs coordinator-side,
+#   and the plan says why.
+# - An ordinary role on a worker cannot read or move the checkpoint row of
+#   another role's pass (BF036), and its own call of backfill.shard_batch
+#   runs as itself (permission denied on a table it may not update).
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep time);
+use FindBin;
+use lib "$FindBin::RealBin/lib";
+use BackfillTest;
+
+my $libdir = `pg_config --pkglibdir`;
+chomp $libdir;
+plan skip_all => "Citus is not installed for this server (no citus.so in $libdir)"
+  unless -f "$libdir/citus.so";
+
+my $ROWS = 1_000_000;
+
+sub citus_node
+{
+	my ($name, $conf) = @_;
+	return BackfillTest::node(
+		$name,
+		crash_restart => 1,
+		extra_conf => "shared_preload_libraries = 'citus,pg_backfill'\n"
+		  . "listen_addresses = '127.0.0.1'\n"
+		  . "max_prepared_transactions = 100\n"
+		  . "max_connections = 100\n"
+		  . "wal_level = logical\nmax_wal_senders = 10\nmax_replication_slots = 10\n"
+		  . ($conf // ''));
+}
+
+# the old placement of a moved shard stays, to be looked at
+my $coord = citus_node('coord', "citus.defer_shard_delete_interval = -1\n");
+my @workers = (citus_node('worker1'), citus_node('worker2'));
+$_->safe_psql('postgres', 'CREATE EXTENSION citus') for ($coord, @workers);
+$coord->safe_psql('postgres',
+	"SELECT citus_set_coordinator_host('localhost', " . $coord->port . ')');
+$coord->safe_psql('postgres', "SELECT citus_add_node('localhost', " . $_->port . ')')
+  for @workers;
+$coord->safe_psql('postgres', 'CREATE EXTENSION pg_backfill');
+note('Citus ' . sq($coord, q{SELECT extversion FROM pg_extension WHERE extname = 'citus'}));
+
+$coord->safe_psql('postgres', qq{
+	SET citus.shard_count = 8;
+	CREATE TABLE t (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0, pad text);
+	SELECT create_distributed_table('t', 'id');
+	INSERT INTO t (id, pad) SELECT g, md5(g::text) FROM generate_series(1, $ROWS) g;
+	ANALYZE t;
+});
+
+# declare fill_t (n from $from to $from + 1) at $rate batches/s per lane
+sub declare_fill
+{
+	my ($from, $rate, $batch) = @_;
+	$coord->safe_psql('postgres', qq{
+		SELECT backfill_declare('fill_t', 't', 'n = $from',
+			'UPDATE t SET n = n + 1 WHERE id BETWEEN \$1 AND \$2 AND n = $from',
+			batch_size => $batch, rate => $rate, max_parallel => 2, max_attempts => 30,
+			backoff_base => '100 ms', backoff_cap => '1 s')});
+	return;
+}
+
+# start a pass of fill_t; returns its run id
+sub start_pass
+{
+	my ($from, $rate, $batch) = @_;
+	declare_fill($from, $rate // 200, $batch // 2000);
+	return sq($coord, q{SELECT backfill_run('fill_t', force => true)});
+}
+
+sub midway
+{
+	my ($run_id, $rows) = @_;
+	return poll_until($coord,
+		"SELECT coalesce(sum(rows), 0) >= $rows FROM backfill.partition WHERE run_id = $run_id",
+		't', 180);
+}
+
+# the checkpoint rows of a run on the nodes the coordinator says hold them
+# (a partition's shard_group): how many, and the rows they count
+sub worker_rows
+{
+	my ($run_id) = @_;
+	my ($n, $sum) = (0, 0);
+	for my $w (@workers)
+	{
+		my $group = sq($w, 'SELECT groupid FROM pg_dist_local_group');
+		my $parts = sq($coord, "SELECT coalesce(string_agg(part_no::text, ','), '-1') "
+			  . "FROM backfill.partition WHERE run_id = $run_id AND shard_group = $group");
+		my ($c, $s) = split /\|/, sq($w, qq{
+			SELECT count(*), coalesce(sum(rows), 0) FROM backfill.shard_cursor
+			 WHERE run_id = $run_id AND part_no IN ($parts)});
+		$n += $c;
+		$sum += $s;
+	}
+	return "$n|$sum";
+}
+
+sub done_once
+{
+	my ($label, $run_id, $n) = @_;
+	is(wait_pass_end($coord, $run_id, 300), 'completed', "$label: the pass completed");
+	is( sq($coord, "SELECT count(*), count(*) FILTER (WHERE n = $n) FROM t"),
+		"$ROWS|$ROWS", "$label: every row was done exactly once (n = $n)");
+	is(ledger($coord, $run_id, 'rows'), $ROWS, "$label: the ledger counts each row once");
+	is(worker_rows($run_id), "8|$ROWS",
+		"$label: the 8 shards' checkpoint rows on their nodes count each row once");
+	is( sq($coord, "SELECT count(*) FROM backfill.partition p WHERE run_id = $run_id AND "
+			  . "state = 'done' AND shard IS NOT NULL AND shard_group IS NOT NULL"),
+		'8', "$label: 8 partitions done, each with its shard and checkpoint node");
+	return;
+}
+
+# (a) the plan: a partition per shard, each on the node that holds it
+my $run_id = start_pass(0);
+ok(midway($run_id, 1), 'the pass started');
+my $method = sq($coord, "SELECT plan_method FROM backfill.run WHERE run_id = $run_id");
+like($method, qr/^per shard: 8 Citus shards, rows from 8 Citus shards$/,
+	"the plan is per shard ($method)");
+is( sq($coord, q{SELECT count(*), count(DISTINCT shard) FROM backfill_partitions('fill_t')
+	              WHERE shard IN (SELECT shardid FROM pg_dist_shard WHERE logicalrelid = 't'::regclass)}),
+	'8|8', 'backfill_partitions shows one partition per shard of the table');
+
+# (b) a lane killed with SIGKILL mid-pass
+ok(midway($run_id, $ROWS / 5), 'lane kill: the pass is under way');
+my $lane = sq($coord, "SELECT holder_pid FROM backfill.partition WHERE run_id = $run_id "
+	  . "AND state = 'running' AND holder_pid IS NOT NULL LIMIT 1");
+ok($lane, "lane kill: a lane holds a partition (pid $lane)");
+kill 'KILL', $lane;
+done_once('lane kill', $run_id, 1);
+cmp_ok(sq($coord, "SELECT sum(reclaims) FROM backfill.partition WHERE run_id = $run_id"),
+	'>=', 1, 'lane kill: a new lane reclaimed the dead lane\'s lease');
+is( sq($coord, q{SELECT count(*) FROM backfill_partitions('fill_t') b
+	  JOIN pg_dist_placement p ON p.shardid = b.shard AND p.groupid = b.shard_group}),
+	'8', "each partition's checkpoint is on the node that holds its shard");
+
+# (c) the coordinator stopped with -m immediate mid-pass
+$run_id = start_pass(1);
+ok(midway($run_id, $ROWS / 5), 'coordinator crash: the pass is under way');
+$coord->stop('immediate');
+$coord->start;
+done_once('coordinator crash', $run_id, 2);
+
+# (d) a worker stopped with -m immediate mid-pass
+$run_id = start_pass(2);
+ok(midway($run_id, $ROWS / 5), 'worker crash: the pass is under way');
+my $log_offset = -s $coord->logfile;
+$workers[1]->stop('immediate');
+$workers[1]->start;
+done_once('worker crash', $run_id, 3);
+like(substr(slurp_file($coord->logfile), $log_offset),
+	qr/backfill "fill_t" run $run_id: batch failed/,
+	'worker crash: batches failed while the worker was down, and were retried');
+
+# (e) shards moved mid-pass, with logical replication and with block_writes
+my ($port1, $port2) = ($workers[0]->port, $workers[1]->port);
+my $n = 3;
+for my $mode ('force_logical', 'block_writes')
+{
+	my $shard = sq($coord, qq{
+		SELECT s.shardid FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid)
+		  JOIN pg_dist_node d ON d.groupid = p.groupid
+		 WHERE s.logicalrelid = 't'::regclass AND d.nodeport = $port1
+		 ORDER BY s.shardid LIMIT 1});
+	my $shard_rows = sq($workers[0], "SELECT count(*) FROM t_$shard");
+	# slow (5,000 rows/s a lane) until the move is over, then fast again
+	$run_id = start_pass($n, 10, 500);
+	# the shard's partition is under way, not done
+	ok( poll_until($coord, "SELECT rows > 0 AND state = 'running' FROM backfill.partition "
+			  . "WHERE run_id = $run_id AND shard = $shard", 't', 120),
+		"$mode move: the shard's partition is under way");
+	$log_offset = -s $coord->logfile;
+	my $t0 = time();
+	$coord->safe_psql('postgres', qq{
+		SELECT citus_move_shard_placement($shard, 'localhost', $port1, 'localhost', $port2,
+			shard_transfer_mode => '$mode')});
+	note(sprintf("the $mode move took %.1f s", time() - $t0));
+	declare_fill($n, 200, 500);
+	my $old_at_move = sq($workers[0], qq{SET citus.override_table_visibility = off;
+		SELECT count(*) FILTER (WHERE n = $n + 1) FROM t_$shard});
+	done_once("$mode move", $run_id, $n + 1);
+	is( sq($workers[1], "SELECT count(*), count(*) FILTER (WHERE n = $n + 1) FROM t_$shard"),
+		"$shard_rows|$shard_rows",
+		"$mode move: on its new placement, every row of the moved shard was done");
+	my $old = sq($workers[0], qq{SET citus.override_table_visibility = off;
+		SELECT count(*) FILTER (WHERE n = $n + 1) FROM t_$shard});
+	is($old, $old_at_move, "$mode move: the old placement got no write after the move ($old rows done there)");
+	cmp_ok($old, '<', $shard_rows, "$mode move: the shard moved before its partition was done");
+	like(substr(slurp_file($coord->logfile), $log_offset),
+		qr/shard $shard moved from Citus group \d+ to \d+; partition \d+ goes on from its checkpoint there/,
+		"$mode move: the lane took the partition's checkpoint to the shard's new node");
+	($port1, $port2) = ($port2, $port1);
+	@workers = reverse @workers;
+	$n++;
+}
+
+# (f) an action that reads another distributed table: coordinator-side
+$coord->safe_psql('postgres', q{
+	CREATE TABLE other (id bigint PRIMARY KEY, k int NOT NULL DEFAULT 1);
+	SELECT create_distributed_table('other', 'id');
+	INSERT INTO other (id) SELECT g FROM generate_series(1, 50) g;
+	CREATE TABLE small (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	SELECT create_distributed_table('small', 'id');
+	INSERT INTO small (id) SELECT g FROM generate_series(1, 3000) g;
+	SELECT backfill_declare('fill_small', 'small', 'n = 0',
+		'UPDATE small SET n = n + (SELECT min(k) FROM other) WHERE id BETWEEN $1 AND $2 AND n = 0',
+		batch_size => 500, rate => 100);
+});
+$run_id = sq($coord, q{SELECT backfill_run('fill_small')});
+is(wait_pass_end($coord, $run_id, 120), 'completed', 'another table read: the pass completed');
+like(sq($coord, "SELECT plan_method FROM backfill.run WHERE run_id = $run_id"),
+	qr/^coordinator-side \(the action or predicate reads public\.other, another Citus table\)/,
+	'another table read: the plan says the pass is coordinator-side, and why');
+is(sq($coord, 'SELECT count(*) FILTER (WHERE n = 1) FROM small'), '3000',
+	'another table read: every row done once');
+
+# (g) an ordinary role on a worker and another role's checkpoint
+$coord->safe_psql('postgres', q{CREATE ROLE mallory LOGIN});	# Citus creates it on the workers
+my $row = sq($workers[0], q{SELECT origin || '|' || run_id || '|' || part_no || '|' || shardid
+	|| '|' || rows FROM backfill.shard_cursor ORDER BY run_id DESC, part_no LIMIT 1});
+my ($origin, $r, $part, $sh, $rows) = split /\|/, $row;
+my ($rc, $out, $err) = $workers[0]->psql('postgres', qq{\\set VERBOSITY verbose
+	SET ROLE mallory;
+	SELECT * FROM backfill.shard_checkpoint('$origin', $r, $part, $sh, '0', 0, 'replace')});
+like($err, qr/ERROR:\s+BF036: the checkpoint of run $r partition $part on this node belongs to another role/,
+	'another role cannot take over a checkpoint row (BF036)');
+is(sq($workers[0], "SELECT rows FROM backfill.shard_cursor WHERE origin = '$origin' "
+	  . "AND run_id = $r AND part_no = $part"), $rows, 'the row is unchanged');
+($rc, $out, $err) = $workers[0]->psql('postgres', qq{
+	SET ROLE mallory;
+	SELECT * FROM backfill.shard_checkpoint('x', 1, 0, $sh, NULL, 0, 'open');
+	SELECT * FROM backfill.shard_batch('x', 1, 0, $sh, 'public.t', 'id', NULL, 0, NULL, 10,
+		'true', 'UPDATE t SET n = 0 WHERE id BETWEEN \$1 AND \$2', 'public', true, 1000)});
+like($err, qr/permission denied for table t_$sh|permission denied for table t\b/,
+	"a role's own shard_batch runs as itself: no UPDATE without the privilege");
+is(sq($workers[0], "SELECT count(*) FROM t_$sh WHERE n = 0"), '0',
+	'and nothing was written');
+
+$_->stop for ($coord, @workers);
+done_testing();
