@@ -145,7 +145,10 @@ ALTER TABLE backfill.partition
     -- the shard, and the Citus group of the node whose backfill.shard_cursor
     -- row holds the partition's authoritative checkpoint (NULL until opened)
     ADD COLUMN shard bigint,
-    ADD COLUMN shard_group integer;
+    ADD COLUMN shard_group integer,
+    -- the run whose row it is on that node: this run's, or, in a retry, the
+    -- run it resumes (the row goes on)
+    ADD COLUMN shard_run bigint;
 
 DROP FUNCTION backfill_partitions(text);
 CREATE FUNCTION backfill_partitions(name text)
@@ -1090,7 +1093,9 @@ $$;
  * lane calls these two functions on the worker, connected as its own role.
  * origin names the coordinator (its system identifier and database oid),
  * so runs of two clusters never share a row; owner is the role that opened
- * the row, and no other role reads or moves it (BF036).
+ * the row, and part of its key: a role reads and moves only its own rows,
+ * and rows another role opened under the same run never stand in its way.
+ * Opening a row needs SELECT on the shard's table.
  */
 CREATE TABLE backfill.shard_cursor (
     origin      text        NOT NULL,
@@ -1102,7 +1107,7 @@ CREATE TABLE backfill.shard_cursor (
     rows        bigint      NOT NULL DEFAULT 0,
     batches     bigint      NOT NULL DEFAULT 0,
     updated_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
-    PRIMARY KEY (origin, run_id, part_no)
+    PRIMARY KEY (origin, run_id, part_no, owner)
 );
 
 /*

@@ -208,6 +208,9 @@ SELECT string_agg(name, ', ' ORDER BY ord) FILTER (WHERE ord > 19) AS backfill_p
   FROM pg_proc p, unnest(p.proargnames) WITH ORDINALITY AS u(name, ord)
  WHERE p.oid = 'backfill_partitions(text)'::regprocedure;
 SELECT to_regprocedure('backfill.drift_probe(text)') IS NOT NULL AS has_drift_probe;
+-- a Citus distributed table's pass shard by shard: the workers' checkpoint rows
+SELECT to_regclass('backfill.shard_cursor') IS NOT NULL AS has_shard_cursor,
+       pg_catalog.has_table_privilege('public', 'backfill.shard_cursor', 'SELECT') AS public_reads_it;
 -- a key of one column, declared before 0.5, has no key_columns: its passes
 -- read and resume as they did; a composite key fills them
 SELECT key_column, key_type, key_columns, key_types FROM backfill.declaration

@@ -76,6 +76,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -387,9 +388,26 @@ citus_estimate_rows(Oid relid, const char *predicate, int64 *estimate, int *shar
 
 /* ---- a distributed table's pass shard by shard: its plan (shards.c runs it) ---- */
 
-/* collect the relations a query tree reads or writes */
+/* what a query tree reaches: its relations, and a function of a user's (or InvalidOid) */
+typedef struct SqlReach
+{
+	List	   *relids;
+	Oid			user_function;
+} SqlReach;
+
+/* a function outside pg_catalog (it may read any table, as a distributed query on a worker) */
 static bool
-relids_walker(Node *node, List **relids)
+user_function_checker(Oid func, void *context)
+{
+	SqlReach   *reach = (SqlReach *) context;
+
+	if (get_func_namespace(func) != PG_CATALOG_NAMESPACE && !OidIsValid(reach->user_function))
+		reach->user_function = func;
+	return false;
+}
+
+static bool
+reach_walker(Node *node, SqlReach *reach)
 {
 	if (node == NULL)
 		return false;
@@ -398,19 +416,19 @@ relids_walker(Node *node, List **relids)
 		RangeTblEntry *rte = (RangeTblEntry *) node;
 
 		if (rte->rtekind == RTE_RELATION)
-			*relids = list_append_unique_oid(*relids, rte->relid);
+			reach->relids = list_append_unique_oid(reach->relids, rte->relid);
 		return false;
 	}
 	if (IsA(node, Query))
-		return query_tree_walker((Query *) node, relids_walker, relids, QTW_EXAMINE_RTES_BEFORE);
-	return expression_tree_walker(node, relids_walker, relids);
+		return query_tree_walker((Query *) node, reach_walker, reach, QTW_EXAMINE_RTES_BEFORE);
+	(void) check_functions_in_node(node, user_function_checker, reach);
+	return expression_tree_walker(node, reach_walker, reach);
 }
 
-/* the relations sql reads or writes once rewritten (views expanded), as the current role */
-static List *
-sql_relids(const char *sql, int nparams, Oid *types)
+/* what sql reaches once rewritten (views expanded), parsed as the current role */
+static void
+sql_reach(const char *sql, int nparams, Oid *types, SqlReach *reach)
 {
-	List	   *relids = NIL;
 	ListCell   *lc;
 
 	foreach(lc, raw_parser(sql, RAW_PARSE_DEFAULT))
@@ -420,34 +438,46 @@ sql_relids(const char *sql, int nparams, Oid *types)
 		ListCell   *q;
 
 		foreach(q, queries)
-			(void) relids_walker((Node *) lfirst(q), &relids);
+			(void) reach_walker((Node *) lfirst(q), reach);
 	}
-	return relids;
 }
 
-/* another Citus table than relid that the action or the predicate names, or NULL */
+/*
+ * Why the action and the predicate cannot run on a shard's node alone, or
+ * NULL: they read another table than relid (another Citus table, or one of
+ * the coordinator's: on a worker that name is another table, or none), or
+ * call a function of a user's (which may name the distributed table: on a
+ * worker, a distributed query over every shard again).
+ */
 static char *
-other_citus_table(Oid relid, const char *relation, const char *action, const char *predicate,
-				  Oid keytype)
+not_shard_local(Oid relid, const char *relation, const char *action, const char *predicate,
+				Oid keytype)
 {
 	Oid			types[2] = {keytype, keytype};
-	List	   *relids = sql_relids(action, 2, types);
+	SqlReach	reach = {NIL, InvalidOid};
 	ListCell   *lc;
 
-	relids = list_concat_unique_oid(relids,
-									sql_relids(psprintf("SELECT 1 FROM %s WHERE (%s)",
-														relation, predicate), 0, NULL));
-	foreach(lc, relids)
+	sql_reach(action, 2, types, &reach);
+	sql_reach(psprintf("SELECT 1 FROM %s WHERE (%s)", relation, predicate), 0, NULL, &reach);
+	foreach(lc, reach.relids)
 	{
 		CitusTable	other;
+		char	   *name;
 
-		if (lfirst_oid(lc) == relid)
+		if (lfirst_oid(lc) == relid || get_rel_namespace(lfirst_oid(lc)) == PG_CATALOG_NAMESPACE)
 			continue;
+		name = quote_qualified_identifier(get_namespace_name(get_rel_namespace(lfirst_oid(lc))),
+										  get_rel_name(lfirst_oid(lc)));
 		citus_describe(lfirst_oid(lc), &other);
 		if (other.kind != CITUS_NONE)
-			return quote_qualified_identifier(get_namespace_name(get_rel_namespace(lfirst_oid(lc))),
-											  get_rel_name(lfirst_oid(lc)));
+			return psprintf("the action or predicate reads %s, another Citus table", name);
+		/* a table of the coordinator's: on a worker the name is another table, or none */
+		return psprintf("the action or predicate reads %s, a table of the coordinator only", name);
 	}
+	if (OidIsValid(reach.user_function))
+		return psprintf("the action or predicate calls %s(), which would run on the workers",
+						quote_qualified_identifier(get_namespace_name(get_func_namespace(reach.user_function)),
+												   get_func_name(reach.user_function)));
 	return NULL;
 }
 
@@ -460,11 +490,11 @@ citus_plan_shards(Oid relid, const char *relation, const char *action, const cha
 	Datum		values[1] = {ObjectIdGetDatum(relid)};
 	Datum		shards = (Datum) 0;
 	bool		isnull = true;
-	char	   *other = other_citus_table(relid, relation, action, predicate, keytype);
+	char	   *other = not_shard_local(relid, relation, action, predicate, keytype);
 
 	if (other != NULL)
 	{
-		*why = psprintf("the action or predicate reads %s, another Citus table", other);
+		*why = other;
 		return (Datum) 0;
 	}
 	catalog_enter(&scope);

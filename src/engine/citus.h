@@ -65,7 +65,8 @@ extern bool citus_estimate_rows(Oid relid, const char *predicate, int64 *estimat
 /*
  * The shards of a distributed table relid (as an int8[]) for a pass worked
  * shard by shard (shards.c), or 0 and why not: the action or the predicate
- * reads another Citus table (parsed as the current role), or no shards.
+ * (parsed as the current role) reads another table or calls a function of
+ * a user's, or there are no shards.
  */
 extern Datum citus_plan_shards(Oid relid, const char *relation, const char *action,
 							   const char *predicate, Oid keytype, const char **why);

@@ -887,8 +887,8 @@ plan_store(Pass *pass, PassPlan *plan)
 	{
 		values[1] = plan->shards;
 		types[1] = INT8ARRAYOID;
-		catalog_exec("INSERT INTO backfill.partition (run_id, part_no, shard)"
-					 " SELECT $1, i - 1, $2[i] FROM pg_catalog.generate_subscripts($2, 1) i",
+		catalog_exec("INSERT INTO backfill.partition (run_id, part_no, shard, shard_run)"
+					 " SELECT $1, i - 1, $2[i], $1 FROM pg_catalog.generate_subscripts($2, 1) i",
 					 2, types, values, nulls, SPI_OK_INSERT);
 		values[1] = plan->bounds;
 		types[1] = TEXTARRAYOID;
@@ -934,12 +934,13 @@ claim_read_shard(Pass *pass, Claim *claim)
 		return;
 	values[0] = Int64GetDatum(pass->run_id);
 	values[1] = Int32GetDatum(claim->part_no);
-	catalog_exec("SELECT shard, shard_group FROM backfill.partition"
+	catalog_exec("SELECT shard, shard_group, coalesce(shard_run, run_id) FROM backfill.partition"
 				 " WHERE run_id = $1 AND part_no = $2", 2, types, values, NULL, SPI_OK_SELECT);
 	claim->shardid = catalog_getint64(0, 1);
 	group = catalog_getdatum(0, 2, &isnull);
 	if (!isnull)
 		claim->shard_group = DatumGetInt32(group);
+	claim->shard_run = catalog_getint64(0, 3);
 }
 
 /*

@@ -121,6 +121,7 @@ typedef struct Claim
 
 	/* a Citus shard's partition, worked on the shard's node (shards.c) */
 	int64		shardid;		/* 0: not a shard's */
+	int64		shard_run;		/* the run whose row on that node it is (a retry's: the first) */
 	int			shard_group;	/* the node whose row is its checkpoint; -1: none yet */
 	bool		shard_ready;	/* that row read since the claim and the last failure */
 	char	   *shard_cursor;	/* the cursor as that row has it (in the pass's cxt) */

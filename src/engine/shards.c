@@ -100,6 +100,39 @@ node_address(int group, char **host, char **port)
 	catalog_leave(&scope);
 }
 
+/*
+ * The session on the node is the lane's role and nothing else (a role's or
+ * database's setting there, role or session_authorization, would make it
+ * another), and names nothing through the node's search_path settings:
+ * backfill.shard_batch sets the declaration's for each batch.
+ */
+static void
+node_check_identity(NodeConn *node)
+{
+	const char *params[1] = {GetUserNameFromId(GetUserId(), false)};
+	PGresult   *res = PQexecParams(node->conn,
+								   "SELECT pg_catalog.set_config('search_path', 'pg_catalog, pg_temp',"
+								   " false), current_user = $1 AND session_user = $1",
+								   1, NULL, params, NULL, NULL, 0);
+	bool		ok = PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+		strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+
+	PQclear(res);
+	if (!ok)
+	{
+		PQfinish(node->conn);
+		nnodes--;
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+				 errmsg("the session on Citus node %s is not role \"%s\"", node->where,
+						params[0]),
+				 errdetail("A setting of the role or the database on that node (role, "
+						   "session_authorization) made it another role, or the session failed."),
+				 errhint("Remove the setting on that node (ALTER ROLE/DATABASE ... RESET role); "
+						 "the batch is retried.")));
+	}
+}
+
 /* Connect to the node of group as the current role, as Citus does. */
 static NodeConn *
 node_connect(int group)
@@ -150,6 +183,7 @@ node_connect(int group)
 						 "does; the batch is retried.")));
 	}
 	nnodes++;
+	node_check_identity(node);
 	return node;
 }
 
@@ -298,7 +332,7 @@ node_checkpoint(Pass *pass, Claim *claim, int group, const char *mode, char **cu
 	bool		found;
 
 	params[0] = origin_text();
-	params[1] = psprintf(INT64_FORMAT, pass->run_id);
+	params[1] = psprintf(INT64_FORMAT, claim->shard_run);
 	params[2] = psprintf("%d", claim->part_no);
 	params[3] = psprintf(INT64_FORMAT, claim->shardid);
 	params[4] = *cursor;
@@ -433,7 +467,7 @@ shards_batch(Pass *pass, Claim *claim, int limit, ShardAnswer *answer)
 	const char *status;
 
 	params[0] = origin_text();
-	params[1] = psprintf(INT64_FORMAT, pass->run_id);
+	params[1] = psprintf(INT64_FORMAT, claim->shard_run);
 	params[2] = psprintf("%d", claim->part_no);
 	params[3] = psprintf(INT64_FORMAT, claim->shardid);
 	params[4] = pass->relation;

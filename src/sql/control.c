@@ -441,7 +441,20 @@ retry_failed_pass(Target *t)
 	values[1] = Int64GetDatum(t->last_id);
 	catalog_enter(&scope);
 	/* a partition planned per leaf keeps its leaf's piece (engine/leaves.c) */
-	copied = catalog_exec(catalog_has_column("partition", "leaf_range") ?
+	/*
+	 * a Citus shard's partition goes on from its row on the shard's node,
+	 * the old run's (shard_run), with the rows that row counts
+	 */
+	copied = catalog_exec(catalog_has_column("partition", "shard_run") ?
+						  "INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, state,"
+						  "   leaf, leaf_range, shard, shard_group, shard_run, rows)"
+						  " SELECT $1, part_no, lo, hi, cursor,"
+						  "        CASE WHEN state = 'done' THEN 'done' ELSE 'pending' END,"
+						  "        leaf, leaf_range, shard, shard_group,"
+						  "        CASE WHEN shard IS NOT NULL THEN coalesce(shard_run, run_id) END,"
+						  "        CASE WHEN shard IS NOT NULL THEN rows ELSE 0 END"
+						  "   FROM backfill.partition WHERE run_id = $2" :
+						  catalog_has_column("partition", "leaf_range") ?
 						  "INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, state,"
 						  "   leaf, leaf_range)"
 						  " SELECT $1, part_no, lo, hi, cursor,"

@@ -36,8 +36,11 @@
  * after a column was dropped does not, and its batches fail with BF035.
  *
  * Both functions run as the calling role (the lane's), with its
- * privileges; only the checkpoint row is written as the extension's owner,
- * and only for the role that opened it.
+ * privileges; only the checkpoint row is written as the extension's owner:
+ * the caller's own row (the role is part of its key), for a shard whose
+ * table it may read.  Every name is looked up under the declaration's
+ * search_path or qualified: the session's (a role's or database's
+ * setting on this node) never decides which table a batch writes.
  *
  *-------------------------------------------------------------------------
  */
@@ -52,6 +55,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "parser/analyze.h"
 #include "utils/acl.h"
@@ -96,9 +100,9 @@ static Oid	swap_from = InvalidOid;
 static Oid	swap_to = InvalidOid;
 
 /*
- * Read, open or replace a partition's row as the extension's owner; a row
- * another role opened is refused.  for_update locks it until the end of
- * the transaction.
+ * Read, open or replace the caller's row of a partition, as the extension's
+ * owner (the caller is part of the row's key).  for_update locks it until
+ * the end of the transaction.
  */
 static void
 shard_row(Datum *args, const bool *argnull, const char *mode, bool for_update, ShardRow *row)
@@ -107,7 +111,6 @@ shard_row(Datum *args, const bool *argnull, const char *mode, bool for_update, S
 	Oid			types[7] = {TEXTOID, INT8OID, INT4OID, INT8OID, TEXTOID, INT8OID, OIDOID};
 	Datum		values[7];
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	Oid			owner = InvalidOid;
 	Oid			caller = GetUserId();
 
 	memcpy(values, args, 6 * sizeof(Datum));
@@ -117,36 +120,27 @@ shard_row(Datum *args, const bool *argnull, const char *mode, bool for_update, S
 	if (strcmp(mode, "open") == 0)
 		catalog_exec("INSERT INTO backfill.shard_cursor (origin, run_id, part_no, shardid, owner,"
 					 " cursor, rows) VALUES ($1, $2, $3, $4, $7, $5, $6)"
-					 " ON CONFLICT (origin, run_id, part_no) DO NOTHING",
+					 " ON CONFLICT (origin, run_id, part_no, owner) DO NOTHING",
 					 7, types, values, nulls, SPI_OK_INSERT);
+	/* the caller's own row: another role's under the same key is none of its business */
 	row->found = catalog_exec(for_update || strcmp(mode, "replace") == 0 ?
-							  "SELECT cursor, rows, owner FROM backfill.shard_cursor"
-							  " WHERE origin = $1 AND run_id = $2 AND part_no = $3 FOR UPDATE" :
-							  "SELECT cursor, rows, owner FROM backfill.shard_cursor"
-							  " WHERE origin = $1 AND run_id = $2 AND part_no = $3",
-							  3, types, values, NULL, SPI_OK_SELECT) == 1;
+							  "SELECT cursor, rows FROM backfill.shard_cursor"
+							  " WHERE origin = $1 AND run_id = $2 AND part_no = $3 AND owner = $7"
+							  "   FOR UPDATE" :
+							  "SELECT cursor, rows FROM backfill.shard_cursor"
+							  " WHERE origin = $1 AND run_id = $2 AND part_no = $3 AND owner = $7",
+							  7, types, values, nulls, SPI_OK_SELECT) == 1;
 	if (row->found)
 	{
 		row->cursor = catalog_gettext(0, 1);
 		row->rows = catalog_getint64(0, 2);
-		owner = catalog_getoid(0, 3);
 	}
-	if (row->found && owner != caller)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_SHARD_CHECKPOINT),
-				 errmsg("the checkpoint of run " INT64_FORMAT " partition %d on this node "
-						"belongs to another role", DatumGetInt64(args[1]),
-						DatumGetInt32(args[2])),
-				 errdetail("It was opened by role %u; the caller is %s.", owner,
-						   GetUserNameFromId(caller, false)),
-				 errhint("Run the pass's lanes as one role (run_as), and do not write "
-						 "backfill.shard_cursor by hand.")));
 	if (strcmp(mode, "replace") == 0)
 	{
 		catalog_exec(row->found ?
 					 "UPDATE backfill.shard_cursor SET cursor = $5, rows = $6, shardid = $4,"
 					 " batches = batches + 1, updated_at = pg_catalog.now()"
-					 " WHERE origin = $1 AND run_id = $2 AND part_no = $3" :
+					 " WHERE origin = $1 AND run_id = $2 AND part_no = $3 AND owner = $7" :
 					 "INSERT INTO backfill.shard_cursor (origin, run_id, part_no, shardid, owner,"
 					 " cursor, rows) VALUES ($1, $2, $3, $4, $7, $5, $6)",
 					 7, types, values, nulls, row->found ? SPI_OK_UPDATE : SPI_OK_INSERT);
@@ -191,6 +185,30 @@ check_args(FunctionCallInfo fcinfo, int n)
 							 "pg_backfill's lanes.")));
 }
 
+/* Only a role that may read a shard's table keeps checkpoint rows for it. */
+static void
+check_shard_readable(int64 shardid)
+{
+	CatalogScope scope;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(shardid)};
+	Oid			table = InvalidOid;
+
+	catalog_enter(&scope);
+	if (catalog_exec("SELECT s.logicalrelid::pg_catalog.oid FROM pg_catalog.pg_dist_shard s"
+					 " WHERE s.shardid = $1", 1, types, values, NULL, SPI_OK_SELECT) == 1)
+		table = catalog_getoid(0, 1);
+	catalog_leave(&scope);
+	if (!OidIsValid(table))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SHARD_MOVED),
+				 errmsg("shard " INT64_FORMAT " is not known on this node", shardid),
+				 errhint("The shard was split or its table dropped: retry the pass with "
+						 "backfill_run(name, force => true).")));
+	if (pg_class_aclcheck(table, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(table));
+}
+
 /*
  * backfill.shard_checkpoint(origin, run_id, part_no, shardid, at_cursor,
  * at_rows, mode): 'read', 'open' or 'replace' the row.
@@ -215,6 +233,7 @@ backfill_shard_checkpoint(PG_FUNCTION_ARGS)
 		argnull[i] = PG_ARGISNULL(i);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	check_shard_readable(PG_GETARG_INT64(3));
 	for (int i = 0; i < 6; i++)
 		args[i] = argnull[i] ? (Datum) 0 : PG_GETARG_DATUM(i);
 	shard_row(args, argnull, mode, false, &row);
@@ -234,25 +253,32 @@ shard_resolve(ShardTarget *t, const char *relation, const char *key)
 	Datum		values[2];
 	List	   *names;
 
+	CatalogScope scope;
+	char	   *name = NULL;
+
 	t->table = RangeVarGetRelid(makeRangeVarFromNameList(textToQualifiedNameList(cstring_to_text(relation))),
 								AccessShareLock, false);
 	values[0] = ObjectIdGetDatum(t->table);
 	values[1] = Int64GetDatum(t->shardid);
-	if (SPI_execute_with_args("SELECT pg_catalog.shard_name(s.logicalrelid, s.shardid)"
-							  "  FROM pg_catalog.pg_dist_shard s"
-							  " WHERE s.shardid OPERATOR(pg_catalog.=) $2"
-							  "   AND s.logicalrelid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass",
-							  2, types, values, NULL, true, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
+	/* the shard's name (Citus's: a long one truncated), in its table's schema */
+	catalog_enter(&scope);
+	if (catalog_exec("SELECT pg_catalog.shard_name(s.logicalrelid, s.shardid)"
+					 "  FROM pg_catalog.pg_dist_shard s"
+					 " WHERE s.shardid = $2 AND s.logicalrelid = $1::pg_catalog.regclass",
+					 2, types, values, NULL, SPI_OK_SELECT) == 1)
+		name = catalog_gettext(0, 1);
+	catalog_leave(&scope);
+	if (name == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_SHARD_MOVED),
 				 errmsg("shard " INT64_FORMAT " of table %s is not known on this node",
 						t->shardid, relation),
 				 errhint("The shard was split or its table dropped: retry the pass with "
 						 "backfill_run(name, force => true).")));
-	names = textToQualifiedNameList(cstring_to_text(SPI_getvalue(SPI_tuptable->vals[0],
-																 SPI_tuptable->tupdesc, 1)));
-	t->shard = RangeVarGetRelid(makeRangeVarFromNameList(names), RowExclusiveLock, true);
+	names = textToQualifiedNameList(cstring_to_text(name));
+	t->shard = RangeVarGetRelid(makeRangeVar(get_namespace_name(get_rel_namespace(t->table)),
+											 strVal(llast(names)), -1),
+								RowExclusiveLock, true);
 	t->keyattno = get_attnum(t->table, key);
 	if (t->keyattno == InvalidAttrNumber)
 		elog(ERROR, "column \"%s\" of %s does not exist", key, relation);
@@ -274,6 +300,7 @@ shard_fence(ShardTarget *t, const char *relation)
 	CatalogScope scope;
 	Oid			types[1] = {INT8OID};
 	Datum		values[1];
+	bool		placed;
 
 	if (pg_class_aclcheck(t->table, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(t->table));
@@ -281,14 +308,20 @@ shard_fence(ShardTarget *t, const char *relation)
 	catalog_enter(&scope);
 	catalog_exec("SELECT pg_catalog.lock_shard_metadata(5, ARRAY[$1]::pg_catalog.int8[])",
 				 1, types, values, NULL, SPI_OK_SELECT);
+
+	/*
+	 * The placement row FOR SHARE: the move changes it on this node in a
+	 * prepared transaction of its own, which may still be uncommitted when
+	 * the lock above is already free; the row lock waits for it, and reads
+	 * the row as it committed.
+	 */
+	placed = OidIsValid(t->shard) &&
+		catalog_exec("SELECT 1 FROM pg_catalog.pg_dist_placement p"
+					 " WHERE p.shardid = $1"
+					 "   AND p.groupid = (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g)"
+					 "   FOR SHARE OF p", 1, types, values, NULL, SPI_OK_SELECT) == 1;
 	catalog_leave(&scope);
-	if (!OidIsValid(t->shard) ||
-		SPI_execute_with_args("SELECT 1 FROM pg_catalog.pg_dist_placement p"
-							  " WHERE p.shardid OPERATOR(pg_catalog.=) $1"
-							  "   AND p.groupid OPERATOR(pg_catalog.=)"
-							  "       (SELECT g.groupid FROM pg_catalog.pg_dist_local_group g)",
-							  1, types, values, NULL, false, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
+	if (!placed)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_SHARD_MOVED),
 				 errmsg("shard " INT64_FORMAT " of table %s is no longer placed on this node",
@@ -501,6 +534,9 @@ backfill_shard_batch(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	/* the declaration's search_path before anything is looked up by name */
+	shard_batch_settings(text_to_cstring(PG_GETARG_TEXT_PP(12)), PG_GETARG_BOOL(13),
+						 PG_GETARG_INT32(14));
 	shard_resolve(&t, relation, text_to_cstring(PG_GETARG_TEXT_PP(5)));
 	shard_fence(&t, relation);
 	shard_check_layout(&t, relation);
@@ -516,8 +552,6 @@ backfill_shard_batch(PG_FUNCTION_ARGS)
 		SPI_finish();
 		return shard_result(fcinfo, "adopt", &row, 0, true);
 	}
-	shard_batch_settings(text_to_cstring(PG_GETARG_TEXT_PP(12)), PG_GETARG_BOOL(13),
-						 PG_GETARG_INT32(14));
 	nkeys = shard_key_scan(&t, expected, hi, PG_GETARG_INT32(9),
 						   text_to_cstring(PG_GETARG_TEXT_PP(10)), range);
 	if (nkeys == 0)

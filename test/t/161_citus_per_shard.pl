@@ -19,9 +19,16 @@
 #   the move.
 # - An action that reads another distributed table runs coordinator-side,
 #   and the plan says why.
-# - An ordinary role on a worker cannot read or move the checkpoint row of
-#   another role's pass (BF036), and its own call of backfill.shard_batch
-#   runs as itself (permission denied on a table it may not update).
+# - An action that calls a user's function or reads a coordinator-only
+#   table runs coordinator-side too.
+# - A role's search_path on a worker (a schema an attacker writes to first)
+#   decides nothing: a planted table named like the shard, with a trigger,
+#   is never touched.  Checkpoint rows another role planted for the next
+#   run ids neither block nor steer a pass; a role reads only its own; one
+#   that may not read the table keeps none, and its own shard_batch runs as
+#   itself.
+# - backfill_retry of a pass that failed shard by shard goes on from the
+#   nodes' checkpoint rows: every row once across both passes.
 use strict;
 use warnings;
 
@@ -239,27 +246,137 @@ like(sq($coord, "SELECT plan_method FROM backfill.run WHERE run_id = $run_id"),
 is(sq($coord, 'SELECT count(*) FILTER (WHERE n = 1) FROM small'), '3000',
 	'another table read: every row done once');
 
-# (g) an ordinary role on a worker and another role's checkpoint
-$coord->safe_psql('postgres', q{CREATE ROLE mallory LOGIN});	# Citus creates it on the workers
-my $row = sq($workers[0], q{SELECT origin || '|' || run_id || '|' || part_no || '|' || shardid
-	|| '|' || rows FROM backfill.shard_cursor ORDER BY run_id DESC, part_no LIMIT 1});
-my ($origin, $r, $part, $sh, $rows) = split /\|/, $row;
-my ($rc, $out, $err) = $workers[0]->psql('postgres', qq{\\set VERBOSITY verbose
+# (g) an action calling a user's function, or reading a coordinator-only table:
+# coordinator-side (on a worker the function's UPDATE of "small" would be a
+# distributed query over every shard: each row done once per shard)
+$coord->safe_psql('postgres', q{
+	UPDATE small SET n = 0;
+	CREATE FUNCTION bump(lo bigint, hi bigint) RETURNS void LANGUAGE sql
+		AS 'UPDATE small SET n = n + 1 WHERE id BETWEEN lo AND hi';
+	SELECT backfill_declare('fill_fn', 'small', 'n = 0', 'SELECT bump($1, $2)',
+		batch_size => 500, rate => 100);
+	CREATE TABLE coord_only (k int);
+	INSERT INTO coord_only VALUES (1);
+	SELECT backfill_declare('fill_local', 'small', 'n = 1',
+		'UPDATE small SET n = n + (SELECT k FROM coord_only) WHERE id BETWEEN $1 AND $2 AND n = 1',
+		batch_size => 500, rate => 100);
+});
+$run_id = sq($coord, q{SELECT backfill_run('fill_fn')});
+is(wait_pass_end($coord, $run_id, 120), 'completed', 'a function in the action: the pass completed');
+like(sq($coord, "SELECT plan_method FROM backfill.run WHERE run_id = $run_id"),
+	qr/^coordinator-side \(the action or predicate calls public\.bump\(\), which would run on the workers\)/,
+	'a function in the action: coordinator-side, and the plan says why');
+is(sq($coord, 'SELECT count(*) FILTER (WHERE n = 1) FROM small'), '3000',
+	'a function in the action: every row done once');
+$run_id = sq($coord, q{SELECT backfill_run('fill_local')});
+is(wait_pass_end($coord, $run_id, 120), 'completed', 'a coordinator-only table read: the pass completed');
+like(sq($coord, "SELECT plan_method FROM backfill.run WHERE run_id = $run_id"),
+	qr/^coordinator-side \(the action or predicate reads public\.coord_only, a table of the coordinator only\)/,
+	'a coordinator-only table read: coordinator-side, and why');
+
+# (h) a role's search_path on a worker names nothing for a batch: alice's
+# path puts a schema mallory writes to first, where mallory planted a table
+# named like alice's shard with a trigger (it ran as alice, and copied her
+# rows, when the worker looked the shard up by the session's search_path)
+$coord->safe_psql('postgres', q{
+	CREATE ROLE alice LOGIN;
+	CREATE ROLE mallory LOGIN;
+	CREATE SCHEMA shared;
+	GRANT USAGE, CREATE ON SCHEMA shared TO PUBLIC;
+	SET citus.shard_count = 4;
+	CREATE TABLE al (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	SELECT create_distributed_table('al', 'id');
+	INSERT INTO al (id) SELECT g FROM generate_series(1, 4000) g;
+	ALTER TABLE al OWNER TO alice;
+	ALTER ROLE alice SET search_path = shared, public;
+});
+is( sq($workers[0], q{SELECT setconfig FROM pg_db_role_setting WHERE setrole = 'alice'::regrole}),
+	'{"search_path=shared, public"}', "alice's search_path reached the workers");
+my $al_shard = sq($coord, q{SELECT min(shardid) FROM pg_dist_shard WHERE logicalrelid = 'al'::regclass});
+my ($al_worker) = grep {
+	sq($_, "SELECT count(*) FROM pg_dist_placement p JOIN pg_dist_local_group g USING (groupid) "
+		  . "WHERE p.shardid = $al_shard") eq '1'
+} @workers;
+# (a function is created on the coordinator, which creates it on the workers)
+$coord->safe_psql('postgres', q{SET ROLE mallory;
+	CREATE FUNCTION shared.trap() RETURNS trigger LANGUAGE plpgsql AS
+		'BEGIN INSERT INTO shared.loot VALUES (current_user, NEW.id); RETURN NEW; END'});
+$al_worker->safe_psql('postgres', qq{
 	SET ROLE mallory;
-	SELECT * FROM backfill.shard_checkpoint('$origin', $r, $part, $sh, '0', 0, 'replace')});
-like($err, qr/ERROR:\s+BF036: the checkpoint of run $r partition $part on this node belongs to another role/,
-	'another role cannot take over a checkpoint row (BF036)');
-is(sq($workers[0], "SELECT rows FROM backfill.shard_cursor WHERE origin = '$origin' "
-	  . "AND run_id = $r AND part_no = $part"), $rows, 'the row is unchanged');
-($rc, $out, $err) = $workers[0]->psql('postgres', qq{
-	SET ROLE mallory;
-	SELECT * FROM backfill.shard_checkpoint('x', 1, 0, $sh, NULL, 0, 'open');
-	SELECT * FROM backfill.shard_batch('x', 1, 0, $sh, 'public.t', 'id', NULL, 0, NULL, 10,
-		'true', 'UPDATE t SET n = 0 WHERE id BETWEEN \$1 AND \$2', 'public', true, 1000)});
-like($err, qr/permission denied for table t_$sh|permission denied for table t\b/,
-	"a role's own shard_batch runs as itself: no UPDATE without the privilege");
-is(sq($workers[0], "SELECT count(*) FROM t_$sh WHERE n = 0"), '0',
-	'and nothing was written');
+	CREATE TABLE shared.loot (who name, id bigint);
+	CREATE TABLE shared.al_$al_shard (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	INSERT INTO shared.al_$al_shard SELECT g FROM generate_series(1, 4000) g;
+	CREATE TRIGGER trap BEFORE UPDATE ON shared.al_$al_shard FOR EACH ROW EXECUTE FUNCTION shared.trap();
+	GRANT ALL ON shared.al_$al_shard, shared.loot TO PUBLIC;
+});
+$coord->safe_psql('postgres', q{SET ROLE alice;
+	SELECT backfill_declare('fill_al', 'public.al', 'n = 0',
+		'UPDATE public.al SET n = n + 1 WHERE id BETWEEN $1 AND $2 AND n = 0',
+		batch_size => 500, rate => 100)});
+my $al_run = sq($coord, q{SET ROLE alice; SELECT backfill_run('fill_al')});
+is(wait_pass_end($coord, $al_run, 120), 'completed', "a planted shard-named table: alice's pass completed");
+is(sq($coord, 'SELECT count(*) FILTER (WHERE n = 1) FROM al'), '4000',
+	"a planted shard-named table: every row of alice's table done once");
+is(sq($al_worker, 'SELECT count(*) FROM shared.loot'), '0',
+	"a planted shard-named table: mallory's trigger never ran");
+
+# (i) checkpoint rows of another role: mallory plants rows for the next run
+# ids under the coordinator's origin; they neither block nor steer alice's pass
+my $sysid = sq($coord, 'SELECT system_identifier FROM pg_control_system()');
+my $dboid = sq($coord, q{SELECT oid FROM pg_database WHERE datname = 'postgres'});
+my $next = sq($coord, 'SELECT max(run_id) + 1 FROM backfill.ledger');
+$coord->safe_psql('postgres', 'GRANT SELECT ON al TO mallory');
+for my $w (@workers)
+{
+	$w->safe_psql('postgres', qq{SET ROLE mallory;
+		SELECT count(*) FROM generate_series($next, $next + 3) r, generate_series(0, 3) p,
+			LATERAL backfill.shard_checkpoint('$sysid:$dboid', r, p, $al_shard, '999999', 0, 'open') c});
+}
+$coord->safe_psql('postgres', 'UPDATE al SET n = 0');
+$al_run = sq($coord, q{SET ROLE alice; SELECT backfill_run('fill_al', force => true)});
+is($al_run, $next, 'mallory planted rows for the run id the pass then took');
+is(wait_pass_end($coord, $al_run, 120), 'completed', "planted checkpoint rows: alice's pass completed");
+is(sq($coord, 'SELECT count(*) FILTER (WHERE n = 1) FROM al'), '4000',
+	'planted checkpoint rows: every row done once, none skipped');
+my ($rc, $out, $err) = $al_worker->psql('postgres', qq{SET ROLE mallory;
+	SELECT cursor, rows, found FROM backfill.shard_checkpoint('$sysid:$dboid', $al_run, 0, $al_shard, NULL, 0, 'read')});
+is($out, '999999|0|t', "mallory reads only the row she planted, not alice's");
+$coord->safe_psql('postgres', 'CREATE ROLE nobody LOGIN');
+($rc, $out, $err) = $al_worker->psql('postgres', qq{SET ROLE nobody;
+	SELECT * FROM backfill.shard_checkpoint('x', 1, 0, $al_shard, NULL, 0, 'open')});
+like($err, qr/permission denied for table al/,
+	'a role that may not read the table keeps no checkpoint rows for its shards');
+($rc, $out, $err) = $al_worker->psql('postgres', qq{SET ROLE nobody;
+	SELECT * FROM backfill.shard_batch('x', 1, 0, $al_shard, 'public.al', 'id', NULL, 0, NULL, 10,
+		'true', 'UPDATE al SET n = 7 WHERE id BETWEEN \$1 AND \$2', 'public', true, 1000)});
+like($err, qr/permission denied for table al/,
+	"a role's own shard_batch runs as itself: no batch without the privilege");
+is(sq($coord, 'SELECT count(*) FROM al WHERE n = 7'), '0', 'and nothing was written');
+
+# (j) backfill_retry of a pass that failed shard by shard goes on from the
+# nodes' checkpoint rows, shard by shard (it made whole-table partitions)
+$coord->safe_psql('postgres', 'UPDATE small SET n = 0');
+$coord->safe_psql('postgres', q{
+	SELECT backfill_declare('fill_retry', 'small', 'n = 0',
+		'UPDATE small SET n = n + 1 WHERE id BETWEEN $1 AND $2',
+		batch_size => 100, rate => 20, max_attempts => 2, backoff_base => '10 ms',
+		backoff_cap => '20 ms')});
+$run_id = sq($coord, q{SELECT backfill_run('fill_retry')});
+ok(poll_until($coord, "SELECT sum(rows) > 300 FROM backfill.partition WHERE run_id = $run_id", 't', 60),
+	'retry: the pass is under way');
+$workers[1]->stop('immediate');
+is(wait_pass_end($coord, $run_id, 120), 'failed', 'retry: the pass failed while a worker was down');
+$workers[1]->start;
+$coord->safe_psql('postgres', q{SELECT backfill_retry('fill_retry')});
+my $retry = sq($coord, q{SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'fill_retry'});
+isnt($retry, $run_id, 'retry: a new pass resumes the failed one');
+is(wait_pass_end($coord, $retry, 120), 'completed', 'retry: the resumed pass completed');
+is(sq($coord, 'SELECT count(*) FILTER (WHERE n = 1), count(*) FROM small'), '3000|3000',
+	'retry: every row done exactly once across the two passes (the action does not repeat the predicate)');
+is( sq($coord, "SELECT count(*) FROM backfill.partition WHERE run_id = $retry "
+		  . "AND shard IS NOT NULL AND shard_run = $run_id"),
+	sq($coord, "SELECT count(*) FROM backfill.partition WHERE run_id = $run_id"),
+	"retry: each partition is the old one's shard, on the old run's checkpoint row");
 
 $_->stop for ($coord, @workers);
 done_testing();
