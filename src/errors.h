@@ -77,6 +77,8 @@
 #define ERRCODE_BACKFILL_SHARD_LAYOUT	MAKE_SQLSTATE('B','F','0','3','5')
 /* a shard's checkpoint row missing on its node, or opened by another role */
 #define ERRCODE_BACKFILL_SHARD_CHECKPOINT MAKE_SQLSTATE('B','F','0','3','6')
+/* a shard's batch on a worker reached another relation than its shard */
+#define ERRCODE_BACKFILL_SHARD_REACH	MAKE_SQLSTATE('B','F','0','3','7')
 
 /*
  * In a PG_CATCH block of a backend, before raising the caught error again

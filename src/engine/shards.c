@@ -51,6 +51,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
+#include "storage/lock.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/lsyscache.h"
@@ -64,6 +65,9 @@
 
 /* the lane's connections to the nodes that hold its shards */
 #define SHARDS_MAX_NODES 64
+
+/* Citus's advisory lock class of a colocation group's moves (resource_lock.h) */
+#define CITUS_REBALANCE_LOCK_CLASS 13
 
 typedef struct NodeConn
 {
@@ -459,12 +463,58 @@ shards_open(Pass *pass, Claim *claim)
 	claim->shard_ready = true;
 }
 
+/*
+ * No batch overlaps a move or split in its table's colocation group: Citus
+ * holds its rebalance lock of the group (an advisory lock, class 13,
+ * ExclusiveLock) on the coordinator for the whole operation, and the lane
+ * holds it in ShareLock for the batch, waiting (however long the move
+ * takes) while a move runs.  A batch that committed on the old placement
+ * while a move with logical replication ran was measured lost on the new
+ * one though its checkpoint counted it.  The cost: Citus takes its lock
+ * without waiting, so a move started while a batch holds it fails at once
+ * ("could not acquire the lock required to move"): pause the pass, or try
+ * the move again.
+ */
+static void
+wait_out_moves(Pass *pass)
+{
+	static Oid	cached_relid = InvalidOid;
+	static int64 cached_id = 0;
+	LOCKTAG		tag;
+
+	if (cached_relid != pass->relid)
+	{
+		CatalogScope scope;
+		Oid			types[1] = {OIDOID};
+		Datum		values[1] = {ObjectIdGetDatum(pass->relid)};
+		int64		id = 0;
+
+		catalog_enter(&scope);
+		if (catalog_exec("SELECT p.colocationid::pg_catalog.int8 FROM pg_catalog.pg_dist_partition p"
+						 " WHERE p.logicalrelid = $1::pg_catalog.regclass",
+						 1, types, values, NULL, SPI_OK_SELECT) == 1)
+			id = catalog_getint64(0, 1);
+		catalog_leave(&scope);
+		cached_id = id != 0 ? id : (int64) pass->relid;
+		cached_relid = pass->relid;
+	}
+	(void) set_config_option("lock_timeout", "0", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (cached_id >> 32), (uint32) cached_id,
+						 CITUS_REBALANCE_LOCK_CLASS);
+	(void) LockAcquire(&tag, ShareLock, false, false);
+	(void) set_config_option("lock_timeout", psprintf("%d", pass->lock_timeout_ms), PGC_USERSET,
+							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+}
+
 void
 shards_batch(Pass *pass, Claim *claim, int limit, ShardAnswer *answer)
 {
 	const char *params[15];
 	PGresult   *res;
 	const char *status;
+
+	wait_out_moves(pass);
 
 	params[0] = origin_text();
 	params[1] = psprintf(INT64_FORMAT, claim->shard_run);

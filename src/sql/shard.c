@@ -49,7 +49,9 @@
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "access/xlog.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -96,8 +98,10 @@ typedef struct ShardTarget
 /* the one parse analysis that reads the shard for its table (shard_parse_hook) */
 static post_parse_analyze_hook_type prev_parse_hook = NULL;
 static bool parse_hook_installed = false;
-static Oid	swap_from = InvalidOid;
+static Oid	swap_from = InvalidOid;	/* while a batch runs: its table, and its shard */
 static Oid	swap_to = InvalidOid;
+static bool swap_armed = false;	/* the next parse is the action's: swap the table */
+static Oid	stray = InvalidOid;	/* a relation a parse named beside the shard */
 
 /*
  * Read, open or replace the caller's row of a partition, as the extension's
@@ -234,6 +238,9 @@ backfill_shard_checkpoint(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	check_shard_readable(PG_GETARG_INT64(3));
+	/* the coordinator records where the row is once this returns: durable first */
+	(void) set_config_option("synchronous_commit", "on", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
 	for (int i = 0; i < 6; i++)
 		args[i] = argnull[i] ? (Datum) 0 : PG_GETARG_DATUM(i);
 	shard_row(args, argnull, mode, false, &row);
@@ -378,8 +385,12 @@ swap_relation_walker(Node *node, void *context)
 	{
 		RangeTblEntry *rte = (RangeTblEntry *) node;
 
-		if (rte->rtekind == RTE_RELATION && rte->relid == swap_from)
+		if (rte->rtekind != RTE_RELATION || rte->relid == swap_to)
+			return false;
+		if (swap_armed && rte->relid == swap_from)
 			rte->relid = swap_to;
+		else if (get_rel_namespace(rte->relid) != PG_CATALOG_NAMESPACE && !OidIsValid(stray))
+			stray = rte->relid;
 		return false;
 	}
 	if (IsA(node, Query))
@@ -391,7 +402,7 @@ swap_relation_walker(Node *node, void *context)
 		{
 			RTEPermissionInfo *perm = lfirst_node(RTEPermissionInfo, lc);
 
-			if (perm->relid == swap_from)
+			if (swap_armed && perm->relid == swap_from)
 				perm->relid = swap_to;
 		}
 #endif
@@ -401,26 +412,47 @@ swap_relation_walker(Node *node, void *context)
 	return expression_tree_walker(node, swap_relation_walker, context);
 }
 
-/* the parse analysis hook: the armed swap, once, then the hooks before */
+/*
+ * The parse analysis hook, while a batch runs: the action's statement has
+ * its table pointed at the shard; any statement parsed meanwhile (the key
+ * scan, and whatever the predicate or the action reaches: a function's
+ * body, a domain's CHECK, a query string) may name only the shard and
+ * pg_catalog.  Anything else is refused before it runs (BF037): the table
+ * there is a distributed query again (its rows once per shard), and another
+ * name is whatever this node's search_path finds (a "$user" schema another
+ * role created here).
+ */
 static void
 shard_parse_hook(ParseState *pstate, Query *query, JumbleState *jstate)
 {
 	if (OidIsValid(swap_from))
 	{
+		stray = InvalidOid;
 		(void) swap_relation_walker((Node *) query, NULL);
-		swap_from = InvalidOid;
+		swap_armed = false;
+		if (OidIsValid(stray))
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SHARD_REACH),
+					 errmsg("a batch of shard %s reaches %s on this node",
+							get_rel_name(swap_to),
+							quote_qualified_identifier(get_namespace_name(get_rel_namespace(stray)),
+													   get_rel_name(stray))),
+					 errdetail("On a Citus worker the backfill's SQL may name only its table; "
+							   "through a function, a domain or a query string it named this "
+							   "relation, or the node's search_path found another table of "
+							   "that name."),
+					 errhint("Run the backfill coordinator-side: set backfill.citus_per_shard to "
+							 "off and start a new pass with backfill_run(name, force => true); "
+							 "qualify the table's name in the action.")));
 	}
 	if (prev_parse_hook)
 		prev_parse_hook(pstate, query, jstate);
 }
 
-/* Run the action on the shard ($1, $2 the first and last key), as the caller. */
+/* Watch every parse while fn runs with its arguments (the batch's SQL), then stop. */
 static void
-shard_action(ShardTarget *t, const char *action, Datum *range)
+shard_guarded(ShardTarget *t, void (*fn) (void *), void *arg)
 {
-	Oid			types[2] = {t->keytype, t->keytype};
-	int			rc;
-
 	if (!parse_hook_installed)
 	{
 		prev_parse_hook = post_parse_analyze_hook;
@@ -431,13 +463,26 @@ shard_action(ShardTarget *t, const char *action, Datum *range)
 	swap_to = t->shard;
 	PG_TRY();
 	{
-		rc = SPI_execute_with_args(action, 2, types, range, NULL, false, 0);
+		fn(arg);
 	}
 	PG_FINALLY();
 	{
 		swap_from = InvalidOid;
+		swap_armed = false;
 	}
 	PG_END_TRY();
+}
+
+/* Run the action on the shard ($1, $2 the first and last key), as the caller. */
+static void
+shard_action(ShardTarget *t, const char *action, Datum *range)
+{
+	Oid			types[2] = {t->keytype, t->keytype};
+	int			rc;
+
+	swap_armed = true;
+	rc = SPI_execute_with_args(action, 2, types, range, NULL, false, 0);
+	swap_armed = false;
 	if (rc < 0)
 		elog(ERROR, "action on shard %s failed: %s", t->shard_sql, SPI_result_code_string(rc));
 }
@@ -477,6 +522,29 @@ shard_key_scan(ShardTarget *t, const char *cursor, const char *hi, int limit,
 	return SPI_processed;
 }
 
+/* a batch's key scan and action, run under the parse guard (shard_guarded) */
+typedef struct ShardWork
+{
+	ShardTarget *t;
+	const char *cursor;
+	const char *hi;
+	int			limit;
+	const char *predicate;
+	const char *action;
+	Datum	   *range;
+	uint64		nkeys;
+} ShardWork;
+
+static void
+shard_work(void *arg)
+{
+	ShardWork  *w = (ShardWork *) arg;
+
+	w->nkeys = shard_key_scan(w->t, w->cursor, w->hi, w->limit, w->predicate, w->range);
+	if (w->nkeys > 0)
+		shard_action(w->t, w->action, w->range);
+}
+
 /* The batch's own settings, for the rest of its transaction. */
 static void
 shard_batch_settings(const char *path, bool async_commit, int lock_timeout_ms)
@@ -514,6 +582,7 @@ backfill_shard_batch(PG_FUNCTION_ARGS)
 	uint64		nkeys;
 	Oid			output;
 	bool		varlena;
+	ShardWork	work;
 
 	for (int i = 0; i < 15; i++)
 		if (PG_ARGISNULL(i) && i != 6 && i != 8)
@@ -552,14 +621,26 @@ backfill_shard_batch(PG_FUNCTION_ARGS)
 		SPI_finish();
 		return shard_result(fcinfo, "adopt", &row, 0, true);
 	}
-	nkeys = shard_key_scan(&t, expected, hi, PG_GETARG_INT32(9),
-						   text_to_cstring(PG_GETARG_TEXT_PP(10)), range);
+	work.t = &t;
+	work.cursor = expected;
+	work.hi = hi;
+	work.limit = PG_GETARG_INT32(9);
+	work.predicate = text_to_cstring(PG_GETARG_TEXT_PP(10));
+	work.action = text_to_cstring(PG_GETARG_TEXT_PP(11));
+	work.range = range;
+	shard_guarded(&t, shard_work, &work);
+	nkeys = work.nkeys;
 	if (nkeys == 0)
 	{
+		/*
+		 * The partition's end is final on the coordinator: the earlier
+		 * batches, committed without waiting for disk, must not be lost in
+		 * a crash of this node after it (their rows would never be done).
+		 */
+		XLogFlush(GetXLogInsertRecPtr());
 		SPI_finish();
 		return shard_result(fcinfo, "done", &row, 0, true);
 	}
-	shard_action(&t, text_to_cstring(PG_GETARG_TEXT_PP(11)), range);
 
 	getTypeOutputInfo(t.keytype, &output, &varlena);
 	rowargs[4] = CStringGetTextDatum(worker_key_output(output, range[1]));

@@ -100,6 +100,23 @@ sub start_pass
 	return sq($coord, q{SELECT backfill_run('fill_t', force => true)});
 }
 
+# move a shard; Citus gives up at once while a batch holds the group's rebalance
+# lock (the lanes hold it in ShareLock for each batch): try again until it moves
+sub move_shard
+{
+	my ($shard, $from, $to, $mode) = @_;
+	for my $try (1 .. 100)
+	{
+		my ($rc, $out, $err) = $coord->psql('postgres', qq{
+			SELECT citus_move_shard_placement($shard, 'localhost', $from, 'localhost', $to,
+				shard_transfer_mode => '$mode')});
+		return $try if $rc == 0;
+		die "move failed: $err" unless $err =~ /could not acquire the lock required to move/;
+		usleep(50_000);
+	}
+	die "shard $shard did not move in 100 tries";
+}
+
 sub midway
 {
 	my ($run_id, $rows) = @_;
@@ -203,10 +220,13 @@ for my $mode ('force_logical', 'block_writes')
 		"$mode move: the shard's partition is under way");
 	$log_offset = -s $coord->logfile;
 	my $t0 = time();
-	$coord->safe_psql('postgres', qq{
-		SELECT citus_move_shard_placement($shard, 'localhost', $port1, 'localhost', $port2,
-			shard_transfer_mode => '$mode')});
-	note(sprintf("the $mode move took %.1f s", time() - $t0));
+	# logical replication: there, back and there again while the partition runs (a batch
+	# that committed on the old placement during such a move was lost on the new one)
+	my @hops = $mode eq 'force_logical' ? ([$port1, $port2], [$port2, $port1], [$port1, $port2])
+	  : ([$port1, $port2]);
+	my $tries = 0;
+	$tries += move_shard($shard, @$_, $mode) for @hops;
+	note(sprintf("the %d %s move(s) took %.1f s and %d tries", scalar @hops, $mode, time() - $t0, $tries));
 	declare_fill($n, 200, 500);
 	my $old_at_move = sq($workers[0], qq{SET citus.override_table_visibility = off;
 		SELECT count(*) FILTER (WHERE n = $n + 1) FROM t_$shard});
@@ -352,6 +372,54 @@ like($err, qr/permission denied for table al/,
 like($err, qr/permission denied for table al/,
 	"a role's own shard_batch runs as itself: no batch without the privilege");
 is(sq($coord, 'SELECT count(*) FROM al WHERE n = 7'), '0', 'and nothing was written');
+
+# (k) what a batch reaches on a worker beside its shard is refused there (BF037):
+# a domain's CHECK function that updates the table (no function in the action's
+# text: planned per shard), and a "$user" schema another role created on a worker
+$coord->safe_psql('postgres', q{
+	UPDATE small SET n = 0;
+	CREATE FUNCTION bumpr(r int8range) RETURNS boolean LANGUAGE sql
+		AS 'UPDATE small SET n = n + 1 WHERE id <@ r RETURNING true';
+	CREATE DOMAIN rdom AS int8range CHECK (bumpr(VALUE));
+	SELECT backfill_declare('fill_dom', 'small', 'n = 0',
+		'SELECT pg_catalog.int8range($1, $2, ''[]'')::rdom', batch_size => 500, rate => 100,
+		max_attempts => 2, backoff_base => '10 ms', backoff_cap => '20 ms');
+});
+$run_id = sq($coord, q{SELECT backfill_run('fill_dom')});
+is(wait_pass_end($coord, $run_id, 120), 'failed', 'a domain CHECK reaching the table: the pass failed');
+like(sq($coord, "SELECT error_message FROM backfill.ledger WHERE run_id = $run_id"),
+	qr/BF037.*reaches public\.small on this node/s, 'a domain CHECK reaching the table: BF037 says what it reached');
+is(sq($coord, 'SELECT count(*) FROM small WHERE n <> 0'), '0',
+	'a domain CHECK reaching the table: nothing was done (no row once per shard)');
+$coord->safe_psql('postgres', q{
+	CREATE ROLE carol LOGIN;
+	CREATE TABLE cl (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	SELECT create_distributed_table('cl', 'id');
+	INSERT INTO cl (id) SELECT g FROM generate_series(1, 2000) g;
+	ALTER TABLE cl OWNER TO carol;
+});
+$coord->safe_psql('postgres', 'GRANT CREATE ON DATABASE postgres TO mallory');
+for my $w (@workers)
+{
+	$w->safe_psql('postgres', q{SET citus.enable_ddl_propagation = off;
+		SET ROLE mallory;
+		CREATE SCHEMA carol;
+		CREATE TABLE carol.cl (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+		INSERT INTO carol.cl SELECT g FROM generate_series(1, 2000) g;
+		CREATE TRIGGER trap BEFORE UPDATE ON carol.cl FOR EACH ROW EXECUTE FUNCTION shared.trap();
+		GRANT ALL ON SCHEMA carol TO PUBLIC;
+		GRANT ALL ON carol.cl TO PUBLIC;});
+}
+$coord->safe_psql('postgres', q{SET ROLE carol;
+	SELECT backfill_declare('fill_cl', 'cl', 'n = 0',
+		'UPDATE cl SET n = n + 1 WHERE id BETWEEN $1 AND $2 AND n = 0', batch_size => 500,
+		rate => 100, max_attempts => 2, backoff_base => '10 ms', backoff_cap => '20 ms')});
+$run_id = sq($coord, q{SET ROLE carol; SELECT backfill_run('fill_cl')});
+is(wait_pass_end($coord, $run_id, 120), 'failed', 'a "$user" schema squatted on the workers: the pass failed');
+like(sq($coord, "SELECT error_message FROM backfill.ledger WHERE run_id = $run_id"),
+	qr/BF037.*reaches carol\.cl on this node/s, 'a "$user" schema squatted: BF037 names the squatted table');
+is(sq($al_worker, 'SELECT count(*) FROM shared.loot'), '0',
+	"a \"\$user\" schema squatted: mallory's trigger never ran");
 
 # (j) backfill_retry of a pass that failed shard by shard goes on from the
 # nodes' checkpoint rows, shard by shard (it made whole-table partitions)
