@@ -177,14 +177,15 @@ shard_result(FunctionCallInfo fcinfo, const char *status, ShardRow *row, int64 k
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 
+/* No argument of function fn is null but those whose bit is set in nullable. */
 static void
-check_args(FunctionCallInfo fcinfo, int n)
+check_args(FunctionCallInfo fcinfo, const char *fn, uint32 nullable)
 {
-	for (int i = 0; i < n; i++)
-		if (PG_ARGISNULL(i) && i != 4)
+	for (int i = 0; i < PG_NARGS(); i++)
+		if (PG_ARGISNULL(i) && (nullable & (1U << i)) == 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_BACKFILL_SHARD_CHECKPOINT),
-					 errmsg("argument %d of a shard's checkpoint is null", i + 1),
+					 errmsg("argument %d of %s is null", i + 1, fn),
 					 errhint("backfill.shard_checkpoint and backfill.shard_batch are called by "
 							 "pg_backfill's lanes.")));
 }
@@ -226,7 +227,7 @@ backfill_shard_checkpoint(PG_FUNCTION_ARGS)
 	Datum		args[6];
 	bool		found;
 
-	check_args(fcinfo, 7);
+	check_args(fcinfo, "backfill.shard_checkpoint", 1U << 4);
 	mode = text_to_cstring(PG_GETARG_TEXT_PP(6));
 	if (strcmp(mode, "read") != 0 && strcmp(mode, "open") != 0 && strcmp(mode, "replace") != 0)
 		ereport(ERROR,
@@ -584,12 +585,7 @@ backfill_shard_batch(PG_FUNCTION_ARGS)
 	bool		varlena;
 	ShardWork	work;
 
-	for (int i = 0; i < 15; i++)
-		if (PG_ARGISNULL(i) && i != 6 && i != 8)
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_SHARD_CHECKPOINT),
-					 errmsg("argument %d of backfill.shard_batch is null", i + 1),
-					 errhint("backfill.shard_batch is called by pg_backfill's lanes.")));
+	check_args(fcinfo, "backfill.shard_batch", (1U << 6) | (1U << 8));
 	relation = text_to_cstring(PG_GETARG_TEXT_PP(4));
 	expected = PG_ARGISNULL(6) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(6));
 	hi = PG_ARGISNULL(8) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(8));
