@@ -29,7 +29,9 @@
 #      SKIP_SETUP=1 to skip scripts/setup.sh,
 #      TEST_LAYERS to run only some layers (default "regress pgtap tap isolation package"),
 #      PG_CONFIG: test against this server alone,
-#      PG_TEST_PORT_DIR: port reservations shared by TAP runs going on at once,
+#      PG_TEST_PORT_DIR: port reservations shared by TAP runs going on at once
+#      (default /tmp/pg_backfill_portlock, one for every run on the machine),
+#      TEST_JOBS: how many TAP files run at once (default 6; 1 runs them one by one),
 #      TEST_MATCH: an extended regex; only test files whose path matches run
 #      (e.g. TEST_MATCH='050_|upgrade').
 set -uo pipefail
@@ -172,7 +174,17 @@ run_layers() {
     if ! want tap; then
         echo "== tap: not in TEST_LAYERS, skipped"
     elif [ ${#tap[@]} -gt 0 ]; then
-        echo "== tap: prove -v ${tap[*]#test/}"
+        # The files run at once, each with its own clusters on ports that
+        # PostgreSQL::Test::Cluster reserves in PG_TEST_PORT_DIR: one
+        # directory for the machine, so that two test runs at once (two
+        # clones) never start servers on the same port; the longest files
+        # start first so that none is left to run alone at the end.
+        jobs=${TEST_JOBS:-6}
+        export PG_TEST_PORT_DIR=${PG_TEST_PORT_DIR:-/tmp/pg_backfill_portlock}
+        mkdir -p "$PG_TEST_PORT_DIR"
+        chmod 1777 "$PG_TEST_PORT_DIR" 2>/dev/null || true
+        mapfile -t tap < <(slow_first "${tap[@]}")
+        echo "== tap: prove -j $jobs --timer ${tap[*]#test/}"
         mkdir -p "$OUT/tap"
         chown -R postgres: "$OUT/tap"
         (cd test && runuser -u postgres -- env -u PGHOST -u PGPORT -u PGUSER -u PGDATABASE \
@@ -180,7 +192,7 @@ run_layers() {
             PG_REGRESS="$PG_REGRESS_BIN" \
             PERL5LIB="$PERL_LIB${PERL5LIB:+:$PERL5LIB}" \
             TESTDIR="$OUT/tap" TESTDATADIR="$OUT/tap/tmp_check" TESTLOGDIR="$OUT/tap/tmp_check/log" \
-            prove -v "${tap[@]#test/}") 2>&1 | tee "$OUT/tap.out"
+            prove -j "$jobs" --timer "${tap[@]#test/}") 2>&1 | tee "$OUT/tap.out"
         rc=${PIPESTATUS[0]}
         count_tap "$OUT/tap.out" "$rc"
         if [ "$rc" -ne 0 ]; then
@@ -236,6 +248,15 @@ run_layers() {
 }
 
 shopt -s nullglob
+
+# the TAP files that take longest (a minute or more on 2 cores), first;
+# then the rest in their order
+TAP_SLOW='/(002|141|086|083|084|102|150|142|020|103|001|010|089)_'
+slow_first() {
+    local f
+    for f in "$@"; do [[ "$f" =~ $TAP_SLOW ]] && echo "$f"; done
+    for f in "$@"; do [[ "$f" =~ $TAP_SLOW ]] || echo "$f"; done
+}
 
 # keep the paths that match $TEST_MATCH (all of them when it is unset)
 only() {

@@ -26,7 +26,7 @@ SELECT backfill_declare('bf030', 'bf030_t', 'c IS NULL',
 SELECT backfill_run('bf030') AS run1 \gset
 SELECT is((SELECT status FROM backfill.ledger WHERE run_id = :run1), 'running',
           'backfill_run writes a running ledger row');
-SELECT is(backfill_wait(:run1, '60 s'), 'completed', 'the pass completes');
+SELECT is(backfill_wait(:run1, '300 s'), 'completed', 'the pass completes');
 SELECT is((SELECT count(*) FROM bf030_t WHERE c IS NULL), 0::bigint,
           'no row still matches the predicate');
 SELECT is((SELECT count(*) FROM bf030_t WHERE c = a * 2), 5000::bigint,
@@ -57,7 +57,7 @@ SELECT is(backfill_run('bf030', force => false), :run1::bigint,
 UPDATE bf030_t SET c = NULL WHERE id <= 1234;
 SELECT backfill_run('bf030', force => true) AS run2 \gset
 SELECT isnt(:run2::bigint, :run1::bigint, 'a forced run returns a new run id');
-SELECT is(backfill_wait(:run2, '60 s'), 'completed', 'the forced pass completes');
+SELECT is(backfill_wait(:run2, '300 s'), 'completed', 'the forced pass completes');
 SELECT results_eq(
     $$SELECT status, forced, previous_run_id, rows, checksum
         FROM backfill.ledger WHERE run_id = $$ || :run2,
@@ -102,7 +102,7 @@ SELECT is((SELECT count(*) FROM backfill.ledger WHERE declaration = 'bf030_env')
           'the refused run wrote no ledger row');
 SET backfill.environment = 'staging';
 SELECT backfill_run('bf030_env') AS run_env \gset
-SELECT is(backfill_wait(:run_env, '60 s'), 'completed', 'in staging it runs and completes');
+SELECT is(backfill_wait(:run_env, '300 s'), 'completed', 'in staging it runs and completes');
 SELECT is((SELECT count(*) FROM bf030_env WHERE c IS NULL), 0::bigint, 'and rewrote its rows');
 RESET backfill.environment;
 

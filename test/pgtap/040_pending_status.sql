@@ -38,7 +38,7 @@ SELECT backfill_declare('bf040_done', 'bf040_done', 'c IS NULL',
     'UPDATE bf040_done SET c = a * 2 WHERE id BETWEEN $1 AND $2 AND c IS NULL',
     batch_size => 100, rate => 1000) AS done_checksum \gset
 SELECT backfill_run('bf040_done') AS done_run \gset
-SELECT is(backfill_wait(:done_run, '60 s'), 'completed', 'the pass completes');
+SELECT is(backfill_wait(:done_run, '300 s'), 'completed', 'the pass completes');
 SELECT results_eq(
     $$SELECT state, checksum, completed_checksum, changed, last_run_id, last_completed_run_id, rows
         FROM backfill_pending() WHERE name = 'bf040_done'$$,
@@ -93,7 +93,7 @@ SELECT backfill_declare('bf040_stall', 'bf040_stall', 'c IS NULL',
     'UPDATE bf040_stall SET c = a WHERE id BETWEEN $1 AND $2 AND id % 2 = 0',
     batch_size => 100, rate => 1000) AS stall_checksum \gset
 SELECT backfill_run('bf040_stall') AS stall_run \gset
-SELECT is(backfill_wait(:stall_run, '60 s'), 'failed', 'a pass that leaves matching rows fails');
+SELECT is(backfill_wait(:stall_run, '300 s'), 'failed', 'a pass that leaves matching rows fails');
 SELECT count(*) AS stall_left FROM bf040_stall WHERE c IS NULL \gset
 SELECT isnt(:stall_left::bigint, 0::bigint, 'rows still match the predicate');
 SELECT is((SELECT error_code FROM backfill.ledger WHERE run_id = :stall_run), 'BF006',
@@ -120,7 +120,7 @@ SELECT backfill_declare('bf040_orphan', 'bf040_orphan', 'c IS NULL',
     'UPDATE bf040_orphan SET c = a WHERE id BETWEEN $1 AND $2 AND c IS NULL',
     batch_size => 50, rate => 1000) AS orphan_checksum \gset
 SELECT backfill_run('bf040_orphan') AS orphan_run \gset
-SELECT is(backfill_wait(:orphan_run, '60 s'), 'completed', 'the soon-orphaned pass completes');
+SELECT is(backfill_wait(:orphan_run, '300 s'), 'completed', 'the soon-orphaned pass completes');
 SELECT is((SELECT state FROM backfill_pending() WHERE name = 'bf040_orphan'), 'completed',
           'while declared it is completed');
 DELETE FROM backfill.declaration WHERE name = 'bf040_orphan';

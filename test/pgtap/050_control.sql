@@ -62,7 +62,7 @@ SELECT backfill_declare('bf050_done', 'bf050_done', 'c = 0',
     'UPDATE bf050_done SET c = c + 1 WHERE id BETWEEN $1 AND $2',
     batch_size => 50, rate => 1000);
 SELECT backfill_run('bf050_done') AS done_run \gset
-SELECT is(backfill_wait(:done_run, '60 s'), 'completed', 'the small pass completes');
+SELECT is(backfill_wait(:done_run, '300 s'), 'completed', 'the small pass completes');
 SELECT is((SELECT rows FROM backfill.ledger WHERE run_id = :done_run), 100::bigint,
           'it wrote 100 rows');
 SELECT is(backfill_pause('bf050_done'), false, 'pause after the pass ended: false');
@@ -77,19 +77,20 @@ SELECT isnt_empty($$SELECT * FROM backfill.declaration WHERE name = 'bf050_done'
 
 -- ------------------------------------------------------------------
 -- a slow pass: drop refused, other roles refused, pause/resume/cancel
+-- (200 batches at 0.1 a second a lane: it cannot end while the file runs)
 -- ------------------------------------------------------------------
 SELECT backfill_declare('bf050_slow', 'bf050_slow', 'c = 0',
     'UPDATE bf050_slow SET c = c + 1 WHERE id BETWEEN $1 AND $2',
-    batch_size => 10, rate => 0.5, max_parallel => 2);
+    batch_size => 10, rate => 0.1, max_parallel => 2);
 SELECT backfill_run('bf050_slow') AS slow_run \gset
 SELECT ok(bf_test_poll($$SELECT count(*) = 8 FROM backfill.partition p
                         JOIN backfill.ledger l USING (run_id)
-                       WHERE l.declaration = 'bf050_slow'$$, 60),
+                       WHERE l.declaration = 'bf050_slow'$$, 300),
           'the slow pass was planned');
 
 -- a lease is one partition per lane: wait until both lanes claimed, then
 -- no holder may hold more than one partition
-SELECT ok(bf_test_poll($$SELECT coalesce(sum(claims), 0) >= 2 FROM backfill_partitions('bf050_slow')$$, 30),
+SELECT ok(bf_test_poll($$SELECT coalesce(sum(claims), 0) >= 2 FROM backfill_partitions('bf050_slow')$$, 300),
           'both lanes claimed a partition');
 SELECT results_eq(
     $$SELECT count(*)::int, count(DISTINCT holder_pid)::int
@@ -145,14 +146,14 @@ SELECT is(backfill_pause('bf050_slow'), false, 'pause again: false');
 SELECT results_eq($$SELECT status, paused FROM backfill_status('bf050_slow')$$,
                   $$VALUES ('running', true)$$, 'backfill_status: paused = true, still running');
 SELECT ok(bf_test_poll($$SELECT partitions_running = 0 AND live_leases = 0
-                        FROM backfill_status('bf050_slow')$$, 30),
+                        FROM backfill_status('bf050_slow')$$, 300),
           'paused: the lanes released their leases');
 
 SELECT is(backfill_resume('bf050_slow'), true, 'resume: true');
 SELECT is(backfill_resume('bf050_slow'), false, 'resume again: false');
 SELECT is((SELECT paused FROM backfill_status('bf050_slow')), false,
           'backfill_status: paused = false after resume');
-SELECT ok(bf_test_poll($$SELECT live_leases > 0 FROM backfill_status('bf050_slow')$$, 30),
+SELECT ok(bf_test_poll($$SELECT live_leases > 0 FROM backfill_status('bf050_slow')$$, 300),
           'resumed: a lane holds a lease again');
 
 SELECT is(backfill_cancel('bf050_slow'), true, 'cancel: true');
@@ -165,7 +166,7 @@ SELECT results_eq(
 SELECT is((SELECT status FROM backfill_status('bf050_slow')), 'cancelled',
           'backfill_status says cancelled');
 SELECT ok(bf_test_poll($$SELECT count(*) = 0 FROM pg_stat_activity
-                       WHERE backend_type = 'pg_backfill lane'$$, 30),
+                       WHERE backend_type = 'pg_backfill lane'$$, 300),
           'the lanes left after the cancel');
 SELECT is((SELECT rows FROM backfill.ledger WHERE run_id = :slow_run),
           (SELECT count(*) FROM bf050_slow WHERE c = 1),

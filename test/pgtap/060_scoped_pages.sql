@@ -88,7 +88,7 @@ SELECT is_empty($$SELECT 1 FROM backfill_pending() WHERE name LIKE 'bf060_x%'$$,
 
 -- scope 1
 SELECT backfill_run('bf060_x', input => '{"tenant": 1}') AS x1 \gset
-SELECT is(backfill_wait(:x1, '60 s'), 'completed', 'the pass of scope 1 completes');
+SELECT is(backfill_wait(:x1, '300 s'), 'completed', 'the pass of scope 1 completes');
 SELECT results_eq($$SELECT ledger_name, rows, forced FROM backfill.ledger WHERE run_id = $$ || :x1,
                   $$VALUES ('bf060_x:1', 10::bigint, false)$$,
                   'its ledger name is bf060_x:1 and it rewrote the 10 rows of tenant 1');
@@ -103,7 +103,7 @@ SELECT results_eq($$SELECT tenant, count(*) FILTER (WHERE total IS NOT NULL)::in
 -- scope 2
 SELECT backfill_run('bf060_x', input => '{"tenant": 2}') AS x2 \gset
 SELECT isnt(:x2, :x1, 'scope 2 is not skipped because scope 1 completed: a new pass');
-SELECT is(backfill_wait(:x2, '60 s'), 'completed', 'the pass of scope 2 completes');
+SELECT is(backfill_wait(:x2, '300 s'), 'completed', 'the pass of scope 2 completes');
 SELECT results_eq($$SELECT ledger_name, rows, previous_run_id FROM backfill.ledger WHERE run_id = $$ || :x2,
                   $$VALUES ('bf060_x:2', 10::bigint, NULL::bigint)$$,
                   'scope 2 has its own history (bf060_x:2, no previous run)');
@@ -118,7 +118,7 @@ SELECT is(backfill_run('bf060_x', input => '{"tenant": 1}'), :x1::bigint,
 SELECT is((SELECT count(*) FROM backfill.ledger WHERE ledger_name = 'bf060_x:1'), 1::bigint,
           'the skipped run wrote no ledger row');
 SELECT backfill_run('bf060_x', force => true, input => '{"tenant": 1}') AS x1f \gset
-SELECT is(backfill_wait(:x1f, '60 s'), 'completed', 'the forced pass of scope 1 completes');
+SELECT is(backfill_wait(:x1f, '300 s'), 'completed', 'the forced pass of scope 1 completes');
 SELECT results_eq($$SELECT ledger_name, forced, previous_run_id, rows FROM backfill.ledger WHERE run_id = $$ || :x1f,
                   format($$VALUES ('bf060_x:1', true, %s::bigint, 0::bigint)$$, :x1),
                   'the forced pass is a new row of scope 1, previous run = the first, no row left to do');
@@ -202,7 +202,7 @@ SELECT results_eq($$SELECT relid, pages_fn::regprocedure::text, count_fn::regpro
                   $$VALUES (NULL::regclass, 'bf060_page(text,jsonb)', 'bf060_count(jsonb)')$$,
                   'it stores the pages and count functions and no relation');
 SELECT backfill_run('bf060_copy') AS copy_run \gset
-SELECT is(backfill_wait(:copy_run, '60 s'), 'completed', 'the pages pass completes');
+SELECT is(backfill_wait(:copy_run, '300 s'), 'completed', 'the pages pass completes');
 SELECT results_eq($$SELECT count(*)::int, min(id), max(id) FROM bf060_dst$$,
                   $$VALUES (25, 1, 25)$$, 'all 25 rows were copied');
 SELECT is_empty($$SELECT * FROM bf060_src EXCEPT SELECT * FROM bf060_dst$$,
@@ -224,7 +224,7 @@ SELECT backfill_declare(name => 'bf060_garbage', relation => NULL, predicate => 
               ' ON CONFLICT (id) DO NOTHING',
     pages => 'bf060_garbage', rate => 1000);
 SELECT backfill_run('bf060_garbage') AS garbage_run \gset
-SELECT is(backfill_wait(:garbage_run, '60 s'), 'failed', 'the pass over a garbage answer fails');
+SELECT is(backfill_wait(:garbage_run, '300 s'), 'failed', 'the pass over a garbage answer fails');
 SELECT results_eq($$SELECT error_code, error_message ~ 'not a page' FROM backfill.ledger WHERE run_id = $$ || :garbage_run,
                   $$VALUES ('BF001', true)$$,
                   'with SOURCE_INVALID (BF001): answered something that is not a page');
@@ -235,7 +235,7 @@ SELECT backfill_declare(name => 'bf060_stuck', relation => NULL, predicate => NU
               ' ON CONFLICT (id) DO NOTHING',
     pages => 'bf060_stuck', rate => 1000);
 SELECT backfill_run('bf060_stuck') AS stuck_run \gset
-SELECT is(backfill_wait(:stuck_run, '60 s'), 'completed',
+SELECT is(backfill_wait(:stuck_run, '300 s'), 'completed',
           'an empty page that does not move the cursor ends the pass (completed, no hang)');
 SELECT is((SELECT calls FROM bf060_state), 2,
           'the stuck function was called twice: from the start to ''same'', then ''same'' again (no loop)');
@@ -251,7 +251,7 @@ SELECT backfill_declare(name => 'bf060_left', relation => NULL, predicate => NUL
               ' ON CONFLICT (id) DO NOTHING',
     pages => 'bf060_page', count_function => 'bf060_count_left', rate => 1000);
 SELECT backfill_run('bf060_left') AS left_run \gset
-SELECT is(backfill_wait(:left_run, '60 s'), 'failed', 'a count function that answers 7 fails the pass');
+SELECT is(backfill_wait(:left_run, '300 s'), 'failed', 'a count function that answers 7 fails the pass');
 SELECT results_eq($$SELECT l.error_code, r.remaining, l.error_message ~ '7 rows'
                       FROM backfill.ledger l JOIN backfill.run r USING (run_id) WHERE run_id = $$ || :left_run,
                   $$VALUES ('BF006', 7::bigint, true)$$,
@@ -266,7 +266,7 @@ SELECT backfill_declare(name => 'bf060_null', relation => NULL, predicate => NUL
               ' ON CONFLICT (id) DO NOTHING',
     pages => 'bf060_page', count_function => 'bf060_count_null', rate => 1000);
 SELECT backfill_run('bf060_null') AS null_run \gset
-SELECT is(backfill_wait(:null_run, '60 s'), 'failed', 'a count function that answers NULL fails the pass');
+SELECT is(backfill_wait(:null_run, '300 s'), 'failed', 'a count function that answers NULL fails the pass');
 SELECT is((SELECT error_code FROM backfill.ledger WHERE run_id = :null_run), 'BF001',
           'as SOURCE_INVALID (BF001)');
 SELECT backfill_declare(name => 'bf060_neg', relation => NULL, predicate => NULL,
@@ -274,7 +274,7 @@ SELECT backfill_declare(name => 'bf060_neg', relation => NULL, predicate => NULL
               ' ON CONFLICT (id) DO NOTHING',
     pages => 'bf060_page', count_function => 'bf060_count_neg', rate => 1000);
 SELECT backfill_run('bf060_neg') AS neg_run \gset
-SELECT is(backfill_wait(:neg_run, '60 s'), 'failed', 'a count function that answers -3 fails the pass');
+SELECT is(backfill_wait(:neg_run, '300 s'), 'failed', 'a count function that answers -3 fails the pass');
 SELECT is((SELECT error_code FROM backfill.ledger WHERE run_id = :neg_run), 'BF001',
           'as SOURCE_INVALID (BF001)');
 

@@ -118,7 +118,7 @@ SELECT ok(bf070_stays(format($$SELECT r.phase = 'queued'
           'the launcher does not start it while the migration is missing (3 naptimes: still queued, nothing written)');
 
 INSERT INTO public.schema_migrations VALUES ('20261201');
-SELECT is(backfill_wait(:req_run, '60 s'), 'completed',
+SELECT is(backfill_wait(:req_run, '300 s'), 'completed',
           'once the migration row exists, the launcher starts the enqueued pass and it completes');
 SELECT is((SELECT count(*)::int FROM bf070_a WHERE c = 1), 20, 'it rewrote all 20 rows');
 SELECT results_eq($$SELECT state, blocked_by FROM backfill_pending() WHERE name = 'bf070_req'$$,
@@ -126,7 +126,7 @@ SELECT results_eq($$SELECT state, blocked_by FROM backfill_pending() WHERE name 
                   'pending: completed, blocked_by NULL');
 SELECT lives_ok($$SELECT backfill_run('bf070_req', force => true, wait => false)$$,
                 'with the migration applied, wait => false is accepted');
-SELECT is(backfill_wait((SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'bf070_req'), '60 s'),
+SELECT is(backfill_wait((SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'bf070_req'), '300 s'),
           'completed', 'and that forced pass completes');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf070_bad', relation => 'bf070_a', predicate => 'c IS NULL',
     action => 'UPDATE bf070_a SET c = 1 WHERE id BETWEEN $1 AND $2', requires => '')$$,
@@ -155,8 +155,8 @@ SELECT ok(bf070_stays(format($$SELECT r.phase = 'queued'
                                  FROM backfill.run r WHERE r.run_id = %s$$, :second_run), 3),
           'the second waits while the first has not run (3 naptimes: queued, nothing written)');
 SELECT backfill_run('bf070_first') AS first_run \gset
-SELECT is(backfill_wait(:first_run, '60 s'), 'completed', 'the first completes');
-SELECT is(backfill_wait(:second_run, '60 s'), 'completed', 'then the second completes');
+SELECT is(backfill_wait(:first_run, '300 s'), 'completed', 'the first completes');
+SELECT is(backfill_wait(:second_run, '300 s'), 'completed', 'then the second completes');
 SELECT ok((SELECT min(p.started_at) FROM backfill.partition p WHERE p.run_id = :second_run)
           >= (SELECT finished_at FROM backfill.ledger WHERE run_id = :first_run),
           'the second''s work started only after the first had finished');
@@ -171,7 +171,7 @@ SELECT lives_ok($$SELECT backfill_declare(name => 'bf070_runas', relation => 'bf
     run_as => 'bf070_worker', rate => 1000)$$,
     'bf070_decl declares a backfill with run_as => bf070_worker (a LOGIN role it is a member of)');
 SELECT backfill_run('bf070_runas') AS runas_run \gset
-SELECT is(backfill_wait(:runas_run, '60 s'), 'completed', 'the run_as pass completes');
+SELECT is(backfill_wait(:runas_run, '300 s'), 'completed', 'the run_as pass completes');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf070_bad', relation => 'bf070_who',
     predicate => 'who IS NULL', action => 'UPDATE bf070_who SET who = current_user WHERE id BETWEEN $1 AND $2',
     run_as => 'bf070_no_such_role')$$, 'BF011', NULL,
@@ -204,7 +204,7 @@ SELECT backfill_declare(name => 'bf070_self_role', relation => 'bf070_who',
     predicate => 'who IS NULL', action => 'UPDATE bf070_who SET who = current_user WHERE id BETWEEN $1 AND $2',
     rate => 1000);
 SELECT backfill_run('bf070_self_role') AS self_run \gset
-SELECT is(backfill_wait(:self_run, '60 s'), 'completed', 'the pass without run_as completes');
+SELECT is(backfill_wait(:self_run, '300 s'), 'completed', 'the pass without run_as completes');
 RESET ROLE;
 SELECT results_eq($$SELECT count(*)::int, min(who), max(who) FROM bf070_who$$,
                   $$VALUES (10, 'bf070_decl', 'bf070_decl')$$,
@@ -245,7 +245,7 @@ SELECT lives_ok($$SELECT backfill_declare(name => 'bf070_t1', relation => 'bf070
     settings => '{"app.tenant_id": "1"}', rate => 1000)$$,
     'bf070_tenant declares over the RLS table with settings => {"app.tenant_id": "1"}');
 SELECT backfill_run('bf070_t1') AS t1_run \gset
-SELECT is(backfill_wait(:t1_run, '60 s'), 'completed', '(was a bug: settings outside batches) the tenant-1 pass completes');
+SELECT is(backfill_wait(:t1_run, '300 s'), 'completed', '(was a bug: settings outside batches) the tenant-1 pass completes');
 RESET ROLE;
 SELECT results_eq($$SELECT tenant, count(*) FILTER (WHERE v = 1)::int, count(*) FILTER (WHERE v IS NULL)::int
                       FROM bf070_rls GROUP BY tenant ORDER BY tenant$$,
@@ -262,7 +262,7 @@ SELECT lives_ok($$SELECT backfill_declare(name => 'bf070_tn', relation => 'bf070
     settings => '{"app.tenant_id": ":tenant"}', rate => 1000)$$,
     'a scoped declaration with settings => {"app.tenant_id": ":tenant"}');
 SELECT backfill_run('bf070_tn', input => '{"tenant": 2}') AS tn_run \gset
-SELECT is(backfill_wait(:tn_run, '60 s'), 'completed', '(was a bug: settings outside batches) the scope-2 pass completes');
+SELECT is(backfill_wait(:tn_run, '300 s'), 'completed', '(was a bug: settings outside batches) the scope-2 pass completes');
 RESET ROLE;
 SELECT results_eq($$SELECT tenant, count(*) FILTER (WHERE v = 2)::int, count(*) FILTER (WHERE v IS NULL)::int
                       FROM bf070_rls GROUP BY tenant ORDER BY tenant$$,
@@ -281,7 +281,7 @@ SELECT lives_ok($$SELECT backfill_declare(name => 'bf070_t1_partial', relation =
     settings => '{"app.tenant_id": "1"}', rate => 1000)$$,
     'a tenant-1 backfill whose action leaves ids 22, 25, 28 undone');
 SELECT backfill_run('bf070_t1_partial') AS partial_run \gset
-SELECT is(backfill_wait(:partial_run, '60 s'), 'failed',
+SELECT is(backfill_wait(:partial_run, '300 s'), 'failed',
           '(was a bug) rows of the tenant still match after the pass: it must fail, not complete');
 SELECT results_eq($$SELECT l.error_code, r.remaining FROM backfill.ledger l JOIN backfill.run r USING (run_id)
                      WHERE run_id = $$ || :partial_run,

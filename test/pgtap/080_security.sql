@@ -90,7 +90,7 @@ SELECT backfill_declare(name => 'bf080_alice_req', relation => 'bf080_a', predic
     action => 'UPDATE bf080_a SET c = 2 WHERE id BETWEEN $1 AND $2', rate => 1000,
     requires => 'alice_secret_migration_42');
 SELECT backfill_run('bf080_alice') AS alice_run \gset
-SELECT is(backfill_wait(:alice_run, '60 s'), 'completed', 'alice''s pass completes');
+SELECT is(backfill_wait(:alice_run, '300 s'), 'completed', 'alice''s pass completes');
 RESET ROLE;
 SET ROLE bf_mallory;
 SELECT lives_ok($$SELECT backfill_declare(name => 'bf080_mine', relation => 'bf080_m', predicate => 'c IS NULL',
@@ -338,7 +338,7 @@ SELECT lives_ok($$SELECT backfill_declare(name => 'x''; DROP TABLE bf080_m; --',
     predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 7 WHERE id BETWEEN $1 AND $2', rate => 1000)$$,
     'a name with a quote and a semicolon is accepted as an ordinary name');
 SELECT backfill_run('x''; DROP TABLE bf080_m; --') AS quote_run \gset
-SELECT is(backfill_wait(:quote_run, '60 s'), 'completed', 'its pass completes');
+SELECT is(backfill_wait(:quote_run, '300 s'), 'completed', 'its pass completes');
 SELECT is((SELECT ledger_name FROM backfill.ledger WHERE run_id = :quote_run), 'x''; DROP TABLE bf080_m; --',
           'its ledger name is the name, verbatim');
 SELECT is((SELECT state FROM backfill_pending() WHERE name = 'x''; DROP TABLE bf080_m; --'), 'completed',
@@ -349,19 +349,21 @@ SELECT results_eq($$SELECT count(*)::int, count(*) FILTER (WHERE c = 7)::int FRO
 
 -- ------------------------------------------------------------------
 -- the lanes of mallory's backfill run as mallory, never as a superuser
+-- (40 batches at 0.1 a second a lane: the pass is still running when it
+-- is cancelled, however slow the machine)
 -- ------------------------------------------------------------------
 SET ROLE bf_mallory;
 SELECT backfill_declare(name => 'bf080_slow', relation => 'bf080_slow', predicate => 'c IS NULL',
     action => 'UPDATE bf080_slow SET c = 1 WHERE id BETWEEN $1 AND $2',
-    batch_size => 1, rate => 2, max_parallel => 2);
+    batch_size => 1, rate => 0.1, max_parallel => 2);
 SELECT backfill_run('bf080_slow') AS slow_run \gset
 RESET ROLE;
 SELECT ok(bf_test_poll($$SELECT count(*) >= 1 FROM pg_stat_activity
                        WHERE backend_type = 'pg_backfill lane' AND datname = current_database()
-                         AND query LIKE '%bf080_slow%'$$, 30),
+                         AND query LIKE '%bf080_slow%'$$, 300),
           'the slow pass has a lane at work');
 SELECT ok(bf_test_poll(format($$SELECT coalesce(sum(rows), 0) >= 1 FROM backfill.partition WHERE run_id = %s$$,
-                            :slow_run), 30),
+                            :slow_run), 300),
           'it has committed a batch');
 SELECT is((SELECT string_agg(DISTINCT usename::text, ',') FROM pg_stat_activity
              WHERE backend_type = 'pg_backfill lane' AND datname = current_database()
@@ -375,7 +377,7 @@ SELECT is_empty(format($$SELECT 1 FROM bf080_slow WHERE c IS NOT NULL AND c <> 1
 SET ROLE bf_mallory;
 SELECT is(backfill_cancel('bf080_slow'), true, 'mallory cancels her slow pass');
 RESET ROLE;
-SELECT is(backfill_wait(:slow_run, '60 s'), 'cancelled', 'the slow pass ends as cancelled');
+SELECT is(backfill_wait(:slow_run, '300 s'), 'cancelled', 'the slow pass ends as cancelled');
 
 SELECT * FROM finish();
 

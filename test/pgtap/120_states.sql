@@ -51,7 +51,7 @@ REVOKE SELECT ON bf120_items FROM bf120_decl;
 COMMIT;
 
 SELECT ok(bf_test_poll(format('SELECT status <> %L FROM backfill.ledger WHERE run_id = %s',
-                              'running', :run1), 60),
+                              'running', :run1), 300),
           'the first pass ended');
 SELECT is((SELECT status || ' ' || error_code FROM backfill.ledger WHERE run_id = :run1),
           'failed 42501', 'it failed with insufficient privilege, while planning');
@@ -67,7 +67,7 @@ SELECT max(run_id) AS run2 FROM backfill.ledger WHERE declaration = 'bf120_unpla
 SELECT isnt(:run2::bigint, :run1::bigint, 'the retry is a new ledger row');
 SELECT is((SELECT previous_run_id FROM backfill.ledger WHERE run_id = :run2), :run1::bigint,
           'it resumes the failed pass');
-SELECT is(backfill_wait(:run2, '60 s'), 'completed', 'the retried pass completes');
+SELECT is(backfill_wait(:run2, '300 s'), 'completed', 'the retried pass completes');
 SELECT is((SELECT error_code FROM backfill.ledger WHERE run_id = :run2), NULL,
           'with no error (not BF006 with every row left)');
 SELECT ok((SELECT count(*) > 0 FROM backfill.partition WHERE run_id = :run2),

@@ -40,7 +40,7 @@ SELECT backfill_declare(name => 'bf130_same', relation => NULL, predicate => NUL
     action => 'INSERT INTO bf130_dst SELECT * FROM jsonb_populate_recordset(NULL::bf130_dst, $1)',
     pages => 'bf130_same', rate => 1000);
 SELECT backfill_run('bf130_same') AS same_run \gset
-SELECT is(backfill_wait(:same_run, '30 s'), 'failed',
+SELECT is(backfill_wait(:same_run, '300 s'), 'failed',
           'a page with rows that does not move the cursor fails the pass (no endless loop)');
 SELECT results_eq($$SELECT error_code, error_message ~ 'does not advance'
                       FROM backfill.ledger WHERE run_id = $$ || :same_run,
@@ -103,7 +103,7 @@ SELECT lives_ok($$SELECT backfill_declare(name => 'bf130_stable', relation => 'b
     action => 'UPDATE bf130_t SET at = now() WHERE id BETWEEN $1 AND $2')$$,
     'a stable predicate (now()) is accepted');
 SELECT backfill_run('bf130_stable') AS stable_run \gset
-SELECT is(backfill_wait(:stable_run, '30 s'), 'completed', 'and its pass completes');
+SELECT is(backfill_wait(:stable_run, '300 s'), 'completed', 'and its pass completes');
 
 -- ==================================================================
 -- settings whose module refuses the value

@@ -57,7 +57,7 @@ SELECT is(backfill_declare(name => 'bf141_runas', relation => 'bf141_t',
 
 -- a pass completes under the checksum; declaring the same again keeps it completed
 SELECT backfill_run('bf141_table') AS run1 \gset
-SELECT is(backfill_wait(:run1, '60 s'), 'completed', 'the pass completes');
+SELECT is(backfill_wait(:run1, '300 s'), 'completed', 'the pass completes');
 SELECT is((SELECT checksum FROM backfill.ledger WHERE run_id = :run1), '985d8b991aa4ac37fa8d89acbb8e65750873d0679ab54b55f95a814ce717a8ef',
           'the ledger row carries the checksum of 0.3');
 SELECT is(backfill_declare(name => 'bf141_table', relation => 'bf141_t',

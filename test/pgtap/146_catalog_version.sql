@@ -34,7 +34,7 @@ SELECT is((SELECT count(*) FROM backfill.ledger), 0::bigint, 'nothing was writte
 
 ALTER EXTENSION pg_backfill UPDATE;
 SELECT backfill_run('bf146_f', wait => false) AS r146 \gset
-SELECT is(backfill_wait(:r146, '60 s'), 'completed',
+SELECT is(backfill_wait(:r146, '300 s'), 'completed',
           'after ALTER EXTENSION ... UPDATE the same backfill runs to completion');
 SELECT is((SELECT count(*) FROM bf146_t WHERE c = 1), 20::bigint, 'and every row was done');
 

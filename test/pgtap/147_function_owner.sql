@@ -44,7 +44,7 @@ SELECT lives_ok($$SELECT backfill_declare(name => 'bf147_su', pages => 'bf147_su
 SELECT is((SELECT pages_owner::text FROM backfill.declaration WHERE name = 'bf147_su'),
           current_user::text, 'the declaration records the function''s owner');
 SELECT backfill_run('bf147_su', wait => false) AS r1 \gset
-SELECT is(backfill_wait(:r1, '60 s'), 'completed', 'its pass completes');
+SELECT is(backfill_wait(:r1, '300 s'), 'completed', 'its pass completes');
 
 -- renamed in a refactor; bob creates a function under the old name
 ALTER FUNCTION public.bf147_su(text, jsonb) RENAME TO bf147_su_v1;

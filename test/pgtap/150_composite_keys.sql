@@ -186,7 +186,7 @@ SELECT is((SELECT count(*) FROM backfill.declaration WHERE name LIKE 'bf150_r%')
 -- ---- a pass: every row once, bounds and cursors as row literals
 SELECT ok(backfill_run('bf150_pk') > 0, 'the composite pass starts');
 SELECT ok(bf_test_poll($$SELECT status = 'completed' FROM backfill.ledger
-                          WHERE declaration = 'bf150_pk' ORDER BY run_id DESC LIMIT 1$$, 60),
+                          WHERE declaration = 'bf150_pk' ORDER BY run_id DESC LIMIT 1$$, 300),
           'the composite pass completes');
 SELECT results_eq($$SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <> 1) FROM bf150_t$$,
                   $$VALUES ((SELECT count(*) FROM bf150_t), 0::bigint)$$,
@@ -213,7 +213,7 @@ SELECT is((SELECT cursor FROM backfill_partitions('bf150_pk') ORDER BY part_no D
 -- four columns, text in "C" order with characters record_out quotes
 SELECT ok(backfill_run('bf150_mixed') > 0, 'the pass over the 4-column key starts');
 SELECT ok(bf_test_poll($$SELECT status = 'completed' FROM backfill.ledger
-                          WHERE declaration = 'bf150_mixed' ORDER BY run_id DESC LIMIT 1$$, 60),
+                          WHERE declaration = 'bf150_mixed' ORDER BY run_id DESC LIMIT 1$$, 300),
           'the pass over the 4-column key completes');
 SELECT results_eq($$SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <> 1) FROM bf150_mixed$$,
                   $$VALUES ((SELECT count(*) FROM bf150_mixed), 0::bigint)$$,
@@ -240,7 +240,7 @@ SELECT lives_ok($$SELECT backfill_declare('bf150_scope', 'bf150_scoped',
     'a scoped backfill over a composite key declares');
 SELECT ok(backfill_run('bf150_scope', input => '{"tenant": 2}') > 0, 'the pass for tenant 2 starts');
 SELECT ok(bf_test_poll($$SELECT status = 'completed' FROM backfill.ledger
-                          WHERE ledger_name = 'bf150_scope:2' ORDER BY run_id DESC LIMIT 1$$, 60),
+                          WHERE ledger_name = 'bf150_scope:2' ORDER BY run_id DESC LIMIT 1$$, 300),
           'the pass for tenant 2 completes');
 SELECT results_eq($$SELECT tenant_id, sum(n)::int FROM bf150_scoped GROUP BY 1 ORDER BY 1$$,
                   $$VALUES (1, 0), (2, 400), (3, 0)$$,

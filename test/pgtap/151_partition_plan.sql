@@ -89,7 +89,7 @@ SELECT ok(backfill_run(t) > 0, t || ' starts')
   FROM unnest(ARRAY['bf151_range', 'bf151_list', 'bf151_hash', 'bf151_default', 'bf151_rls']) t;
 RESET ROLE;
 SELECT ok(bf_test_poll(format($$SELECT status = 'completed' FROM backfill.ledger
-                                 WHERE declaration = %L ORDER BY run_id DESC LIMIT 1$$, t), 90),
+                                 WHERE declaration = %L ORDER BY run_id DESC LIMIT 1$$, t), 300),
           t || ' completes')
   FROM unnest(ARRAY['bf151_range', 'bf151_list', 'bf151_hash', 'bf151_default', 'bf151_rls']) t;
 
@@ -168,7 +168,7 @@ SELECT lives_ok($$SELECT backfill_declare(name => 'bf151_retry', relation => 'bf
 SELECT backfill_run('bf151_retry') AS retry1 \gset
 RESET ROLE;
 SELECT ok(bf_test_poll(format('SELECT status <> %L FROM backfill.ledger WHERE run_id = %s',
-                              'running', :retry1), 90), 'the pass with a failing row ends');
+                              'running', :retry1), 300), 'the pass with a failing row ends');
 SELECT results_eq(format('SELECT l.status, r.plan_method FROM backfill.ledger l JOIN backfill.run r'
                          ' USING (run_id) WHERE run_id = %s', :retry1),
                   $$VALUES ('completed_with_failures'::text, 'per leaf (3 leaves)'::text)$$,
@@ -189,7 +189,7 @@ SELECT results_eq(format($$SELECT leaf::text, leaf_range, lo, hi FROM backfill.p
                   $$VALUES ('bf151_retry_20'::text, '[20,25)'::text, NULL::text, '(20,1)'::text)$$,
                   'the failed row''s partition (nothing before it, up to its key) keeps to its leaf');
 SELECT ok(bf_test_poll(format('SELECT status <> %L FROM backfill.ledger WHERE run_id = %s',
-                              'running', :retry2), 90), 'the retry ends');
+                              'running', :retry2), 300), 'the retry ends');
 SELECT results_eq(format('SELECT status, rows FROM backfill.ledger WHERE run_id = %s', :retry2),
                   $$VALUES ('completed'::text, 1::bigint)$$,
                   'the retry completes, doing exactly the recorded row');

@@ -47,7 +47,7 @@ SELECT lives_ok($$SELECT backfill_declare(name => 'bf152_c', relation => 'bf152_
 -- a declaration stored before the refusal existed: as the 0.4 catalogs kept it
 UPDATE backfill.declaration SET key_columns = NULL, key_types = NULL WHERE name = 'bf152_c';
 SELECT backfill_run('bf152_c', wait => false) AS r152 \gset
-SELECT is(backfill_wait(:r152, '60 s'), 'failed', 'its pass fails');
+SELECT is(backfill_wait(:r152, '300 s'), 'failed', 'its pass fails');
 SELECT results_eq(
     format($$SELECT error_code, error_message LIKE '%%bf152_c%%composite key%%(t, not unique)%%declare it again%%',
                     batches FROM backfill.ledger WHERE run_id = %s$$, :r152),

@@ -52,7 +52,7 @@ SELECT backfill_run('bf160_text') AS run1 \gset
 RESET ROLE;
 
 SELECT ok(bf_test_poll(format('SELECT status <> %L FROM backfill.ledger WHERE run_id = %s',
-                              'running', :run1), 60), 'the pass ends');
+                              'running', :run1), 300), 'the pass ends');
 SELECT is((SELECT status FROM backfill.ledger WHERE run_id = :run1), 'completed_with_failures',
           'a pass with a tolerated failed row ends completed_with_failures');
 SELECT is((SELECT error_code FROM backfill.ledger WHERE run_id = :run1), NULL,
@@ -92,7 +92,7 @@ RESET ROLE;
 SELECT max(run_id) AS run2 FROM backfill.ledger \gset
 SELECT isnt(:run2, :run1, 'the retry is a new ledger row');
 SELECT ok(bf_test_poll(format('SELECT status <> %L FROM backfill.ledger WHERE run_id = %s',
-                              'running', :run2), 60), 'the retry ends');
+                              'running', :run2), 300), 'the retry ends');
 SELECT results_eq(format('SELECT status, rows FROM backfill.ledger WHERE run_id = %s', :run2),
                   $$VALUES ('completed'::text, 1::bigint)$$,
                   'the retry completes, doing exactly the recorded row');
@@ -113,7 +113,7 @@ SELECT length(backfill_declare(name => 'bf160_pages', pages => 'bf160_pages',
 SELECT backfill_run('bf160_pages') AS run3 \gset
 RESET ROLE;
 SELECT ok(bf_test_poll(format('SELECT status <> %L FROM backfill.ledger WHERE run_id = %s',
-                              'running', :run3), 60), 'the pages pass ends');
+                              'running', :run3), 300), 'the pages pass ends');
 SELECT results_eq(format('SELECT status, error_code FROM backfill.ledger WHERE run_id = %s', :run3),
                   $$VALUES ('failed'::text, 'BF014'::text)$$,
                   'a failing page fails its partition as before (BF014)');

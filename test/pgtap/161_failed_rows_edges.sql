@@ -43,14 +43,15 @@ SELECT length(backfill_declare(name => 'bf161_sk', relation => 'bf161_sk', predi
 SELECT backfill_run('bf161_sk') AS run1 \gset
 RESET ROLE;
 SELECT ok(bf_test_poll(format('SELECT status = %L FROM backfill.ledger WHERE run_id = %s',
-                              'completed', :run1), 60), 'the first pass completes');
+                              'completed', :run1), 300), 'the first pass completes');
 UPDATE bf161_sk SET n = 0 WHERE id > 1000;
 SET ROLE bf161_decl;
+-- (100 batches at 0.1 a second: still running when it is cancelled)
 SELECT length(backfill_declare(name => 'bf161_sk', relation => 'bf161_sk', predicate => 'n = 0',
     action => 'UPDATE bf161_sk SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-    batch_size => 10, rate => 2)) AS checksum_length;
+    batch_size => 10, rate => 0.1)) AS checksum_length;
 SELECT backfill_run('bf161_sk', force => true) AS run2 \gset
-SELECT ok(bf_test_poll(format('SELECT batches > 0 FROM backfill_status(%L)', 'bf161_sk'), 60),
+SELECT ok(bf_test_poll(format('SELECT batches > 0 FROM backfill_status(%L)', 'bf161_sk'), 300),
           'the forced pass is at work');
 SELECT is(backfill_cancel('bf161_sk'), true, 'the forced pass is cancelled');
 SELECT is((SELECT state FROM backfill_pending() WHERE name = 'bf161_sk'), 'failed',
@@ -64,7 +65,7 @@ SELECT length(backfill_declare(name => 'bf161_sk', relation => 'bf161_sk', predi
     batch_size => 1000, rate => 1000)) AS checksum_length;
 RESET ROLE;
 SELECT ok(bf_test_poll(format('SELECT status = %L FROM backfill.ledger WHERE run_id = %s',
-                              'completed', :run3), 60), 'the new pass completes');
+                              'completed', :run3), 300), 'the new pass completes');
 SELECT is((SELECT state FROM backfill_pending() WHERE name = 'bf161_sk'), 'completed',
           'backfill_pending says completed');
 SELECT is((SELECT count(*) FROM bf161_sk WHERE n <> 1), 0::bigint, 'every row done once');
@@ -76,12 +77,15 @@ RESET ROLE;
 -- F8: max_failed_rows lowered while the pass runs
 -- ------------------------------------------------------------------
 SET ROLE bf161_decl;
+-- (the first failing row, 300, is in the 30th batch: at 0.1 batches a
+-- second it is 290 s away when the bound is lowered, however slow the
+-- machine; the new declaration's rate wakes the lane)
 SELECT length(backfill_declare(name => 'bf161_mf', relation => 'bf161_mf', predicate => 'n = 0',
     action => 'UPDATE bf161_mf SET n = n + 1, c = c + 1 WHERE id BETWEEN $1 AND $2',
-    batch_size => 10, rate => 10, max_failed_rows => 5)) AS checksum_length;
+    batch_size => 10, rate => 0.1, max_failed_rows => 5)) AS checksum_length;
 SELECT backfill_run('bf161_mf') AS run4 \gset
 RESET ROLE;
-SELECT ok(bf_test_poll(format('SELECT batches > 0 FROM backfill_status(%L)', 'bf161_mf'), 60),
+SELECT ok(bf_test_poll(format('SELECT batches > 0 FROM backfill_status(%L)', 'bf161_mf'), 300),
           'the pass is at work with max_failed_rows => 5');
 SET ROLE bf161_decl;
 SELECT length(backfill_declare(name => 'bf161_mf', relation => 'bf161_mf', predicate => 'n = 0',
@@ -89,7 +93,7 @@ SELECT length(backfill_declare(name => 'bf161_mf', relation => 'bf161_mf', predi
     batch_size => 10, rate => 1000, max_failed_rows => 0)) AS checksum_length;
 RESET ROLE;
 SELECT ok(bf_test_poll(format('SELECT status <> %L FROM backfill.ledger WHERE run_id = %s',
-                              'running', :run4), 60), 'the pass ends');
+                              'running', :run4), 300), 'the pass ends');
 SELECT is((SELECT status || ' ' || error_code FROM backfill.ledger WHERE run_id = :run4),
           'failed BF018', 'the lowered bound applied: its first row that failed alone fails it');
 

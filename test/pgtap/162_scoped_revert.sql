@@ -53,7 +53,7 @@ SELECT backfill_run('bf162', input => '{"tenant": 1}') AS f1 \gset
 SELECT backfill_run('bf162', input => '{"tenant": 2}') AS f2 \gset
 RESET ROLE;
 SELECT ok(bf_test_poll(format('SELECT bool_and(status = %L) FROM backfill.ledger WHERE run_id IN (%s, %s)',
-                              'completed', :f1, :f2), 60), 'both scopes complete forward');
+                              'completed', :f1, :f2), 300), 'both scopes complete forward');
 SELECT is((SELECT count(*) FROM bf162_t WHERE n <> 1), 0::bigint, 'every row done once');
 
 SET ROLE bf162_decl;
@@ -66,7 +66,7 @@ SELECT matches(pg_temp.error_of($$SELECT backfill_revert('bf162')$$),
 SELECT backfill_revert('bf162', input => '{"tenant": 1}') AS r1 \gset
 RESET ROLE;
 SELECT ok(bf_test_poll(format('SELECT status = %L FROM backfill.ledger WHERE run_id = %s',
-                              'completed', :r1), 60), 'the revert of tenant 1 completes');
+                              'completed', :r1), 300), 'the revert of tenant 1 completes');
 SELECT is((SELECT ledger_name || ' ' || direction FROM backfill.ledger WHERE run_id = :r1),
           'bf162:1 revert', 'it is a revert pass of that scope''s ledger name');
 SELECT is((SELECT string_agg(DISTINCT tenant || ':' || n, ',' ORDER BY tenant || ':' || n) FROM bf162_t),
@@ -80,7 +80,7 @@ SELECT matches(pg_temp.error_of($$SELECT backfill_drop('bf162')$$), '^BF009: ',
 SELECT backfill_revert('bf162', input => '{"tenant": 2}') AS r2 \gset
 RESET ROLE;
 SELECT ok(bf_test_poll(format('SELECT status = %L FROM backfill.ledger WHERE run_id = %s',
-                              'completed', :r2), 60), 'the revert of tenant 2 completes');
+                              'completed', :r2), 300), 'the revert of tenant 2 completes');
 SELECT is((SELECT count(*) FROM bf162_t WHERE n <> 0), 0::bigint, 'every row is undone once');
 SET ROLE bf162_decl;
 SELECT is(backfill_revert('bf162', input => '{"tenant": 2}'), :r2::bigint,

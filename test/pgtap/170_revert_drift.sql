@@ -114,7 +114,7 @@ SELECT is_empty($$SELECT 1 FROM backfill.ledger WHERE declaration = 'bf170_t'$$,
 -- forward, revert, drop
 -- ------------------------------------------------------------------
 SELECT backfill_run('bf170_t') AS fwd \gset
-SELECT is(backfill_wait(:fwd, '60 s'), 'completed', 'the forward pass completes');
+SELECT is(backfill_wait(:fwd, '300 s'), 'completed', 'the forward pass completes');
 SELECT results_eq($$SELECT count(*) FILTER (WHERE n = 1), count(*) FROM bf170_t$$,
                   $$VALUES (300::bigint, 300::bigint)$$, 'every row done once (n = 1)');
 SELECT is((SELECT direction FROM backfill_ledger WHERE run_id = :fwd), 'forward',
@@ -136,7 +136,7 @@ SELECT matches(current_setting('bf170.hint'), 'backfill_revert\(''bf170_t''\)',
                'with a revert declared, the hint says to run backfill_revert');
 
 SELECT backfill_revert('bf170_t') AS rev \gset
-SELECT is(backfill_wait(:rev, '60 s'), 'completed', 'the revert pass completes');
+SELECT is(backfill_wait(:rev, '300 s'), 'completed', 'the revert pass completes');
 SELECT results_eq($$SELECT count(*) FILTER (WHERE n = 0), count(*) FROM bf170_t$$,
                   $$VALUES (300::bigint, 300::bigint)$$, 'every row undone (n = 0)');
 SELECT results_eq(
@@ -158,14 +158,14 @@ SELECT is((SELECT count(*) FROM backfill.ledger WHERE declaration = 'bf170_t'), 
 -- forward again after the revert: not skipped
 SELECT backfill_run('bf170_t') AS fwd2 \gset
 SELECT isnt(:fwd2::bigint, :fwd::bigint, 'a run after the revert starts a new forward pass');
-SELECT is(backfill_wait(:fwd2, '60 s'), 'completed', 'which completes');
+SELECT is(backfill_wait(:fwd2, '300 s'), 'completed', 'which completes');
 SELECT is((SELECT count(*) FROM bf170_t WHERE n = 1), 300::bigint, 'every row done again');
 SELECT is((SELECT state FROM backfill_pending() WHERE name = 'bf170_t'), 'completed',
           'pending: completed again');
 SELECT throws_ok($$SELECT backfill_drop('bf170_t')$$, 'BF009', NULL,
                  'drop with a forward pass newest again: BF009');
 SELECT backfill_revert('bf170_t') AS rev2 \gset
-SELECT is(backfill_wait(:rev2, '60 s'), 'completed', 'the second revert completes');
+SELECT is(backfill_wait(:rev2, '300 s'), 'completed', 'the second revert completes');
 SELECT is(backfill_drop('bf170_t'), true, 'drop once the newest pass is a completed revert');
 SELECT is_empty($$SELECT 1 FROM backfill.declaration WHERE name = 'bf170_t'$$,
                 'the declaration is gone');
@@ -176,7 +176,7 @@ SELECT is((SELECT count(*) FROM backfill.ledger WHERE declaration = 'bf170_t'), 
 SELECT backfill_declare('bf170_plain', 'bf170_t', 'n = 0',
     'UPDATE bf170_t SET n = n + 1 WHERE id BETWEEN $1 AND $2', batch_size => 100, rate => 1000);
 SELECT backfill_run('bf170_plain') AS plain \gset
-SELECT is(backfill_wait(:plain, '60 s'), 'completed', 'a backfill without revert completes');
+SELECT is(backfill_wait(:plain, '300 s'), 'completed', 'a backfill without revert completes');
 DO $$
 BEGIN
     PERFORM backfill_drop('bf170_plain');
@@ -192,15 +192,16 @@ SELECT matches(current_setting('bf170.hint'), 'revert =>',
                'without a revert, the hint says to declare one');
 
 -- ------------------------------------------------------------------
--- one direction at a time
+-- one direction at a time (200 batches at 0.1 a second: each pass is still
+-- running when it is cancelled, however slow the machine)
 -- ------------------------------------------------------------------
 SELECT backfill_declare('bf170_slow', 'bf170_slow', 'n = 0',
     'UPDATE bf170_slow SET n = n + 1 WHERE id BETWEEN $1 AND $2',
     revert => 'UPDATE bf170_slow SET n = n - 1 WHERE id BETWEEN $1 AND $2',
-    batch_size => 10, rate => 2);
+    batch_size => 10, rate => 0.1);
 SELECT backfill_run('bf170_slow') AS slow \gset
 SELECT ok(bf_test_poll(format($$SELECT rows > 0 FROM backfill_status('bf170_slow')
-                                 WHERE run_id = %s$$, :slow), 60),
+                                 WHERE run_id = %s$$, :slow), 300),
           'the slow forward pass is at work');
 SELECT throws_ok($$SELECT backfill_revert('bf170_slow')$$, 'BF022', NULL,
                  'revert while a forward pass runs: BF022');
@@ -208,7 +209,7 @@ SELECT is(backfill_cancel('bf170_slow'), true, 'the forward pass is cancelled');
 SELECT backfill_revert('bf170_slow') AS slowrev \gset
 SELECT isnt(:slowrev::bigint, :slow::bigint, 'a revert of the cancelled pass starts');
 SELECT ok(bf_test_poll(format($$SELECT coalesce(sum(rows), 0) > 0 FROM backfill.partition
-                                 WHERE run_id = %s$$, :slowrev), 60),
+                                 WHERE run_id = %s$$, :slowrev), 300),
           'the revert pass is at work');
 SELECT throws_ok($$SELECT backfill_run('bf170_slow', force => true)$$, 'BF022', NULL,
                  'a forward run while the revert runs: BF022');
@@ -239,7 +240,7 @@ SELECT backfill_declare('bf170_d', 'bf170_d', 'n = 0',
 SELECT is(backfill.drift_probe('bf170_d'), 50::bigint,
           'drift_probe counts the rows the predicate matches (before any pass)');
 SELECT backfill_run('bf170_d') AS drun \gset
-SELECT is(backfill_wait(:drun, '60 s'), 'completed', 'the drift backfill completes');
+SELECT is(backfill_wait(:drun, '300 s'), 'completed', 'the drift backfill completes');
 SELECT results_eq($$SELECT bound, beyond_bound FROM backfill_status('bf170_d')$$,
                   $$VALUES ('50'::text, 0::bigint)$$,
                   'the pass was bounded to the largest key when planned, nothing beyond it');

@@ -9,6 +9,12 @@
 # batch lost would leave n = 0.  Only "each batch's writes and its
 # checkpoint commit together" gives n = 1 everywhere.
 #
+# The passes are declared at a low rate (4 batches of 1000 rows a second:
+# at least 50 s for the 200 batches), so the lane is certainly mid-pass
+# when it is hit, however slow the machine; once it is hit, the backfill is
+# declared again at a high rate (a running pass picks that up at once) and
+# the rest of the pass goes fast.
+#
 # Both passes commit synchronously (async_commit => false), which is what
 # promises that a checkpoint once seen survives the crash, so the lane
 # resumes at or after it.  With asynchronous commits (the default) a seen
@@ -26,6 +32,20 @@ use lib "$FindBin::RealBin/lib";
 use BackfillTest;
 
 my $ROWS = 200_000;
+# batches a second while the pass is to be hit mid-way (200 batches: >= 50 s)
+my $SLOW_RATE = 4;
+
+# Declare backfill $name over $tab (again), at $rate: a running pass picks
+# the new rate up at once (same checksum, same batch size).
+sub redeclare
+{
+	my ($node, $name, $tab, $rate) = @_;
+	$node->safe_psql('postgres', qq{
+		SELECT backfill_declare(name => '$name', relation => '$tab', predicate => 'n = 0',
+			action => 'UPDATE $tab SET n = n + 1 WHERE id BETWEEN \$1 AND \$2',
+			batch_size => 1000, rate => $rate, async_commit => false)});
+	return;
+}
 
 # a killed lane must make the postmaster restart the backends
 my $node = BackfillTest::node('crash_resume', cron => 1, crash_restart => 1);
@@ -129,14 +149,12 @@ for my $tab (qw(t t2))
 # ------------------------------------------------------------------
 # Part A: kill -9 of the lane
 # ------------------------------------------------------------------
-$node->safe_psql('postgres', q{
-	SELECT backfill_declare(name => 'crash_a', relation => 't', predicate => 'n = 0',
-		action => 'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 1000, rate => 15, async_commit => false)});
+redeclare($node, 'crash_a', 't', $SLOW_RATE);
 my $run_a = $node->safe_psql('postgres', q{SELECT backfill_run('crash_a')});
 like($run_a, qr/^\d+$/, 'A: backfill_run returns a run id');
 
-my ($pid_a, $cursor_a, $rows_a) = wait_mid_pass($node, $run_a, 20_000, 60);
+# 20 batches done: at least 45 s of the pass are left at this rate
+my ($pid_a, $cursor_a, $rows_a) = wait_mid_pass($node, $run_a, 20_000, 180);
 ok(defined $pid_a, 'A: pass reached mid-way with a live lane')
   or BAIL_OUT('pass never got going; server log: ' . slurp_file($node->logfile));
 note("A: killing lane $pid_a at cursor $cursor_a, rows $rows_a");
@@ -145,9 +163,11 @@ cmp_ok($rows_a, '<', $ROWS, 'A: the lane is killed before the pass ends');
 is(kill('KILL', $pid_a), 1, 'A: SIGKILL delivered to the lane');
 
 # the postmaster restarts every backend after a crashed worker: wait for it
-ok(wait_for_server($node, 60), 'A: server accepts connections again');
+ok(wait_for_server($node, 180), 'A: server accepts connections again');
+# the rest of the pass at full speed
+redeclare($node, 'crash_a', 't', 1000);
 
-my $status_a = wait_pass_end($node, $run_a, 120);
+my $status_a = wait_pass_end($node, $run_a, 300);
 is($status_a, 'completed', 'A: pass completed after the lane was killed');
 check_exactly_once($node, 'A', 't', 'crash_a', $run_a, $cursor_a, $rows_a);
 
@@ -158,14 +178,11 @@ like($log, qr/\(PID $pid_a\) was terminated by signal 9/,
 # ------------------------------------------------------------------
 # Part B: immediate shutdown of the whole server mid-pass
 # ------------------------------------------------------------------
-$node->safe_psql('postgres', q{
-	SELECT backfill_declare(name => 'crash_b', relation => 't2', predicate => 'n = 0',
-		action => 'UPDATE t2 SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 1000, rate => 15, async_commit => false)});
+redeclare($node, 'crash_b', 't2', $SLOW_RATE);
 my $run_b = $node->safe_psql('postgres', q{SELECT backfill_run('crash_b')});
 like($run_b, qr/^\d+$/, 'B: backfill_run returns a run id');
 
-my ($pid_b, $cursor_b, $rows_b) = wait_mid_pass($node, $run_b, 20_000, 60);
+my ($pid_b, $cursor_b, $rows_b) = wait_mid_pass($node, $run_b, 20_000, 180);
 ok(defined $pid_b, 'B: pass reached mid-way with a live lane')
   or BAIL_OUT('pass never got going');
 note("B: immediate stop at cursor $cursor_b, rows $rows_b (lane $pid_b)");
@@ -173,8 +190,9 @@ cmp_ok($rows_b, '<', $ROWS, 'B: the server stops before the pass ends');
 
 $node->stop('immediate');
 $node->start;
+redeclare($node, 'crash_b', 't2', 1000);
 
-my $status_b = wait_pass_end($node, $run_b, 120);
+my $status_b = wait_pass_end($node, $run_b, 300);
 is($status_b, 'completed', 'B: pass completed after an immediate shutdown');
 check_exactly_once($node, 'B', 't2', 'crash_b', $run_b, $cursor_b, $rows_b);
 

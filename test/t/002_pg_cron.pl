@@ -39,7 +39,7 @@ like($jobid, qr/^\d+$/, 'cron.schedule returns a job id');
 ok( poll_until($node,
 		q{SELECT count(*) > 0 FROM backfill.ledger
 		   WHERE ledger_name = 'cron_fill' AND status = 'completed'},
-		't', 150),
+		't', 300),
 	'a pg_cron job ran the backfill to completion');
 
 is( $node->safe_psql('postgres',
@@ -60,7 +60,7 @@ cmp_ok( $node->safe_psql('postgres',
 ok( poll_until($node,
 		qq{SELECT count(*) >= 2 FROM cron.job_run_details
 		    WHERE jobid = $jobid AND status IN ('succeeded', 'failed')},
-		't', 150),
+		't', 300),
 	'pg_cron ran the job a second time');
 is( $node->safe_psql('postgres',
 		qq{SELECT count(*) FROM cron.job_run_details WHERE jobid = $jobid AND status = 'failed'}),

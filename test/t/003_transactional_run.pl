@@ -65,7 +65,7 @@ my $committed = $node->safe_psql('postgres', q{
 like($committed, qr/^\d+$/, 'committed backfill_run returned a run id');
 isnt($committed, $rolled, 'the committed run is a new run, not the rolled-back one');
 
-is($node->safe_psql('postgres', "SELECT backfill_wait($committed, '60 s')"),
+is($node->safe_psql('postgres', "SELECT backfill_wait($committed, '180 s')"),
 	'completed', 'committed run completes');
 is( $node->safe_psql('postgres',
 		q{SELECT count(*), count(*) FILTER (WHERE v = id * 3) FROM tx}),
@@ -79,7 +79,7 @@ is( $node->safe_psql('postgres',
 # ------------------------------------------------------------------
 my $stall = $node->safe_psql('postgres', q{SELECT backfill_run('stall_fill')});
 like($stall, qr/^\d+$/, 'stall_fill run id');
-is($node->safe_psql('postgres', "SELECT backfill_wait($stall, '60 s')"),
+is($node->safe_psql('postgres', "SELECT backfill_wait($stall, '180 s')"),
 	'failed', 'a pass that leaves rows matching the predicate fails');
 my ($code, $message, $rows) = split /\|/, $node->safe_psql('postgres',
 	"SELECT error_code, error_message, rows FROM backfill.ledger WHERE run_id = $stall");

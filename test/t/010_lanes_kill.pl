@@ -1,12 +1,17 @@
 # 010_lanes_kill.pl
 #
 # Parallel lanes over partitions, with leases tied to the holder's liveness.
-# A 2-lane pass over 1,000,000 rows is planned into 8 partitions from the
+# A 2-lane pass over 200,000 rows is planned into 8 partitions from the
 # key's histogram; both lanes hold a lease at once, on different partitions.
 # One lane is killed with SIGKILL (the postmaster then restarts every
 # backend): the new lanes reclaim the dead leases and resume from the
 # checkpoints, and the action -- which is NOT idempotent (n = n + 1) -- has
 # still run exactly once per row.
+#
+# The pass is declared at 2 batches of 1000 rows a second per lane, so it
+# takes at least 50 s: the lane is certainly killed mid-pass, however slow
+# the machine.  Once it is killed, the backfill is declared again at a high
+# rate (a running pass picks that up at once) and the rest goes fast.
 use strict;
 use warnings;
 
@@ -18,7 +23,7 @@ use FindBin;
 use lib "$FindBin::RealBin/lib";
 use BackfillTest;
 
-my $ROWS = 1_000_000;
+my $ROWS = 200_000;
 
 # a killed lane must make the postmaster restart the backends
 my $node = BackfillTest::node('lanes_kill', crash_restart => 1);
@@ -34,12 +39,20 @@ is( $node->safe_psql('postgres',
 		   WHERE schemaname = 'public' AND tablename = 't' AND attname = 'id'}),
 	't', 'ANALYZE left a histogram of the key');
 
-# 2 lanes x 25 batches/s x 1000 rows: about 20 s for the pass
-$node->safe_psql('postgres', q{
-	SELECT backfill_declare(name => 'lk', relation => 't', predicate => 'n = 0',
-		action => 'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 1000, rate => 25, max_parallel => 2);
-});
+# Declare the backfill at $rate batches a second per lane: a running pass
+# picks a new rate up at once (same checksum, same batch size)
+sub declare_lk
+{
+	my ($rate) = @_;
+	$node->safe_psql('postgres', qq{
+		SELECT backfill_declare(name => 'lk', relation => 't', predicate => 'n = 0',
+			action => 'UPDATE t SET n = n + 1 WHERE id BETWEEN \$1 AND \$2',
+			batch_size => 1000, rate => $rate, max_parallel => 2);
+	});
+}
+
+# 2 lanes x 2 batches/s x 1000 rows: at least 50 s for the pass
+declare_lk(2);
 my $run = $node->safe_psql('postgres', q{SELECT backfill_run('lk')});
 like($run, qr/^\d+$/, 'backfill_run returned a run id');
 
@@ -62,7 +75,7 @@ my $sample_sql = q{
 	         WHERE p.holder_alive AND a.backend_type <> 'pg_backfill lane')
 	  FROM backfill_partitions('lk')};
 
-my $deadline = time() + 90;
+my $deadline = time() + 180;
 my ($samples, $both_at_once, $max_per_part, $max_per_holder, $not_lane) = (0, 0, 0, 0, 0);
 my ($victim, $live_pids, $rows_seen);
 while (time() < $deadline)
@@ -76,7 +89,8 @@ while (time() < $deadline)
 	if ($live == 2 && $holders == 2)
 	{
 		$both_at_once++;
-		if ($rows > 100_000)
+		# 20 of the 200 batches: at least 45 s of the pass are left
+		if ($rows > 20_000)
 		{
 			$live_pids = $pids;
 			$rows_seen = $rows;
@@ -86,7 +100,7 @@ while (time() < $deadline)
 	}
 	usleep(200_000);
 }
-ok(defined $victim, 'two live leases held by two distinct lanes, with more than 100000 rows done')
+ok(defined $victim, 'two live leases held by two distinct lanes, with more than 20000 rows done')
   or BAIL_OUT("the pass never got to two lanes mid-way; server log:\n"
 	  . slurp_file($node->logfile));
 note("after $samples samples: live holders $live_pids, rows $rows_seen; killing lane $victim");
@@ -104,9 +118,11 @@ is($node->safe_psql('postgres', q{SELECT plan_method, partitions FROM backfill_s
 is(kill('KILL', $victim), 1, 'SIGKILL delivered to one lane');
 
 # the postmaster restarts every backend after a crashed worker: wait for it
-ok(wait_for_server($node, 60), 'server accepts connections again after the crash');
+ok(wait_for_server($node, 180), 'server accepts connections again after the crash');
+# the rest of the pass at full speed
+declare_lk(1000);
 
-ok(pass_ended($node, $run, 180), 'the pass ended');
+ok(pass_ended($node, $run, 300), 'the pass ended');
 is($node->safe_psql('postgres', "SELECT status FROM backfill.ledger WHERE run_id = $run"),
 	'completed', 'the pass completed after its lane was killed');
 each_row_done_once($node, 't', $ROWS, $run);

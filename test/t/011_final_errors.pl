@@ -11,6 +11,8 @@
 #      checkpoint (rows done before the failure are not redone);
 #  (d) backfill_pause stops the lanes at a batch boundary and releases the
 #      leases; backfill_resume lets the pass complete, every row once.
+# The passes hit mid-way run at a low rate, so that they are certainly still
+# running when they are hit, however slow the machine.
 use strict;
 use warnings;
 
@@ -40,11 +42,11 @@ is( $node->safe_psql('postgres',
 		    FROM pg_roles r WHERE rolname = 'lane_user'}),
 	'f|0', 'lane_user is no superuser and owns nothing');
 
-# 100 rows per batch, 5 batches/s: about 20 s
+# 100 rows per batch, 1 batch/s: at least 100 s
 $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'priv', relation => 'pa', predicate => 'c = 0',
 		action => 'UPDATE pa SET c = c + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 100, rate => 5);
+		batch_size => 100, rate => 1);
 }, extra_params => [ '-U', 'lane_user' ]);
 my $run_a = $node->safe_psql('postgres', q{SELECT backfill_run('priv')},
 	extra_params => [ '-U', 'lane_user' ]);
@@ -52,7 +54,7 @@ like($run_a, qr/^\d+$/, '(a) lane_user started a pass');
 is(ledger($node, $run_a, 'pg_get_userbyid(owner)'), 'lane_user', '(a) the pass belongs to lane_user');
 
 ok( poll_until($node,
-		q{SELECT coalesce(sum(rows), 0) >= 300 FROM backfill_partitions('priv')}, 't', 60),
+		q{SELECT coalesce(sum(rows), 0) >= 300 FROM backfill_partitions('priv')}, 't', 180),
 	'(a) the pass is under way');
 is( $node->safe_psql('postgres',
 		q{SELECT string_agg(DISTINCT a.usename || ':' || r.rolsuper, ',')
@@ -65,7 +67,7 @@ is( $node->safe_psql('postgres',
 	'lane_user', '(a) the lease holder is a lane_user backend');
 
 $node->safe_psql('postgres', 'REVOKE UPDATE ON pa FROM lane_user');
-ok(pass_ended($node, $run_a, 60), '(a) the pass ended after UPDATE was revoked');
+ok(pass_ended($node, $run_a, 180), '(a) the pass ended after UPDATE was revoked');
 is(ledger($node, $run_a, 'status, error_code'), 'failed|42501',
 	'(a) the pass failed with insufficient privilege (42501)');
 like(ledger($node, $run_a, 'error_message'), qr/permission denied/,
@@ -81,7 +83,7 @@ is( $node->safe_psql('postgres',
 	'0', '(a) no partition recorded a retried failure');
 ok( poll_until($node,
 		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'},
-		'0', 30),
+		'0', 120),
 	'(a) the lanes left');
 
 # ------------------------------------------------------------------
@@ -93,20 +95,20 @@ $node->safe_psql('postgres', q{
 	ANALYZE db;
 	SELECT backfill_declare(name => 'dropped', relation => 'db', predicate => 'c = 0',
 		action => 'UPDATE db SET c = c + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 100, rate => 5);
+		batch_size => 100, rate => 1);
 });
 my $run_b = $node->safe_psql('postgres', q{SELECT backfill_run('dropped')});
 ok( poll_until($node,
-		q{SELECT coalesce(sum(rows), 0) >= 300 FROM backfill_partitions('dropped')}, 't', 60),
+		q{SELECT coalesce(sum(rows), 0) >= 300 FROM backfill_partitions('dropped')}, 't', 180),
 	'(b) the pass is under way');
 $node->safe_psql('postgres', 'DROP TABLE db');
-ok(pass_ended($node, $run_b, 60), '(b) the pass ended after the table was dropped');
+ok(pass_ended($node, $run_b, 180), '(b) the pass ended after the table was dropped');
 is(ledger($node, $run_b, 'status, error_code'), 'failed|42P01',
 	'(b) the pass failed with undefined table (42P01)');
 cmp_ok(ledger($node, $run_b, 'rows'), '>=', 300, '(b) the ledger keeps the rows done before the drop');
 ok( poll_until($node,
 		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'},
-		'0', 30),
+		'0', 120),
 	'(b) the lanes left');
 
 # ------------------------------------------------------------------
@@ -132,7 +134,7 @@ $node->safe_psql('postgres', q{
 		backoff_base => '10 ms', backoff_cap => '20 ms');
 });
 my $run_c = $node->safe_psql('postgres', q{SELECT backfill_run('boom')});
-ok(pass_ended($node, $run_c, 60), '(c) the pass ended');
+ok(pass_ended($node, $run_c, 180), '(c) the pass ended');
 is(ledger($node, $run_c, 'status, error_code'), 'failed|BF014',
 	'(c) the pass failed with BATCH_FAILED (BF014)');
 like(ledger($node, $run_c, 'error_message'), qr/SQLSTATE 55000: ct_check: the range .* is not ready/,
@@ -180,7 +182,7 @@ isnt($run_c2, $run_c, '(c) retry wrote a new ledger row');
 is(ledger($node, $run_c2, 'previous_run_id'), $run_c, '(c) the new pass points at the failed run');
 is(ledger($node, $run_c, 'status, error_code'), 'failed|BF014',
 	'(c) the failed ledger row is unchanged');
-ok(pass_ended($node, $run_c2, 60), '(c) the retried pass ended');
+ok(pass_ended($node, $run_c2, 180), '(c) the retried pass ended');
 is(ledger($node, $run_c2, 'status'), 'completed', '(c) the retried pass completed');
 is( $node->safe_psql('postgres',
 		q{SELECT count(*) FILTER (WHERE c = 1), count(*) FILTER (WHERE c <> 1) FROM ct}),
@@ -192,17 +194,21 @@ is($node->safe_psql('postgres', q{SELECT backfill_retry('boom')}),
 # ------------------------------------------------------------------
 # (d) pause and resume
 # ------------------------------------------------------------------
+# 200 batches, 2 lanes at 2 batches/s each: at least 50 s; declared again
+# at a high rate once paused, so that the resumed pass goes fast
+my $decl_pz = q{
+	SELECT backfill_declare(name => 'pz', relation => 'pz', predicate => 'c = 0',
+		action => 'UPDATE pz SET c = c + 1 WHERE id BETWEEN $1 AND $2',
+		batch_size => 100, rate => %s, max_parallel => 2);
+};
 $node->safe_psql('postgres', q{
 	CREATE TABLE pz (id int PRIMARY KEY, c int NOT NULL DEFAULT 0);
 	INSERT INTO pz (id) SELECT g FROM generate_series(1, 20000) g;
 	ANALYZE pz;
-	SELECT backfill_declare(name => 'pz', relation => 'pz', predicate => 'c = 0',
-		action => 'UPDATE pz SET c = c + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 100, rate => 10, max_parallel => 2);
-});
+} . sprintf($decl_pz, 2));
 my $run_d = $node->safe_psql('postgres', q{SELECT backfill_run('pz')});
 ok( poll_until($node,
-		q{SELECT live_leases = 2 AND rows >= 2000 FROM backfill_status('pz')}, 't', 60),
+		q{SELECT live_leases = 2 AND rows >= 2000 FROM backfill_status('pz')}, 't', 180),
 	'(d) two lanes at work');
 is($node->safe_psql('postgres', q{SELECT backfill_pause('pz')}), 't', '(d) pause returns true');
 is($node->safe_psql('postgres', q{SELECT backfill_pause('pz')}), 'f',
@@ -213,7 +219,7 @@ ok( poll_until($node,
 		q{SELECT partitions_running = 0 AND live_leases = 0
 		         AND (SELECT count(*) FROM pg_stat_activity
 		               WHERE backend_type = 'pg_backfill lane') = 0
-		    FROM backfill_status('pz')}, 't', 30),
+		    FROM backfill_status('pz')}, 't', 120),
 	'(d) the lanes left and released their leases');
 my $paused_at = $node->safe_psql('postgres',
 	q{SELECT rows || '|' || (SELECT count(*) FROM pz WHERE c = 1)
@@ -233,10 +239,13 @@ is( $node->safe_psql('postgres',
 		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'}),
 	'0', '(d) no lane was started while paused');
 
+$node->safe_psql('postgres', sprintf($decl_pz, 1000));
+is($node->safe_psql('postgres', q{SELECT paused FROM backfill_status('pz')}), 't',
+	'(d) declared again at a higher rate: still paused');
 is($node->safe_psql('postgres', q{SELECT backfill_resume('pz')}), 't', '(d) resume returns true');
 is($node->safe_psql('postgres', q{SELECT backfill_resume('pz')}), 'f',
 	'(d) resume again returns false');
-ok(pass_ended($node, $run_d, 60), '(d) the resumed pass ended');
+ok(pass_ended($node, $run_d, 180), '(d) the resumed pass ended');
 is(ledger($node, $run_d, 'status, rows'), 'completed|20000', '(d) completed with 20000 rows');
 is( $node->safe_psql('postgres',
 		q{SELECT count(*) FILTER (WHERE c = 1), count(*) FILTER (WHERE c <> 1) FROM pz}),

@@ -29,7 +29,7 @@ sq($node, q{
 		rate => 100);
 });
 ok(poll_until($node,
-	q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill scheduler'}, '1', 30),
+	q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill scheduler'}, '1', 120),
 	'the database\'s scheduler runs');
 is(sq($node, q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill launcher'}),
 	'1', 'one launcher for the cluster');
@@ -38,7 +38,7 @@ my $launcher = sq($node,
 my $run = sq($node, q{SELECT backfill_run('ns_fill')});
 
 my $warning = qr/WARNING:  could not start a pg_backfill lane worker/;
-my $deadline = time() + 30;
+my $deadline = time() + 120;
 my $log = '';
 while (time() < $deadline)
 {
@@ -71,10 +71,10 @@ $node->append_conf('postgresql.conf', "max_worker_processes = 8\n");
 sq($node, 'CREATE DATABASE no_such_db');
 $node->safe_psql('no_such_db', 'CREATE EXTENSION pg_backfill');
 $node->restart;
-is(wait_pass_end($node, $run, 60), 'completed', 'with free slots the pass completes');
+is(wait_pass_end($node, $run, 180), 'completed', 'with free slots the pass completes');
 is(sq($node, q{SELECT count(*) FILTER (WHERE n <> 1) FROM ns}), '0', 'every row done once');
 ok(poll_until($node,
-	q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill scheduler'}, '2', 30),
+	q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill scheduler'}, '2', 120),
 	'a database created later (with the extension) gets its scheduler');
 
 $node->stop;

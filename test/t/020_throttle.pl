@@ -16,6 +16,12 @@
 #      ("vacuum: ...") until VACUUM brings the count down.
 # Every action is non-idempotent (n = n + 1): each pass must leave n = 1 on
 # every row.
+#
+# No assertion depends on how fast the machine is: the states asserted on
+# are made true by construction (replay paused, a row lock held, a gate a
+# lane's batch waits at, batches that sleep), the rates bound how fast a
+# pass can go, and the batch times that make the batch size grow are far
+# below the target, whatever the load.
 use strict;
 use warnings;
 
@@ -65,7 +71,7 @@ is($standby->safe_psql('postgres', 'SELECT count(*) FROM tr'),
 
 sq($node, q{ALTER SYSTEM SET backfill.max_replication_lag = '64kB'});
 sq($node, 'SELECT pg_reload_conf()');
-ok(poll_until($node, 'SHOW backfill.max_replication_lag', '64kB', 10),
+ok(poll_until($node, 'SHOW backfill.max_replication_lag', '64kB', 60),
 	'backfill.max_replication_lag is 64kB after the reload');
 
 $standby->safe_psql('postgres', 'SELECT pg_wal_replay_pause()');
@@ -76,13 +82,13 @@ ok($standby->poll_query_until('postgres',
 sq($node, q{
 	SELECT backfill_declare(name => 'lag', relation => 'tr', predicate => 'n = 0',
 		action => 'UPDATE tr SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 1000, rate => 50);
+		batch_size => 1000, rate => 10);
 });
 my $run = sq($node, q{SELECT backfill_run('lag')});
 like($run, qr/^\d+$/, 'lag: backfill_run returned a run id');
 
 ok( poll_until($node,
-		q{SELECT throttle LIKE 'replication:%' FROM backfill_status('lag')}, 't', 60),
+		q{SELECT throttle LIKE 'replication:%' FROM backfill_status('lag')}, 't', 180),
 	'lag: backfill_status shows the replication throttle while replay is paused');
 my ($rows0, $bs0, $thr) = split /\|/,
   sq($node, q{SELECT rows, batch_size, throttle FROM backfill_status('lag')});
@@ -91,11 +97,12 @@ like($thr, qr/^replication: a standby's replay is \d+ kB behind \(backfill\.max_
 	'lag: the throttle says how far behind the standby is');
 cmp_ok($rows0, '<', $LAG_ROWS, 'lag: the pass was throttled before it was done');
 
-# rows must stop growing while replay is paused: at most one more batch
+# rows must stop growing while replay is paused: at most one more batch.
+# At least 8 samples over at least 2 s, however long a sample takes.
 {
 	my ($samples, $max_rows, $bad_status, $unthrottled) = (0, $rows0, 0, 0);
-	my $end = time() + 2.2;
-	while (time() < $end)
+	my $t_start = time();
+	while ($samples < 8 || time() < $t_start + 2.2)
 	{
 		my ($rows, $status, $throttle) = split /\|/,
 		  sq($node, q{SELECT rows, status, coalesce(throttle, '') FROM backfill_status('lag')});
@@ -105,7 +112,8 @@ cmp_ok($rows0, '<', $LAG_ROWS, 'lag: the pass was throttled before it was done')
 		$unthrottled++ if $throttle !~ /^replication:/;
 		usleep(250_000);
 	}
-	cmp_ok($samples, '>=', 5, "lag: sampled $samples times over 2 s");
+	cmp_ok($samples, '>=', 5,
+		sprintf('lag: sampled %d times over %.1f s (at least 2 s)', $samples, time() - $t_start));
 	cmp_ok($max_rows, '<=', $rows0 + $bs0,
 		'lag: rows stopped growing while replay was paused (at most one more batch)');
 	is($bad_status, 0, 'lag: the ledger stayed running while held back');
@@ -113,7 +121,7 @@ cmp_ok($rows0, '<', $LAG_ROWS, 'lag: the pass was throttled before it was done')
 }
 
 $standby->safe_psql('postgres', 'SELECT pg_wal_replay_resume()');
-is(wait_pass_end($node, $run, 120), 'completed', 'lag: the pass completed once replay resumed');
+is(wait_pass_end($node, $run, 300), 'completed', 'lag: the pass completed once replay resumed');
 exactly_once('tr', $LAG_ROWS, $run, 'lag');
 is(sq($node, q{SELECT count(*) FROM backfill_partitions('lag') WHERE throttle IS NOT NULL}),
 	'0', 'lag: no partition is left marked as throttled');
@@ -127,29 +135,53 @@ is($standby->safe_psql('postgres', 'SELECT count(*) FILTER (WHERE n = 1) FROM tr
 $standby->stop;
 sq($node, 'ALTER SYSTEM SET backfill.max_replication_lag = -1');
 sq($node, 'SELECT pg_reload_conf()');
-ok(poll_until($node, 'SHOW backfill.max_replication_lag', '-1', 10),
+ok(poll_until($node, 'SHOW backfill.max_replication_lag', '-1', 60),
 	'replication lag check switched off for the next cases');
 
 # ------------------------------------------------------------------
 # (2a) a session waits on the batch's locks: the lane yields
 # ------------------------------------------------------------------
-# A statement trigger keeps each lane batch's row locks for 0.3 s after
-# its UPDATE; the "application" procedure keeps updating a row just past the
-# checkpoint, i.e. in the batch in flight, and so waits on the lane.
+# The "application" procedure keeps updating a row just past the
+# checkpoint, i.e. in the batch in flight.  A statement trigger holds two
+# lane batches after their UPDATE, with their row locks: the batch of keys
+# 1001..1100 until a session waits on its locks (and 0.3 s more, so the
+# wait is a real one and the lane's health reading is due), the batch
+# after it until the test has seen the lock throttle and opens the gate
+# (the throttle stays in backfill_partitions until that batch's checkpoint).
 my $LOCK_ROWS = 2000;
 sq($node, qq{
 	CREATE TABLE tl (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0,
 	                 app int NOT NULL DEFAULT 0);
 	INSERT INTO tl (id) SELECT g FROM generate_series(1, $LOCK_ROWS) g;
 	ANALYZE tl;
+	CREATE TABLE tl_gate (open boolean NOT NULL);
+	INSERT INTO tl_gate VALUES (false);
 	CREATE FUNCTION tl_hold() RETURNS trigger LANGUAGE plpgsql AS \$\$
+	DECLARE
+	    lo bigint;
+	    t_end timestamptz := clock_timestamp() + interval '5 minutes';
 	BEGIN
-	    IF current_setting('application_name') = 'pg_backfill lane' THEN
+	    IF current_setting('application_name') <> 'pg_backfill lane' THEN
+	        RETURN NULL;
+	    END IF;
+	    SELECT min(id) INTO lo FROM new_rows;
+	    IF lo = 1001 THEN
+	        -- pg_locks, not pg_stat_activity: that one is read once a transaction
+	        WHILE NOT EXISTS (SELECT 1 FROM pg_locks k WHERE NOT k.granted
+	                             AND pg_backend_pid() = ANY (pg_blocking_pids(k.pid)))
+	              AND clock_timestamp() < t_end LOOP
+	            PERFORM pg_sleep(0.02);
+	        END LOOP;
 	        PERFORM pg_sleep(0.3);
+	    ELSIF lo = 1101 THEN
+	        WHILE NOT (SELECT open FROM tl_gate) AND clock_timestamp() < t_end LOOP
+	            PERFORM pg_sleep(0.05);
+	        END LOOP;
 	    END IF;
 	    RETURN NULL;
 	END \$\$;
-	CREATE TRIGGER tl_hold AFTER UPDATE ON tl FOR EACH STATEMENT EXECUTE FUNCTION tl_hold();
+	CREATE TRIGGER tl_hold AFTER UPDATE ON tl REFERENCING NEW TABLE AS new_rows
+	    FOR EACH STATEMENT EXECUTE FUNCTION tl_hold();
 	CREATE TABLE app_log (at timestamptz DEFAULT clock_timestamp(), id bigint, waited_ms float8);
 	CREATE PROCEDURE app_poke(secs float8) LANGUAGE plpgsql AS \$\$
 	DECLARE
@@ -178,17 +210,17 @@ sq($node, qq{
 sq($node, q{
 	SELECT backfill_declare(name => 'locks', relation => 'tl', predicate => 'n = 0',
 		action => 'UPDATE tl SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 100, rate => 4);
+		batch_size => 100, rate => 4, batch_timeout => '10 minutes');
 });
 $run = sq($node, q{SELECT backfill_run('locks')});
-ok(poll_until($node, q{SELECT partitions_running FROM backfill_status('locks')}, '1', 30),
+ok(poll_until($node, q{SELECT partitions_running FROM backfill_status('locks')}, '1', 180),
 	'locks: a lane holds the partition');
 
 my $app = $node->background_psql('postgres');
-$app->query_until(qr/poking/, "\\echo poking\nCALL app_poke(60);\n");
+$app->query_until(qr/poking/, "\\echo poking\nCALL app_poke(600);\n");
 
 {
-	my $deadline = time() + 60;
+	my $deadline = time() + 300;
 	my ($seen, $samples) = ('', 0);
 	while (time() < $deadline)
 	{
@@ -203,7 +235,8 @@ $app->query_until(qr/poking/, "\\echo poking\nCALL app_poke(60);\n");
 	like($seen, qr/^locks: [1-9]\d* session\(s\) waited on the last batch$/,
 		"locks: backfill_partitions shows the lock throttle (after $samples samples)");
 }
-is(wait_pass_end($node, $run, 120), 'completed', 'locks: the pass completed');
+sq($node, 'UPDATE tl_gate SET open = true');
+is(wait_pass_end($node, $run, 300), 'completed', 'locks: the pass completed');
 $app->quit;
 exactly_once('tl', $LOCK_ROWS, $run, 'locks');
 cmp_ok(sq($node, q{SELECT count(*) FROM app_log WHERE waited_ms > 50}), '>=', 1,
@@ -219,6 +252,16 @@ sq($node, qq{
 	                 app int NOT NULL DEFAULT 0);
 	INSERT INTO tk (id) SELECT g FROM generate_series(1, $LOCK_ROWS) g;
 	ANALYZE tk;
+	-- logs the lock_timeout each lane batch runs under, before it takes any
+	-- row lock: also for the attempts that then fail
+	CREATE FUNCTION tk_timeout() RETURNS trigger LANGUAGE plpgsql AS \$\$
+	BEGIN
+	    IF current_setting('application_name') = 'pg_backfill lane' THEN
+	        RAISE LOG 'tk batch under lock_timeout %', current_setting('lock_timeout');
+	    END IF;
+	    RETURN NULL;
+	END \$\$;
+	CREATE TRIGGER tk_timeout BEFORE UPDATE ON tk FOR EACH STATEMENT EXECUTE FUNCTION tk_timeout();
 });
 sq($node, q{
 	SELECT backfill_declare(name => 'lockto', relation => 'tk', predicate => 'n = 0',
@@ -228,22 +271,29 @@ sq($node, q{
 });
 my $holder = $node->background_psql('postgres');
 $holder->query_safe('BEGIN; UPDATE tk SET app = app + 1 WHERE id = 1000;');
+my $lockto_log = -s $node->logfile;
 $run = sq($node, q{SELECT backfill_run('lockto')});
-my $t_run = time();
 ok( poll_until($node,
-		q{SELECT failures >= 5 FROM backfill_partitions('lockto')}, 't', 30),
+		q{SELECT failures >= 5 FROM backfill_partitions('lockto')}, 't', 180),
 	'lockto: the batch that needs the held row keeps failing');
-my $took = time() - $t_run;
-# 5 failures at lock_timeout 100 ms + backoff 50..200 ms: a few seconds; the
-# default lock_timeout (2 s) would need more than 10 s
-cmp_ok($took, '<', 10, sprintf('lockto: 5 failed attempts within %.1f s: the lane waited about lock_timeout, not 2 s', $took));
+# every attempt, the failed ones included, ran under the declared
+# lock_timeout: each waited 100 ms for the held row, not the default 2 s
+{
+	my @seen = substr(slurp_file($node->logfile), $lockto_log)
+	  =~ /tk batch under lock_timeout (\S+)/g;
+	my %values = map { $_ => 1 } @seen;
+	cmp_ok(scalar(@seen), '>=', 14, 'lockto: the batch attempts logged their lock_timeout ('
+		  . scalar(@seen) . ': 9 committed, at least 5 failed)');
+	is(join(',', sort keys %values), '100ms',
+		'lockto: every attempt waited at most the declared lock_timeout (100ms), not 2 s');
+}
 is(sq($node, q{SELECT rows, state, cursor, last_error FROM backfill_partitions('lockto')}),
 	'900|running|900|canceling statement due to lock timeout',
 	'lockto: the checkpoint stops before the held row; the last error is the lock timeout');
 is(sq($node, q{SELECT status FROM backfill_status('lockto')}), 'running', 'lockto: the pass is still running');
 $holder->query_safe('COMMIT');
 $holder->quit;
-is(wait_pass_end($node, $run, 60), 'completed', 'lockto: the pass completed once the session committed');
+is(wait_pass_end($node, $run, 180), 'completed', 'lockto: the pass completed once the session committed');
 exactly_once('tk', $LOCK_ROWS, $run, 'lockto');
 like(slurp_file($node->logfile),
 	qr/backfill "lockto" run $run: batch failed \(attempt \d+ of 100\), retrying in \d+ ms\n.*DETAIL:  SQLSTATE 55P03: canceling statement due to lock timeout/,
@@ -260,15 +310,18 @@ sq($node, qq{
 	INSERT INTO ta (id) SELECT g FROM generate_series(1, $AD_ROWS) g;
 	ANALYZE ta;
 });
+# a target of 2 s: batches of up to 20000 rows are far faster than that
+# even on a loaded machine, so each one grows the size (by half, at most);
+# the rate keeps the pass going for several seconds (about 22 batches)
 sq($node, q{
 	SELECT backfill_declare(name => 'grow', relation => 'ta', predicate => 'n = 0',
 		action => 'UPDATE ta SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 100, rate => 1000, target_batch_time => '50 ms',
+		batch_size => 100, rate => 4, target_batch_time => '2 s',
 		min_batch_size => 50, max_batch_size => 20000);
 });
 $run = sq($node, q{SELECT backfill_run('grow')});
 {
-	my $deadline = time() + 60;
+	my $deadline = time() + 300;
 	my ($grown, $max_bs, $min_bs, $samples, $status) = (0, 0, 1e9, 0, 'running');
 	while (time() < $deadline)
 	{
@@ -293,7 +346,7 @@ $run = sq($node, q{SELECT backfill_run('grow')});
 	cmp_ok($max_bs, '<=', 20000, 'grow: the batch size never exceeded max_batch_size 20000');
 	cmp_ok($min_bs, '>=', 50, 'grow: the batch size never went below min_batch_size 50');
 }
-is(wait_pass_end($node, $run, 120), 'completed', 'grow: the pass completed');
+is(wait_pass_end($node, $run, 300), 'completed', 'grow: the pass completed');
 exactly_once('ta', $AD_ROWS, $run, 'grow');
 my ($final_bs, $batches) = split /\|/,
   sq($node, q{SELECT max(batch_size), sum(batches) FROM backfill_partitions('grow')});
@@ -311,12 +364,13 @@ sq($node, qq{
 sq($node, q{
 	SELECT backfill_declare(name => 'cap', relation => 'tc', predicate => 'n = 0',
 		action => 'UPDATE tc SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 100, rate => 50, target_batch_time => '50 ms',
+		batch_size => 100, rate => 5, target_batch_time => '2 s',
 		min_batch_size => 50, max_batch_size => 400);
 });
 $run = sq($node, q{SELECT backfill_run('cap')});
+# at 5 batches a second the 54 batches take at least 10 s, 9 s of them at the cap
 {
-	my $deadline = time() + 60;
+	my $deadline = time() + 300;
 	my ($max_bs, $at_cap, $samples, $status) = (0, 0, 0, 'running');
 	while (time() < $deadline)
 	{
@@ -332,7 +386,7 @@ $run = sq($node, q{SELECT backfill_run('cap')});
 	is($max_bs, 400, "cap: the batch size grew to max_batch_size 400 and never past it ($samples samples)");
 	cmp_ok($at_cap, '>=', 2, "cap: seen at the cap $at_cap times");
 }
-is(wait_pass_end($node, $run, 60), 'completed', 'cap: the pass completed');
+is(wait_pass_end($node, $run, 300), 'completed', 'cap: the pass completed');
 exactly_once('tc', $CAP_ROWS, $run, 'cap');
 my ($cap_bs, $cap_batches) = split /\|/,
   sq($node, q{SELECT max(batch_size), sum(batches) FROM backfill_partitions('cap')});
@@ -367,8 +421,11 @@ sq($node, q{
 		min_batch_size => 10);
 });
 $run = sq($node, q{SELECT backfill_run('shrink')});
+# a slow batch takes at least 0.2 s, 4 times the target: each shrinks the
+# size to 3/4, so slow batches alone can never finish the pass (2000 / (1 -
+# 3/4) = 8000 rows, then 10 rows at a time)
 {
-	my $deadline = time() + 60;
+	my $deadline = time() + 180;
 	my ($shrunk, $min_bs, $samples, $rows) = (0, 1e9, 0, 0);
 	while (time() < $deadline)
 	{
@@ -385,13 +442,13 @@ $run = sq($node, q{SELECT backfill_run('shrink')});
 		"shrink: backfill_status.batch_size shrank below the declared 2000 (to $shrunk, at $rows rows)");
 	cmp_ok($rows, '<', $SL_ROWS, 'shrink: it shrank before the pass was done');
 	# keep slow a little longer: it keeps shrinking, never below 10
-	ok(poll_until($node, q{SELECT batch_size <= 500 FROM backfill_status('shrink')}, 't', 30),
+	ok(poll_until($node, q{SELECT batch_size <= 500 FROM backfill_status('shrink')}, 't', 180),
 		'shrink: slow batches keep shrinking it (<= 500)');
 	cmp_ok(sq($node, q{SELECT min(batch_size) FROM backfill_partitions('shrink')}), '>=', 10,
 		'shrink: never below min_batch_size 10');
 }
 sq($node, 'UPDATE slow_flag SET on_ = false');
-is(wait_pass_end($node, $run, 120), 'completed', 'shrink: the pass completed once batches were fast again');
+is(wait_pass_end($node, $run, 600), 'completed', 'shrink: the pass completed once batches were fast again');
 exactly_once('ts', $SL_ROWS, $run, 'shrink');
 
 # ------------------------------------------------------------------
@@ -399,7 +456,7 @@ exactly_once('ts', $SL_ROWS, $run, 'shrink');
 # ------------------------------------------------------------------
 sq($node, 'ALTER SYSTEM SET backfill.max_dead_tuples = 1000');
 sq($node, 'SELECT pg_reload_conf()');
-ok(poll_until($node, 'SHOW backfill.max_dead_tuples', '1000', 10),
+ok(poll_until($node, 'SHOW backfill.max_dead_tuples', '1000', 60),
 	'backfill.max_dead_tuples is 1000 after the reload');
 my $DT_ROWS = 50_000;
 sq($node, qq{
@@ -416,7 +473,7 @@ sq($node, q{
 });
 $run = sq($node, q{SELECT backfill_run('dead')});
 ok( poll_until($node,
-		q{SELECT throttle LIKE 'vacuum:%' FROM backfill_status('dead')}, 't', 60),
+		q{SELECT throttle LIKE 'vacuum:%' FROM backfill_status('dead')}, 't', 180),
 	'vacuum: backfill_status shows the dead-tuple throttle');
 ($rows0, $thr) = split /\|/, sq($node, q{SELECT rows, throttle FROM backfill_status('dead')});
 note("vacuum: throttled at $rows0 rows: $thr");
@@ -438,13 +495,13 @@ cmp_ok($rows0, '<', $DT_ROWS, 'vacuum: throttled before the pass was done');
 	is($unthrottled, 0, 'vacuum: the throttle stayed on until VACUUM');
 }
 sq($node, 'VACUUM td');
-ok( poll_until($node, q{SELECT pg_stat_get_dead_tuples('td'::regclass) < 1000}, 't', 30),
+ok( poll_until($node, q{SELECT pg_stat_get_dead_tuples('td'::regclass) < 1000}, 't', 180),
 	'vacuum: VACUUM brought the dead tuples under the limit');
-ok( poll_until($node, "SELECT rows > $rows0 FROM backfill_status('dead')", 't', 30),
+ok( poll_until($node, "SELECT rows > $rows0 FROM backfill_status('dead')", 't', 180),
 	'vacuum: the lane went on after VACUUM');
 {
 	my ($vacuums, $status) = (1, 'running');
-	my $deadline = time() + 120;
+	my $deadline = time() + 600;
 	while (time() < $deadline)
 	{
 		$status = ledger($node, $run, 'status');

@@ -165,13 +165,15 @@ like($err, qr/NOTICE:.*skipped/, 'run without --force: the NOTICE on stderr');
 is($rc, 0, 'run --force exits 0');
 like($out, qr/\A(\d+)\n\z/, 'run --force prints a run id');
 cmp_ok($out + 0, '>', $small_run, 'run --force: a new pass');
-ok(poll_until($node, "SELECT status FROM backfill_status('small')", 'completed', 60),
+ok(poll_until($node, "SELECT status FROM backfill_status('small')", 'completed', 180),
 	'the forced pass completes');
 
 # ------------------------------------------------------------------
 # (c) run --wait, plain (stdout is a pipe)
 # ------------------------------------------------------------------
 $node->safe_psql('postgres', q{
+	-- 40 batches at 5 a second: each pass runs for at least 8 s, long
+	-- enough for several progress lines (one every 2 s) and redraws
 	CREATE TABLE t_plain (id int PRIMARY KEY, a int, c int);
 	INSERT INTO t_plain SELECT i, i FROM generate_series(1, 20000) i;
 	ANALYZE t_plain;
@@ -244,7 +246,7 @@ like($out, qr/^stall\s+stalled\s/m, 'pending: stalled');
 ($rc, $out, $err) = cli('retry', 'stall');
 is($rc, 0, 'retry of a stalled pass exits 0');
 is($out, "changed\n", 'retry of a failed pass: changed');
-ok(poll_until($node, q{SELECT state FROM backfill_pending() WHERE name = 'stall'}, 'stalled', 60),
+ok(poll_until($node, q{SELECT state FROM backfill_pending() WHERE name = 'stall'}, 'stalled', 180),
 	'the retried pass stalls again');
 
 # ------------------------------------------------------------------
@@ -255,12 +257,14 @@ $node->safe_psql('postgres', q{
 	INSERT INTO t_steer SELECT i FROM generate_series(1, 20000) i;
 	SELECT backfill_declare(name => 'steer', relation => 't_steer', predicate => 'c IS NULL',
 		action => 'UPDATE t_steer SET c = 1 WHERE id BETWEEN $1 AND $2 AND c IS NULL',
-		batch_size => 100, rate => 2);
+		batch_size => 100, rate => 0.5);
 });
+# 200 batches at one every 2 s: the pass runs for minutes, so pause, resume
+# and cancel certainly find it running
 ($rc, $out, $err) = cli('run', 'steer');
 is($rc, 0, 'run steer exits 0');
 like($out, qr/\A\d+\n\z/, 'run steer prints only the run id');
-ok(poll_until($node, q{SELECT rows > 0 FROM backfill_status('steer')}, 't', 60),
+ok(poll_until($node, q{SELECT rows > 0 FROM backfill_status('steer')}, 't', 180),
 	'steer makes progress');
 
 ($rc, $out, $err) = cli('pause', 'steer');

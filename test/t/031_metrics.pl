@@ -157,14 +157,14 @@ $node->safe_psql('postgres', q{
 		action => 'UPDATE bad_t SET c = 2 WHERE id BETWEEN $1 AND $2 AND c IS NULL');
 });
 my $done_run = $node->safe_psql('postgres', q{SELECT backfill_run('done')});
-is($node->safe_psql('postgres', "SELECT backfill_wait($done_run, '60 s')"),
+is($node->safe_psql('postgres', "SELECT backfill_wait($done_run, '180 s')"),
 	'completed', 'pass done completed');
 $node->safe_psql('postgres', q{SELECT backfill_run('slow')});
-ok(poll_until($node, q{SELECT rows > 0 FROM backfill_status('slow')}, 't', 60), 'slow makes progress');
+ok(poll_until($node, q{SELECT rows > 0 FROM backfill_status('slow')}, 't', 180), 'slow makes progress');
 $node->safe_psql('postgres', q{SELECT backfill_pause('slow')});
 $node->safe_psql('postgres', q{SELECT backfill_run('bad')});
 ok(poll_until($node, q{SELECT sum(failures) > 0 FROM backfill.partition p
-	JOIN backfill.ledger l USING (run_id) WHERE l.declaration = 'bad'}, 't', 60),
+	JOIN backfill.ledger l USING (run_id) WHERE l.declaration = 'bad'}, 't', 180),
 	'bad has failed batch attempts');
 
 # ------------------------------------------------------------------

@@ -16,6 +16,9 @@
 #     the signature (HTTP 401) makes the message dead;
 #  6. a NOTIFY sink;
 #  7. pruning of delivered messages after backfill.outbox_retention.
+# Every state asserted on is constructed (a transaction held open, an
+# advisory lock the sink waits for, emitters taking turns in rounds),
+# never assumed from how fast the machine is.
 use strict;
 use warnings;
 
@@ -71,7 +74,7 @@ is(sq($node, q{SELECT count(*) FROM backfill.outbox WHERE topic = 't1'}), '0',
 
 my $c_id = sq($node, q{SELECT backfill_outbox_emit('t1', 'c', '{"v": "committed"}')});
 like($c_id, qr/^\d+$/, 'backfill_outbox_emit returned an id');
-ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $c_id", 'delivered', 30),
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $c_id", 'delivered', 120),
 	'the committed message was delivered');
 is(outbox_row($c_id), 'delivered|1|t', 'delivered on the first attempt, no last_error');
 is(sq($node, q{SELECT string_agg(key || ' ' || payload::text, ',' ORDER BY n) FROM sink_log
@@ -105,7 +108,7 @@ is( sq($node, q{SELECT count(*), count(DISTINCT key),
 	"$NT|$NT|$NT", "the pass emitted exactly one message per changed row ($NT)");
 ok( poll_until($node, 
 		q{SELECT count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state <> 'delivered')
-		    FROM backfill.outbox WHERE topic = 't.changed'}, "$NT|0", 60),
+		    FROM backfill.outbox WHERE topic = 't.changed'}, "$NT|0", 180),
 	'all the pass\'s messages were delivered');
 is( sq($node, q{SELECT count(*), count(DISTINCT key) FROM sink_log WHERE topic = 't.changed'}),
 	"$NT|$NT", 'the function sink recorded each changed row exactly once');
@@ -136,6 +139,14 @@ for my $s (1 .. $SESSIONS)
 	my $seq = 0;
 	for my $i (1 .. $TXNS)
 	{
+		# the sessions go in rounds: transaction i of each starts once every
+		# session committed its transaction i - 1, so that every round has
+		# the messages of all of them, however the machine schedules them
+		my $before = ($i - 1) * $SESSIONS * $PER_TXN;
+		$sql .= "DO \$\$ DECLARE t_end timestamptz := clock_timestamp() + interval '5 minutes'; BEGIN"
+		  . " WHILE (SELECT count(*) FROM backfill.outbox WHERE topic = 'ord') < $before"
+		  . " AND clock_timestamp() < t_end LOOP PERFORM pg_sleep(0.002); END LOOP; END \$\$;\n"
+		  if $i > 1;
 		$sql .= "BEGIN;\n";
 		for my $j (1 .. $PER_TXN)
 		{
@@ -157,7 +168,7 @@ for my $s (1 .. $SESSIONS)
 	my $h = IPC::Run::start(
 		[ 'psql', '-XAtq', '-d', $node->connstr('postgres'), '-f', $file ],
 		'>', \$out, '2>', \$err,
-		IPC::Run::timeout(180));
+		IPC::Run::timeout(600));
 	push @emitters, { h => $h, out => \$out, err => \$err };
 }
 for my $e (@emitters)
@@ -175,10 +186,10 @@ cmp_ok(
 	                                 lag(payload->>'s') OVER (ORDER BY id) AS prev
 	                            FROM backfill.outbox WHERE topic = 'ord') x
 	     WHERE s <> prev}),
-	'>=', 10, 'the emitters ran concurrently (their messages interleave in id order)');
+	'>=', 10, 'the emitters ran concurrently (their messages interleave in id order, every round)');
 ok( poll_until($node, 
 		q{SELECT count(*) FILTER (WHERE state = 'delivered'), count(*) FILTER (WHERE state <> 'delivered')
-		    FROM backfill.outbox WHERE topic = 'ord'}, "$NORD|0", 90),
+		    FROM backfill.outbox WHERE topic = 'ord'}, "$NORD|0", 180),
 	'all the concurrent messages were delivered');
 is( sq($node, q{SELECT count(*), count(DISTINCT payload->>'g') FROM order_log}),
 	"$NORD|$NORD", 'each message was delivered exactly once');
@@ -212,6 +223,9 @@ $txa->query_safe(q{BEGIN});
 my $ra_id = $txa->query_safe(q{SELECT backfill_outbox_emit('race', 'rk', '{"who": "A"}')});
 my $rb_id = sq($node, q{SELECT backfill_outbox_emit('race', 'rk', '{"who": "B"}')});
 cmp_ok($ra_id, '<', $rb_id, 'A (emitted first, not yet committed) has the smaller id');
+ok(poll_until($node, q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill relay'},
+		'1', 120),
+	'the relay runs (B waits for a sink that exists) while A is uncommitted');
 # the relay keeps looking (a held-back head is looked at again every
 # 100 ms) and B, committed, stays held back all the while A is in flight:
 # A may hold an earlier message of the key, and does
@@ -228,7 +242,7 @@ $txa->query_safe(q{COMMIT});
 $txa->quit;
 ok( poll_until($node, 
 		"SELECT count(*) FROM backfill.outbox WHERE id IN ($ra_id, $rb_id) AND state = 'delivered'",
-		'2', 30),
+		'2', 120),
 	'A and B were delivered');
 is( sq($node, q{SELECT string_agg(payload->>'who', ',' ORDER BY at, n) FROM order_log WHERE key = 'rk'}),
 	'A,B', 'key rk: A was delivered before B (the order they were emitted, = id order)');
@@ -250,6 +264,18 @@ sq($node, q{
 	END $$;
 	SELECT backfill_outbox_sink('flaky', 'function', 'flaky_sink', max_attempts => 10,
 		backoff_base => '50 ms', backoff_cap => '100 ms');
+	-- the backoff the relay sets after each failure: next_attempt_at - now()
+	-- of the UPDATE that records the failure
+	CREATE TABLE flaky_backoff (attempts int, backoff_ms float8);
+	CREATE FUNCTION flaky_backoff_log() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		INSERT INTO public.flaky_backoff
+		VALUES (NEW.attempts, extract(epoch FROM NEW.next_attempt_at - pg_catalog.now()) * 1000);
+		RETURN NULL;
+	END $$;
+	CREATE TRIGGER flaky_backoff_log AFTER UPDATE ON backfill.outbox FOR EACH ROW
+		WHEN (NEW.topic = 'flaky' AND NEW.state = 'pending' AND NEW.attempts > OLD.attempts)
+		EXECUTE FUNCTION flaky_backoff_log();
 });
 is( sq($node, q{SELECT max_attempts, backoff_base_ms, backoff_cap_ms FROM backfill.outbox_sink
          WHERE topic = 'flaky'}),
@@ -257,11 +283,11 @@ is( sq($node, q{SELECT max_attempts, backoff_base_ms, backoff_cap_ms FROM backfi
 my $f_id = sq($node, q{SELECT backfill_outbox_emit('flaky', 'f', '{"try": 1}')});
 # the same key's next message waits behind the failing one (per-key order)
 my $f2_id = sq($node, q{SELECT backfill_outbox_emit('flaky', 'f', '{"try": 2}')});
-ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $f_id", 'delivered', 30),
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $f_id", 'delivered', 120),
 	'the message to the flaky sink was delivered in the end');
 is(outbox_row($f_id), 'delivered|4|t',
 	'delivered on attempt 4 after 3 failures, last_error cleared');
-ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $f2_id", 'delivered', 30),
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $f2_id", 'delivered', 120),
 	'the next message of the same key was delivered too');
 is(outbox_row($f2_id), 'delivered|1|t',
 	'the next message was not tried while the first one was backing off');
@@ -273,7 +299,11 @@ is(sq($node, q{SELECT string_agg(key || ' ' || payload::text, ',' ORDER BY ctid)
 my $flaky_ms = sq($node, "SELECT (extract(epoch FROM delivered_at - created_at) * 1000)::int
                     FROM backfill.outbox WHERE id = $f_id");
 cmp_ok($flaky_ms, '>=', 125, 'the retries waited out their backoff (at least 125 ms in all)');
-cmp_ok($flaky_ms, '<', 10_000, 'the backoff was capped (delivered within 10 s)');
+# base 50 ms doubling: 25..50, 50..100, then 100..200 ms uncapped, 50..100 capped
+is( sq($node, q{SELECT string_agg(attempts || ':' || (backoff_ms >= 24.999 AND backoff_ms <= 100.001),
+                                  ',' ORDER BY attempts) FROM flaky_backoff}),
+	'1:true,2:true,3:true',
+	'the backoff was capped: each of the 3 waits within backoff_cap (100 ms), the third too');
 ok($node->log_contains("outbox message $f_id will be retried after attempt 3: flaky sink failure"),
 	'the failures were logged');
 
@@ -288,7 +318,7 @@ sq($node, q{
 		backoff_base => '50 ms', backoff_cap => '100 ms');
 });
 my $d_id = sq($node, q{SELECT backfill_outbox_emit('doomed', 'd1', '{"d": 1}')});
-ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $d_id", 'dead', 30),
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $d_id", 'dead', 120),
 	'a message whose sink always fails ends dead');
 is(sq($node, "SELECT attempts, last_error FROM backfill.outbox WHERE id = $d_id"),
 	'2|doomed sink is broken', 'dead after max_attempts = 2, with the last error');
@@ -307,7 +337,7 @@ sq($node, q{
 is(sq($node, "SELECT backfill_outbox_requeue($d_id)"), 't', 'requeue of the dead message: true');
 is(sq($node, "SELECT backfill_outbox_requeue($d_id)"), 'f',
 	'requeue of the same message again (no longer dead): false');
-ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $d_id", 'delivered', 30),
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $d_id", 'delivered', 120),
 	'the requeued message was delivered by the fixed sink');
 is(outbox_row($d_id), 'delivered|1|t', 'requeue reset attempts; last_error cleared');
 is(sq($node, q{SELECT key || ' ' || payload::text FROM doomed_log}), 'd1 {"d": 1}',
@@ -323,20 +353,24 @@ sq($node, q{
 	BEGIN
 		INSERT INTO slow_log (key, payload) VALUES (key, payload);
 		IF payload ? 'slow' THEN
-			PERFORM pg_sleep(3);
+			-- waits while the test holds advisory lock 4040
+			PERFORM pg_advisory_xact_lock_shared(4040);
 		END IF;
 	END $$;
 	SELECT backfill_outbox_sink('slow', 'function', 'slow_sink');
 });
+# the slow delivery waits for this session's lock until the crash ends the session
+my $slow_gate = $node->background_psql('postgres');
+$slow_gate->query_safe('SELECT pg_advisory_lock(4040)');
 my $s_id = sq($node, q{SELECT backfill_outbox_emit('slow', 's1', '{"slow": true}')});
 my $victim;
-my $deadline = time() + 30;
+my $deadline = time() + 120;
 while (time() < $deadline)
 {
 	$victim = sq($node, q{
 		SELECT pid FROM pg_stat_activity
 		 WHERE backend_type = 'pg_backfill relay'
-		   AND query = 'pg_backfill relay: delivering' AND wait_event = 'PgSleep'});
+		   AND query = 'pg_backfill relay: delivering' AND wait_event = 'advisory'});
 	last if $victim ne '';
 	usleep(50_000);
 }
@@ -347,10 +381,12 @@ is(sq($node, "SELECT state, attempts FROM backfill.outbox WHERE id = $s_id"), 'p
 	'the message is still pending while the sink runs');
 my $log_pos = -s $node->logfile;
 is(kill('KILL', $victim), 1, 'SIGKILL delivered to the relay');
-ok(wait_for_server($node, 60), 'server accepts connections again after the crash');
+ok(wait_for_server($node, 180), 'server accepts connections again after the crash');
 ok( $node->wait_for_log(qr/pg_backfill relay.*\(PID $victim\) was terminated by signal 9/, $log_pos),
 	'the postmaster saw the relay die of SIGKILL');
-ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $s_id", 'delivered', 60),
+# the crash ended the gate's session too, and with it its lock
+eval { $slow_gate->quit };
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $s_id", 'delivered', 180),
 	'the message was not lost: it was delivered after the crash');
 is(sq($node, q{SELECT count(*) FROM slow_log WHERE key = 's1'}), '1',
 	'the sink recorded it exactly once (the killed attempt rolled back)');
@@ -361,7 +397,7 @@ isnt(sq($node, q{SELECT coalesce(string_agg(pid::text, ','), '') FROM pg_stat_ac
 # ==================================================================
 # 5. Webhook with an HMAC-SHA256 signature
 # ==================================================================
-my $hook = WebhookReceiver->start($tmp, secret => 's3cret', lifetime => 120);
+my $hook = WebhookReceiver->start($tmp, secret => 's3cret', lifetime => 900);
 my $port = $hook->port;
 ok($hook->ready, "the webhook receiver listens on 127.0.0.1:$port") or diag($hook->stderr);
 
@@ -378,7 +414,7 @@ my @h_ids = map { sq($node, qq{SELECT backfill_outbox_emit('hook', 'h$_', jsonb_
 my $h_list = join(',', @h_ids);
 ok( poll_until($node, 
 		"SELECT count(*) FROM backfill.outbox WHERE id IN ($h_list) AND state = 'delivered'",
-		'3', 30),
+		'3', 120),
 	'the 3 webhook messages were delivered');
 my @hooks = hook_records('/hook');
 is(scalar(@hooks), 3, 'the receiver got exactly 3 requests');
@@ -398,7 +434,7 @@ for my $n (1 .. 3)
 sq($node, qq{SELECT backfill_outbox_sink('hook.bad', 'webhook', 'http://127.0.0.1:$port/bad', 'wrong',
 	max_attempts => 2, backoff_base => '50 ms', backoff_cap => '100 ms')});
 my $b_id = sq($node, q{SELECT backfill_outbox_emit('hook.bad', 'b1', '{"b": 1}')});
-ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $b_id", 'dead', 30),
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $b_id", 'dead', 120),
 	'a message signed with the wrong secret ends dead');
 my ($b_attempts, $b_error) = split /\|/,
   sq($node, "SELECT attempts, last_error FROM backfill.outbox WHERE id = $b_id");
@@ -417,7 +453,7 @@ my $listener = $node->background_psql('postgres');
 $listener->query_safe('LISTEN bf_chan');
 my $n_id = sq($node, q{SELECT backfill_outbox_emit('note', 'n1', '{"hello": "world"}')});
 my ($notified, $seen) = (undef, '');
-$deadline = time() + 30;
+$deadline = time() + 120;
 while (time() < $deadline)
 {
 	$seen .= $listener->query('SELECT 1');
@@ -440,20 +476,20 @@ $listener->quit;
 # 7. Pruning delivered messages after backfill.outbox_retention
 # ==================================================================
 sq($node, q{ALTER SYSTEM SET backfill.outbox_retention = 1; SELECT pg_reload_conf();});
-ok(poll_until($node, 'SHOW backfill.outbox_retention', '1s', 10), 'retention set to 1 s');
+ok(poll_until($node, 'SHOW backfill.outbox_retention', '1s', 120), 'retention set to 1 s');
 my $old_max = sq($node, q{SELECT max(id) FROM backfill.outbox WHERE state = 'delivered'});
 my $old_count = sq($node, q{SELECT count(*) FROM backfill.outbox WHERE state = 'delivered'});
 cmp_ok($old_count, '>', 500, "$old_count delivered messages before pruning");
 ok( poll_until($node, 
 		"SELECT count(*) FROM backfill.outbox WHERE id <= $old_max AND state = 'delivered'
-		    AND delivered_at > now() - interval '1.5 seconds'", '0', 10),
+		    AND delivered_at > now() - interval '1.5 seconds'", '0', 120),
 	'the delivered messages are all older than the retention');
 my $w_id = sq($node, q{SELECT backfill_outbox_emit('t1', 'wake', '{"wake": true}')});
 ok( poll_until($node, 
 		"SELECT count(*) FROM backfill.outbox WHERE id <= $old_max AND state = 'delivered'",
-		'0', 30),
+		'0', 120),
 	'the relay pruned the delivered messages older than the retention');
-ok(poll_until($node, q{SELECT count(*) FROM sink_log WHERE key = 'wake'}, '1', 30),
+ok(poll_until($node, q{SELECT count(*) FROM sink_log WHERE key = 'wake'}, '1', 120),
 	'the wake-up message was delivered');
 is(sq($node, "SELECT state FROM backfill.outbox WHERE id = $b_id"), 'dead',
 	'a dead message is not pruned');

@@ -90,7 +90,7 @@ $node->safe_psql('postgres', q{
 sub scheduler_tick
 {
 	my $run = $node->safe_psql('postgres', q{SELECT backfill_run('tick', force => true)});
-	return wait_pass_end($node, $run, 60) eq 'completed';
+	return wait_pass_end($node, $run, 180) eq 'completed';
 }
 
 # ------------------------------------------------------------------
@@ -127,11 +127,11 @@ as('mal1', q{
 		requires_backfill => 'mal1_b');
 });
 my $b1 = as('mal1', q{SELECT backfill_run('mal1_b')});
-is(wait_pass_end($node, $b1, 60), 'completed', '(1) the required backfill completes');
+is(wait_pass_end($node, $b1, 180), 'completed', '(1) the required backfill completes');
 # drift: a row that needs mal1_b again, behind ten that call leak()
 as('mal1', q{INSERT INTO mal1.b (id) VALUES (11)});
 my $a1 = as('mal1', q{SELECT backfill_run('mal1_a')});
-is(wait_pass_end($node, $a1, 60), 'completed', '(1) the requiring backfill completes');
+is(wait_pass_end($node, $a1, 180), 'completed', '(1) the requiring backfill completes');
 is( $node->safe_psql('postgres',
 		q{SELECT count(*), bool_and(status = 'completed'), bool_or(forced)
 		    FROM backfill.ledger WHERE declaration = 'mal1_b'}),
@@ -162,7 +162,7 @@ $node->safe_psql('postgres', q{
 	SELECT backfill_outbox_emit('careless', 'k' || g, pg_catalog.jsonb_build_object('n', g))
 	  FROM generate_series(1, 3) g;
 });
-ok(poll_until($node, q{SELECT count(*) FROM sink_seen}, '3', 60),
+ok(poll_until($node, q{SELECT count(*) FROM sink_seen}, '3', 180),
 	'(1b) the three messages reached the sink: the relay looked it up after a first call');
 is(rolsuper('mal1b'), 'f', '(1b) mal1b is no superuser: the sink\'s setting did not outlive it');
 
@@ -183,7 +183,7 @@ as('mal2', q{
 });
 my $r2 = as('mal2', q{SELECT backfill_run('mal2_req', wait => false)});
 is(rolsuper('mal2'), 'f', '(2) after mal2 itself ran it: mal2 is no superuser');
-is(wait_pass_end($node, $r2, 60), 'completed',
+is(wait_pass_end($node, $r2, 180), 'completed',
 	'(2) the requirement was met (the view was read) and the scheduler started the pass');
 is(rolsuper('mal2'), 'f', '(2) after the scheduler checked the requirement: no superuser');
 is( $node->safe_psql('postgres',
@@ -192,7 +192,7 @@ is( $node->safe_psql('postgres',
 is(rolsuper('mal2'), 'f', '(2) after the superuser read backfill_pending(): no superuser');
 my $r2b = $node->safe_psql('postgres',
 	q{SELECT backfill_run('mal2_req', force => true, wait => false)});
-is(wait_pass_end($node, $r2b, 60), 'completed', '(2) a superuser runs it again: completed');
+is(wait_pass_end($node, $r2b, 180), 'completed', '(2) a superuser runs it again: completed');
 is(rolsuper('mal2'), 'f', '(2) after the superuser ran it: no superuser');
 my (undef, $direct) = $node->psql('postgres',
 	q{SELECT coalesce(backfill.migration_unapplied('m1', 'mal2'::regrole), 'applied')});
@@ -258,7 +258,7 @@ is(rolsuper('mal3'), 'f', '(3) after the domain cast of the input: mal3 is no su
 is(ledger($node, $c3, 'ledger_name'), 'mal3_cast:0', '(3) the cast input was accepted');
 like(refused('postgres', q{SELECT backfill_run('mal3_cast', input => '{"t": "x"}')}),
 	qr/ERROR:\s+BF011:/, '(3) an input the type refuses is still OPTION_INVALID (BF011)');
-is(wait_pass_end($node, $c3, 60), 'completed', '(3) the cast-scoped pass completes');
+is(wait_pass_end($node, $c3, 180), 'completed', '(3) the cast-scoped pass completes');
 is(rolsuper('mal3'), 'f', '(3) mal3 is no superuser at the end');
 
 # ------------------------------------------------------------------
@@ -286,7 +286,7 @@ my $i4 = as('intruder', q{
 });
 $node->safe_psql('postgres', 'REVOKE app FROM intruder');
 as('intruder', q{SELECT backfill_resume('intr')});
-is(wait_pass_end($node, $i4, 60), 'failed',
+is(wait_pass_end($node, $i4, 180), 'failed',
 	'(4) a lane started after REVOKE app FROM intruder: the pass fails');
 is(ledger($node, $i4, 'error_code'), 'BF016', '(4) with PRIVILEGE (BF016)');
 like(ledger($node, $i4, 'error_message'), qr/not a member of its run_as role "app"/,
@@ -304,7 +304,7 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM backfill.ledger WHERE dec
 	'1', '(4) the refused run and retry wrote no ledger row');
 $node->safe_psql('postgres', 'GRANT app TO intruder');
 my $i4b = as('intruder', q{SELECT backfill_run('intr')});
-is(wait_pass_end($node, $i4b, 60), 'completed', '(4) a member again: the pass completes');
+is(wait_pass_end($node, $i4b, 180), 'completed', '(4) a member again: the pass completes');
 is($node->safe_psql('postgres', q{SELECT count(*), min(who) FROM app_t WHERE who IS NOT NULL}),
 	'10|app', '(4) written as app');
 
@@ -330,7 +330,7 @@ as('app', q{
 		action => 'UPDATE app_b SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000);
 });
 my $b5 = as('app', q{SELECT backfill_run('app_b')});
-is(wait_pass_end($node, $b5, 60), 'completed', '(5) app completes app_b');
+is(wait_pass_end($node, $b5, 180), 'completed', '(5) app completes app_b');
 like(refused('mal5', q{
 	SELECT backfill_declare(name => 'mal5_a', relation => 'mal5_t', predicate => 'c IS NULL',
 		action => 'UPDATE mal5_t SET c = 1 WHERE id BETWEEN $1 AND $2',

@@ -115,7 +115,7 @@ is(sq($node, q{SELECT is_called FROM public.mig_ran}), 'f',
 # a plain table of mallory's: data only, read
 as_mallory(q{ALTER TABLE public.schema_migrations DISABLE ROW LEVEL SECURITY;
 	ALTER TABLE public.schema_migrations NO FORCE ROW LEVEL SECURITY});
-is(wait_pass_end($node, $run, 60), 'completed',
+is(wait_pass_end($node, $run, 180), 'completed',
 	'(a) a plain table of another role is read: the migration counts as applied, the pass runs');
 is(sq($node, q{SELECT is_called FROM public.mig_ran}), 'f', '(a) still no function of mallory ran');
 
@@ -158,7 +158,7 @@ SKIP:
 			max_attempts => 1, rate => 1000);
 	});
 	my $mrun = as_mallory(q{SELECT backfill_run('m_esc')});
-	is(wait_pass_end($node, $mrun, 60), 'failed', '(c) mallory\'s pass failed with its message');
+	is(wait_pass_end($node, $mrun, 180), 'failed', '(c) mallory\'s pass failed with its message');
 	my ($stdout, $stderr) = ('', '');
 	IPC::Run::run([ $cli, '-d', $node->connstr('postgres'), 'status', 'm_esc' ],
 		'>', \$stdout, '2>', \$stderr);
@@ -197,7 +197,7 @@ $node->safe_psql('postgres', q{
 }, extra_params => [ '-U', 'ro_alice' ]);
 $node->safe_psql('postgres', q{ALTER ROLE ro_alice SET default_transaction_read_only = on});
 my $ro_run = sq($node, q{SET ROLE ro_alice; SELECT backfill_run('ro_fill')});
-is(wait_pass_end($node, $ro_run, 60), 'failed', '(e) the pass of a read-only role ends failed');
+is(wait_pass_end($node, $ro_run, 180), 'failed', '(e) the pass of a read-only role ends failed');
 is(sq($node, "SELECT error_code, error_message ~ 'read-only' FROM backfill.ledger WHERE run_id = $ro_run"),
 	'BF016|t', '(e) with BF016 and the reason');
 is(sq($node, "SELECT lane_starts FROM backfill.run WHERE run_id = $ro_run"), '1',
@@ -225,7 +225,7 @@ $node->safe_psql('postgres', q{
 		batch_size => 100, rate => 1000);
 });
 my $vc_run = sq($node, q{SELECT backfill_run('su_vc')});
-is(wait_pass_end($node, $vc_run, 60), 'completed', '(f) the varchar-keyed pass completes');
+is(wait_pass_end($node, $vc_run, 180), 'completed', '(f) the varchar-keyed pass completes');
 is(sq($node, q{SELECT count(*) FROM su_vc WHERE c = 1}), '2000', '(f) every row');
 is(sq($node, q{SELECT is_called FROM public.mig_ran}), 'f', '(f) mallory\'s operator never ran');
 is(sq($node, q{SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'}), 'f',
@@ -239,7 +239,7 @@ as_mallory(q{
 		action => 'UPDATE public.m_orph SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000);
 });
 my $m_orph = as_mallory(q{SELECT backfill_run('orph')});
-is(wait_pass_end($node, $m_orph, 60), 'completed', '(g) mallory\'s pass of orph completes');
+is(wait_pass_end($node, $m_orph, 180), 'completed', '(g) mallory\'s pass of orph completes');
 as_mallory(q{SELECT backfill_drop('orph')});
 my $as_alice = sub {
 	return $node->safe_psql('postgres', $_[0], extra_params => [ '-U', 'alice' ]);
@@ -252,7 +252,7 @@ $as_alice->(q{
 });
 my $a_orph = $as_alice->(q{SELECT backfill_run('orph')});
 isnt($a_orph, $m_orph, '(g) alice\'s run is a pass of its own, not a skip');
-is(wait_pass_end($node, $a_orph, 60), 'completed', '(g) and it completes');
+is(wait_pass_end($node, $a_orph, 180), 'completed', '(g) and it completes');
 is(sq($node, q{SELECT count(*) FROM public.a_orph WHERE c = 1}), '10', '(g) over alice\'s rows');
 
 done_testing();

@@ -139,14 +139,14 @@ is(tq("SELECT emitted_by FROM backfill.outbox WHERE id = $free"), 'bf_mallory',
 # 3. A member of the owner emits; the sink sees who emitted
 # ==================================================================
 my $m_id = safe_as('bf_member', q{SELECT backfill_outbox_emit('op.fn', 'k1', '{"n": 1}')});
-ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $m_id", 'delivered', 30),
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $m_id", 'delivered', 120),
 	'a member of bf_op emits into op.fn, and it is delivered');
 is(tq("SELECT emitted_by FROM backfill.outbox WHERE id = $m_id"), 'bf_member',
 	'the message records bf_member as its emitter');
 is(tq(q{SELECT key, emitted_by, run_by FROM opschema.op_log WHERE topic = 'op.fn'}),
 	'k1|bf_member|bf_op', 'the 4-argument sink got the emitting role, and ran as bf_op');
 my $l_id = safe_as('bf_member', q{SELECT backfill_outbox_emit('op.legacy', 'k1', '{}')});
-ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $l_id", 'delivered', 30),
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $l_id", 'delivered', 120),
 	'a 3-argument sink still delivers');
 is(tq(q{SELECT key, emitted_by, run_by FROM opschema.op_log WHERE topic = 'op.legacy'}),
 	'k1|(3 args)|bf_op', 'the 3-argument sink was called with 3 arguments');
@@ -158,7 +158,7 @@ my $p_id = safe_as('bf_mallory', q{SELECT backfill_outbox_emit('later', 'p1', '{
 safe_as('bf_op', q{SELECT backfill_outbox_sink('later', 'function', 'opschema.op_sink3')});
 my $ok_id = safe_as('bf_member', q{SELECT backfill_outbox_emit('later', 'p2', '{}')});
 ok( poll_until($node, "SELECT state FROM backfill.outbox WHERE id IN ($p_id, $ok_id) ORDER BY id",
-		"dead\ndelivered", 30),
+		"dead\ndelivered", 120),
 	'once the sink is set, the member\'s message is delivered and bf_mallory\'s planted one dies');
 is(tq(q{SELECT string_agg(key, ',') FROM opschema.op_log WHERE topic = 'later'}),
 	'p2', 'the sink got only the member\'s message');
@@ -175,7 +175,7 @@ safe_as('bf_op', q{
 	SELECT backfill_outbox_sink('swap', 'function', 'shared.swap_sink', max_attempts => 1);
 });
 my $s1 = safe_as('bf_member', q{SELECT backfill_outbox_emit('swap', 's1', '{}')});
-ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $s1", 'delivered', 30),
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $s1", 'delivered', 120),
 	'the swap sink delivers with its own function');
 safe_as('bf_op', q{DROP FUNCTION shared.swap_sink(text, text, jsonb)});
 safe_as('bf_mallory', q{
@@ -184,7 +184,7 @@ safe_as('bf_mallory', q{
 	GRANT EXECUTE ON FUNCTION shared.swap_sink(text, text, jsonb) TO PUBLIC;
 });
 my $s2 = safe_as('bf_member', q{SELECT backfill_outbox_emit('swap', 's2', '{}')});
-ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $s2", 'dead', 30),
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $s2", 'dead', 120),
 	'after the function was dropped and bf_mallory made one of that name, the message dies');
 like(tq("SELECT last_error FROM backfill.outbox WHERE id = $s2"),
 	qr/outbox sink function shared.swap_sink of topic "swap" is not the one the sink was set to/,
@@ -215,7 +215,7 @@ safe_as('bf_member', q{
 	SELECT backfill_outbox_emit('plant', 'p2', '{}');
 	COMMIT;
 });
-ok( poll_until($node, q{SELECT count(*) FROM opschema.plant_log}, '2', 30),
+ok( poll_until($node, q{SELECT count(*) FROM opschema.plant_log}, '2', 120),
 	'both messages of the plant topic were delivered');
 is(tq(q{SELECT string_agg(key || '=' || seen, ',' ORDER BY key) FROM opschema.plant_log}),
 	'p1=,p2=', 'the second delivery did not see the setting the first one made for the session');
@@ -240,7 +240,7 @@ is(safe_as('bf_op', q{SELECT backfill_outbox_grant('op.fn', 'bf_app')}), 't',
 is(safe_as('bf_member', q{SELECT backfill_outbox_grant('op.fn', 'bf_app')}), 'f',
 	'granting it again (as a member of bf_op) changes nothing');
 my $a_id = safe_as('bf_app', q{SELECT backfill_outbox_emit('op.fn', 'a1', '{}')});
-ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $a_id", 'delivered', 30),
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $a_id", 'delivered', 120),
 	'the granted role emits, and it is delivered');
 is(tq(q{SELECT emitted_by, run_by FROM opschema.op_log WHERE key = 'a1'}),
 	'bf_app|bf_op', 'the sink sees bf_app as the emitter');
@@ -262,7 +262,7 @@ is(safe_as('bf_op', q{SELECT backfill_outbox_revoke('op.fn', 'bf_app')}), 'f',
 $txa->query_safe('COMMIT');
 $txa->quit;
 ok( poll_until($node, "SELECT state FROM backfill.outbox WHERE id IN ($z1, $z2) ORDER BY id",
-		"delivered\ndead", 30),
+		"delivered\ndead", 120),
 	'the first message was delivered; bf_app\'s, emitted before the revoke, is dead');
 like(tq("SELECT last_error FROM backfill.outbox WHERE id = $z2"),
 	qr/role "bf_app" may not emit into topic "op.fn"/, 'its last_error says why');

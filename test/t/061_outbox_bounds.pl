@@ -21,6 +21,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep time);
+use Time::Local qw(timegm);
 use IPC::Run;
 use JSON::PP;
 use FindBin;
@@ -57,7 +58,7 @@ is( $node->safe_psql('postgres',
 		     FROM generate_series(1, $NOWHERE) g}, extra_params => [ '-U', 'bf_mallory' ]),
 	$NOWHERE, "bf_mallory emitted $NOWHERE messages into a topic with no sink");
 sq($node, q{SELECT backfill_outbox_emit('ok', 'o1', '{}')});
-ok(poll_until($node, q{SELECT count(*) FROM ok_log WHERE key = 'o1'}, '1', 30),
+ok(poll_until($node, q{SELECT count(*) FROM ok_log WHERE key = 'o1'}, '1', 120),
 	'a message emitted after them, to a topic with a sink, was delivered');
 is( sq($node, q{SELECT count(*) FILTER (WHERE state = 'pending' AND attempts = 0), count(*)
                   FROM backfill.outbox WHERE topic = 'nowhere'}),
@@ -78,16 +79,36 @@ my $log_start = -s $node->logfile;
 sq($node, qq{SELECT count(backfill_outbox_emit('spam', 's' || g, '{}'))
                FROM generate_series(1, $SPAM) g});
 ok( poll_until($node, q{SELECT count(*) FROM backfill.outbox WHERE topic = 'spam' AND state = 'dead'},
-		$SPAM, 60),
+		$SPAM, 180),
 	"all $SPAM messages of the failing sink are dead");
 # the relay exits once nothing is pending, and says what it did not log
 ok(poll_until($node, q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill relay'},
-		'0', 30), 'the relay exited, nothing being left to deliver');
+		'0', 120), 'the relay exited, nothing being left to deliver');
 my $spam_log = substr(slurp_file($node->logfile), $log_start);
 my $logged = () = $spam_log =~ /outbox message \d+ is dead after attempt 1: spam sink is down/g;
 my $summed = 0;
 $summed += $1 while $spam_log =~ /(\d+) more failed deliveries of outbox topic "spam" were not logged/g;
-cmp_ok($logged, '<=', 5, "at most 5 of the $SPAM failures were logged one by one ($logged)");
+# the relay logs at most 5 failures of a topic in each window of a minute
+# (a window opens at the first failure after the last one's minute): on a
+# machine slow enough for the 40 failures to take longer, a second window
+# may log 5 more, and that is no failure of the bound
+my ($windows, $most) = (0, 0);
+{
+	my ($start, $in);
+	while ($spam_log =~ /^(\d+)-(\d+)-(\d+) (\d+):(\d+):(\d+)(\.\d+)?\b[^\n]*outbox message \d+ is dead after attempt 1: spam sink is down/mg)
+	{
+		my $t = timegm($6, $5, $4, $3, $2 - 1, $1) + ($7 // 0);
+		if (!defined $start || $t - $start > 60)
+		{
+			($start, $in) = ($t, 0);
+			$windows++;
+		}
+		$in++;
+		$most = $in if $in > $most;
+	}
+}
+cmp_ok($most, '<=', 5,
+	"at most 5 of the $SPAM failures were logged one by one in a minute ($logged, in $windows minute(s))");
 cmp_ok($logged, '>=', 1, 'the first ones were');
 is($logged + $summed, $SPAM, 'the rest were counted in a summary line');
 
@@ -106,14 +127,14 @@ sq($node, q{
 	SELECT backfill_outbox_sink('big', 'function', 'big_sink', max_attempts => 1);
 });
 my $hold_id = sq($node, q{SELECT backfill_outbox_emit('hold', 'h1', '{}')});
-ok(poll_until($node, "SELECT attempts FROM backfill.outbox WHERE id = $hold_id", '1', 30),
+ok(poll_until($node, "SELECT attempts FROM backfill.outbox WHERE id = $hold_id", '1', 120),
 	'the hold message failed once and waits an hour');
 my $relay = relay_pid();
 like($relay, qr/^\d+$/, 'the relay keeps running meanwhile');
 my $BIG = 60;
 sq($node, qq{SELECT count(backfill_outbox_emit('big', 'b' || g, '{}')) FROM generate_series(1, $BIG) g});
 ok( poll_until($node, q{SELECT count(*) FROM backfill.outbox WHERE topic = 'big' AND state = 'dead'},
-		$BIG, 60),
+		$BIG, 180),
 	"$BIG deliveries failed with a 200 kB error each");
 is(relay_pid(), $relay, 'the same relay handled them all');
 cmp_ok(sq($node, q{SELECT max(length(last_error)) FROM backfill.outbox WHERE topic = 'big'}),
@@ -136,9 +157,9 @@ cmp_ok($top, '<', 2_000_000,
 my ($rc, $out, $err) = $node->psql('postgres',
 	q{ALTER SYSTEM SET backfill.outbox_dead_retention = 1; SELECT pg_reload_conf();});
 is($rc, 0, 'backfill.outbox_dead_retention set to 1 s') or diag($err);
-ok(poll_until($node, 'SHOW backfill.outbox_dead_retention', '1s', 10), 'and loaded');
+ok(poll_until($node, 'SHOW backfill.outbox_dead_retention', '1s', 120), 'and loaded');
 ok( poll_until($node, q{SELECT count(*) FROM backfill.outbox WHERE topic IN ('nowhere', 'spam', 'big')},
-		'0', 60),
+		'0', 180),
 	'the dead messages and those of the topic with no sink were pruned');
 ok($node->log_contains(qr/pruned \d+ dead outbox messages and \d+ of topics with no sink/),
 	'the pruning was logged');
@@ -150,7 +171,7 @@ is(sq($node, q{SELECT count(*) FROM backfill.outbox WHERE topic = 'ok' AND state
 # ==================================================================
 # 5. A webhook call holds no transaction and no row lock
 # ==================================================================
-my $hook = WebhookReceiver->start($tmp, lifetime => 300);
+my $hook = WebhookReceiver->start($tmp, lifetime => 900);
 my $port = $hook->port;
 ok($hook->ready, "the webhook receiver listens on 127.0.0.1:$port") or diag($hook->stderr);
 
@@ -178,11 +199,13 @@ sub wait_call
 	return 0;
 }
 
+# the receiver holds the call until released: a timeout far longer than
+# the checks made meanwhile, so the call is certainly still in flight
 sq($node, qq{SELECT backfill_outbox_sink('held', 'webhook', 'http://127.0.0.1:$port/hook',
-	timeout => '60 seconds')});
+	timeout => '10 minutes')});
 my $w1 = sq($node, q{SELECT backfill_outbox_emit('held', 'hk', '{"n": 1, "hold": true}')});
 my $w2 = sq($node, q{SELECT backfill_outbox_emit('held', 'hk', '{"n": 2}')});
-ok(wait_call($w1, 1, 30), 'the receiver got the first message and holds the call');
+ok(wait_call($w1, 1, 120), 'the receiver got the first message and holds the call');
 is(sq($node, "SELECT state, attempts FROM backfill.outbox WHERE id = $w1"), 'pending|1',
 	'during the call the message is pending, its attempt counted');
 ($rc, $out, $err) = $node->psql('postgres',
@@ -196,7 +219,7 @@ is(hook_count($w2), 0, 'the next message of the key waits behind the one in flig
 $hook->release($w1);
 ok( poll_until($node, "SELECT string_agg(state || ' ' || attempts, ',' ORDER BY id)
                         FROM backfill.outbox WHERE id IN ($w1, $w2)",
-		'delivered 1,delivered 1', 30),
+		'delivered 1,delivered 1', 120),
 	'both were delivered, each on its first attempt');
 my @order = map { $_->{id} } grep { $_->{id} eq $w1 || $_->{id} eq $w2 } $hook->records;
 is(join(',', @order), "$w1,$w2", 'each was sent once, in emit order');
@@ -204,15 +227,17 @@ is(join(',', @order), "$w1,$w2", 'each was sent once, in emit order');
 # ==================================================================
 # 6. The relay killed during a webhook call
 # ==================================================================
+# the call's timeout (20 s) leaves the relay in the call while it is found
+# and killed; its lease (timeout + 2 s) then runs out and it is sent again
 sq($node, qq{SELECT backfill_outbox_sink('crash', 'webhook', 'http://127.0.0.1:$port/hook',
-	timeout => '8 seconds')});
+	timeout => '20 seconds')});
 my $c1 = sq($node, q{SELECT backfill_outbox_emit('crash', 'ck', '{"hold": true}')});
-ok(wait_call($c1, 1, 30), 'the receiver holds the call of the crash message');
+ok(wait_call($c1, 1, 120), 'the receiver holds the call of the crash message');
 my $victim = relay_pid();
 like($victim, qr/^\d+$/, 'the relay is in the call');
 is(kill('KILL', $victim), 1, 'SIGKILL delivered to the relay');
-ok(wait_for_server($node, 60), 'server accepts connections again after the crash');
-ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $c1", 'delivered', 60),
+ok(wait_for_server($node, 180), 'server accepts connections again after the crash');
+ok(poll_until($node, "SELECT state FROM backfill.outbox WHERE id = $c1", 'delivered', 180),
 	'the message was delivered after the crash, once its lease ran out');
 is(hook_count($c1), 2, 'it was sent again: at least once');
 is(sq($node, "SELECT attempts FROM backfill.outbox WHERE id = $c1"), '2',

@@ -46,7 +46,7 @@ sq($src, q{
 	    rate => 100);
 });
 my $run = sq($src, q{SET ROLE app; SELECT backfill_run('fill')});
-is(wait_pass_end($src, $run, 60), 'completed', 'the source completes its pass');
+is(wait_pass_end($src, $run, 180), 'completed', 'the source completes its pass');
 my $gone_oid = sq($src, q{SELECT oid FROM pg_roles WHERE rolname = 'gone'});
 # the role goes; its declaration stays (it is history), with its oid
 sq($src, q{REVOKE ALL ON gone_items FROM gone; DROP ROLE gone});
@@ -100,7 +100,7 @@ is( sq($dst, q{SELECT run_as::oid = 'postgres'::regrole::oid, run_as_name
 sq($dst, q{UPDATE items SET c = NULL, who = NULL WHERE id <= 10});
 my $run2 = sq($dst, q{SET ROLE app; SELECT backfill_run('fill', force => true)});
 cmp_ok($run2, '>', $run, 'the new run id follows the restored history');
-is(wait_pass_end($dst, $run2, 60), 'completed', 'the forced pass completes in the target');
+is(wait_pass_end($dst, $run2, 180), 'completed', 'the forced pass completes in the target');
 is( sq($dst, q{SELECT count(*), count(*) FILTER (WHERE who = 'app') FROM items WHERE id <= 10}),
 	'10|10', 'its batches ran as app');
 is(sq($dst, q{SELECT count(*) FROM decoy}), '0', 'the other table was not touched');
@@ -127,7 +127,7 @@ my $run3 = sq($dst, q{
 	RESET ROLE;
 	ALTER ROLE app RENAME TO app_renamed;
 	COMMIT;});
-is(wait_pass_end($dst, $run3, 60), 'failed', 'the pass of a renamed owner fails');
+is(wait_pass_end($dst, $run3, 180), 'failed', 'the pass of a renamed owner fails');
 is(ledger($dst, $run3, 'error_code'), 'BF016', 'with BF016');
 is( sq($dst, q{SELECT count(*) FROM items WHERE who IS NOT NULL AND id <= 5}),
 	'0', 'no lane ran its batches');
@@ -141,7 +141,7 @@ sq($dst, q{SET ROLE app_renamed;
 	    action => 'UPDATE items SET c = id, who = current_user WHERE id BETWEEN $1 AND $2 AND c IS NULL',
 	    rate => 100)});
 my $run4 = sq($dst, q{SET ROLE app_renamed; SELECT backfill_run('fill', force => true)});
-is(wait_pass_end($dst, $run4, 60), 'completed', 'declared again, it runs');
+is(wait_pass_end($dst, $run4, 180), 'completed', 'declared again, it runs');
 
 $dst->stop;
 done_testing();

@@ -158,7 +158,7 @@ sub enter_place
 sub settle_passes
 {
 	ok(poll_until($node, q{SELECT count(*) FROM backfill.ledger WHERE status = 'running'},
-			'0', 60), "$place: no pass left running");
+			'0', 180), "$place: no pass left running");
 }
 
 # the checks every place ends with; $todo names the finding that fixes it
@@ -284,13 +284,13 @@ ok_as('attacker', q{
 	              ' AND att.pwn(''action'') AND att.settle(''action'')',
 	    batch_size => 20, rate => 1000, max_parallel => 2);}, 'lanes: the attacker declares');
 my $r1 = ok_as('attacker', q{SELECT backfill_run('a_fill')}, 'lanes: the attacker runs it');
-is(wait_pass_end($node, $r1, 60), 'completed', 'lanes: its own run completes');
+is(wait_pass_end($node, $r1, 180), 'completed', 'lanes: its own run completes');
 is(sq($node, qq{SELECT plan_method FROM backfill.run WHERE run_id = $r1}), 'histogram',
 	'lanes: planned from the histogram of the domain key, in partitions with bounds');
 $node->safe_psql('postgres', q{UPDATE att.items SET c = NULL WHERE id % 3 = 0});
 my $r2 = ok_as('postgres', q{SELECT backfill_run('a_fill', force => true)},
 	'lanes: a superuser runs the attacker\'s backfill');
-is(wait_pass_end($node, $r2, 60), 'completed', 'lanes: the superuser\'s run completes');
+is(wait_pass_end($node, $r2, 180), 'completed', 'lanes: the superuser\'s run completes');
 refused_as('other', q{SELECT backfill_run('a_fill', force => true)}, 'BF016',
 	'lanes: another role may not run it');
 reports_and_controls($_, 'a_fill') for qw(attacker other postgres);
@@ -326,10 +326,10 @@ ok_as('attacker', q{
 	    pages => 'att.pages', count_function => 'att.cnt', rate => 1000);},
 	'pages: the attacker declares a pages source');
 my $p1 = ok_as('attacker', q{SELECT backfill_run('a_pages')}, 'pages: the attacker runs it');
-is(wait_pass_end($node, $p1, 60), 'completed', 'pages: its run completes');
+is(wait_pass_end($node, $p1, 180), 'completed', 'pages: its run completes');
 my $p2 = ok_as('postgres', q{SELECT backfill_run('a_pages', force => true)},
 	'pages: a superuser runs it');
-is(wait_pass_end($node, $p2, 60), 'completed', 'pages: the superuser\'s run completes');
+is(wait_pass_end($node, $p2, 180), 'completed', 'pages: the superuser\'s run completes');
 reports_and_controls($_, 'a_pages') for qw(attacker other postgres);
 settle_passes();
 no_escalation();
@@ -352,14 +352,14 @@ ok_as('attacker', q{
 	SELECT backfill_outbox_emit('att.events', 'k1', '{"n": 1}');},
 	'relay: the attacker sets a function sink of its own and emits');
 ok(poll_until($node, q{SELECT count(*) FROM backfill.outbox WHERE topic = 'att.events'
-		AND state = 'delivered'}, '1', 60), 'relay: the message is delivered');
+		AND state = 'delivered'}, '1', 180), 'relay: the message is delivered');
 ok_as('attacker', q{
 	SELECT backfill_outbox_sink('att.note', 'notify', 'att_channel');
 	SELECT backfill_outbox_emit('att.events', 'k2', '{"n": 2}');
 	SELECT backfill_outbox_emit('att.note', 'k3', '{"n": 3}');},
 	'relay: more messages, one to a notify sink');
 ok(poll_until($node, q{SELECT count(*) FROM backfill.outbox WHERE topic LIKE 'att.%'
-		AND state = 'delivered'}, '3', 60), 'relay: they are delivered');
+		AND state = 'delivered'}, '3', 180), 'relay: they are delivered');
 is(sq($node, q{SELECT count(*) FROM att.seen WHERE place = 'relay' AND site = 'sink function'
 		AND cur = 'attacker'}) > 0 ? 'as attacker' : 'not as attacker',
 	'as attacker', 'relay: the sink ran as the role that set it');
@@ -497,17 +497,17 @@ ok_as('attacker', q{
 	    action => 'UPDATE att.dep SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000,
 	    requires_backfill => 'a_base');}, 'drift: the attacker declares two backfills');
 my $b1 = ok_as('attacker', q{SELECT backfill_run('a_base')}, 'drift: the required one runs');
-wait_pass_end($node, $b1, 60);
+wait_pass_end($node, $b1, 180);
 ok_as('attacker', q{UPDATE att.b SET c = NULL; SELECT backfill_run('a_dep');},
 	'drift: its rows match again, and the dependent one is run');
 # the scheduler checks for drift on its next ticks
 ok(poll_until($node, q{SELECT count(*) > 0 FROM att.seen WHERE place = 'drift'
-		AND site = 'drift predicate'}, 't', 60),
+		AND site = 'drift predicate'}, 't', 180),
 	'drift: the required backfill\'s predicate was checked');
 # the scheduler goes on ticking in that session: wait until the dependent
 # pass has run (or the deadline passed) before looking
 poll_until($node, q{SELECT count(*) FROM backfill.ledger WHERE declaration = 'a_dep'
-	AND status = 'running'}, '0', 30);
+	AND status = 'running'}, '0', 120);
 end_todo_place(undef);
 
 # run_as: membership is gone, the run must be refused
@@ -572,7 +572,7 @@ ok_as('attacker', q{
 as_role('attacker', q{SELECT backfill_outbox_emit('ops.audit', 'k', '{}')});
 # the relay tries it (or the emit was refused)
 poll_until($node, q{SELECT count(*) FROM backfill.outbox WHERE topic = 'ops.audit'
-	AND state = 'pending' AND attempts = 0}, '0', 30);
+	AND state = 'pending' AND attempts = 0}, '0', 120);
 end_todo_place(undef);
 
 # ==================================================================

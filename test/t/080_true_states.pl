@@ -46,7 +46,7 @@ sub lane_waits_on
 		qq{SELECT count(*) > 0 FROM pg_stat_activity a JOIN pg_locks k ON k.pid = a.pid
 		    WHERE a.backend_type = 'pg_backfill lane' AND k.locktype = 'advisory'
 		      AND NOT k.granted AND k.objid = $key},
-		't', 60);
+		't', 180);
 }
 
 # the server log has a line matching $re (polled, with a deadline)
@@ -83,7 +83,7 @@ sub start_waiting
 	my $ok = poll_until($node,
 		qq{SELECT count(*) FROM pg_stat_activity WHERE application_name = '$app'
 		     AND query LIKE '%$fn(%' AND (wait_event_type = 'Lock' OR state = 'idle')},
-		'1', 60);
+		'1', 180);
 	return ($ok, $early);
 }
 
@@ -174,10 +174,10 @@ $holder->query_safe('BEGIN; LOCK TABLE lt IN ACCESS EXCLUSIVE MODE');
 my $run_a = sq($node, q{SET ROLE st_locky; SELECT backfill_run('lt')});
 ok( log_shows(
 		qr/backfill "lt" run $run_a: preparing the pass failed \(attempt 2 of 100\), retrying in \d+ ms\n.*DETAIL:  SQLSTATE 55P03/,
-		30),
+		120),
 	'(a) a lock timeout while preparing is retried, with the backoff');
 $holder->query_safe('COMMIT');
-is(wait_pass_end($node, $run_a, 60), 'completed', '(a) the pass completed once the lock was gone');
+is(wait_pass_end($node, $run_a, 180), 'completed', '(a) the pass completed once the lock was gone');
 is(sq($node, q{SELECT count(*) FILTER (WHERE n = 1) || '|' || count(*) FILTER (WHERE n <> 1) FROM lt}),
 	'300|0', '(a) every row done exactly once');
 
@@ -193,7 +193,7 @@ is(sq($node, "SELECT phase FROM backfill.run WHERE run_id = $run_b"), 'queued',
 sq($node, q{SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'});
 my $b_retried = log_shows(
 	qr/backfill "pb" run $run_b: preparing the pass failed \(attempt 1 of 10\), retrying in \d+ ms\n.*DETAIL:  SQLSTATE 57014/,
-	30);
+	120);
 ok($b_retried, '(b) the cancelled plan is retried');
 is(ledger($node, $run_b, 'status'), 'running', '(b) the pass did not fail of the cancel');
 SKIP:
@@ -210,11 +210,11 @@ SKIP:
 	sq($node, q{SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'});
 	ok( log_shows(
 			qr/backfill "pb" run $run_b: ending the pass failed \(attempt 1 of 10\), retrying in \d+ ms\n.*DETAIL:  SQLSTATE 57014/,
-			60),
+			180),
 		'(b) the cancelled count is retried');
 	ok(lane_waits_on(1001), '(b) the lane counts again');
 	$holder->query_safe('SELECT pg_advisory_unlock(1001)');
-	is(wait_pass_end($node, $run_b, 60), 'completed', '(b) the pass completed');
+	is(wait_pass_end($node, $run_b, 180), 'completed', '(b) the pass completed');
 	is(ledger($node, $run_b, "coalesce(error_code, 'none') || '|' || rows"), 'none|3',
 		'(b) no error recorded, 3 rows');
 	is(sq($node, q{SELECT string_agg(id || ':' || n, ',' ORDER BY id) FROM pb_dst}), '1:1,2:1,3:1',
@@ -249,7 +249,7 @@ for my $s ('pc', 'pd')
 	like(result_of($ctl, $early), qr/^f$/m, "$tag $fn returns false: the pass completed meanwhile");
 	$ctl->quit;
 
-	is(wait_pass_end($node, $run, 60), 'completed', "$tag the pass completed");
+	is(wait_pass_end($node, $run, 180), 'completed', "$tag the pass completed");
 	is(ledger($node, $run, "coalesce(error_code, 'none') || '|' || coalesce(error_message, 'none')"),
 		'none|none', "$tag the ledger row has no error");
 	is( sq($node,
@@ -282,7 +282,7 @@ is( sq($node,
 		     FROM backfill.partition WHERE run_id = $run_e}),
 	'1|0', '(e) its partition (planned meanwhile) is cancelled, none left pending');
 ok( poll_until($node,
-		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'}, '0', 30),
+		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'}, '0', 120),
 	'(e) the lane left');
 # a batch may commit between the plan and the cancel: it is counted
 is(ledger($node, $run_e, 'rows'), sq($node, 'SELECT count(*) FROM pe_dst'),
@@ -324,7 +324,7 @@ $holder->query_safe("BEGIN; SELECT 1 FROM backfill.ledger WHERE run_id = $run_f 
 $holder->query_safe('SELECT pg_advisory_unlock(5001)');
 ok( poll_until($node,
 		qq{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'
-		     AND wait_event_type = 'Lock'}, '1', 60),
+		     AND wait_event_type = 'Lock'}, '1', 180),
 	'(f) the partition failed; the lane waits to end the pass');
 is( sq($node,
 		qq{SELECT string_agg(state, ',') FROM backfill.partition WHERE run_id = $run_f}),
@@ -337,7 +337,7 @@ ok($f_called, '(f) backfill_retry was called');
 $holder->query_safe('COMMIT');
 like(result_of($retrier, $f_early), qr/^t$/m, '(f) the retry returns true');
 $retrier->quit;
-ok(poll_until($node, q{SELECT status FROM backfill_status('rf')}, 'completed', 60),
+ok(poll_until($node, q{SELECT status FROM backfill_status('rf')}, 'completed', 180),
 	'(f) the backfill completed');
 is( sq($node,
 		q{SELECT count(*) FROM backfill.partition p JOIN backfill.ledger l USING (run_id)

@@ -43,7 +43,7 @@ sub declare_as
 sub ended_bf016
 {
 	my ($tag, $name, $run, $reason) = @_;
-	ok(pass_ended($node, $run, 30), "$tag the pass ended");
+	ok(pass_ended($node, $run, 120), "$tag the pass ended");
 	is(ledger($node, $run, 'status || \'|\' || error_code'), 'failed|BF016',
 		"$tag it failed with BF016");
 	like(ledger($node, $run, 'error_message'), qr/^$reason/, "$tag the ledger says why");
@@ -56,10 +56,11 @@ sub ended_bf016
 # ------------------------------------------------------------------
 # (a) NOLOGIN mid-pass
 # ------------------------------------------------------------------
-declare_as('lg_nologin', 5);
+# 300 batches at 2 a second: the pass is certainly still running when hit
+declare_as('lg_nologin', 2);
 my $run_a = sq($node, q{SET ROLE lg_nologin; SELECT backfill_run('lg_nologin')});
 ok( poll_until($node, q{SELECT rows >= 20 AND live_leases = 1 FROM backfill_status('lg_nologin')},
-		't', 60),
+		't', 180),
 	'(a) the pass is under way');
 sq($node, 'ALTER ROLE lg_nologin NOLOGIN');
 sq($node, q{SELECT pg_terminate_backend(pid) FROM pg_stat_activity
@@ -81,7 +82,7 @@ sq($node, q{SET ROLE lg_nologin; SELECT backfill_declare(name => 'lg_nologin', r
 is(sq($node, q{SET ROLE lg_nologin; SELECT backfill_run('lg_nologin', force => true) > 0}), 't',
 	'(a) a new pass runs once the role may log in');
 my $run_a2 = sq($node, q{SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'lg_nologin'});
-is(wait_pass_end($node, $run_a2, 60), 'completed', '(a) and completes');
+is(wait_pass_end($node, $run_a2, 180), 'completed', '(a) and completes');
 is(sq($node, 'SELECT count(*) FILTER (WHERE n = 1) || \'|\' || count(*) FILTER (WHERE n <> 1) FROM lg'),
 	'3000|0', '(a) every row done exactly once over both passes');
 

@@ -97,7 +97,7 @@ foreach my $lvl (qw(rc rr ser))
 		if ($init eq 'failed')
 		{
 			my $r = sq($node, "SELECT backfill_run('$name')");
-			is(wait_pass_end($node, $r, 60), 'failed', "$label: the first pass failed");
+			is(wait_pass_end($node, $r, 180), 'failed', "$label: the first pass failed");
 			sq($node, "UPDATE fm_flag SET fail = false WHERE name = '$name'");
 		}
 		# the batches wait at the gate while the controls race
@@ -118,7 +118,7 @@ foreach my $lvl (qw(rc rr ser))
 		$b->{psql}->{stdin} .= control_sql($cb, $name) . ";\n";
 		$b->{psql}->{run}->pump_nb;
 		ok(poll_until($node, "SELECT count(*) FROM pg_stat_activity WHERE pid = $b->{pid}"
-			  . " AND (wait_event_type = 'Lock' OR state <> 'active')", '1', 30),
+			  . " AND (wait_event_type = 'Lock' OR state <> 'active')", '1', 120),
 			"$label: the second call waits for the first, or is done");
 		FaultMatrix::quietly(sub { $a->{psql}->query('COMMIT') });
 		my $err_commit_a = $a->{psql}->{stderr};
@@ -156,7 +156,7 @@ foreach my $lvl (qw(rc rr ser))
 			note("$label: the pass is paused; resuming it");
 			sq($node, "SELECT backfill_resume('$name')");
 		}
-		my $deadline = time() + 60;
+		my $deadline = time() + 240;
 		while (time() < $deadline)
 		{
 			my $now = sq($node, $running);

@@ -20,6 +20,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 use FindBin;
 use lib "$FindBin::RealBin/lib";
 use BackfillTest;
@@ -46,10 +47,10 @@ my $decl_w1 = q{
 		batch_size => 10, rate => %s)};
 sq($node, sprintf($decl_w1, '0.002'));
 my $r1 = sq($node, q{SELECT backfill_run('w1')});
-ok(poll_until($node, "SELECT rows FROM backfill.partition WHERE run_id = $r1", '10', 30),
+ok(poll_until($node, "SELECT rows FROM backfill.partition WHERE run_id = $r1", '10', 120),
 	'rate 0.002: the first batch commits, then the lane waits 500 s for the next');
 sq($node, sprintf($decl_w1, '100'));
-is(wait_pass_end($node, $r1, 30), 'completed',
+is(wait_pass_end($node, $r1, 120), 'completed',
 	'declared again with rate 100: the waiting lane goes on at once and the pass completes');
 is(sq($node, 'SELECT count(*), sum(n) FROM w1 WHERE n = 1'), '30|30',
 	'every row done exactly once');
@@ -65,21 +66,21 @@ sq($node, q{
 		batch_size => 10, rate => 0.002);
 });
 my $r2 = sq($node, q{SELECT backfill_run('w2')});
-ok(poll_until($node, "SELECT rows FROM backfill.partition WHERE run_id = $r2", '10', 30),
+ok(poll_until($node, "SELECT rows FROM backfill.partition WHERE run_id = $r2", '10', 120),
 	'the first batch of w2 commits; its lane waits 500 s');
 is(sq($node, q{SELECT backfill_pause('w2')}), 't', 'backfill_pause answers true');
 ok(poll_until($node,
 		"SELECT state, holder_pid IS NULL FROM backfill.partition WHERE run_id = $r2",
-		'pending|t', 20),
+		'pending|t', 120),
 	'paused: the waiting lane leaves its partition at once');
-ok(poll_until($node, $LANES, '0', 20), 'and the lane exits');
+ok(poll_until($node, $LANES, '0', 120), 'and the lane exits');
 
 is(sq($node, q{SELECT backfill_resume('w2')}), 't', 'backfill_resume answers true');
-ok(poll_until($node, "SELECT rows FROM backfill.partition WHERE run_id = $r2", '20', 30),
+ok(poll_until($node, "SELECT rows FROM backfill.partition WHERE run_id = $r2", '20', 120),
 	'resumed: the next batch commits, and the lane waits again');
-ok(poll_until($node, $LANES, '1', 20), 'one lane waits');
+ok(poll_until($node, $LANES, '1', 120), 'one lane waits');
 is(sq($node, q{SELECT backfill_cancel('w2')}), 't', 'backfill_cancel answers true');
-ok(poll_until($node, $LANES, '0', 20), 'cancelled: the waiting lane exits at once');
+ok(poll_until($node, $LANES, '0', 120), 'cancelled: the waiting lane exits at once');
 is(ledger($node, $r2, 'status, rows'), 'cancelled|20', 'the ledger says cancelled, 20 rows');
 is(sq($node, 'SELECT count(*) FILTER (WHERE n = 1), sum(n) FROM w2'), '20|20',
 	'the 20 rows the ledger counts were done exactly once, the others not at all');
@@ -87,26 +88,28 @@ is(sq($node, 'SELECT count(*) FILTER (WHERE n = 1), sum(n) FROM w2'), '20|20',
 # ------------------------------------------------------------------
 # (3) a restarted scheduler counts the lanes of the one before it
 # ------------------------------------------------------------------
+# 4000 batches of 0.2 s on 2 lanes: the pass runs for at least 400 s, so it
+# is certainly still running when it is cancelled below
 sq($node, q{
 	CREATE TABLE w3 (id int PRIMARY KEY, n int NOT NULL DEFAULT 0);
-	INSERT INTO w3 (id) SELECT g FROM generate_series(1, 4000) g;
+	INSERT INTO w3 (id) SELECT g FROM generate_series(1, 20000) g;
 	SELECT backfill_declare(name => 'w3', relation => 'w3', predicate => 'n = 0',
 		action => 'UPDATE w3 SET n = n + 1 + 0 * (SELECT count(*) FROM pg_sleep(0.2))'
 		       || ' WHERE id BETWEEN $1 AND $2',
 		batch_size => 5, rate => 100, max_parallel => 4);
 });
 my $r3 = sq($node, q{SELECT backfill_run('w3')});
-ok(poll_until($node, $LANES, '2', 30), 'w3 (max_parallel 4) gets backfill.max_workers = 2 lanes');
+ok(poll_until($node, $LANES, '2', 120), 'w3 (max_parallel 4) gets backfill.max_workers = 2 lanes');
 my $SCHED = q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_backfill scheduler'
 	AND datname = 'postgres'};
 my $old_sched = sq($node, $SCHED);
 sq($node, "SELECT pg_terminate_backend($old_sched)");
-ok(poll_until($node, "SELECT count(*) FROM ($SCHED) s WHERE pid <> $old_sched", '1', 60),
+ok(poll_until($node, "SELECT count(*) FROM ($SCHED) s WHERE pid <> $old_sched", '1', 180),
 	'the launcher starts the scheduler again');
 is(holds_for($node, "SELECT ($LANES) <= 2", 't', 6), undef,
 	'the new scheduler counts the lanes it did not start: never more than 2');
 is(sq($node, q{SELECT backfill_cancel('w3')}), 't', 'w3 cancelled');
-ok(poll_until($node, $LANES, '0', 30), 'its lanes exit');
+ok(poll_until($node, $LANES, '0', 120), 'its lanes exit');
 is(sq($node, "SELECT (SELECT rows FROM backfill.ledger WHERE run_id = $r3) = sum(n)"
 	  . " AND count(*) FILTER (WHERE n > 1) = 0 FROM w3"),
 	't', 'w3: the ledger counts exactly the rows done, each once');
@@ -116,13 +119,22 @@ is(sq($node, "SELECT (SELECT rows FROM backfill.ledger WHERE run_id = $r3) = sum
 # ------------------------------------------------------------------
 my $LAUNCHER = q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_backfill launcher'};
 my $old_launcher = sq($node, $LAUNCHER);
+my $launcher_log = -s $node->logfile;
 sq($node, "SELECT pg_terminate_backend($old_launcher)");
-ok(poll_until($node, "SELECT count(*) FROM ($LAUNCHER) s WHERE pid <> $old_launcher", '1', 60),
+ok(poll_until($node, "SELECT count(*) FROM ($LAUNCHER) s WHERE pid <> $old_launcher", '1', 180),
 	'the postmaster starts the launcher again');
 is(holds_for($node, "SELECT count(*) FROM ($SCHED) s", '1', 5), undef,
 	'the new launcher does not start a second scheduler for postgres');
-ok($node->log_contains('pg_backfill scheduler for database "postgres" is already running'),
-	'the second scheduler says why it leaves');
+# the new launcher's scheduler may say so after the window above: wait for it
+my $leaves = 0;
+for my $i (1 .. 1800)
+{
+	$leaves = 1, last
+	  if slurp_file($node->logfile, $launcher_log)
+	  =~ /pg_backfill scheduler for database "postgres" is already running/;
+	usleep(100_000);
+}
+ok($leaves, 'the second scheduler says why it leaves');
 
 # ------------------------------------------------------------------
 # (5) a setting its module refuses: the pass fails BF011, no lane loop
@@ -145,7 +157,7 @@ sq($node, q{
 		settings => '{"auto_explain.log_format": ":fmt"}', rate => 100);
 });
 my $r5 = sq($node, q{SELECT backfill_run('w5', input => '{"fmt": "bogus"}')});
-is(wait_pass_end($node, $r5, 30), 'failed', 'the pass with the refused value fails');
+is(wait_pass_end($node, $r5, 120), 'failed', 'the pass with the refused value fails');
 is(ledger($node, $r5, 'error_code'), 'BF011', 'with BF011');
 like(ledger($node, $r5, 'error_message'), qr/auto_explain\.log_format.*bogus/,
 	'naming the setting and the value');
@@ -153,7 +165,7 @@ is(sq($node, "SELECT lane_starts FROM backfill.run WHERE run_id = $r5"), '1',
 	'one lane start, not a lane dying again and again');
 is(sq($node, 'SELECT sum(n) FROM w5'), '0', 'no row was touched');
 my $r5ok = sq($node, q{SELECT backfill_run('w5', input => '{"fmt": "json"}')});
-is(wait_pass_end($node, $r5ok, 30), 'completed', 'with a good value the same backfill completes');
+is(wait_pass_end($node, $r5ok, 120), 'completed', 'with a good value the same backfill completes');
 is(sq($node, 'SELECT count(*) FROM w5 WHERE n = 1'), '10', 'every row once');
 
 $node->stop;

@@ -53,7 +53,7 @@ for my $i (1 .. 4)
 	});
 	push @alice_runs, $node->safe_psql('postgres', "SET ROLE alice; SELECT backfill_run('a$i')");
 }
-ok(poll_until($node, sprintf($LANES_OF, 'alice'), '4', 30),
+ok(poll_until($node, sprintf($LANES_OF, 'alice'), '4', 120),
 	"alice's four backfills hold all four lanes");
 
 sq($node, q{
@@ -68,7 +68,7 @@ $node->safe_psql('postgres', q{
 		batch_size => 5, rate => 100);
 });
 my $rb = $node->safe_psql('postgres', q{SET ROLE bob; SELECT backfill_run('b1')});
-is(wait_pass_end($node, $rb, 60), 'completed', "bob's pass gets a lane and completes");
+is(wait_pass_end($node, $rb, 180), 'completed', "bob's pass gets a lane and completes");
 is(sq($node, 'SELECT count(*) FILTER (WHERE n = 1), sum(n) FROM b1'), '20|20',
 	"bob's rows done exactly once");
 is(sq($node, "SELECT count(*) FROM backfill.ledger WHERE run_id IN ("
@@ -76,14 +76,14 @@ is(sq($node, "SELECT count(*) FROM backfill.ledger WHERE run_id IN ("
 	'4', "alice's four passes are still running meanwhile");
 ok($node->log_contains('gives its place to a waiting pass'),
 	'the scheduler said which lane gave its place');
-ok(poll_until($node, sprintf($LANES_OF, 'alice'), '4', 30),
+ok(poll_until($node, sprintf($LANES_OF, 'alice'), '4', 120),
 	'with bob done, alice has all four lanes again');
 
 for my $i (1 .. 4)
 {
 	$node->safe_psql('postgres', "SET ROLE alice; SELECT backfill_cancel('a$i')");
 }
-ok(poll_until($node, $LANES, '0', 30), "alice's passes cancelled: every lane exits");
+ok(poll_until($node, $LANES, '0', 120), "alice's passes cancelled: every lane exits");
 for my $i (1 .. 4)
 {
 	is(sq($node, "SELECT (SELECT rows FROM backfill.ledger WHERE run_id = $alice_runs[$i-1])"
@@ -106,10 +106,10 @@ sq($node, q{
 my $rc = sq($node, q{SELECT backfill_run('c1')});
 ok(poll_until($node,
 		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'
-		   AND wait_event = 'PgSleep'}, '1', 30),
+		   AND wait_event = 'PgSleep'}, '1', 120),
 	'the second batch of c1 is in flight, sleeping 300 s');
 is(sq($node, q{SELECT backfill_cancel('c1')}), 't', 'backfill_cancel answers true');
-ok(poll_until($node, $LANES, '0', 20), 'the batch in flight is interrupted and the lane exits');
+ok(poll_until($node, $LANES, '0', 120), 'the batch in flight is interrupted and the lane exits');
 is(ledger($node, $rc, 'status, rows, batches'), 'cancelled|10|1',
 	'the ledger: cancelled, the one batch that committed');
 is(sq($node, 'SELECT count(*) FILTER (WHERE n = 1), sum(n) FROM c1'), '10|10',

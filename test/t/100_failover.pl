@@ -2,7 +2,15 @@
 #
 # A primary and a streaming standby on loopback.  A pass with a
 # non-idempotent action (n = n + 1) runs on the primary; the primary is
-# killed with SIGKILL mid-pass and the standby promoted.  The checkpoints
+# killed with SIGKILL mid-pass and the standby promoted.  "Mid-pass" is
+# made, not hoped for: a prepared transaction holds the row lock of the
+# last row, so the pass cannot end, and the primary is killed once a lane
+# waits on that lock inside a batch, holding a lease the standby has seen.
+# (A prepared transaction, not a session: a session of the killed primary
+# would end and let the orphaned lane finish the pass before it noticed
+# the postmaster gone, its walsender still streaming.)  The standby has
+# the prepared transaction too; once promoted, the test rolls it back and
+# the new primary's lanes take the dead primary's leases.  The checkpoints
 # the standby received came with the batches they belong to (one WAL
 # record stream, one transaction each), so the new primary resumes from
 # them: every row ends at n = 1 and the ledger holds one completed pass.
@@ -43,7 +51,7 @@ sub pair
 {
 	my ($name, $sync) = @_;
 	my $primary = BackfillTest::node("${name}_primary",
-		init => { allows_streaming => 1 });
+		init => { allows_streaming => 1 }, extra_conf => 'max_prepared_transactions = 5');
 	$primary->safe_psql('postgres', 'CREATE EXTENSION pg_backfill');
 	$primary->backup("${name}_backup");
 	my $standby = PostgreSQL::Test::Cluster->new("${name}_standby");
@@ -54,12 +62,16 @@ sub pair
 		# only now: with no standby, every commit would wait
 		$primary->safe_psql('postgres', q{ALTER SYSTEM SET synchronous_standby_names = '*'});
 		$primary->reload;
-		poll_until($primary, q{SELECT sync_state FROM pg_stat_replication}, 'sync', 60);
+		poll_until($primary, q{SELECT sync_state FROM pg_stat_replication}, 'sync', 120);
 	}
 	return ($primary, $standby);
 }
 
-# declare and start a pass over $rows rows; returns its run id
+# declare and start a pass over $rows rows; returns its run id.  A
+# prepared transaction ('gate') holds the row lock of the last row (id =
+# $rows) from before the pass starts: a batch over that row waits on it
+# (lock_timeout and batch_timeout far beyond the test), so the pass cannot
+# end while it is held, whatever the speed of the machine
 sub start_pass
 {
 	my ($node, $rows) = @_;
@@ -69,31 +81,48 @@ sub start_pass
 		ANALYZE t;
 		SELECT backfill_declare('fill_t', 't', 'NOT done',
 			'UPDATE t SET n = n + 1, done = true WHERE id BETWEEN \$1 AND \$2',
-			batch_size => 1000, rate => 100000, max_parallel => 2);
+			batch_size => 1000, rate => 100000, max_parallel => 2,
+			lock_timeout => '1 hour', batch_timeout => '1 hour');
 	});
+	$node->safe_psql('postgres', qq{BEGIN; SELECT id FROM t WHERE id = $rows FOR UPDATE;
+		PREPARE TRANSACTION 'gate';});
 	return $node->safe_psql('postgres', q{SELECT backfill_run('fill_t')});
 }
 
-# kill the primary once the pass is well under way (the standby has the
-# rows done so far), promote the standby, and check the pass ends there
-# exactly once
+# once the pass is well under way (the standby has checkpoints of it) and a
+# lane waits on the gate inside a batch (its lease on the standby too),
+# kill the primary, promote the standby, open the gate there, and check the
+# pass ends there exactly once
 sub fail_over
 {
 	my ($label, $primary, $standby, $run_id, $rows) = @_;
 
 	ok( poll_until($standby,
 			"SELECT coalesce(sum(rows), 0) >= $rows / 5 FROM backfill.partition WHERE run_id = $run_id",
-			't', 120),
+			't', 300),
 		"$label: the standby received checkpoints of the running pass");
+	# (a prepared transaction blocks as pid 0)
+	my $gated = q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'
+		AND 0 = ANY (pg_blocking_pids(pid))};
+	ok(poll_until($primary, "SELECT count(*) FROM ($gated) g", '1', 300),
+		"$label: a lane waits inside a batch on the gate's row lock");
+	my $lane_pid = $primary->safe_psql('postgres', $gated);
+	ok( poll_until($standby,
+			"SELECT count(*) FROM backfill.partition WHERE run_id = $run_id
+			   AND state = 'running' AND holder_pid = " . ($lane_pid || 0), '1', 300),
+		"$label: the standby has the waiting lane's lease");
 	my $done_before = $primary->safe_psql('postgres',
 		"SELECT count(*) FROM t WHERE done");
 	cmp_ok($done_before, '<', $rows, "$label: the primary is killed mid-pass ($done_before of $rows done)");
 	$primary->kill9;
 
 	$standby->promote;
-	ok( poll_until($standby, 'SELECT pg_is_in_recovery()', 'f', 60),
+	ok( poll_until($standby, 'SELECT pg_is_in_recovery()', 'f', 120),
 		"$label: the standby was promoted");
-	is(wait_pass_end($standby, $run_id, 180), 'completed',
+	is($standby->safe_psql('postgres', q{SELECT gid FROM pg_prepared_xacts}), 'gate',
+		"$label: the promoted standby has the gate");
+	$standby->safe_psql('postgres', q{ROLLBACK PREPARED 'gate'});
+	is(wait_pass_end($standby, $run_id, 600), 'completed',
 		"$label: the pass completed on the new primary");
 	is( sq($standby, 'SELECT count(*), count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <> 1) FROM t'),
 		"$rows|$rows|0", "$label: every row was done exactly once across the failover");
@@ -108,9 +137,11 @@ sub fail_over
 
 # ---- asynchronous replication; the standby's read-only face on the way
 my ($primary, $standby) = pair('async', 0);
-my $ROWS = 1_000_000;
+# (100,000 rows: the gate, not the size of the table, keeps the pass
+# running through the checks below)
+my $ROWS = 100_000;
 my $run_id = start_pass($primary, $ROWS);
-ok(poll_until($standby, "SELECT count(*) FROM backfill.ledger WHERE run_id = $run_id", '1', 60),
+ok(poll_until($standby, "SELECT count(*) FROM backfill.ledger WHERE run_id = $run_id", '1', 120),
 	'async: the standby has the ledger row of the running pass');
 
 # reports work on the hot standby
@@ -168,7 +199,7 @@ $standby->stop;
 ($primary, $standby) = pair('sync', 1);
 is(sq($primary, q{SELECT sync_state FROM pg_stat_replication}), 'sync',
 	'sync: the standby is synchronous');
-$ROWS = 200_000;
+$ROWS = 100_000;
 $run_id = start_pass($primary, $ROWS);
 fail_over('sync', $primary, $standby, $run_id, $ROWS);
 $standby->stop;

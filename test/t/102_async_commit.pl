@@ -11,6 +11,13 @@
 # "Not on disk yet" is made certain rather than likely: the test stops the
 # WAL writer (SIGSTOP), so an asynchronous commit stays in WAL buffers until
 # a crash throws them away, while a synchronous one flushes WAL itself.
+# Where the pass stands is made certain too, whatever the speed of the
+# machine: one lane walks the keys in order, and prepared transactions
+# (they survive every crash) hold the row locks of gates at known keys: the
+# lane's batch at a gate waits there until the test opens it (ROLLBACK
+# PREPARED), so the test knows how many rows are done, that the pass is
+# still running and that a lane is at work when it stops the WAL writer,
+# crashes the server or kills the lane.
 # After each crash the server comes back first with no database served
 # (lanes held off), and the test compares what survived:
 #   - rows done (n = 1) == rows the surviving checkpoints count, and fewer
@@ -46,7 +53,8 @@ my $node = BackfillTest::node(
 		'bgwriter_lru_maxpages = 0',
 		'checkpoint_timeout = 1h',
 		'max_wal_size = 4GB',
-		'autovacuum = off'));
+		'autovacuum = off',
+		'max_prepared_transactions = 10'));
 
 $node->safe_psql('postgres', qq{
 	CREATE EXTENSION pg_backfill;
@@ -56,36 +64,51 @@ $node->safe_psql('postgres', qq{
 	SELECT backfill_declare(name => 'ac', relation => 't', predicate => 'n = 0',
 		action => \$\$UPDATE t SET n = n + 1, sc = pg_catalog.current_setting('synchronous_commit')
 		            WHERE id BETWEEN \$1 AND \$2\$\$,
-		batch_size => 200, rate => 100, max_parallel => 2);
+		batch_size => 200, rate => 100, max_parallel => 1,
+		lock_timeout => '1 hour', batch_timeout => '1 hour');
 });
+
+# a gate: a prepared transaction holding the row lock of $id in $table; the
+# batch that reaches it waits there, across crash restarts
+sub gate
+{
+	my ($name, $table, $id) = @_;
+	$node->safe_psql('postgres', qq{BEGIN; SELECT id FROM $table WHERE id = $id FOR UPDATE;
+		PREPARE TRANSACTION '$name';});
+	return;
+}
+
+sub open_gate
+{
+	my ($name) = @_;
+	$node->safe_psql('postgres', qq{ROLLBACK PREPARED '$name'});
+	return;
+}
+
+# wait until the lane waits inside a batch on a gate; then the visible rows
+# done in $table
+sub at_gate
+{
+	my ($table, $what) = @_;
+	BackfillTest::poll_until($node,
+		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'
+		    AND 0 = ANY (pg_blocking_pids(pid))}, '1', 300)
+	  or BAIL_OUT("$what: no lane reached the gate in 300 s; server log:\n"
+		  . slurp_file($node->logfile));
+	return $node->safe_psql('postgres', "SELECT count(*) FROM $table WHERE n > 0");
+}
 
 sub walwriter_pid
 {
 	my $pid;
 	BackfillTest::poll_until($node,
-		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walwriter'}, '1', 60);
+		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walwriter'}, '1', 120);
 	$pid = $node->safe_psql('postgres',
 		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'});
 	return $pid;
 }
 
 sub done_rows { return $node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE n > 0'); }
-
-# wait until the visible rows pass $at
-sub wait_rows
-{
-	my ($at, $what) = @_;
-	my $deadline = time() + 120;
-	my $done = 0;
-	while (time() < $deadline)
-	{
-		$done = done_rows();
-		return $done if $done >= $at;
-		usleep(100_000);
-	}
-	BAIL_OUT("$what: only $done rows done after 120 s; server log:\n"
-		  . slurp_file($node->logfile));
-}
 
 # a restart with no database served: no lane runs while the test looks
 sub start_held
@@ -115,19 +138,28 @@ sub crash_with_wal_unwritten
 	return $seen;
 }
 
+# the gates of the pass: the lane stops before rows 10,001, 20,001,
+# 50,001 and 180,001 (the first key of a batch of 200)
+gate('g10k', 't', 10_001);
+gate('g20k', 't', 20_001);
+gate('g50k', 't', 50_001);
+gate('g180k', 't', $ROWS - 20_000 + 1);
+
 my $run = $node->safe_psql('postgres', q{SELECT backfill_run('ac')});
 like($run, qr/^\d+$/, 'backfill_run returned a run id');
 
 # ------------------------------------------------------------------
 # 1. immediate shutdown with asynchronous commits not yet on disk
 # ------------------------------------------------------------------
-wait_rows(10_000, 'first stretch');
+is(at_gate('t', 'first stretch'), '10000', 'the first stretch: 10000 rows done, the lane at a gate');
 my $before = crash_with_wal_unwritten(
 	sub {
-		my $at = done_rows();
-		# 20 batches of 200 rows commit while no WAL is written
-		return wait_rows($at + 4_000, 'with the WAL writer stopped');
+		# (ROLLBACK PREPARED flushes WAL: what was done before it is on disk)
+		open_gate('g10k');
+		# 50 batches of 200 rows commit while no WAL is written
+		return at_gate('t', 'with the WAL writer stopped');
 	});
+is($before, '20000', '50 batches committed while the WAL writer was stopped');
 my $after = done_rows();
 my $checkpointed = $node->safe_psql('postgres',
 	"SELECT coalesce(sum(rows), 0) FROM backfill.partition WHERE run_id = $run");
@@ -162,21 +194,29 @@ is($node->safe_psql('postgres', q{SELECT backfill_resume('ac')}), 't', 'the pass
 #    synchronous_commit is off (lanes started after the crash read it)
 # ------------------------------------------------------------------
 $node->safe_psql('postgres', 'ALTER ROLE postgres SET synchronous_commit = off');
-my $at = wait_rows($after + 30_000, 'after the restart');
+# the lane redid the lost batches and waits at the gate of 20,001
+is(at_gate('t', 'after the restart'), '20000', 'the lost batches were redone up to the next gate');
+open_gate('g20k');
+my $at = at_gate('t', 'after the restart');
+cmp_ok($at, '>=', $after + 30_000, "$at rows done, 30000 more than survived the crash");
 my $lane = $node->safe_psql('postgres',
 	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane' LIMIT 1});
-like($lane, qr/^\d+$/, 'a lane is running');
+like($lane, qr/^\d+$/, 'a lane is running (inside a batch, at the gate of 50,001)');
 is(kill('KILL', $lane), 1, 'SIGKILL delivered to a lane');
-ok(wait_for_server($node, 60), 'server accepts connections again after the crash');
+ok(wait_for_server($node, 120), 'server accepts connections again after the crash');
 
 # ------------------------------------------------------------------
 # 3. the transaction that ends the pass is synchronous: the WAL writer
 #    stopped before the end, the ledger's completed row survives a crash
 # ------------------------------------------------------------------
-wait_rows($ROWS - 20_000, 'near the end');
+at_gate('t', 'after the lane was killed');
+open_gate('g50k');
+is(at_gate('t', 'near the end'), $ROWS - 20_000, 'near the end: the lane at the last gate');
 crash_with_wal_unwritten(
 	sub {
-		ok(pass_ended($node, $run, 180), 'the pass ended with the WAL writer stopped');
+		is(ledger($node, $run, 'status'), 'running', 'the pass is running when the WAL writer stops');
+		open_gate('g180k');
+		ok(pass_ended($node, $run, 300), 'the pass ended with the WAL writer stopped');
 		return 0;
 	});
 is($node->safe_psql('postgres', "SELECT status FROM backfill.ledger WHERE run_id = $run"),
@@ -198,22 +238,25 @@ $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'emits', relation => 'e', predicate => 'n = 0',
 		action => $$WITH u AS (UPDATE e SET n = n + 1 WHERE id BETWEEN $1 AND $2 RETURNING id)
 		           SELECT backfill_outbox_emit('e.done', u.id::text, '{}') FROM u$$,
-		batch_size => 100, rate => 50, max_parallel => 1);
+		batch_size => 100, rate => 50, max_parallel => 1,
+		lock_timeout => '1 hour', batch_timeout => '1 hour');
 });
+# gates before rows 1,001 and 3,001
+gate('e1k', 'e', 1_001);
+gate('e3k', 'e', 3_001);
 my $run2 = $node->safe_psql('postgres', q{SELECT backfill_run('emits')});
-BackfillTest::poll_until($node, 'SELECT count(*) >= 1000 FROM e WHERE n > 0', 't', 120)
-  or BAIL_OUT('the emitting pass did not start');
+is(at_gate('e', 'the emitting pass'), '1000', 'the emitting pass started: 1000 rows, the lane at a gate');
 my $emitted = crash_with_wal_unwritten(
 	sub {
-		my $from = $node->safe_psql('postgres', 'SELECT count(*) FROM e WHERE n > 0');
-		BackfillTest::poll_until($node, "SELECT count(*) >= $from + 1000 FROM e WHERE n > 0",
-			't', 120);
+		open_gate('e1k');
+		is(at_gate('e', 'the emitting pass, the WAL writer stopped'), '3000',
+			'2000 rows emitted while the WAL writer was stopped');
 		return $node->safe_psql('postgres', q{SELECT count(*) FROM backfill.outbox WHERE topic = 'e.done'});
 	});
 
 my $kept = $node->safe_psql('postgres', q{SELECT count(*) FROM backfill.outbox WHERE topic = 'e.done'});
 note("messages visible before the crash: $emitted; after recovery: $kept");
-cmp_ok($emitted, '>=', 2000, 'messages were emitted while the WAL writer was stopped');
+cmp_ok($emitted, '>=', 3000, 'messages were emitted while the WAL writer was stopped');
 cmp_ok($kept, '>=', $emitted, 'every message seen before the crash survived it');
 is($node->safe_psql('postgres',
 		q{SELECT count(*) FROM e WHERE n > 0} ),
@@ -221,7 +264,8 @@ is($node->safe_psql('postgres',
 		"SELECT coalesce(sum(rows), 0) FROM backfill.partition WHERE run_id = $run2"),
 	'the emitting pass\'s rows and checkpoints agree');
 start_serving();
-ok(pass_ended($node, $run2, 180), 'the emitting pass ended');
+open_gate('e3k');
+ok(pass_ended($node, $run2, 300), 'the emitting pass ended');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM e WHERE n <> 1'), '0',
 	'every row of the emitting pass was done exactly once');
 is($node->safe_psql('postgres',
@@ -240,7 +284,7 @@ $node->safe_psql('postgres', q{
 		batch_size => 100, rate => 100, async_commit => false);
 });
 my $run3 = $node->safe_psql('postgres', q{SELECT backfill_run('sync')});
-ok(pass_ended($node, $run3, 120), 'the synchronous pass ended');
+ok(pass_ended($node, $run3, 300), 'the synchronous pass ended');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM s WHERE n = 1 AND sc = 'on'}),
 	'2000', 'with async_commit => false every batch ran with synchronous_commit = on, '
 	  . 'though the role\'s is off');

@@ -9,6 +9,13 @@
 # test drops at many different moments of a paced pass.  A lane that was
 # woken while waiting out its rate once read the answer of a catalog
 # statement that had none, and died of SIGSEGV.
+#
+# Every round makes its lane provably at work before the drop, whatever
+# the speed of the machine: a session holds the row lock of the pass's
+# first row, the round waits until the lane's first batch waits on it
+# (the lane has planned its pass and holds its lease), lets it go, and
+# drops a random moment later (within a batch, its commit, or the wait
+# of the rate between two batches).
 use strict;
 use warnings;
 
@@ -41,36 +48,54 @@ sub until_done
 	return 0;
 }
 
+# the session whose row lock the lane's first batch of each round waits on
+my $holder = $node->background_psql('postgres');
+$holder->set_query_timer_restart();
+my $holder_pid = $holder->query_safe('SELECT pg_backend_pid()');
+
 my $dropped = 0;
+my $working = 0;
 for my $round (1 .. $ROUNDS)
 {
 	my $version = $round % 2 ? "VERSION '0.2'" : '';
 	until_done(q{SET client_min_messages = warning;
 		DROP EXTENSION IF EXISTS pg_backfill CASCADE; CREATE EXTENSION pg_backfill});
+	# (lock_timeout and batch_timeout: the first batch waits for the
+	# holder however long the round takes to see it)
 	$node->safe_psql('postgres', q{
 		UPDATE t SET n = 0;
 		SELECT backfill_declare('d', 't', 'n = 0', 'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		                        batch_size => 100, rate => 20);
-		SELECT backfill_run('d', wait => false);
+		                        batch_size => 100, rate => 20,
+		                        lock_timeout => '1 hour', batch_timeout => '1 hour');
 	});
-	# the drop at a moment of the round's own, early in the pass: a lane
-	# that has just started is waiting out its rate between batches
-	usleep(int(rand(60_000)));
+	$holder->query_safe('BEGIN; SELECT id FROM t WHERE id = 1 FOR UPDATE;');
+	$node->safe_psql('postgres', q{SELECT backfill_run('d', wait => false)});
+	# the lane has planned its pass and is inside its first batch
+	$working += poll_until($node,
+		"SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'
+		   AND $holder_pid = ANY (pg_blocking_pids(pid))", 't', 180);
+	$holder->query_safe('COMMIT');
+	# the drop at a moment of the round's own, early in the pass: the
+	# first batch finishing, or the lane waiting out its rate (50 ms)
+	# before the next
+	usleep(int(rand(100_000)));
 	$dropped += until_done("SET client_min_messages = warning;
 		DROP EXTENSION pg_backfill CASCADE; CREATE EXTENSION pg_backfill $version");
 	usleep(int(rand(200_000)));
 }
+$holder->quit;
 is($dropped, $ROUNDS, 'each drop and create again went through');
+is($working, $ROUNDS, 'in every round a lane was inside a batch of its pass before the drop');
 
 # the lanes of the last round end too
 ok(BackfillTest::poll_until($node,
-	q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'}, '0', 60),
+	q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'}, '0', 180),
 	'no lane is left once its catalogs are gone');
 my $log = slurp_file($node->logfile);
 unlike($log, qr/terminating any other active server processes/,
 	'the server never went through crash recovery');
 my $hit = () = $log =~ /backfill "d" run \d+ started/g;
-cmp_ok($hit, '>=', $ROUNDS / 2, "lanes had started their pass before the drop in most rounds ($hit of $ROUNDS)");
+cmp_ok($hit, '>=', $ROUNDS, "lanes had started their pass before the drop in every round ($hit of $ROUNDS)");
 my @crashes = $log =~ /(terminated by signal \d+[^\n]*)/g;
 is(scalar(@crashes), 0, 'no worker died of a signal') or diag(join("\n", @crashes));
 
@@ -81,7 +106,7 @@ $node->safe_psql('postgres', q{UPDATE t SET n = 0;
 	SELECT backfill_declare('d', 't', 'n = 0', 'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 	                        batch_size => 5000)});
 my $run = $node->safe_psql('postgres', q{SELECT backfill_run('d', wait => false)});
-is($node->safe_psql('postgres', qq{SELECT backfill_wait($run, '120 s')}),
+is($node->safe_psql('postgres', qq{SELECT backfill_wait($run, '600 s')}),
 	'completed', 'after the last drop a new pass completes');
 is($node->safe_psql('postgres', 'SELECT count(*) FILTER (WHERE n = 1), count(*) FROM t'),
 	'20000|20000', 'every row done exactly once by it');

@@ -16,6 +16,16 @@
 #     those the pass reached before the detach are done once, none twice;
 #   - the key scans over the parent are index scans of the leaves (a Merge
 #     Append in key order), never a sequential scan or a sort.
+#
+# "While the pass runs" is made, not hoped for, with gates: prepared
+# transactions (they survive crash restarts) holding the row locks of
+# known rows of leaves 60 and 70, on the leaves themselves (not through
+# the parent), so a lane's batch that reaches one waits there.  The pass
+# cannot end before the test opens them; the leaf 80 is detached while
+# the two lanes wait in the middle of leaves 60 and 70 (so leaf 80 has
+# all its rows still to do), the detach queued before their batches are
+# let go; a third gate, later in leaf 70, keeps a lane at work for the
+# immediate shutdown.
 use strict;
 use warnings;
 
@@ -28,7 +38,8 @@ use lib "$FindBin::RealBin/lib";
 use BackfillTest;
 
 my $node = BackfillTest::node('partitioned', crash_restart => 1,
-	extra_conf => "shared_preload_libraries = 'pg_backfill,auto_explain'\n");
+	extra_conf => "shared_preload_libraries = 'pg_backfill,auto_explain'\n"
+	  . "max_prepared_transactions = 5\n");
 
 # tenants 10, 20, ..., 80, one leaf each; tenant 10 holds 80000 rows, the
 # others 12000; ids with gaps
@@ -72,8 +83,22 @@ $node->safe_psql('postgres', q{
 		action => 'UPDATE events SET n = n + 1
 		            WHERE (tenant_id, id) >= ($1, $2)
 		              AND (tenant_id < $3 OR (tenant_id = $3 AND id <= $4)) AND n = 0',
-		batch_size => 1000, rate => 6, max_parallel => 2);
+		batch_size => 1000, rate => 6, max_parallel => 2,
+		lock_timeout => '1 hour', batch_timeout => '1 hour');
 });
+# the gates, on the leaves: rows 6001 (id 18004) of leaves 60 and 70, row
+# 9001 (id 27004) of leaf 70
+for my $g ([ 'c60', 60, 18004 ], [ 'c70', 70, 18004 ], [ 'd70', 70, 27004 ])
+{
+	my ($gid, $leaf, $id) = @$g;
+	$node->safe_psql('postgres', qq{BEGIN;
+		SELECT 1 FROM events_$leaf WHERE tenant_id = $leaf AND id = $id FOR UPDATE;
+		PREPARE TRANSACTION '$gid';});
+}
+# the gates lanes wait at now, by name
+my $waiting_at = q{SELECT coalesce(string_agg(p.gid, ',' ORDER BY p.gid), '')
+	FROM pg_locks l JOIN pg_prepared_xacts p ON l.locktype = 'transactionid'
+	  AND l.transactionid = p.transaction WHERE NOT l.granted};
 is($node->safe_psql('postgres', q{SELECT key_columns FROM backfill.declaration WHERE name = 'pt'}),
 	'{tenant_id,id}', 'the partitioned primary key (tenant_id, id) is the key');
 my $run = $node->safe_psql('postgres', q{SET ROLE part_owner; SELECT backfill_run('pt')});
@@ -83,7 +108,7 @@ like($run, qr/^\d+$/, 'backfill_run returned a run id');
 sub lane_after
 {
 	my ($rows) = @_;
-	my $deadline = time() + 120;
+	my $deadline = time() + 300;
 	while (time() < $deadline)
 	{
 		my ($rc, $out) = eval { $node->psql('postgres', qq{
@@ -103,12 +128,21 @@ sub lane_after
 
 for my $share (0.10, 0.25, 0.40)
 {
-	my ($victim, $done) = lane_after(int($ROWS * $share));
+	my ($victim, $done, $sent);
+	# (a lane that has just found nothing more to claim may exit between
+	# the look and the kill: then the next look finds the other one)
+	for my $try (1 .. 5)
+	{
+		($victim, $done) = lane_after(int($ROWS * $share));
+		last unless defined $victim;
+		$sent = kill('KILL', $victim);
+		last if $sent;
+	}
 	ok(defined $victim, 'a lane at work after ' . int($ROWS * $share) . ' rows')
 	  or BAIL_OUT("no lane at work; log:\n" . slurp_file($node->logfile));
 	cmp_ok($done, '<', $ROWS, "the kill comes before the pass ends ($done rows)");
-	is(kill('KILL', $victim), 1, "SIGKILL to lane $victim");
-	ok(wait_for_server($node, 60), 'the server accepts connections after the crash');
+	is($sent, 1, "SIGKILL to lane $victim");
+	ok(wait_for_server($node, 120), 'the server accepts connections after the crash');
 }
 
 # the leaf attached mid-pass, the leaf detached mid-pass
@@ -116,16 +150,37 @@ my ($p1, $done1) = lane_after(int($ROWS * 0.50));
 ok(defined $p1, 'a lane at work when the leaf is attached');
 $node->safe_psql('postgres',
 	q{ALTER TABLE events ATTACH PARTITION events_45 FOR VALUES FROM (45) TO (50)});
+# the lanes wait in the middle of leaves 60 and 70: no lane has reached 80
+ok(poll_until($node, $waiting_at, 'c60,c70', 300), 'the lanes wait at the gates of leaves 60 and 70');
 my $left_80 = $node->safe_psql('postgres', q{SELECT count(*) FROM events_80 WHERE n = 0});
 cmp_ok($left_80, '>', 0, "the last leaf still has $left_80 rows to do when it is detached");
-$node->safe_psql('postgres', q{ALTER TABLE events DETACH PARTITION events_80});
+# the detach waits for the lanes' batches; let them go once it does: their
+# next batches queue behind it
+my $detach = $node->background_psql('postgres');
+$detach->set_query_timer_restart();
+$detach->query_until(qr/detaching/, "\\echo detaching\nALTER TABLE events DETACH PARTITION events_80;\n");
+ok( poll_until($node,
+		q{SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'ALTER TABLE events DETACH%'
+		    AND wait_event_type = 'Lock'}, '1', 180),
+	'the detach waits for the lanes');
+$node->safe_psql('postgres', q{ROLLBACK PREPARED 'c60'; ROLLBACK PREPARED 'c70';});
+$detach->query_safe('SELECT 1');
+$detach->quit;
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_inherits WHERE inhrelid = 'events_80'::regclass}),
+	'0', 'the leaf 80 is detached');
+cmp_ok($node->safe_psql('postgres', q{SELECT count(*) FROM events_80 WHERE n = 0}), '>', 0,
+	'the detached leaf had rows left to do');
 
+# a lane goes on in leaf 70 to its last gate
+ok(poll_until($node, $waiting_at, 'd70', 300), 'a lane waits at the last gate, in leaf 70');
 my ($p2, $done2) = lane_after(int($ROWS * 0.60));
 ok(defined $p2, 'a lane at work before the immediate shutdown');
 $node->stop('immediate');
 $node->start;
+is(ledger($node, $run, 'status'), 'running', 'the pass is still running after the crash');
+$node->safe_psql('postgres', q{ROLLBACK PREPARED 'd70'});
 
-ok(pass_ended($node, $run, 240), 'the pass ended');
+ok(pass_ended($node, $run, 600), 'the pass ended');
 my $status = ledger($node, $run, 'status');
 my $attached_left = $node->safe_psql('postgres', q{SELECT count(*) FROM events_45 WHERE n = 0});
 note("pass $status; the attached leaf has $attached_left rows left");
@@ -156,7 +211,7 @@ if ($status ne 'completed')
 {
 	my $again = $node->safe_psql('postgres',
 		q{SET ROLE part_owner; SELECT backfill_run('pt', force => true)});
-	is(wait_pass_end($node, $again, 120), 'completed', 'a forced re-run completes');
+	is(wait_pass_end($node, $again, 300), 'completed', 'a forced re-run completes');
 	is($node->safe_psql('postgres', q{SELECT count(*) FROM events WHERE n <> 1}), '0',
 		'after it every row of the table, the attached leaf\'s too, was done exactly once');
 	is(ledger($node, $again, 'rows'), $attached_left, 'the re-run did just the rows left');

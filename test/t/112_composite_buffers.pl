@@ -63,7 +63,7 @@ $node->safe_psql('postgres', q{
 });
 my $run = $node->safe_psql('postgres', q{SET ROLE ck_owner; SELECT backfill_run('ckb')});
 like($run, qr/^\d+$/, 'backfill_run returned a run id');
-is(wait_pass_end($node, $run, 180), 'completed', 'the pass completed');
+is(wait_pass_end($node, $run, 600), 'completed', 'the pass completed');
 each_row_done_once($node, 'tenants', $ROWS, $run);
 cmp_ok($node->safe_psql('postgres', q{SELECT batches FROM backfill_status('ckb')}), '>=', 102,
 	'at least 102 batches of 300 rows');

@@ -82,13 +82,15 @@ $node->safe_psql('postgres', q{
 });
 
 # 1. the count holds on the advisory lock; the leaf is attached meanwhile
+# (the sessions' timers restart with each query: they live the whole test)
 my $holder = $node->background_psql('postgres');
+$holder->set_query_timer_restart();
 $holder->query_safe('SELECT pg_advisory_lock(114)');
 my $run = $node->safe_psql('postgres', q{SELECT backfill_run('races')});
 ok(poll_until($node, q{
 	SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 	 WHERE l.locktype = 'advisory' AND l.objid = 114 AND NOT l.granted
-	   AND a.backend_type = 'pg_backfill lane'}, '1', 60),
+	   AND a.backend_type = 'pg_backfill lane'}, '1', 180),
 	'the lane counts, and its count waits on the predicate of a row done');
 is($node->safe_psql('postgres', q{SELECT phase FROM backfill_status('races')}), 'counting',
 	'the pass is counting');
@@ -98,7 +100,7 @@ $node->safe_psql('postgres', q{ALTER TABLE t ATTACH PARTITION t1 FOR VALUES FROM
 my $released = $node->safe_psql('postgres', 'SELECT clock_timestamp()');
 $holder->query_safe('SELECT pg_advisory_unlock(114)');
 
-is(wait_pass_end($node, $run, 120), 'completed', 'the pass completed');
+is(wait_pass_end($node, $run, 300), 'completed', 'the pass completed');
 is($node->safe_psql('postgres', q{SELECT count(*) FILTER (WHERE n = 1) || '/' || count(*) FROM t1}),
 	'100/100', 'the leaf attached during the count was covered: each of its rows done once');
 each_row_done_once($node, 't', 700, $run);
@@ -121,18 +123,19 @@ my $run2 = $node->safe_psql('postgres', q{SELECT backfill_run('races', force => 
 ok(poll_until($node, q{
 	SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 	 WHERE l.locktype = 'advisory' AND l.objid = 114 AND NOT l.granted
-	   AND a.backend_type = 'pg_backfill lane'}, '1', 60),
+	   AND a.backend_type = 'pg_backfill lane'}, '1', 180),
 	'the second pass counts');
 my $attacher = $node->background_psql('postgres');
+$attacher->set_query_timer_restart();
 $attacher->query_safe('BEGIN');
 $attacher->query_safe(q{ALTER TABLE t ATTACH PARTITION t15 FOR VALUES FROM (1500) TO (1600)});
 $holder->query_safe('SELECT pg_advisory_unlock(114)');
-ok(log_shows(qr/run $run2: the count did not end the pass: the leaves of public\.t are being changed/, 60),
+ok(log_shows(qr/run $run2: the count did not end the pass: the leaves of public\.t are being changed/, 180),
 	'the lane does not wait on the open ATTACH: it says so and counts again');
 is($node->safe_psql('postgres', qq{SELECT status FROM backfill.ledger WHERE run_id = $run2}),
 	'running', 'the pass did not end under the open ATTACH');
 $attacher->query_safe('COMMIT');
-is(wait_pass_end($node, $run2, 120), 'completed', 'the second pass completed once the ATTACH committed');
+is(wait_pass_end($node, $run2, 300), 'completed', 'the second pass completed once the ATTACH committed');
 is($node->safe_psql('postgres', q{SELECT count(*) FILTER (WHERE n = 1) || '/' || count(*) FROM t15}),
 	'50/50', 'the leaf of the open ATTACH was covered: each of its rows done once');
 each_row_done_once($node, 't', 650, $run2);
@@ -156,14 +159,14 @@ my $run3 = $node->safe_psql('postgres', q{SELECT backfill_run('races', force => 
 ok(poll_until($node, q{
 	SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 	 WHERE l.locktype = 'advisory' AND l.objid = 114 AND NOT l.granted
-	   AND a.backend_type = 'pg_backfill lane'}, '1', 60),
+	   AND a.backend_type = 'pg_backfill lane'}, '1', 180),
 	'the third pass counts');
 $node->safe_psql('postgres', q{
 	ALTER TABLE t ATTACH PARTITION h FOR VALUES FROM (1200) TO (1300);
 	ALTER TABLE t ATTACH PARTITION t16 FOR VALUES FROM (1600) TO (1700);
 });
 $holder->query_safe('SELECT pg_advisory_unlock(114)');
-is(wait_pass_end($node, $run3, 120), 'completed', 'the third pass completed');
+is(wait_pass_end($node, $run3, 300), 'completed', 'the third pass completed');
 is($node->safe_psql('postgres', q{SELECT count(*) FILTER (WHERE n = 1) || '/' || count(*) FROM h}),
 	'100/100', 'the HASH-sub-partitioned table attached in a gap was covered, each row once');
 is($node->safe_psql('postgres', q{SELECT count(*) FILTER (WHERE n = 1) || '/' || count(*) FROM t16}),
@@ -220,7 +223,7 @@ $node->safe_psql('postgres', q{
 		batch_size => 20, rate => 100, max_parallel => 2);
 });
 my $lv = $node->safe_psql('postgres', q{SELECT backfill_run('lv')});
-is(wait_pass_end($node, $lv, 120), 'completed', '400 interleaved LIST values: the pass completed');
+is(wait_pass_end($node, $lv, 300), 'completed', '400 interleaved LIST values: the pass completed');
 each_row_done_once($node, 'lv', 2000, $lv);
 is($node->safe_psql('postgres', qq{SELECT count(*) FROM backfill.partition WHERE run_id = $lv}),
 	'1', 'max_parallel 1: one partition, as a walk of the parent plans (not 400)');
@@ -229,7 +232,7 @@ like($node->safe_psql('postgres', qq{SELECT plan_method FROM backfill.run WHERE 
 	qr/^per leaf \(4 leaves, 400 intervals; small neighbours merged: 1 partition\)$/,
 	'the plan method says the neighbours were merged');
 my $dv = $node->safe_psql('postgres', q{SELECT backfill_run('dv')});
-is(wait_pass_end($node, $dv, 120), 'completed', '60 daily leaves of 3 rows: the pass completed');
+is(wait_pass_end($node, $dv, 300), 'completed', '60 daily leaves of 3 rows: the pass completed');
 each_row_done_once($node, 'dv', 180, $dv);
 cmp_ok($node->safe_psql('postgres', qq{SELECT count(*) FROM backfill.partition WHERE run_id = $dv}),
 	'<=', 8, 'max_parallel 2: no more partitions than a walk of the parent plans (8), not 60');

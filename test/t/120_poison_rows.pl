@@ -72,11 +72,11 @@ $node->safe_psql('postgres', q{
 my ($cli_rc, $cli_out, $cli_err) = ('', '', '');
 IPC::Run::run([ $cli, '-d', $node->connstr('postgres'), 'run', 'pr', '--wait', '--plain' ],
 	'<', \undef, '>', \$cli_out, '2>', \$cli_err,
-	IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
+	IPC::Run::timeout(4 * $PostgreSQL::Test::Utils::timeout_default));
 $cli_rc = $? >> 8;
 my ($run) = $cli_out =~ /\A(\d+)\n/;
 ok(defined $run, '(a) pg_backfill run printed the run id');
-is(wait_pass_end($node, $run, 180), 'completed_with_failures',
+is(wait_pass_end($node, $run, 600), 'completed_with_failures',
 	'(a) the pass ends completed_with_failures, not completed');
 is($cli_rc, 1, '(a) pg_backfill run --wait exits 1: not every row is done');
 like($cli_out, qr/^completed_with_failures: run $run, 199,997 rows/m,
@@ -141,7 +141,7 @@ is( $node->safe_psql('postgres',
 		    ON o.run_id = $run AND o.part_no = p.part_no
 		    WHERE p.run_id = $retry AND (o.state <> 'done' OR p.state <> 'done')}),
 	'0', '(b) the partitions of the first pass are copied done: nothing else is redone');
-is(wait_pass_end($node, $retry, 60), 'completed', '(b) the retry completes');
+is(wait_pass_end($node, $retry, 300), 'completed', '(b) the retry completes');
 is(ledger($node, $retry, 'rows'), '3', '(b) it did exactly the three rows');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM pr WHERE n <> 1'),
 	'0', '(b) every row is now done exactly once');
@@ -161,7 +161,7 @@ $node->safe_psql('postgres', q{
 		batch_size => 500, rate => 1000);
 });
 my $run0 = $node->safe_psql('postgres', q{SELECT backfill_run('p0')});
-is(wait_pass_end($node, $run0, 60), 'failed', '(c) the pass fails');
+is(wait_pass_end($node, $run0, 300), 'failed', '(c) the pass fails');
 is(ledger($node, $run0, 'error_code'), 'BF018', '(c) with BF018');
 like(ledger($node, $run0, 'error_message'),
 	qr/1 row\(s\) that failed alone, more than max_failed_rows \(0\): keys 2500/,
@@ -186,10 +186,11 @@ $node->safe_psql('postgres', q{
 		backoff_base => '200ms', backoff_cap => '200ms');
 });
 my $locker = $node->background_psql('postgres');
+$locker->set_query_timer_restart();
 $locker->query_safe('BEGIN; SELECT 1 FROM pl WHERE id = 1200 FOR UPDATE;');
 my $runl = $node->safe_psql('postgres', q{SELECT backfill_run('pl')});
 ok( poll_until($node,
-		q{SELECT max(failures) >= 3 FROM backfill_partitions('pl')}, 't', 60),
+		q{SELECT max(failures) >= 3 FROM backfill_partitions('pl')}, 't', 180),
 	'(d) the locked batch fails again and again (lock timeout)');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM backfill_failed_rows('pl')}),
 	'0', '(d) no row is recorded as failed');
@@ -197,7 +198,7 @@ like( $node->safe_psql('postgres', q{SELECT string_agg(last_error, ' ') FROM bac
 	qr/lock timeout/, '(d) the partition says why its batch is retried');
 $locker->query_safe('COMMIT');
 $locker->quit;
-is(wait_pass_end($node, $runl, 60), 'completed', '(d) released, the pass completes');
+is(wait_pass_end($node, $runl, 300), 'completed', '(d) released, the pass completes');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM pl WHERE n <> 1'),
 	'0', '(d) every row done exactly once');
 

@@ -17,6 +17,11 @@
 #  (f) kill -9 of the finalizing session mid-way: the pass stays running
 #      with a dead lease; once lanes can start, one resumes it and every
 #      row is done exactly once.
+# Where a pass stands when the test acts is made, not hoped for: in (b) and
+# (f) a session holds the row lock of id 1501, so the lane's (the
+# finalizing session's) batch waits there, and the test acts once it sees
+# that wait; in (d) the pass that must outlive a 1 s timeout is paced to
+# 100 s at least.
 use strict;
 use warnings;
 
@@ -33,10 +38,12 @@ my $setup = q{
 	CREATE ROLE fin_user LOGIN;
 };
 
-# a table of $rows rows and a backfill of it declared by fin_user
+# a table of $rows rows and a backfill of it declared by fin_user ($more:
+# more declaration arguments)
 sub declare_fill
 {
-	my ($node, $name, $rows, $batch, $rate) = @_;
+	my ($node, $name, $rows, $batch, $rate, $more) = @_;
+	$more = defined $more ? ", $more" : '';
 	$node->safe_psql('postgres', qq{
 		CREATE TABLE $name (id int PRIMARY KEY, n int NOT NULL DEFAULT 0, v int);
 		INSERT INTO $name (id) SELECT g FROM generate_series(1, $rows) g;
@@ -46,10 +53,32 @@ sub declare_fill
 		SELECT backfill_declare(name => '$name', relation => '$name', predicate => 'v IS NULL',
 			action => 'UPDATE $name SET v = 1, n = n + 1 WHERE id BETWEEN \$1 AND \$2'
 			       || ' AND current_user = ''fin_user''',
-			batch_size => $batch, rate => $rate);
+			batch_size => $batch, rate => $rate$more);
 	});
 	return;
 }
+
+# a session holding the row lock of $id in $table: (session, its pid)
+sub hold_row
+{
+	my ($node, $table, $id) = @_;
+	my $s = $node->background_psql('postgres');
+	$s->set_query_timer_restart();
+	my $pid = $s->query_safe('SELECT pg_backend_pid()');
+	$s->query_safe("BEGIN; SELECT 1 FROM $table WHERE id = $id FOR UPDATE;");
+	return ($s, $pid);
+}
+
+# a batch waits on a lock of that session, in a backend of $type
+sub waits_on
+{
+	my ($node, $pid, $type) = @_;
+	return poll_until($node,
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = '$type'
+		   AND $pid = ANY (pg_blocking_pids(pid))", '1', 180);
+}
+
+my $wait_long = q{lock_timeout => '1 hour', batch_timeout => '1 hour'};
 
 sub finalize
 {
@@ -86,7 +115,7 @@ $node->safe_psql('postgres', $setup);
 # ------------------------------------------------------------------
 declare_fill($node, 'fa', 2000, 500, 1000);
 my $run_a = $node->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('fa')});
-is(wait_pass_end($node, $run_a, 60), 'completed', '(a) the pass completed');
+is(wait_pass_end($node, $run_a, 300), 'completed', '(a) the pass completed');
 my ($rc, $out, $err) = finalize($node, q{CALL backfill_finalize('fa')});
 is($rc, 0, '(a) finalize of a completed backfill succeeds');
 like($err, qr/backfill "fa" is complete: run $run_a/, '(a) it names the completed run');
@@ -98,16 +127,30 @@ is("$cli_rc|$cli_out", "0|complete\n", '(a) pg_backfill finalize fa: complete, e
 # ------------------------------------------------------------------
 # (b) running, with lanes
 # ------------------------------------------------------------------
-declare_fill($node, 'fb', 3000, 100, 10);
+declare_fill($node, 'fb', 3000, 100, 10, $wait_long);
+my ($lock_b, $lock_b_pid) = hold_row($node, 'fb', 1501);
 my $run_b = $node->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('fb')});
-ok( poll_until($node, q{SELECT live_leases > 0 FROM backfill_status('fb')}, 't', 60),
+ok(waits_on($node, $lock_b_pid, 'pg_backfill lane'), '(b) a lane works the pass: its batch waits on a row lock');
+is($node->safe_psql('postgres', q{SELECT live_leases > 0 FROM backfill_status('fb')}), 't',
 	'(b) a lane works the pass');
-($rc, $out, $err) = finalize($node,
-	q{CALL backfill_finalize('fb'); SELECT pg_backend_pid()});
-is($rc, 0, '(b) finalize of a running backfill returns');
+my $fin = $node->background_psql('postgres', on_error_stop => 0);
+$fin->set_query_timer_restart();
+my $pid_b = $fin->query_safe('SELECT pg_backend_pid()');
+$fin->query_until(qr/finalizing\n/,
+	"\\set VERBOSITY verbose\n\\echo finalizing\nCALL backfill_finalize('fb');\n\\echo finalized\n");
+ok( poll_until($node,
+		"SELECT count(*) FROM pg_stat_activity WHERE pid = $pid_b AND state = 'active'
+		   AND query LIKE 'CALL backfill_finalize%'", '1', 180),
+	'(b) finalize is called while the lane works');
+is(ledger($node, $run_b, 'status'), 'running', '(b) the pass is running while finalize waits');
+$lock_b->query_safe('COMMIT');
+$lock_b->quit;
+$fin->query_until(qr/finalized\n/, '');
+$err = $fin->{stderr};
+$fin->quit;
+unlike($err, qr/ERROR/, '(b) finalize of a running backfill returns');
 is(ledger($node, $run_b, 'status'), 'completed', '(b) once the pass has completed');
 unlike($err, qr/this session works/, '(b) it ran no batch itself: the lane did');
-my $pid_b = $out;
 is( $node->safe_psql('postgres',
 		qq{SELECT count(*) FROM backfill.partition WHERE run_id = $run_b AND holder_pid = $pid_b}),
 	'0', '(b) no partition was held by the finalizing session');
@@ -136,7 +179,7 @@ each_row_done_once($node, 'fc', 3000, $run_c);
 declare_fill($node, 'fd', 2000, 200, 1000);
 $node->safe_psql('postgres', q{ALTER TABLE fd ADD CONSTRAINT fd_no CHECK (v IS NULL OR id <> 1500)});
 my $run_d = $node->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('fd')});
-is(wait_pass_end($node, $run_d, 60), 'failed', '(d) the pass failed');
+is(wait_pass_end($node, $run_d, 300), 'failed', '(d) the pass failed');
 ($rc, $out, $err) = finalize($node, q{CALL backfill_finalize('fd')});
 isnt($rc, 0, '(d) finalize of a failed backfill fails');
 like($err, qr/ERROR:  BF018: backfill "fd" is not complete: run $run_d ended failed/,
@@ -148,7 +191,8 @@ like($cli_err, qr/SQLSTATE: BF018/, '(d) and prints the SQLSTATE, BF018');
 ($rc, $out, $err) = finalize($node, q{BEGIN; CALL backfill_finalize('fa'); COMMIT;});
 like($err, qr/ERROR:  BF015: backfill_finalize of "fa" must be called with CALL outside/,
 	'(d) inside a transaction block: BF015');
-declare_fill($node, 'ft', 5000, 50, 5);
+# (100 batches at 1 a second: the pass cannot end within the timeout)
+declare_fill($node, 'ft', 5000, 50, 1);
 ($rc, $out, $err) = finalize($node, q{CALL backfill_finalize('ft', '1 second')});
 like($err, qr/ERROR:  BF019: backfill "ft" was not complete within 00:00:01/,
 	'(d) the timeout passing first: BF019');
@@ -167,9 +211,9 @@ $node->safe_psql('postgres', q{
 		revert => 'UPDATE fr SET v = NULL WHERE id BETWEEN $1 AND $2', rate => 1000);
 });
 my $run_r = $node->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('fr')});
-is(wait_pass_end($node, $run_r, 60), 'completed', '(d) fr completed');
+is(wait_pass_end($node, $run_r, 300), 'completed', '(d) fr completed');
 my $rev = $node->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_revert('fr')});
-is(wait_pass_end($node, $rev, 60), 'completed', '(d) and was reverted');
+is(wait_pass_end($node, $rev, 300), 'completed', '(d) and was reverted');
 ($rc, $out, $err) = finalize($node, q{CALL backfill_finalize('fr')});
 like($err, qr/ERROR:  BF008: backfill "fr" is not complete: its newest pass, run $rev, is a revert/,
 	'(d) finalize of a reverted backfill: BF008');
@@ -184,11 +228,11 @@ my $tight = BackfillTest::node('finalize_tight', crash_restart => 1,
 $tight->safe_psql('postgres', $setup);
 ok( poll_until($tight,
 		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill scheduler'},
-		'1', 60),
+		'1', 180),
 	'(e) the scheduler runs, and takes the last worker slot');
 declare_fill($tight, 'fe', 3000, 250, 1000);
 my $run_e = $tight->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('fe')});
-($rc, $out, $err) = finalize($tight, q{CALL backfill_finalize('fe', '2 minutes'); SELECT pg_backend_pid()});
+($rc, $out, $err) = finalize($tight, q{CALL backfill_finalize('fe', '10 minutes'); SELECT pg_backend_pid()});
 is($rc, 0, '(e) finalize returns with every worker slot taken');
 like($err, qr/this session works run $run_e itself/, '(e) the session worked the pass');
 is(ledger($tight, $run_e, 'status'), 'completed', '(e) the pass completed');
@@ -200,14 +244,17 @@ each_row_done_once($tight, 'fe', 3000, $run_e);
 # ------------------------------------------------------------------
 # (f) kill -9 of the finalizing session mid-way; a lane resumes once
 # ------------------------------------------------------------------
-declare_fill($tight, 'ff', 3000, 100, 10);
+declare_fill($tight, 'ff', 3000, 100, 10, $wait_long);
+my ($lock_f, $lock_f_pid) = hold_row($tight, 'ff', 1501);
 my $run_f = $tight->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('ff')});
 my $caller = $tight->background_psql('postgres', on_error_stop => 0);
-$caller->query_until(qr/started/, "\\echo started\nCALL backfill_finalize('ff', '5 minutes');\n");
-ok( poll_until($tight,
-		qq{SELECT coalesce(sum(rows), 0) >= 500 FROM backfill.partition WHERE run_id = $run_f},
-		't', 60),
-	'(f) the session is under way');
+$caller->set_query_timer_restart();
+$caller->query_until(qr/started/, "\\echo started\nCALL backfill_finalize('ff', '30 minutes');\n");
+ok(waits_on($tight, $lock_f_pid, 'client backend'),
+	'(f) the finalizing session works the pass: its batch waits on a row lock');
+cmp_ok($tight->safe_psql('postgres',
+		qq{SELECT coalesce(sum(rows), 0) FROM backfill.partition WHERE run_id = $run_f}),
+	'>=', 500, '(f) the session is under way');
 my $holder = $tight->safe_psql('postgres',
 	qq{SELECT p.holder_pid FROM backfill.partition p JOIN pg_stat_activity a
 	    ON a.pid = p.holder_pid AND a.backend_start = p.holder_start
@@ -215,14 +262,16 @@ my $holder = $tight->safe_psql('postgres',
 like($holder, qr/^\d+$/, '(f) the finalizing session holds the lease');
 is(kill('KILL', $holder), 1, '(f) SIGKILL delivered to the finalizing session');
 eval { $caller->quit; };
-ok(wait_for_server($tight, 60), '(f) the server accepts connections again');
+# (the crash restart ended the lock's session too)
+eval { $lock_f->quit; };
+ok(wait_for_server($tight, 120), '(f) the server accepts connections again');
 is(ledger($tight, $run_f, 'status'), 'running', '(f) the pass is still running');
 my $left = $tight->safe_psql('postgres', "SELECT count(*) FROM ff WHERE n = 0");
 cmp_ok($left, '>', 0, "(f) $left rows were left to do");
 # room for lanes: one resumes the pass from the session's checkpoint
 $tight->append_conf('postgresql.conf', "max_worker_processes = 32\n");
 $tight->restart;
-is(wait_pass_end($tight, $run_f, 120), 'completed', '(f) a lane completed the pass');
+is(wait_pass_end($tight, $run_f, 300), 'completed', '(f) a lane completed the pass');
 cmp_ok($tight->safe_psql('postgres', "SELECT interruptions FROM backfill.run WHERE run_id = $run_f"),
 	'>=', 1, '(f) the lane reclaimed the dead session\'s lease');
 each_row_done_once($tight, 'ff', 3000, $run_f);

@@ -38,12 +38,12 @@ $node->safe_psql('postgres', qq{
 		batch_size => 100, rate => 20, max_failed_rows => 3, max_parallel => 4);
 });
 my $run = $node->safe_psql('postgres', q{SELECT backfill_run('bq')});
-is(wait_pass_end($node, $run, 120), 'failed', 'the pass fails');
+is(wait_pass_end($node, $run, 300), 'failed', 'the pass fails');
 is(ledger($node, $run, 'error_code'), 'BF018', 'with BF018');
 
 ok( poll_until($node,
 		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'},
-		'0', 60),
+		'0', 180),
 	'the lanes are gone');
 is( $node->safe_psql('postgres',
 		qq{SELECT count(*) FROM backfill.partition WHERE run_id = $run
@@ -70,7 +70,7 @@ cmp_ok($node->safe_psql('postgres', q{SELECT count(*) FROM backfill_failed_rows(
 $node->safe_psql('postgres', q{UPDATE bq SET c = 0 WHERE c = 99});
 is($node->safe_psql('postgres', q{SELECT backfill_retry('bq')}), 't', 'backfill_retry starts a pass');
 my $next = $node->safe_psql('postgres', q{SELECT max(run_id) FROM backfill.ledger});
-is(wait_pass_end($node, $next, 120), 'completed', 'the retry completes');
+is(wait_pass_end($node, $next, 300), 'completed', 'the retry completes');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM bq WHERE n <> 1'),
 	'0', 'every row is done exactly once in all');
 is(ledger($node, $next, 'rows'), $rows - $done, 'the retry did exactly the rest');

@@ -49,7 +49,7 @@ $node->safe_psql('postgres', qq{
 		batch_size => 1000, rate => $rate, max_failed_rows => 5, max_parallel => 1);
 });
 my $run = $node->safe_psql('postgres', q{SELECT backfill_run('br')});
-is(wait_pass_end($node, $run, 120), 'completed_with_failures', 'the pass ends completed_with_failures');
+is(wait_pass_end($node, $run, 300), 'completed_with_failures', 'the pass ends completed_with_failures');
 is( $node->safe_psql('postgres', q{SELECT string_agg(key, ',' ORDER BY key::int) FROM backfill_failed_rows('br')}),
 	'100,700', 'exactly the two poison rows are recorded');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM br WHERE n <> 1'),

@@ -20,6 +20,10 @@
 #      rows the session did; a pause and resume while it works: it says
 #      once that it works the pass; a cancelled pass: BF010, whose hint
 #      names backfill_run(..., force => true), not backfill_retry.
+# Where the pass stands when the test acts is made, not hoped for: a
+# session holds the row lock of a known row, the finalizing session's
+# batch waits on it, and the test cancels, lets the deadline pass or
+# pauses once it sees that wait.
 use strict;
 use warnings;
 
@@ -43,14 +47,15 @@ $node->safe_psql('postgres', q{
 });
 ok( poll_until($node,
 		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill scheduler'},
-		'1', 60),
+		'1', 180),
 	'the scheduler runs, and takes the last worker slot');
 
 # a table of $rows rows and a backfill of it declared by fs_user, whose
 # action changes the session's settings and takes an advisory lock
 sub declare_evil
 {
-	my ($name, $rows, $batch, $sleep) = @_;
+	my ($name, $rows, $batch, $sleep, $more) = @_;
+	$more = defined $more ? ", $more" : '';
 	$node->safe_psql('postgres', qq{
 		CREATE TABLE $name (id int PRIMARY KEY, n int NOT NULL DEFAULT 0, v int);
 		INSERT INTO $name (id) SELECT g FROM generate_series(1, $rows) g;
@@ -73,9 +78,39 @@ sub declare_evil
 			RETURN k;
 		END \$f\$;
 		SELECT backfill_declare(name => '$name', relation => '$name', predicate => 'v IS NULL',
-			action => 'SELECT fs_evil.${name}_act(\$1, \$2)', batch_size => $batch, rate => 1000);
+			action => 'SELECT fs_evil.${name}_act(\$1, \$2)', batch_size => $batch, rate => 1000$more);
 	});
 	return;
+}
+
+# batches that wait on a held row lock as long as the test needs
+my $wait_long = q{lock_timeout => '1 hour', batch_timeout => '1 hour'};
+
+# the session that holds a row lock a batch of the finalizing session waits on
+my $holder = $node->background_psql('postgres');
+$holder->set_query_timer_restart();
+my $holder_pid = $holder->query_safe('SELECT pg_backend_pid()');
+
+# hold the row $id of $table until let_go()
+sub hold_row
+{
+	my ($table, $id) = @_;
+	$holder->query_safe("BEGIN; SELECT 1 FROM $table WHERE id = $id FOR UPDATE;");
+	return;
+}
+
+sub let_go
+{
+	$holder->query_safe('COMMIT');
+	return;
+}
+
+# the finalizing session's batch waits on the held row
+sub session_waits
+{
+	return poll_until($node,
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'
+		   AND $holder_pid = ANY (pg_blocking_pids(pid))", '1', 180);
 }
 
 # the caller's view of its session after the CALL
@@ -126,7 +161,7 @@ declare_evil('fb', 600, 100, 0);
 	\\set VERBOSITY verbose
 	SET search_path = public, pg_catalog;
 	SET app.tenant = 'mine';
-	CALL backfill_finalize('fb', '2 minutes');
+	CALL backfill_finalize('fb', '10 minutes');
 	$after
 	CREATE TABLE fb_written_after (x int);
 	ROLLBACK;
@@ -150,7 +185,7 @@ declare_evil('fc', 300, 100, 0);
 	SET search_path = public, pg_catalog;
 	SET app.tenant = 'mine';
 	SELECT pg_advisory_lock(77);
-	CALL backfill_finalize('fc', '2 minutes');
+	CALL backfill_finalize('fc', '10 minutes');
 	$after
 	SELECT 'after|unlock ' || pg_advisory_unlock(77) || ' ' || (SELECT count(*) FROM pg_locks
 		WHERE locktype = 'advisory' AND pid = pg_backend_pid());
@@ -165,7 +200,9 @@ each_row_done_once($node, 'fc', 300, $run_c);
 # ------------------------------------------------------------------
 # (c) cancelled mid-way: the same
 # ------------------------------------------------------------------
-declare_evil('fd', 400, 20, 0.1);
+declare_evil('fd', 400, 20, 0.1, $wait_long);
+# the batch of rows 201-220 waits on the held row 201
+hold_row('fd', 201);
 my $script = qq{
 	\\set VERBOSITY verbose
 	SET search_path = public, pg_catalog;
@@ -181,12 +218,14 @@ PostgreSQL::Test::Utils::append_to_file($script_file, $script);
 my $h = IPC::Run::start(
 	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-f', $script_file ],
 	'<', \undef, '>', \$out, '2>', \$err,
-	IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
-ok(poll_until($node, q{SELECT sum(n) >= 40 FROM fd}, 't', 60), '(c) the session did some batches');
+	IPC::Run::timeout(4 * $PostgreSQL::Test::Utils::timeout_default));
+ok(session_waits(), '(c) the session works the pass: its batch waits on a row lock');
+cmp_ok($node->safe_psql('postgres', q{SELECT sum(n) FROM fd}), '>=', 40, '(c) the session did some batches');
 is( $node->safe_psql('postgres', q{SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity
 		WHERE query LIKE 'CALL backfill_finalize(''fd''%'}),
 	'1', '(c) cancel the CALL');
 $h->finish;
+let_go();
 like($err, qr/ERROR:  57014: canceling statement due to user request/, '(c) the CALL was cancelled');
 is(after_line($out), "$caller_state|0|0", '(c) afterwards the session is the caller\'s again');
 like($out, qr/^after\|ok$/m, '(c) and can write');
@@ -195,7 +234,7 @@ is(ledger($node, $run_d, 'status'), 'running', '(c) the pass goes on');
 ($rc, $out, $err) = $node->psql('postgres', qq{
 	SET search_path = public, pg_catalog;
 	SET app.tenant = 'mine';
-	CALL backfill_finalize('fd', '2 minutes');
+	CALL backfill_finalize('fd', '10 minutes');
 	$after
 });
 is($rc, 0, '(c) a later finalize completes it') or diag($err);
@@ -205,11 +244,27 @@ each_row_done_once($node, 'fd', 400, $run_d);
 # ------------------------------------------------------------------
 # (d) F8: what finalize says
 # ------------------------------------------------------------------
-declare_evil('fe', 400, 10, 0.05);
-($rc, $out, $err) = $node->psql('postgres', q{
+declare_evil('fe', 400, 10, 0.05, $wait_long);
+# the timeout passes while the session's batch of rows 101-110 waits on
+# the held row 101 (the deadline is looked at between batches)
+hold_row('fe', 101);
+$script_file = PostgreSQL::Test::Utils::tempdir() . '/fe1.sql';
+PostgreSQL::Test::Utils::append_to_file($script_file, q{
 	\set VERBOSITY verbose
 	CALL backfill_finalize('fe', '1 second');
 });
+($out, $err) = ('', '');
+$h = IPC::Run::start(
+	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-f', $script_file ],
+	'<', \undef, '>', \$out, '2>', \$err,
+	IPC::Run::timeout(4 * $PostgreSQL::Test::Utils::timeout_default));
+ok(session_waits(), '(d) the session works the pass: its batch waits on a row lock');
+ok( poll_until($node,
+		q{SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'CALL backfill_finalize(''fe''%'
+		    AND clock_timestamp() > query_start + interval '2 s'}, '1', 180),
+	'(d) the timeout of the CALL has passed');
+let_go();
+$h->finish;
 my ($done) = $err =~ /with (\d+) rows done; it goes on/;
 my $run_e = $node->safe_psql('postgres', q{SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'fe'});
 my $parts = $node->safe_psql('postgres', qq{SELECT sum(rows) FROM backfill.partition WHERE run_id = $run_e});
@@ -217,8 +272,10 @@ like($err, qr/ERROR:  BF019: backfill "fe" was not complete within 00:00:01/, '(
 cmp_ok($parts, '>', 0, '(d) the session did rows before the timeout');
 is($done, $parts, '(d) BF019 says how many rows the partitions hold');
 
+# the batch of rows 201-210 waits on the held row 201 while the pass is paused
+hold_row('fe', 201);
 $script = q{
-	CALL backfill_finalize('fe', '2 minutes');
+	CALL backfill_finalize('fe', '10 minutes');
 };
 $script_file = PostgreSQL::Test::Utils::tempdir() . '/fe.sql';
 PostgreSQL::Test::Utils::append_to_file($script_file, $script);
@@ -226,11 +283,13 @@ PostgreSQL::Test::Utils::append_to_file($script_file, $script);
 $h = IPC::Run::start(
 	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-f', $script_file ],
 	'<', \undef, '>', \$out, '2>', \$err,
-	IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
-ok(poll_until($node, qq{SELECT sum(rows) > $parts FROM backfill.partition WHERE run_id = $run_e},
-		't', 60), '(d) the session works the pass again');
-$node->safe_psql('postgres', q{SELECT backfill_pause('fe')});
-ok(poll_until($node, q{SELECT live_leases FROM backfill_status('fe')}, '0', 60),
+	IPC::Run::timeout(4 * $PostgreSQL::Test::Utils::timeout_default));
+ok(session_waits(), '(d) the session works the pass again: its batch waits on a row lock');
+cmp_ok($node->safe_psql('postgres', qq{SELECT sum(rows) FROM backfill.partition WHERE run_id = $run_e}),
+	'>', $parts, '(d) the session did more rows');
+is($node->safe_psql('postgres', q{SELECT backfill_pause('fe')}), 't', '(d) the pass is paused while the session works it');
+let_go();
+ok(poll_until($node, q{SELECT live_leases FROM backfill_status('fe')}, '0', 180),
 	'(d) paused: the session gives its partition back');
 $node->safe_psql('postgres', q{SELECT backfill_resume('fe')});
 $h->finish;
@@ -250,6 +309,7 @@ like($err, qr/ERROR:  BF010: backfill "ff" is not complete: run $run_f ended can
 	'(d) a cancelled pass: BF010');
 like($err, qr/HINT:  Run it again with backfill_run\('ff', force => true\)/,
 	'(d) whose hint says what works: backfill_run with force');
+$holder->quit;
 
 $node->stop;
 done_testing();

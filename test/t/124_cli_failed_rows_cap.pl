@@ -39,7 +39,7 @@ $node->safe_psql('postgres', q{
 my ($out, $err) = ('', '');
 IPC::Run::run([ $cli, '-d', $node->connstr('postgres'), 'run', 'cf', '--wait', '--plain' ],
 	'<', \undef, '>', \$out, '2>', \$err,
-	IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
+	IPC::Run::timeout(4 * $PostgreSQL::Test::Utils::timeout_default));
 is($? >> 8, 1, 'run --wait exits 1: not every row is done');
 like($out, qr/^completed_with_failures: run \d+/m, 'the pass ended completed_with_failures');
 like($out, qr/^25 row\(s\) failed alone and were skipped/m, 'the CLI says 25 rows failed');

@@ -26,6 +26,11 @@
 #      drift probe (asrole.c): one that takes lock 999 leaves the session
 #      holding 77 only; one that calls pg_advisory_unlock_all() fails
 #      backfill_pending with BF032, and 77 is held again.
+# Where the passes stand is made, not hoped for: the slow pass's lane waits
+# inside its first batch on a row lock a session holds until (e), so it
+# holds the one lane however long the test takes; in (a) and (c) the
+# finalizing session's batch waits on a held row lock, so the session has
+# done rows and is at work when it is timed out or cancelled.
 use strict;
 use warnings;
 
@@ -50,6 +55,8 @@ sub declare_fill
 {
 	my ($name, $rows, $batch, $sleep, $before, %opts) = @_;
 	my $rate = $opts{rate} // 1000;
+	# a batch that meets a held row lock waits as long as the test needs
+	my $wait = $opts{wait_long} ? q{, lock_timeout => '1 hour', batch_timeout => '1 hour'} : '';
 	$node->safe_psql('postgres', qq{
 		SET ROLE fl_user;
 		CREATE TABLE $name (id int PRIMARY KEY, n int NOT NULL DEFAULT 0, v int);
@@ -67,7 +74,7 @@ sub declare_fill
 			RETURN k;
 		END \$f\$;
 		SELECT backfill_declare(name => '$name', relation => '$name', predicate => 'v IS NULL',
-			action => 'SELECT ${name}_act(\$1, \$2)', batch_size => $batch, rate => $rate);
+			action => 'SELECT ${name}_act(\$1, \$2)', batch_size => $batch, rate => $rate$wait);
 	});
 	return;
 }
@@ -101,24 +108,53 @@ sub in_session
 	return ($out, $err);
 }
 
+# a session holding the row lock of $id in $table: (session, its pid)
+sub hold_row
+{
+	my ($table, $id) = @_;
+	my $h = $node->background_psql('postgres');
+	$h->set_query_timer_restart();
+	my $hpid = $h->query_safe('SELECT pg_backend_pid()');
+	$h->query_safe("BEGIN; SELECT 1 FROM $table WHERE id = $id FOR UPDATE;");
+	return ($h, $hpid);
+}
+
+# a backend of $type waits on a lock of the session $hpid
+sub waits_on
+{
+	my ($hpid, $type) = @_;
+	return poll_until($node,
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = '$type'
+		   AND $hpid = ANY (pg_blocking_pids(pid))", '1', 180);
+}
+
 # ------------------------------------------------------------------
-# the slow pass that holds the one lane
+# the slow pass that holds the one lane: its first batch waits on row 1
 # ------------------------------------------------------------------
-declare_fill('fl_hog', 100, 10, 0, '', rate => 0.05);
+declare_fill('fl_hog', 100, 10, 0, '', rate => 0.05, wait_long => 1);
+my ($hog_lock, $hog_lock_pid) = hold_row('fl_hog', 1);
 my $run_hog = $node->safe_psql('postgres', q{SET ROLE fl_user; SELECT backfill_run('fl_hog')});
-ok(poll_until($node, q{SELECT live_leases FROM backfill_status('fl_hog')}, '1', 60),
+ok(waits_on($hog_lock_pid, 'pg_backfill lane'), 'a lane works the slow pass (its batch waits on a row lock)');
+is($node->safe_psql('postgres', q{SELECT live_leases FROM backfill_status('fl_hog')}), '1',
 	'a lane works the slow pass, and takes the only lane');
 
 my $s = $node->background_psql('postgres', on_error_stop => 0);
+$s->set_query_timer_restart();
 my $pid = $s->query_safe('SELECT pg_backend_pid()');
 $s->query_safe('\set VERBOSITY verbose');
 
 # ------------------------------------------------------------------
 # (a) the caller's statement_timeout
 # ------------------------------------------------------------------
-declare_fill('fl_a', 2000, 20, 0.2, '');
+# (its third batch waits on row 41 until the statement_timeout: 20 s, for
+# the session to plan the pass and do two batches on a loaded box; 100
+# batches of 0.2 s could not end the pass within it anyway)
+declare_fill('fl_a', 2000, 20, 0.2, '', wait_long => 1);
+my ($gate, $gate_pid) = hold_row('fl_a', 41);
 my ($out, $err) = in_session($s,
-	q{SET statement_timeout = '2s'; CALL backfill_finalize('fl_a', '5 minutes')});
+	q{SET statement_timeout = '20s'; CALL backfill_finalize('fl_a', '5 minutes')});
+$gate->query_safe('COMMIT');
+$gate->quit;
 like($err, qr/this session works run \d+ itself/, '(a) the session worked the pass');
 like($err, qr/ERROR:  57014: canceling statement due to statement timeout/,
 	'(a) the caller\'s statement_timeout ends the CALL with 57014');
@@ -132,7 +168,7 @@ is($node->safe_psql('postgres', qq{SELECT count(*) FROM backfill.partition
 		WHERE run_id = $run_a AND state = 'running'}),
 	'0', '(a) no partition of the pass is left running');
 ($out, $err) = in_session($s, q{SHOW statement_timeout});
-is($out, '2s', '(a) the caller\'s statement_timeout is its own');
+is($out, '20s', '(a) the caller\'s statement_timeout is its own');
 
 # ------------------------------------------------------------------
 # (b) which timeout ends the call: the first to pass
@@ -152,14 +188,18 @@ in_session($s, q{RESET statement_timeout});
 # ------------------------------------------------------------------
 # (c) pg_cancel_backend of the finalizing session
 # ------------------------------------------------------------------
-declare_fill('fl_c', 2000, 20, 0.2, '');
+declare_fill('fl_c', 2000, 20, 0.2, '', wait_long => 1);
+($gate, $gate_pid) = hold_row('fl_c', 61);
 $s->{stderr} = '';
 $s->query_until(qr/started/, "\\echo started\nCALL backfill_finalize('fl_c', '5 minutes');\n");
-ok(poll_until($node, q{SELECT count(*) >= 60 FROM fl_c WHERE n > 0}, 't', 60),
+ok(waits_on($gate_pid, 'client backend'), '(c) the session works the pass: its batch waits on a row lock');
+cmp_ok($node->safe_psql('postgres', q{SELECT count(*) FROM fl_c WHERE n > 0}), '>=', 60,
 	'(c) the session is under way');
 is(leases_of($pid), '1', '(c) it holds the lease while it works');
 is($node->safe_psql('postgres', "SELECT pg_cancel_backend($pid)"), 't', '(c) cancel it');
 ($out, $err) = in_session($s, q{SELECT 'after'});
+$gate->query_safe('COMMIT');
+$gate->quit;
 like($err, qr/ERROR:  57014: canceling statement due to user request/, '(c) 57014');
 is($out, 'after', '(c) the session is still connected');
 is(leases_of($pid), '0', '(c) and holds no lease');
@@ -224,12 +264,14 @@ for my $t (['fl_p1', 'PERFORM pg_advisory_lock(999);'], ['fl_p2', 'PERFORM pg_ad
 # (e) the lanes take up what the sessions left
 # ------------------------------------------------------------------
 $node->safe_psql('postgres', q{SELECT backfill_cancel('fl_hog')});
-is(wait_pass_end($node, $run_hog, 60), 'cancelled', '(e) the slow pass is cancelled');
+$hog_lock->query_safe('COMMIT');
+$hog_lock->quit;
+is(wait_pass_end($node, $run_hog, 300), 'cancelled', '(e) the slow pass is cancelled');
 for my $t (['fl_a', 2000], ['fl_c', 2000], ['fl_d', 300], ['fl_p1', 200], ['fl_p2', 200])
 {
 	my ($name, $rows) = @$t;
 	my $run = run_of($name);
-	is(wait_pass_end($node, $run, 120), 'completed', "(e) a lane completed $name");
+	is(wait_pass_end($node, $run, 300), 'completed', "(e) a lane completed $name");
 	each_row_done_once($node, $name, $rows, $run);
 }
 

@@ -27,6 +27,12 @@
 # its last_error, before it stops; the lane leaves at its checkpoint.
 # Once the database is no template, backfill_resume finishes the pass,
 # every row once.
+#
+# Each pass is paused (or found by its scheduler) mid-way by construction,
+# not by timing: a session holds the row lock of the first row of a known
+# batch, the lane's batch waits on it (lock_timeout far beyond the test),
+# the pass is paused (the database made a template), and only then is the
+# row let go: the lane ends that batch and stops at a known cursor.
 use strict;
 use warnings;
 
@@ -52,28 +58,59 @@ $node->safe_psql('postgres', q{
 	SELECT backfill_declare('dk', 'dk', 'n = 0',
 		'UPDATE dk SET n = n + 1 WHERE id BETWEEN $1 AND $2 AND n = 0',
 		batch_size => 7, rate => 20, max_attempts => 3, backoff_base => '50 ms',
-		backoff_cap => '100 ms');
+		backoff_cap => '100 ms', lock_timeout => '1 hour', batch_timeout => '1 hour');
 	SELECT backfill_declare('en', 'en', 'n = 0',
 		'UPDATE en SET n = n + 1 WHERE (l, i) BETWEEN ($1, $2) AND ($3, $4) AND n = 0',
 		batch_size => 10, rate => 20, max_attempts => 3, backoff_base => '50 ms',
-		backoff_cap => '100 ms');
+		backoff_cap => '100 ms', lock_timeout => '1 hour', batch_timeout => '1 hour');
 	SELECT backfill_declare('ck', 'ck', 'n = 0',
 		'UPDATE ck SET n = n + 1 WHERE (a, b) BETWEEN ($1, $2) AND ($3, $4) AND n = 0',
 		batch_size => 10, rate => 20, max_attempts => 3, backoff_base => '50 ms',
-		backoff_cap => '100 ms');
+		backoff_cap => '100 ms', lock_timeout => '1 hour', batch_timeout => '1 hour');
 });
 
-# run, pause once it has done $rows rows and its lane has left; the cursor
+# a session holding the row lock of a row in $db: (session, its pid)
+sub hold_row
+{
+	my ($db, $table, $order, $nth) = @_;
+	my $h = $node->background_psql($db);
+	$h->set_query_timer_restart();
+	my $hpid = $h->query_safe('SELECT pg_backend_pid()');
+	# the $nth row in key order ($order); a subquery: FOR UPDATE with
+	# OFFSET would lock the rows skipped too
+	$h->query_safe("BEGIN; SELECT 1 FROM $table WHERE ($order) = (SELECT $order FROM $table"
+		  . " ORDER BY $order OFFSET " . ($nth - 1) . " LIMIT 1) FOR UPDATE;");
+	return ($h, $hpid);
+}
+
+# a lane's batch waits on a lock of the session $hpid
+sub lane_waits_on
+{
+	my ($hpid) = @_;
+	return poll_until($node,
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'
+		   AND $hpid = ANY (pg_blocking_pids(pid))", '1', 180);
+}
+
+# run; once the lane's batch that starts at the $nth row (in key order
+# $order) waits on that row's lock, pause; let the row go, and the lane
+# ends that batch of $batch rows and leaves; the cursor
 sub run_and_pause
 {
-	my ($name, $rows) = @_;
+	my ($name, $order, $nth, $batch) = @_;
+	my ($h, $hpid) = hold_row('postgres', $name, $order, $nth);
 	my $run = sq($node, qq{SELECT backfill_run('$name', wait => false)});
-	ok(poll_until($node, qq{SELECT rows >= $rows FROM backfill_status('$name')}, 't', 60),
+	ok(lane_waits_on($hpid), "$name: the lane's batch waits on row $nth");
+	is(sq($node, qq{SELECT rows FROM backfill_status('$name')}), $nth - 1,
 		"$name: the pass is under way");
-	sq($node, qq{SELECT backfill_pause('$name')});
+	is(sq($node, qq{SELECT backfill_pause('$name')}), 't', "$name: paused mid-pass");
+	$h->query_safe('COMMIT');
+	$h->quit;
 	ok(poll_until($node,
 			q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'},
-			'0', 60), "$name: paused, its lane left");
+			'0', 180), "$name: paused, its lane left");
+	is(sq($node, qq{SELECT rows FROM backfill_status('$name')}), $nth - 1 + $batch,
+		"$name: the lane stopped after the batch it was in");
 	my $cursor = sq($node, qq{SELECT cursor FROM backfill_partitions('$name')
 		WHERE cursor IS NOT NULL AND state <> 'done' LIMIT 1});
 	isnt($cursor, '', "$name: paused at cursor $cursor");
@@ -87,7 +124,7 @@ sub resume_to_bf033
 	my $starts = sq($node, "SELECT lane_starts FROM backfill.run WHERE run_id = $run");
 	my $log_offset = -s $node->logfile;
 	sq($node, qq{SELECT backfill_resume('$name')});
-	is(wait_pass_end($node, $run, 60), 'failed', "$name: the pass fails");
+	is(wait_pass_end($node, $run, 300), 'failed', "$name: the pass fails");
 	my ($code, $message) = split /\|/, ledger($node, $run, 'error_code, error_message'), 2;
 	is($code, 'BF033', "$name: with BF033");
 	like($message, qr/backfill "$name" cannot read "\Q$cursor\E" of partition \d+ as its key/,
@@ -116,21 +153,21 @@ sub retry_completes
 	sq($node, qq{SELECT backfill_retry('$name')});
 	my $run = sq($node, qq{SELECT run_id FROM backfill.ledger WHERE declaration = '$name'
 		ORDER BY run_id DESC LIMIT 1});
-	is(wait_pass_end($node, $run, 60), 'completed', "$name: retried, the pass completes");
+	is(wait_pass_end($node, $run, 300), 'completed', "$name: retried, the pass completes");
 	is(sq($node, "SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <> 1) FROM $name"),
 		"$rows|0", "$name: every row done exactly once (n = n + 1)");
 	return;
 }
 
 # (a) a domain key: a CHECK added NOT VALID that the stored cursor fails
-my ($run, $cursor) = run_and_pause('dk', 50);
+my ($run, $cursor) = run_and_pause('dk', 'id', 50, 7);
 sq($node, "ALTER DOMAIN posint ADD CONSTRAINT not_cursor CHECK (VALUE <> $cursor) NOT VALID");
 resume_to_bf033('dk', $run, $cursor);
 sq($node, 'ALTER DOMAIN posint DROP CONSTRAINT not_cursor');
 retry_completes('dk', 300);
 
 # (b) an enum in a composite key: the cursor's label renamed
-($run, $cursor) = run_and_pause('en', 60);
+($run, $cursor) = run_and_pause('en', 'l, i', 61, 10);
 my ($label) = $cursor =~ /^\((\w+),/;
 sq($node, "ALTER TYPE lbl RENAME VALUE '$label' TO '${label}_renamed'");
 resume_to_bf033('en', $run, $cursor);
@@ -138,12 +175,12 @@ sq($node, "ALTER TYPE lbl RENAME VALUE '${label}_renamed' TO '$label'");
 retry_completes('en', 300);
 
 # (c) a composite key's unique index dropped under the paused pass
-($run, $cursor) = run_and_pause('ck', 50);
+($run, $cursor) = run_and_pause('ck', 'a, b', 51, 10);
 my $starts = sq($node, "SELECT lane_starts FROM backfill.run WHERE run_id = $run");
 my $log_offset = -s $node->logfile;
 sq($node, 'ALTER TABLE ck DROP CONSTRAINT ck_pk');
 sq($node, q{SELECT backfill_resume('ck')});
-is(wait_pass_end($node, $run, 60), 'failed', 'ck: the pass fails');
+is(wait_pass_end($node, $run, 300), 'failed', 'ck: the pass fails');
 is(ledger($node, $run, 'error_code'), 'BF001', 'ck: with BF001');
 like(sq($node, q{SELECT last_error FROM backfill_status('ck')}),
 	qr/^BF001: the key of backfill "ck" has no unique index any more/,
@@ -158,22 +195,22 @@ $node->safe_psql('postgres', q{
 	CREATE TABLE sk (id int PRIMARY KEY, n int NOT NULL DEFAULT 0);
 	INSERT INTO sk (id) SELECT generate_series(1, 300);
 	SELECT backfill_declare('sk', 'sk', 'n = 0', 'UPDATE sk SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 10, rate => 20);
+		batch_size => 10, rate => 20, lock_timeout => '1 hour', batch_timeout => '1 hour');
 	CREATE TABLE ck2 (a int, b int, n int NOT NULL DEFAULT 0, PRIMARY KEY (a, b));
 	INSERT INTO ck2 (a, b) SELECT g / 10, g % 10 FROM generate_series(1, 300) g;
 	SELECT backfill_declare('ck2', 'ck2', 'n = 0',
 		'UPDATE ck2 SET n = n + 1 WHERE (a, b) BETWEEN ($1, $2) AND ($3, $4)',
-		batch_size => 10, rate => 20);
+		batch_size => 10, rate => 20, lock_timeout => '1 hour', batch_timeout => '1 hour');
 });
-foreach my $t ([ 'sk', 'id' ], [ 'ck2', 'b' ])
+foreach my $t ([ 'sk', 'id', 'id' ], [ 'ck2', 'b', 'a, b' ])
 {
-	my ($name, $column) = @$t;
-	($run, $cursor) = run_and_pause($name, 50);
+	my ($name, $column, $order) = @$t;
+	($run, $cursor) = run_and_pause($name, $order, 51, 10);
 	$starts = sq($node, "SELECT lane_starts FROM backfill.run WHERE run_id = $run");
 	$log_offset = -s $node->logfile;
 	sq($node, "ALTER TABLE $name RENAME COLUMN $column TO ${column}_renamed");
 	sq($node, qq{SELECT backfill_resume('$name')});
-	is(wait_pass_end($node, $run, 60), 'failed', "$name: a key column renamed, the pass fails");
+	is(wait_pass_end($node, $run, 300), 'failed', "$name: a key column renamed, the pass fails");
 	is(ledger($node, $run, 'error_code'), '42703', "$name: with undefined_column, at once");
 	is(sq($node, "SELECT lane_starts FROM backfill.run WHERE run_id = $run"), $starts + 1,
 		"$name: one lane failed it: none died and was started again");
@@ -205,16 +242,20 @@ $node->safe_psql('tpl', q{
 	CREATE TABLE t (id int PRIMARY KEY, n int NOT NULL DEFAULT 0);
 	INSERT INTO t (id) SELECT generate_series(1, 1000);
 	SELECT backfill_declare('t', 't', 'n = 0', 'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 10, rate => 20);
+		batch_size => 10, rate => 20, lock_timeout => '1 hour', batch_timeout => '1 hour');
 });
+# the lane's batch of rows 501-510 waits on row 501 while the database
+# becomes a template and its scheduler pauses the pass
+my ($tpl_lock, $tpl_lock_pid) = hold_row('tpl', 't', 'id', 501);
 $run = $node->safe_psql('tpl', q{SELECT backfill_run('t', wait => false)});
-ok(poll_db('tpl', q{SELECT rows > 0 FROM backfill_status('t')}, 't', 60),
-	'tpl: the pass is under way');
+ok(lane_waits_on($tpl_lock_pid), 'tpl: the pass is under way (its batch waits on row 501)');
 $node->safe_psql('postgres', 'ALTER DATABASE tpl IS_TEMPLATE true');
-ok(poll_db('tpl', q{SELECT paused FROM backfill_status('t')}, 't', 60),
+ok(poll_db('tpl', q{SELECT paused FROM backfill_status('t')}, 't', 180),
 	'tpl: once the database is a template, its scheduler pauses the pass');
+$tpl_lock->query_safe('COMMIT');
+$tpl_lock->quit;
 ok(poll_until($node, q{SELECT count(*) FROM pg_stat_activity
-		WHERE datname = 'tpl' AND backend_type LIKE 'pg_backfill%'}, '0', 60),
+		WHERE datname = 'tpl' AND backend_type LIKE 'pg_backfill%'}, '0', 180),
 	'tpl: the lane left at its checkpoint and the scheduler stopped');
 like($node->safe_psql('tpl', q{SELECT status || ' ' || last_error FROM backfill_status('t')}),
 	qr/^running paused by its scheduler: the database is now a template, and no scheduler serves it; ALTER DATABASE tpl IS_TEMPLATE false/,
@@ -232,7 +273,7 @@ is($node->safe_psql('tpl', q{SELECT paused FROM backfill_status('t')}), 't',
 $node->safe_psql('postgres', 'ALTER DATABASE tpl IS_TEMPLATE false');
 is($node->safe_psql('tpl', q{SELECT backfill_resume('t')}), 't',
 	'tpl: no template any more, backfill_resume resumes it');
-is(wait_pass_end_in($node, 'tpl', $run, 120), 'completed', 'tpl: the pass completes');
+is(wait_pass_end_in($node, 'tpl', $run, 300), 'completed', 'tpl: the pass completes');
 is($node->safe_psql('tpl', q{SELECT count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE n <> 1) FROM t}),
 	'1000|0', 'tpl: every row done exactly once (n = n + 1)');
 is($node->safe_psql('tpl', q{SELECT coalesce(last_error, 'none') FROM backfill_status('t')}), 'none',

@@ -18,6 +18,8 @@
 #      was planned, so it completes while the writer still writes; every row
 #      up to its bound is done once, none beyond it, and the rows beyond
 #      show as drift (beyond_bound in backfill_status, drifted in pending).
+#      The writer writes until the test tells it to stop, so it is still
+#      writing when the pass ends however long the pass takes.
 use strict;
 use warnings;
 
@@ -65,7 +67,7 @@ $node->safe_psql('postgres', q{
 		batch_size => 500, rate => 100);
 });
 my $run = sq($node, q{SET ROLE dw_owner; SELECT backfill_run('dd')});
-is(wait_pass_end($node, $run, 60), 'completed', '(a) the pass completed');
+is(wait_pass_end($node, $run, 300), 'completed', '(a) the pass completed');
 is(sq($node, q{SELECT state, drift IS NULL, drift_rows > 0 FROM backfill_pending() WHERE name = 'dd'}),
 	'completed|t|f', '(a) pending right after: completed, no drift');
 sq($node, q{INSERT INTO d (n) SELECT 0 FROM generate_series(1, 100)});
@@ -92,8 +94,8 @@ $node->safe_psql('postgres', q{
 		batch_size => 500, rate => 100, watch => '1 s');
 });
 my $first = sq($node, q{SELECT backfill_run('ww')});
-is(wait_pass_end($node, $first, 60), 'completed', '(b) the watched backfill completed');
-ok(poll_until($node, q{SELECT watch_probes >= 2 FROM backfill_status('ww')}, 't', 30),
+is(wait_pass_end($node, $first, 300), 'completed', '(b) the watched backfill completed');
+ok(poll_until($node, q{SELECT watch_probes >= 2 FROM backfill_status('ww')}, 't', 180),
 	'(b) the scheduler probes it at its interval');
 is(sq($node, q{SELECT count(*), count(*) FILTER (WHERE watch) FROM backfill.ledger WHERE declaration = 'ww'}),
 	'1|0', '(b) no drift, no pass');
@@ -102,7 +104,7 @@ is(sq($node, q{SELECT watch_drifts FROM backfill_status('ww')}), '0', '(b) no pr
 sq($node, q{INSERT INTO w (n) SELECT 0 FROM generate_series(1, 100)});
 my $t0 = time();
 ok(poll_until($node, q{SELECT count(*) = 1 FROM backfill.ledger
-		WHERE declaration = 'ww' AND watch AND status = 'completed'}, 't', 30),
+		WHERE declaration = 'ww' AND watch AND status = 'completed'}, 't', 300),
 	'(b) a catch-up pass healed the drift');
 my $healed_s = time() - $t0;
 note(sprintf('(b) healed %.1f s after the insert committed (watch interval 1 s)', $healed_s));
@@ -116,7 +118,7 @@ is(sq($node, q{SELECT healed_rows, watch_drifts, watch FROM backfill_status('ww'
 is(sq($node, q{SELECT state FROM backfill_pending() WHERE name = 'ww'}), 'completed',
 	'(b) pending: completed again');
 my $probes = sq($node, q{SELECT watch_probes FROM backfill_status('ww')});
-ok(poll_until($node, qq{SELECT watch_probes > $probes FROM backfill_status('ww')}, 't', 30),
+ok(poll_until($node, qq{SELECT watch_probes > $probes FROM backfill_status('ww')}, 't', 180),
 	'(b) the watch goes on probing after the heal');
 is(sq($node, q{SELECT count(*) FROM backfill.ledger WHERE declaration = 'ww'}), '2',
 	'(b) and starts no further pass');
@@ -125,7 +127,8 @@ is(sq($node, q{SELECT count(*) FROM backfill.ledger WHERE declaration = 'ww'}), 
 # (c) a pass beside a faster writer ends at its bound
 # ------------------------------------------------------------------
 # the pass: 4 batches/s x 500 rows = 2,000 rows/s; the writer: 500 rows
-# every 50 ms plus its commit, several thousand rows/s, for up to 60 s
+# every 50 ms plus its commit, several thousand rows/s, until the test
+# stops it (or an hour passes)
 $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'bb', relation => 'b', predicate => 'n = 0',
 		action => 'UPDATE b SET n = n + 1 WHERE id BETWEEN $1 AND $2',
@@ -133,11 +136,11 @@ $node->safe_psql('postgres', q{
 });
 my ($wout, $werr) = ('', '');
 my $writer = IPC::Run::start(
-	[ 'psql', '-X', '-d', $node->connstr('postgres'), '-c', 'CALL writer(500, 60)' ],
+	[ 'psql', '-X', '-d', $node->connstr('postgres'), '-c', 'CALL writer(500, 3600)' ],
 	'<', \undef, '>', \$wout, '2>', \$werr);
-ok(poll_until($node, q{SELECT count(*) > 21000 FROM b}, 't', 30), '(c) the writer is writing');
+ok(poll_until($node, q{SELECT count(*) > 21000 FROM b}, 't', 180), '(c) the writer is writing');
 my $brun = sq($node, q{SELECT backfill_run('bb')});
-is(wait_pass_end($node, $brun, 60), 'completed', '(c) the pass completed while the writer writes');
+is(wait_pass_end($node, $brun, 600), 'completed', '(c) the pass completed while the writer writes');
 ok($writer->pumpable, '(c) the writer was still running when the pass ended');
 my $rate = sq($node, q{SELECT count(*) FROM b}) ;
 my $bound = sq($node, q{SELECT bound FROM backfill_status('bb')});
@@ -187,11 +190,11 @@ $node->safe_psql('postgres', q{
 		batch_size => 500, rate => 4);
 });
 my $cwriter = IPC::Run::start(
-	[ 'psql', '-X', '-d', $node->connstr('postgres'), '-c', 'CALL cwriter(500, 60)' ],
+	[ 'psql', '-X', '-d', $node->connstr('postgres'), '-c', 'CALL cwriter(500, 3600)' ],
 	'<', \undef, '>', \$wout, '2>', \$werr);
-ok(poll_until($node, q{SELECT count(*) > 11000 FROM cb}, 't', 30), '(d) the writer is adding tenants');
+ok(poll_until($node, q{SELECT count(*) > 11000 FROM cb}, 't', 180), '(d) the writer is adding tenants');
 my $crun = sq($node, q{SELECT backfill_run('cbb')});
-is(wait_pass_end($node, $crun, 60), 'completed', '(d) the composite pass completed while the writer writes');
+is(wait_pass_end($node, $crun, 600), 'completed', '(d) the composite pass completed while the writer writes');
 ok($cwriter->pumpable, '(d) the writer was still running when the pass ended');
 my $cbound = sq($node, q{SELECT bound FROM backfill_status('cbb')});
 like($cbound, qr/^\(\d+,\d+\)$/, "(d) the bound is a row literal ($cbound)");

@@ -53,10 +53,10 @@ my $started_line = qr/pg_backfill scheduler started for database "postgres"/;
 sq($node, 'CREATE EXTENSION pg_backfill');
 fill_table($node, 'first', 500);
 my $run = sq($node, q{SELECT backfill_run('first')});
-is(wait_pass_end($node, $run, 60), 'completed', 'the first pass completes');
+is(wait_pass_end($node, $run, 300), 'completed', 'the first pass completes');
 each_row_done_once($node, 'first', 500, $run);
 
-ok(poll_until($node, $schedulers, '0', 30),
+ok(poll_until($node, $schedulers, '0', 120),
 	'with nothing to do the scheduler exits (backfill.scheduler_idle_exit = 3 s)');
 is(count_in_log($node, $idle_line), 1, 'and says why, once');
 is(holds_for($node, $schedulers, '0', 6), undef,
@@ -66,13 +66,13 @@ is(holds_for($node, $schedulers, '0', 6), undef,
 fill_table($node, 'second', 700);
 my $starts = count_in_log($node, $started_line);
 $run = sq($node, q{SELECT backfill_run('second')});
-is(wait_pass_end($node, $run, 30), 'completed',
+is(wait_pass_end($node, $run, 300), 'completed',
 	'a backfill_run in the database with no scheduler runs its pass');
 each_row_done_once($node, 'second', 700, $run);
 is(sq($node, q{SELECT count(*) FROM backfill.ledger WHERE ledger_name = 'second'}), '1',
 	'one ledger row for it');
 is(count_in_log($node, $started_line), $starts + 1, 'its run started the scheduler again, once');
-ok(poll_until($node, $schedulers, '0', 30), 'and it leaves again when the pass is done');
+ok(poll_until($node, $schedulers, '0', 120), 'and it leaves again when the pass is done');
 
 # --- (c) a watched backfill keeps its scheduler
 sq($node, q{
@@ -83,7 +83,7 @@ sq($node, q{
 		batch_size => 100, rate => 200, watch => interval '1 hour');
 });
 $run = sq($node, q{SELECT backfill_run('watched')});
-is(wait_pass_end($node, $run, 30), 'completed', 'the watched backfill completes');
+is(wait_pass_end($node, $run, 300), 'completed', 'the watched backfill completes');
 is(holds_for($node, $schedulers, '1', 8), undef,
 	'its watch keeps the scheduler, well past the idle exit');
 
@@ -92,9 +92,9 @@ my $redeclare = q{SELECT backfill_declare(name => 'watched', relation => 'watche
 	action => 'UPDATE watched SET n = n + 1 WHERE id BETWEEN $1 AND $2 AND n = 0',
 	batch_size => 100, rate => 200%s)};
 sq($node, sprintf($redeclare, ''));
-ok(poll_until($node, $schedulers, '0', 30), 'without the watch the scheduler leaves');
+ok(poll_until($node, $schedulers, '0', 120), 'without the watch the scheduler leaves');
 sq($node, sprintf($redeclare, q{, watch => interval '1 hour'}));
-ok(poll_until($node, $schedulers, '1', 30), 'declaring the watch again brings it back');
+ok(poll_until($node, $schedulers, '1', 120), 'declaring the watch again brings it back');
 is(holds_for($node, $schedulers, '1', 6), undef, 'and it stays');
 $node->stop;
 
@@ -105,7 +105,7 @@ sq($tight, 'CREATE EXTENSION pg_backfill');
 fill_table($tight, 'waits', 300);
 $run = sq($tight, q{SELECT backfill_run('waits')});
 my $no_slot = qr/WARNING:  pg_backfill cannot start the scheduler of database "postgres": no background worker slot is free/;
-my $deadline = time() + 30;
+my $deadline = time() + 120;
 sleep 1 while count_in_log($tight, $no_slot) == 0 && time() < $deadline;
 is(count_in_log($tight, $no_slot), 1, 'the launcher says it cannot start the scheduler');
 like(slurp_file($tight->logfile), qr/DETAIL:  max_worker_processes is 1\.  pg_backfill takes one for its launcher/,
@@ -124,7 +124,7 @@ is(count_in_log($tight, $no_slot), 1, 'still one warning after the wakes that re
 
 $tight->append_conf('postgresql.conf', "max_worker_processes = 8\n");
 $tight->restart;
-is(wait_pass_end($tight, $run, 60), 'completed', 'with slots the waiting pass runs');
+is(wait_pass_end($tight, $run, 300), 'completed', 'with slots the waiting pass runs');
 each_row_done_once($tight, 'waits', 300, $run);
 $tight->stop;
 

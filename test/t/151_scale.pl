@@ -19,6 +19,10 @@
 #   - the lane runs with jit off (a compiled convergence count of a big
 #     table stayed in the lane's memory: RssAnon 5.8 -> 15 MB at the end);
 #   - every row done exactly once.
+# The two measurements are taken at states made, not hoped for: sessions
+# hold the row locks of rows 3,001 and 15,001, so the lane waits inside its
+# 301st and its 1,501st batch, the same statement at the same point, while
+# its memory is read; the pass cannot end before.
 use strict;
 use warnings;
 
@@ -43,11 +47,27 @@ $node->safe_psql('postgres', qq{
 	SELECT backfill_declare(name => 'sc', relation => 't', predicate => 'n = 0',
 		action => \$\$UPDATE t SET n = n + 1, j = pg_catalog.current_setting('jit')
 		            WHERE id BETWEEN \$1 AND \$2\$\$,
-		batch_size => $BATCH, rate => 150, max_parallel => 1);
+		batch_size => $BATCH, rate => 150, max_parallel => 1,
+		lock_timeout => '1 hour', batch_timeout => '1 hour');
 });
+
+# the gates: sessions holding the row locks of the first rows of batches
+# 301 and 1,501
+sub hold_row
+{
+	my ($id) = @_;
+	my $h = $node->background_psql('postgres');
+	$h->set_query_timer_restart();
+	my $hpid = $h->query_safe('SELECT pg_backend_pid()');
+	$h->query_safe("BEGIN; SELECT 1 FROM t WHERE id = $id FOR UPDATE;");
+	return ($h, $hpid);
+}
+my ($gate1, $gate1_pid) = hold_row(300 * $BATCH + 1);
+my ($gate2, $gate2_pid) = hold_row(1_500 * $BATCH + 1);
 
 # the xmin horizon held back for the whole pass
 my $holder = $node->background_psql('postgres');
+$holder->set_query_timer_restart();
 $holder->query_safe('BEGIN ISOLATION LEVEL REPEATABLE READ');
 $holder->query_safe('SELECT count(*) FROM t');
 
@@ -58,11 +78,15 @@ my $size0  = sq($node, q{SELECT pg_relation_size('backfill.partition')});
 
 my $run = sq($node, q{SELECT backfill_run('sc')});
 
-# progress from the table itself: polling must not scan backfill.partition
+# the lane waits at the gate of session $gpid, $at rows done (progress from
+# the table itself: polling must not scan backfill.partition)
 sub wait_done_rows
 {
-	my ($at) = @_;
-	return poll_until($node, "SELECT count(*) >= $at FROM t WHERE n > 0", 't', 120);
+	my ($gpid, $at) = @_;
+	return poll_until($node,
+		"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'
+		   AND $gpid = ANY (pg_blocking_pids(pid))", '1', 300)
+	  && sq($node, "SELECT count(*) FROM t WHERE n > 0") == $at;
 }
 
 # the lane's memory contexts, as it logs them, and its private memory
@@ -72,7 +96,7 @@ sub lane_memory
 	my $offset = -s $node->logfile;
 	sq($node, "SELECT pg_log_backend_memory_contexts($pid)");
 	my $total;
-	my $deadline = time() + 30;
+	my $deadline = time() + 120;
 	while (time() < $deadline)
 	{
 		my $log = slurp_file($node->logfile, $offset);
@@ -92,13 +116,15 @@ sub lane_memory
 	return ($total, $anon);
 }
 
-ok(wait_done_rows(300 * $BATCH), 'sc: 300 batches done');
+ok(wait_done_rows($gate1_pid, 300 * $BATCH), 'sc: 300 batches done (the lane waits inside the next)');
 my $lane = sq($node, q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'});
 like($lane, qr/^\d+$/, 'sc: one lane');
 my ($total1, $anon1) = lane_memory($lane);
 ok(defined $total1, "sc: the lane logged its memory contexts at batch 300 ($total1 bytes)");
+$gate1->query_safe('COMMIT');
+$gate1->quit;
 
-ok(wait_done_rows(1_500 * $BATCH), 'sc: 1,500 batches done');
+ok(wait_done_rows($gate2_pid, 1_500 * $BATCH), 'sc: 1,500 batches done (the lane waits inside the next)');
 is(sq($node, q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'}),
 	$lane, 'sc: the same lane');
 my ($total2, $anon2) = lane_memory($lane);
@@ -112,14 +138,16 @@ SKIP:
 		"sc: the lane's private memory (RssAnon) is flat: $anon1 -> $anon2 kB");
 }
 
-is(wait_pass_end($node, $run, 120), 'completed', 'sc: the pass completed');
+$gate2->query_safe('COMMIT');
+$gate2->quit;
+is(wait_pass_end($node, $run, 300), 'completed', 'sc: the pass completed');
 each_row_done_once($node, 't', $ROWS, $run);
 is(sq($node, q{SELECT string_agg(DISTINCT j, ',') FROM t}), 'off',
 	'sc: the lane ran with jit off (the database says on)');
 
 # the lane's statistics reach the cumulative ones when it exits
 ok(poll_until($node, q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'},
-		'0', 60), 'sc: the lane exited');
+		'0', 180), 'sc: the lane exited');
 my $batches = BackfillTest::ledger($node, $run, 'batches');
 is($batches, $ROWS / $BATCH, "sc: $batches batches");
 my $size1 = sq($node, q{SELECT pg_relation_size('backfill.partition')});

@@ -2,7 +2,7 @@
 # sinks, shared by the TAP tests that deliver to one (040, 061).
 #
 #     use WebhookReceiver;
-#     my $hook = WebhookReceiver->start($tmpdir, secret => 's3cret', lifetime => 120);
+#     my $hook = WebhookReceiver->start($tmpdir, secret => 's3cret', lifetime => 900);
 #     ok($hook->ready, 'the receiver listens on ' . $hook->url('/hook'))
 #       or diag($hook->stderr);
 #     ... backfill_outbox_sink('t', 'webhook', $hook->url('/hook') ...) ...
@@ -10,8 +10,10 @@
 #     $hook->release($id);                 # let a held call of message $id answer
 #     $hook->stop;
 #
-# It listens on 127.0.0.1 only, on a free port, and runs at most lifetime
-# seconds (default 120).  Each request is recorded as one JSON line:
+# It listens on 127.0.0.1 only, on a free port (reserved as the nodes'
+# ports are, so tests running at once never share one), and runs at most
+# lifetime seconds (default 900: a bound for a test that dies, not a time
+# the test is expected to take).  Each request is recorded as one JSON line:
 #   id            the X-Backfill-Id header
 #   path          the request's path
 #   n             how many requests of that id it has had, this one included
@@ -21,7 +23,7 @@
 #   body          the body, as text
 # It answers 200, or 401 when a secret is given and the signature is not
 # valid.  The first request of a message whose payload has "hold": true
-# waits (up to 90 s) until release($id) is called before it answers; the
+# waits (up to 600 s) until release($id) is called before it answers; the
 # server is threaded, so other requests go on meanwhile.
 package WebhookReceiver;
 
@@ -65,7 +67,7 @@ class Hook(BaseHTTPRequestHandler):
         # the first call of a message whose payload says "hold" waits until released
         if isinstance(payload, dict) and payload.get('hold') and n == 1:
             release = os.path.join(dirpath, 'release_' + str(mid))
-            deadline = time.time() + 90
+            deadline = time.time() + 600
             while not os.path.exists(release) and time.time() < deadline:
                 time.sleep(0.05)
         try:
@@ -84,7 +86,7 @@ open(ready, 'w').close()
 server.serve_forever()
 PY
 
-# Start a receiver whose files live in $dir; waits (up to 20 s) until it listens.
+# Start a receiver whose files live in $dir; waits (up to 120 s) until it listens.
 sub start
 {
 	my ($class, $dir, %opts) = @_;
@@ -104,11 +106,11 @@ sub start
 	close($fh);
 	$self->{handle} = IPC::Run::start(
 		[
-			'timeout', $opts{lifetime} // 120, $python, $script,
+			'timeout', $opts{lifetime} // 900, $python, $script,
 			$self->{port}, $self->{log}, $dir, $self->{ready}, $opts{secret} // ''
 		],
 		'>', \$self->{stdout}, '2>', \$self->{stderr});
-	my $deadline = time() + 20;
+	my $deadline = time() + 120;
 	usleep(50_000) until -e $self->{ready} || time() > $deadline;
 	return $self;
 }
