@@ -860,6 +860,22 @@ plan_table(Pass *pass, PassPlan *plan)
 		plan_citus_estimate(pass, plan);
 }
 
+/* how many partitions plan_store inserts: one a leaf piece, a shard, or a range */
+static int
+plan_partition_count(PassPlan *plan, ArrayType *bounds)
+{
+	ArrayType  *shards;
+
+	if (plan->nleafparts > 0)
+		return plan->nleafparts;
+	if (plan->shards != (Datum) 0)
+	{
+		shards = DatumGetArrayTypeP(plan->shards);
+		return ArrayGetNItems(ARR_NDIM(shards), ARR_DIMS(shards));
+	}
+	return 1 + ArrayGetNItems(ARR_NDIM(bounds), ARR_DIMS(bounds));
+}
+
 /* Insert the partitions and move the run to running; say so in the log. */
 static void
 plan_store(Pass *pass, PassPlan *plan)
@@ -909,9 +925,7 @@ plan_store(Pass *pass, PassPlan *plan)
 	ereport(LOG,
 			(errmsg("backfill \"%s\" run " INT64_FORMAT " started: %d partitions by %s, "
 					"about %s rows to do",
-					pass->name, pass->run_id,
-					plan->nleafparts > 0 ? plan->nleafparts :
-					1 + (int) ArrayGetNItems(ARR_NDIM(bounds), ARR_DIMS(bounds)),
+					pass->name, pass->run_id, plan_partition_count(plan, bounds),
 					plan->method,
 					plan->has_estimate ? psprintf(INT64_FORMAT, DatumGetInt64(plan->estimate)) :
 					"?")));
