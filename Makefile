@@ -8,6 +8,7 @@ OBJS = \
 	src/config.o \
 	src/shmem.o \
 	src/jsonobj.o \
+	src/searchpath.o \
 	src/sql/declare.o \
 	src/sql/key.o \
 	src/sql/run.o \
