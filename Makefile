@@ -27,6 +27,7 @@ OBJS = \
 	src/engine/shards.o \
 	src/engine/pass.o \
 	src/engine/batch.o \
+	src/engine/pagecycle.o \
 	src/engine/poison.o \
 	src/engine/work.o \
 	src/engine/keyset.o \

@@ -1024,6 +1024,7 @@ pass_claim(Pass *pass, Claim *claim)
 	values[1] = Int32GetDatum(LANE_PID());
 	values[2] = TimestampTzGetDatum(LANE_START());
 
+	pass->claims++;
 	worker_begin_xact("pg_backfill lane: claiming a partition");
 	catalog_enter(&scope);
 	nclaimed = catalog_exec("SELECT * FROM backfill.claim_partition($1, $2, $3)",
