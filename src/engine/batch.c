@@ -517,7 +517,7 @@ page_read(Pass *pass, Claim *claim, Jsonb *page, const char *cursor, char **next
 				 errdetail("Page " INT64_FORMAT " (cursor \"%.100s\") answered %d rows and next cursor "
 						   "\"%.100s\", with which page " INT64_FORMAT " of this pass was asked for: "
 						   "every page from there on would be asked for again and again. Page "
-						   INT64_FORMAT " was rolled back; no page was done twice.",
+						   INT64_FORMAT " was rolled back.",
 						   now, cursor ? cursor : "", nrows, *next_text, earlier, now),
 				 errhint("Return cursors that only move forward, each once in a pass, and null "
 						 "as next at the end of the source; then run the backfill again.")));
