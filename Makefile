@@ -8,6 +8,7 @@ OBJS = \
 	src/config.o \
 	src/shmem.o \
 	src/jsonobj.o \
+	src/searchpath.o \
 	src/sql/declare.o \
 	src/sql/key.o \
 	src/sql/run.o \
@@ -26,6 +27,7 @@ OBJS = \
 	src/engine/shards.o \
 	src/engine/pass.o \
 	src/engine/batch.o \
+	src/engine/pagecycle.o \
 	src/engine/poison.o \
 	src/engine/work.o \
 	src/engine/keyset.o \
@@ -44,7 +46,7 @@ OBJS = \
 	src/outbox/relay.o
 
 EXTENSION = pg_backfill
-DATA = pg_backfill--0.1.sql pg_backfill--0.1--0.2.sql pg_backfill--0.2--0.3.sql pg_backfill--0.3--0.4.sql pg_backfill--0.4--0.5.sql
+DATA = pg_backfill--0.1.sql pg_backfill--0.1--0.2.sql pg_backfill--0.2--0.3.sql pg_backfill--0.3--0.4.sql pg_backfill--0.4--0.5.sql pg_backfill--0.5--0.6.sql
 PGFILEDESC = "pg_backfill - paced, checkpointed data backfills"
 
 # pg_regress runs in an existing database that backfill.database_names serves

@@ -174,6 +174,30 @@ SELECT d.name, i.code, i.message FROM backfill.declaration d,
        backfill.identity_problem(d.name, d.relid, d.relation, d.owner, d.owner_name,
                                  d.run_as, d.run_as_name) i
  WHERE d.name LIKE 'upgrade%04' ORDER BY d.name;
+-- and on to 0.6 (runs and controls below need the catalogs at the library's
+-- version): the watch's interval in force, shown by backfill_status
+-- (created again: what was granted and revoked on it is kept)
+CREATE ROLE upgrade_reader;
+REVOKE EXECUTE ON FUNCTION backfill_status(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION backfill_status(text) TO upgrade_reader;
+ALTER EXTENSION pg_backfill UPDATE TO '0.6';
+SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
+SELECT has_function_privilege('public', 'backfill_status(text)', 'EXECUTE') AS public_can_execute,
+       has_function_privilege('upgrade_reader', 'backfill_status(text)', 'EXECUTE') AS granted_can_execute;
+GRANT EXECUTE ON FUNCTION backfill_status(text) TO PUBLIC;
+REVOKE ALL ON FUNCTION backfill_status(text) FROM upgrade_reader;
+DROP OWNED BY upgrade_reader;
+DROP ROLE upgrade_reader;
+SELECT watch_interval FROM backfill_status('upgrade_fill');
+SELECT backfill_declare(name => 'upgrade_fill', relation => 'upgrade_items', predicate => 'c IS NULL',
+       action => 'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2',
+       watch => '5 s') = :'checksum_before' AS same_checksum_under_06;
+SELECT watch_interval, backfill.watch_interval_ms('upgrade_fill') AS watch_ms
+  FROM backfill_status('upgrade_fill');
+SELECT backfill_declare(name => 'upgrade_fill', relation => 'upgrade_items', predicate => 'c IS NULL',
+       action => 'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2') = :'checksum_before'
+       AS same_checksum_unwatched;
+
 \set VERBOSITY terse
 SELECT backfill_run('upgrade_gone04');
 \set VERBOSITY default

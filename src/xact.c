@@ -17,7 +17,8 @@
  * backfill_finalize): between worker_session_begin and _end, each
  * transaction of work is a subtransaction of the procedure's transaction,
  * run as the role a lane would log in as (with SECURITY_RESTRICTED_OPERATION
- * and the declaration's search_path, both undone with it), and committed
+ * and the declaration's search_path with pg_temp last, both undone with
+ * it), and committed
  * by committing the procedure's transaction (SPI_commit), back as the
  * caller.  A failed one rolls back its subtransaction, which undoes the
  * role, the settings and the SPI connections made inside it.
@@ -52,6 +53,7 @@
 #include "utils/timestamp.h"
 
 #include "advisory.h"
+#include "searchpath.h"
 #include "worker.h"
 #include "xact.h"
 
@@ -108,9 +110,8 @@ session_begin_xact(void)
 	session_in_xact = true;
 	/* every setting changed from here on is thrown away at its end */
 	session_guc_nest = NewGUCNestLevel();
-	if (session_search_path)
-		(void) set_config_option("search_path", session_search_path, PGC_USERSET,
-								 PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
+	/* never the caller's temporary objects first (searchpath.c) */
+	searchpath_apply(session_search_path, GUC_ACTION_SAVE);
 	worker_key_text_settings(GUC_ACTION_SAVE);
 	GetUserIdAndSecContext(&session_caller, &session_caller_sec);
 	SetUserIdAndSecContext(session_role, session_caller_sec | SECURITY_LOCAL_USERID_CHANGE |

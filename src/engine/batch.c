@@ -49,6 +49,7 @@
 #include "jsonobj.h"
 #include "keyset.h"
 #include "leaves.h"
+#include "pagecycle.h"
 #include "shards.h"
 #include "worker.h"
 #include "xact.h"
@@ -433,11 +434,102 @@ begin_batch(Pass *pass, Claim *claim)
 }
 
 /*
+ * The walk of the claim's pages (pagecycle.c), made at its first page in
+ * this process, numbered from the pages its partition has done (read in
+ * the batch's open transaction).
+ */
+static PageCycle *
+page_walk(Pass *pass, Claim *claim)
+{
+	CatalogScope scope;
+	Oid			types[2] = {INT8OID, INT4OID};
+	Datum		values[2] = {Int64GetDatum(pass->run_id), Int32GetDatum(claim->part_no)};
+	int64		done = 0;
+
+	if (pass->page_cycle != NULL && pass->page_cycle_claim == pass->claims)
+		return pass->page_cycle;
+	pagecycle_free(pass->page_cycle);
+	pass->page_cycle = NULL;
+	catalog_enter(&scope);
+	if (catalog_exec("SELECT batches FROM backfill.partition WHERE run_id = $1 AND part_no = $2",
+					 2, types, values, NULL, SPI_OK_SELECT) == 1)
+		done = catalog_getint64(0, 1);
+	catalog_leave(&scope);
+	pass->page_cycle = pagecycle_create(pass->cxt, done + 1);
+	pass->page_cycle_claim = pass->claims;
+	return pass->page_cycle;
+}
+
+/*
+ * The rows and the next cursor of the page the pages function answered
+ * after cursor (NULL: the first page).  Refused with BF001: an answer
+ * that is no page; a page with rows whose next cursor is the one it was
+ * asked for (asked again for ever); a next cursor that the pass asked for
+ * before (every page from there on again, in a cycle).
+ */
+static JsonbValue *
+page_read(Pass *pass, Claim *claim, Jsonb *page, const char *cursor, char **next_text)
+{
+	JsonbValue *rows = (page && jsonobj_is_object(page)) ? jsonobj_field(page, "rows") : NULL;
+	JsonbValue *next = rows ? jsonobj_field(page, "next") : NULL;
+	int			nrows;
+	int64		earlier;
+
+	if (rows == NULL || rows->type != jbvBinary || !JsonContainerIsArray(rows->val.binary.data) ||
+		next == NULL || (next->type != jbvString && next->type != jbvNull))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("pages function of backfill \"%s\" answered something that is not a page",
+						pass->name),
+				 errdetail("It answered: %.200s", page ? JsonbToCString(NULL, &page->root, 0) : "NULL"),
+				 errhint("Return jsonb {\"rows\": [...], \"next\": \"cursor\" or null}.")));
+	nrows = JsonContainerSize(rows->val.binary.data);
+	*next_text = next->type == jbvString ?
+		pnstrdup(next->val.string.val, next->val.string.len) : NULL;
+	if (*next_text == NULL)
+		return rows;
+
+	/* rows, and a cursor that does not move: the same page for ever */
+	if (cursor != NULL && strcmp(cursor, *next_text) == 0)
+	{
+		if (nrows > 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+					 errmsg("pages function of backfill \"%s\" does not advance", pass->name),
+					 errdetail("After cursor \"%.100s\" it answered %d rows and the same cursor as next.",
+							   cursor, nrows),
+					 errhint("Return as next the cursor after the page's last row, or null at the "
+							 "end of the source.")));
+		return rows;
+	}
+
+	/* a cursor asked for before in this pass: the pages from there on, again and again */
+	earlier = pagecycle_find(page_walk(pass, claim), *next_text);
+	if (earlier > 0)
+	{
+		int64		now = pagecycle_next_page(pass->page_cycle);
+
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("pages function of backfill \"%s\" goes round in a cycle: page " INT64_FORMAT
+						" leads back to cursor \"%.100s\" of page " INT64_FORMAT,
+						pass->name, now, *next_text, earlier),
+				 errdetail("Page " INT64_FORMAT " (cursor \"%.100s\") answered %d rows and next cursor "
+						   "\"%.100s\", with which page " INT64_FORMAT " of this pass was asked for: "
+						   "every page from there on would be asked for again and again. Page "
+						   INT64_FORMAT " was rolled back.",
+						   now, cursor ? cursor : "", nrows, *next_text, earlier, now),
+				 errhint("Return cursors that only move forward, each once in a pass, and null "
+						 "as next at the end of the source; then run the backfill again.")));
+	}
+	return rows;
+}
+
+/*
  * One page of a pages source: ask the function for the page after the
- * cursor, run the action on its rows, checkpoint the next cursor (never
- * the rows).  next = NULL ends the pass; so does an empty page that does
- * not move the cursor.  A page with rows that does not move the cursor
- * would be asked for again and again: the pass fails (BF001).
+ * cursor, check it (page_read), run the action on its rows, checkpoint
+ * the next cursor (never the rows).  next = NULL ends the pass; so does an
+ * empty page that does not move the cursor.
  */
 static BatchOutcome
 batch_run_page(Pass *pass, Claim *claim)
@@ -446,9 +538,7 @@ batch_run_page(Pass *pass, Claim *claim)
 	char		nulls[2] = {' ', ' '};
 	Datum		result;
 	bool		isnull;
-	Jsonb	   *page;
 	JsonbValue *rows;
-	JsonbValue *next;
 	char	   *cursor = NULL;
 	char	   *next_text = NULL;
 	Datum		next_cursor;
@@ -464,34 +554,13 @@ batch_run_page(Pass *pass, Claim *claim)
 	nulls[1] = pass->input ? ' ' : 'n';
 
 	begin_batch(pass, claim);
+	(void) page_walk(pass, claim);
 	if (SPI_execute_plan(pass->page_plan, args, nulls, false, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		elog(ERROR, "pages function of backfill \"%s\" returned no row", pass->name);
 	result = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	page = isnull ? NULL : DatumGetJsonbP(result);
-	rows = (page && jsonobj_is_object(page)) ? jsonobj_field(page, "rows") : NULL;
-	next = rows ? jsonobj_field(page, "next") : NULL;
-	if (rows == NULL || rows->type != jbvBinary || !JsonContainerIsArray(rows->val.binary.data) ||
-		next == NULL || (next->type != jbvString && next->type != jbvNull))
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-				 errmsg("pages function of backfill \"%s\" answered something that is not a page",
-						pass->name),
-				 errdetail("It answered: %.200s", page ? JsonbToCString(NULL, &page->root, 0) : "NULL"),
-				 errhint("Return jsonb {\"rows\": [...], \"next\": \"cursor\" or null}.")));
+	rows = page_read(pass, claim, isnull ? NULL : DatumGetJsonbP(result), cursor, &next_text);
 	nrows = JsonContainerSize(rows->val.binary.data);
-	if (next->type == jbvString)
-		next_text = pnstrdup(next->val.string.val, next->val.string.len);
-
-	/* rows, and a cursor that does not move: the same page for ever */
-	if (nrows > 0 && next_text != NULL && cursor != NULL && strcmp(cursor, next_text) == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-				 errmsg("pages function of backfill \"%s\" does not advance", pass->name),
-				 errdetail("After cursor \"%.100s\" it answered %d rows and the same cursor as next.",
-						   cursor, nrows),
-				 errhint("Return as next the cursor after the page's last row, or null at the "
-						 "end of the source.")));
 
 	if (nrows > 0)
 	{
@@ -526,7 +595,8 @@ batch_run_page(Pass *pass, Claim *claim)
 	}
 	worker_commit_xact();
 
-	/* the checkpoint is durable: move the cursor */
+	/* the checkpoint is durable: the page is done, move the cursor */
+	pagecycle_done(pass->page_cycle, cursor);
 	if (claim->has_cursor)
 		pfree(DatumGetPointer(claim->cursor));
 	claim->cursor = next_cursor;

@@ -22,7 +22,9 @@
  * watch: a completed table backfill declared with watch => interval is
  * probed by the scheduler at that interval, and on drift a catch-up pass
  * (forced, ledger column watch) is enqueued over the rows that match
- * again; backfill.watch counts the probes.
+ * again; backfill.watch counts the probes.  A catch-up pass that healed no
+ * row doubles the interval the watch probes at, up to a day, until one
+ * heals rows or the backfill is declared again (watch_interval_in_force).
  *
  *-------------------------------------------------------------------------
  */
@@ -32,6 +34,8 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "nodes/value.h"
+#include "parser/parse_func.h"
 #include "utils/acl.h"
 #include "pgstat.h"
 #include "utils/builtins.h"
@@ -303,13 +307,15 @@ typedef struct Watched
  * The watched backfills whose newest pass is a completed forward pass with
  * the current checksum (a revert, a failure or a change is not watched),
  * plain table backfills whose oids carry their names, and how long until
- * each is due: its interval after its last probe, or after that pass.
+ * each is due: its interval in force (%s: watch_interval_in_force) after
+ * its last probe, or after that pass (rounded up to the millisecond: never
+ * due early).
  */
 #define WATCHED_SQL \
 	"SELECT d.name, d.relation, d.predicate, d.search_path, d.checksum, d.run_as, d.owner," \
 	"  last.run_id," \
-	"  (pg_catalog.date_part('epoch', GREATEST(w.last_probe_at, last.finished_at)" \
-	"     + d.watch_ms * interval '1 millisecond' - pg_catalog.clock_timestamp())" \
+	"  pg_catalog.ceil(pg_catalog.date_part('epoch', GREATEST(w.last_probe_at, last.finished_at)" \
+	"     + %s * interval '1 millisecond' - pg_catalog.clock_timestamp())" \
 	"   * 1000)::pg_catalog.int8," \
 	"  d.environments, pg_catalog.array_to_string(d.environments, ', ')" \
 	" FROM backfill.declaration d" \
@@ -322,6 +328,25 @@ typedef struct Watched
 	"   AND last.checksum = d.checksum" \
 	"   AND (SELECT i.code FROM backfill.identity_problem(d.name, d.relid, d.relation," \
 	"          d.owner, d.owner_name, d.run_as, d.run_as_name) i) IS NULL"
+
+/*
+ * The interval a watch probes at, in ms, as SQL over declaration d: the
+ * declared one doubled by each catch-up pass in a row that healed no row,
+ * up to a day (backfill.watch_interval_ms, pg_backfill--0.5--0.6.sql), so
+ * that a predicate that matches only where the scheduler probes makes ever
+ * fewer passes, never more than one per interval.  A catalog older than
+ * 0.6 has only the declared one.
+ */
+static const char *
+watch_interval_in_force(void)
+{
+	Oid			argtypes[1] = {TEXTOID};
+	List	   *fn = list_make2(makeString("backfill"), makeString("watch_interval_ms"));
+
+	if (OidIsValid(LookupFuncName(fn, 1, argtypes, true)))
+		return "backfill.watch_interval_ms(d.name)";
+	return "d.watch_ms";
+}
 
 /* Read the watched backfills into cxt, in a transaction of their own. */
 static List *
@@ -339,7 +364,8 @@ read_watched(MemoryContext cxt)
 		return NIL;
 	}
 	catalog_enter(&scope);
-	n = catalog_exec(WATCHED_SQL, 0, NULL, NULL, NULL, SPI_OK_SELECT);
+	n = catalog_exec(psprintf(WATCHED_SQL, watch_interval_in_force()), 0, NULL, NULL, NULL,
+					 SPI_OK_SELECT);
 	for (int i = 0; i < n; i++)
 	{
 		MemoryContext old = MemoryContextSwitchTo(cxt);

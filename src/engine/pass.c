@@ -45,6 +45,7 @@
 #include "identity.h"
 #include "keyset.h"
 #include "pass.h"
+#include "searchpath.h"
 #include "shmem.h"
 #include "xact.h"
 #include "tenancy.h"
@@ -436,9 +437,9 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 	if (ok && !pass_resolve_keyset(pass, &decl))
 		return false;
 
-	/* the names in the predicate and action resolve as they did for the declarer */
-	if (ok && search_path != NULL && search_path[0] != '\0' && !worker_in_session())
-		SetConfigOption("search_path", search_path, PGC_USERSET, PGC_S_SESSION);
+	/* names resolve as they did for the declarer's, pg_temp last (searchpath.c) */
+	if (ok && !worker_in_session())
+		searchpath_apply(search_path, GUC_ACTION_SET);
 
 	/* backfill_input() reads it in the predicate, the action and policies */
 	if (ok && pass->input != NULL)
@@ -1037,6 +1038,7 @@ pass_claim(Pass *pass, Claim *claim)
 	values[1] = Int32GetDatum(LANE_PID());
 	values[2] = TimestampTzGetDatum(LANE_START());
 
+	pass->claims++;
 	worker_begin_xact("pg_backfill lane: claiming a partition");
 	catalog_enter(&scope);
 	nclaimed = catalog_exec("SELECT * FROM backfill.claim_partition($1, $2, $3)",

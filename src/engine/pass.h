@@ -62,6 +62,9 @@ typedef struct Pass
 	Oid			pages_fn;		/* a pages source, or InvalidOid for a table */
 	Oid			count_fn;
 	SPIPlanPtr	page_plan;
+	int			claims;			/* partitions this process claimed (pass_claim) */
+	struct PageCycle *page_cycle;	/* the cursors of this claim's pages (pagecycle.c) */
+	int			page_cycle_claim;	/* the claim page_cycle is of */
 
 	/* key type I/O, to store cursors as text */
 	Oid			key_input;

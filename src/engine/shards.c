@@ -60,6 +60,7 @@
 #include "catalog.h"
 #include "citus.h"
 #include "errors.h"
+#include "searchpath.h"
 #include "shards.h"
 #include "xact.h"
 
@@ -528,7 +529,8 @@ shards_batch(Pass *pass, Claim *claim, int limit, ShardAnswer *answer)
 	params[9] = psprintf("%d", limit);
 	params[10] = pass->predicate;
 	params[11] = pass->action;
-	params[12] = GetConfigOption("search_path", false, false);
+	/* the lane's own (the declaration's, pg_temp last); the node applies it the same way */
+	params[12] = searchpath_temp_last(GetConfigOption("search_path", false, false));
 	params[13] = pass->async_commit ? "true" : "false";
 	params[14] = psprintf("%d", pass->lock_timeout_ms);
 	res = node_query(pass->name, claim->shard_group,

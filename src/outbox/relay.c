@@ -29,7 +29,7 @@
  * against the topic's owner (the role that set the sink) and grants again
  * (outbox.c): a message emitted before the sink was set, or by a role that
  * lost its grant, dies unsent.  A function sink runs as the role that set
- * it, restricted, with that role's search_path, and every setting it
+ * it, restricted, with that role's search_path (pg_temp last), and every setting it
  * changes is rolled back, so that the relay's own SQL, which runs as
  * superuser, never sees them.  It is the function the sink was set to, by
  * oid: another of the same name, made after that one was dropped, never
@@ -88,6 +88,7 @@
 #include "errors.h"
 #include "outbox.h"
 #include "relay.h"
+#include "searchpath.h"
 #include "worker.h"
 #include "xact.h"
 
@@ -460,9 +461,7 @@ call_function_sink(Delivery *d)
 	SetUserIdAndSecContext(d->run_as, save_sec | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
 	nest = NewGUCNestLevel();
-	if (d->search_path != NULL && d->search_path[0] != '\0')
-		(void) set_config_option("search_path", d->search_path, PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
+	searchpath_apply(d->search_path, GUC_ACTION_SAVE);
 	if (SPI_execute_with_args(psprintf(nargs == 4 ? "SELECT %s($1, $2, $3, $4)" :
 									   "SELECT %s($1, $2, $3)", function_name(d->target_fn)),
 							  nargs, types, values, nulls, false, 1) < 0)

@@ -39,7 +39,7 @@
  * privileges; only the checkpoint row is written as the extension's owner:
  * the caller's own row (the role is part of its key), for a shard whose
  * table it may read.  Every name is looked up under the declaration's
- * search_path or qualified: the session's (a role's or database's
+ * search_path (pg_temp last, searchpath.c) or qualified: the session's (a role's or database's
  * setting on this node) never decides which table a batch writes.
  *
  *-------------------------------------------------------------------------
@@ -71,6 +71,7 @@
 #include "citus.h"
 #include "errors.h"
 #include "keyset.h"
+#include "searchpath.h"
 #include "worker.h"
 
 PG_FUNCTION_INFO_V1(backfill_shard_checkpoint);
@@ -550,8 +551,7 @@ shard_work(void *arg)
 static void
 shard_batch_settings(const char *path, bool async_commit, int lock_timeout_ms)
 {
-	(void) set_config_option("search_path", path, PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_LOCAL, true, 0, false);
+	searchpath_apply(path, GUC_ACTION_LOCAL);
 	(void) set_config_option("lock_timeout", psprintf("%d", lock_timeout_ms), PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 	(void) set_config_option("synchronous_commit", async_commit ? "off" : "on", PGC_USERSET,

@@ -18,8 +18,9 @@
  *
  * asrole_call() is the one way such SQL is evaluated: as the declaring
  * role, under SECURITY_RESTRICTED_OPERATION (no SET ROLE, no temporary
- * objects), with a fixed search_path, inside a subtransaction that is
- * always rolled back, even when it succeeded.  Whatever the SQL changed
+ * objects), with the declarer's search_path and pg_temp last (searchpath.c),
+ * inside a subtransaction that is always rolled back, even when it
+ * succeeded.  Whatever the SQL changed
  * (settings, rows, locks) ends with it; only the result the caller copied
  * out remains.  A session advisory lock outlives a rollback: around the
  * call the session's are counted and kept as they were (advisory.c), and
@@ -39,8 +40,7 @@
 
 #include "advisory.h"
 #include "asrole.h"
-
-#define ASROLE_DEFAULT_SEARCH_PATH	"pg_catalog, pg_temp"
+#include "searchpath.h"
 
 ErrorData *
 asrole_call(const char *name, Oid role, const char *search_path, AsRoleFunc fn, void *arg,
@@ -53,9 +53,6 @@ asrole_call(const char *name, Oid role, const char *search_path, AsRoleFunc fn, 
 	ErrorData  *volatile error = NULL;
 	/* inside CALL backfill_finalize's work, its own guard holds */
 	bool		guard = !advisory_guard_on();
-
-	if (search_path == NULL || search_path[0] == '\0')
-		search_path = ASROLE_DEFAULT_SEARCH_PATH;
 
 	if (guard)
 		advisory_guard_begin(name, role, false);
@@ -70,8 +67,7 @@ asrole_call(const char *name, Oid role, const char *search_path, AsRoleFunc fn, 
 		SetUserIdAndSecContext(role, save_sec | SECURITY_LOCAL_USERID_CHANGE |
 							   SECURITY_RESTRICTED_OPERATION);
 		nest = NewGUCNestLevel();
-		(void) set_config_option("search_path", search_path, PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_SAVE, true, 0, false);
+		searchpath_apply(search_path, GUC_ACTION_SAVE);
 		fn(arg);
 		MemoryContextSwitchTo(cxt);
 		/* discard every setting fn changed, whatever its scope */

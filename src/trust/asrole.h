@@ -15,7 +15,8 @@ typedef void (*AsRoleFunc) (void *arg);
 
 /*
  * Call fn(arg) as role, under SECURITY_RESTRICTED_OPERATION, with the
- * given search_path (NULL or "": pg_catalog, pg_temp), inside a
+ * given search_path with pg_temp last (searchpath.h; NULL or "":
+ * pg_catalog, pg_temp), inside a
  * subtransaction that is always rolled back.  fn starts in the caller's
  * memory context; what it allocates there survives, nothing else it did
  * does (settings, rows, locks, SPI tuple tables).  fn may use SPI through

@@ -54,8 +54,8 @@ sq($node, q{
 	CREATE FUNCTION record_sink(topic text, key text, payload jsonb) RETURNS void
 	LANGUAGE sql AS $$ INSERT INTO sink_log (topic, key, payload) VALUES ($1, $2, $3) $$;
 });
-is(sq($node, q{SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill'}), '0.5',
-	'pg_backfill is at version 0.5 (0.2 brought the outbox)');
+is(sq($node, q{SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill'}), '0.6',
+	'pg_backfill is at version 0.6 (0.2 brought the outbox)');
 
 # ==================================================================
 # 1. Transactional emit
