@@ -312,7 +312,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 
 	for (;;)
 	{
-		TimestampTz started = GetCurrentTimestamp();
+		TimestampTz started;
 		volatile BatchOutcome outcome = BATCH_DONE;
 		volatile bool failed = false;
 		bool		stopping;
@@ -321,6 +321,13 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		MemoryContextReset(scratch);
 		MemoryContextSwitchTo(scratch);
 
+		/* the pass's rate, shared by all its lanes */
+		outcome = pacing_before_batch(pass);
+		if (outcome == BATCH_STOP)
+			return false;
+		if (outcome == BATCH_PAUSED)
+			return leave_paused(pass, claim);
+		started = GetCurrentTimestamp();
 		if (work_must_stop())
 			return false;
 		if (work_deadline != 0 && GetCurrentTimestamp() >= work_deadline)
