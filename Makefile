@@ -44,7 +44,7 @@ OBJS = \
 	src/outbox/relay.o
 
 EXTENSION = pg_backfill
-DATA = pg_backfill--0.1.sql pg_backfill--0.1--0.2.sql pg_backfill--0.2--0.3.sql pg_backfill--0.3--0.4.sql pg_backfill--0.4--0.5.sql
+DATA = pg_backfill--0.1.sql pg_backfill--0.1--0.2.sql pg_backfill--0.2--0.3.sql pg_backfill--0.3--0.4.sql pg_backfill--0.4--0.5.sql pg_backfill--0.5--0.6.sql
 PGFILEDESC = "pg_backfill - paced, checkpointed data backfills"
 
 # pg_regress runs in an existing database that backfill.database_names serves

@@ -18,7 +18,7 @@
 #include "libpq-fe.h"
 
 /* the release version: META.json's (test/t/099_release.pl checks they agree) */
-#define BACKFILL_CLI_VERSION "0.5.0"
+#define BACKFILL_CLI_VERSION "0.6.0"
 
 #define EXIT_OK			0
 #define EXIT_FAILED		1

@@ -17,7 +17,7 @@
  * The version of the catalogs this library starts passes on: the control
  * file's default_version (test/t/099_release.pl checks they agree).
  */
-#define BACKFILL_CATALOG_VERSION "0.5"
+#define BACKFILL_CATALOG_VERSION "0.6"
 
 /* the longest backfill name; ':' is kept for scoped ledger names */
 #define BACKFILL_NAME_MAXLEN	200
