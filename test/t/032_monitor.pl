@@ -16,7 +16,10 @@
 #      moves), as the pg_monitor role it does not;
 #  (e) counters only go up: a pass that moves from running to cancelled
 #      raises pg_backfill_ledger's passes_total and lowers only the gauge
-#      pg_backfill_running.
+#      pg_backfill_running;
+#  (f) what pg_monitor gets instead of a probe: the drift watch's last
+#      probe after the pass (drift_rows 0 once the watch probed and found
+#      nothing; NULL without a watch).
 use strict;
 use warnings;
 
@@ -184,6 +187,25 @@ for my $k (sort grep { $before{$_}{usage} eq 'COUNTER' } keys %before)
 is($after{'passes_total{mon_slow/cancelled}'}{value}, '1',
 	'passes_total counts the cancelled pass once it ended');
 is($after{'passes{mon_slow}'}{value}, '0', 'the running gauge went back to 0');
+
+# ------------------------------------------------------------------
+# (f) the watch's recorded probe, for pg_monitor
+# ------------------------------------------------------------------
+as_role_ok('app', q{
+	CREATE TABLE mon_w_t (id int PRIMARY KEY, c int);
+	INSERT INTO mon_w_t SELECT g FROM generate_series(1, 50) g;
+	SELECT backfill_declare(name => 'mon_watched', relation => 'mon_w_t', predicate => 'c IS NULL',
+		action => 'UPDATE mon_w_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND c IS NULL',
+		batch_size => 100, rate => 100, watch => '200 ms');
+});
+my $watched = as_role_ok('app', q{SELECT backfill_run('mon_watched')});
+is(wait_pass_end($node, $watched, 120), 'completed', 'mon_watched completed');
+ok(poll_until($node, q{SELECT watch_probes > 0 FROM backfill_status('mon_watched')}, 't', 120),
+	'the watch probed mon_watched after its pass');
+is(as_role_ok('mon', q{SELECT state || '|' || coalesce(drift_rows::text, 'none')
+	FROM backfill_pending() WHERE name IN ('mon_watched', 'mon_done') ORDER BY name}),
+	"completed|none\ncompleted|0",
+	'pg_monitor: no drift for mon_done (no watch), the recorded probe (0 rows) for mon_watched');
 
 $node->stop;
 done_testing();
