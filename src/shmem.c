@@ -35,8 +35,8 @@
  * The pacers.  The rate is the pass's: every process that works a pass
  * (its lanes, a finalizing session) asks its pacer before each batch.  A
  * pacer is the start of the pass's last batch and the rate it started at;
- * a batch may start once 1/rate has passed since (at most one batch at
- * once, never a burst).  A pacer has no owner, so a lane that dies holds
+ * the next batch may start once 1/rate has passed since (one start per
+ * 1/rate, never a burst).  A pacer has no owner, so a lane that dies holds
  * nothing back: a pacer whose 1/rate has passed says nothing any more and
  * is free to be taken for another pass.  With every pacer taken (more
  * passes than BACKFILL_MAX_PACERS that each started a batch less than

@@ -2,8 +2,9 @@
  *
  * shmem.h
  *	  Shared memory of pg_backfill: one slot per served database, where
- *	  its scheduler's latch is found, and the cluster's lane table, one
- *	  entry per lane reserved or running (shmem.c).
+ *	  its scheduler's latch is found, the cluster's lane table, one entry
+ *	  per lane reserved or running, and the pacers, one per pass that
+ *	  started a batch within its 1/rate (shmem.c).
  *
  *-------------------------------------------------------------------------
  */
