@@ -1,14 +1,104 @@
-/* pg_backfill--0.5--0.6.sql: the declarer's SQL only in processes of its own, and bounded */
+/* pg_backfill--0.5--0.6.sql: the declarer's SQL only in processes of its own, and bounded
+ * (issue 23); safe by default for the people who use it (issue 24) */
 
 \echo Use "ALTER EXTENSION pg_backfill UPDATE TO '0.6'" to load this file. \quit
 
 /*
- * backfill_status returns a new column (watch_interval), so it is dropped
- * and created again below; what an operator granted or revoked on it is
- * kept for it (given back at the end of this script).
+ * backfill_status returns new columns (watch_interval, rate), so it is
+ * dropped and created again below; what an operator granted or revoked on
+ * it is kept for it (given back at the end of this script).
  */
 SELECT pg_catalog.set_config('pg_backfill.upgrade_acl_status', coalesce(p.proacl::text, ''), true)
   FROM pg_catalog.pg_proc p WHERE p.oid = 'backfill_status(text)'::pg_catalog.regprocedure;
+
+/* ---- monitoring without write power (issue 24 B) ---- */
+
+/*
+ * Members of pg_monitor read every role's backfills: declarations and
+ * ledger rows (a second policy beside the owner's members'), and through
+ * them runs, partitions, failed rows and watches, whose policies ask the
+ * ledger or the declaration.  Reading is all: every control still asks
+ * for membership in the owner, and no report evaluates a declarer's SQL
+ * for them (backfill.drift_probe reports the watch's recorded probe to a
+ * member of pg_monitor who is not one of the owner's; unmet_requirement
+ * reads no migrations table as an owner the caller cannot act for).
+ */
+CREATE POLICY declaration_monitor ON backfill.declaration FOR SELECT
+    USING (pg_catalog.pg_has_role('pg_monitor', 'USAGE'));
+CREATE POLICY ledger_monitor ON backfill.ledger FOR SELECT
+    USING (pg_catalog.pg_has_role('pg_monitor', 'USAGE'));
+
+CREATE OR REPLACE FUNCTION backfill.unmet_requirement(p_name text) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d backfill.declaration;
+    why text;
+    required_owner oid;
+    last_status text;
+    last_direction text;
+BEGIN
+    SELECT * INTO d FROM backfill.declaration WHERE name = p_name;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    -- the migrations table is read as the owner: only for whoever may act for it
+    IF d.requires IS NOT NULL AND pg_has_role(d.owner::oid, 'USAGE') THEN
+        why := backfill.migration_unapplied(d.requires, d.owner::oid);
+        IF why IS NOT NULL THEN
+            RETURN why;
+        END IF;
+    END IF;
+    IF d.requires_backfill IS NOT NULL THEN
+        SELECT b.owner INTO required_owner FROM backfill.declaration b
+         WHERE b.name = d.requires_backfill;
+        IF FOUND AND NOT pg_has_role(d.owner::oid, required_owner, 'USAGE') THEN
+            RETURN format('backfill %s belongs to role %s, which role %s is not a member of',
+                          d.requires_backfill, pg_get_userbyid(required_owner),
+                          pg_get_userbyid(d.owner));
+        END IF;
+        SELECT l.status, l.direction INTO last_status, last_direction FROM backfill.ledger l
+         WHERE l.ledger_name = d.requires_backfill
+           AND pg_has_role(d.owner::oid, l.owner::oid, 'USAGE')
+         ORDER BY l.run_id DESC LIMIT 1;
+        IF last_status = 'completed' AND last_direction = 'revert' THEN
+            RETURN format('backfill %s was reverted (its last pass is a completed revert)',
+                          d.requires_backfill);
+        END IF;
+        IF last_status IS DISTINCT FROM 'completed' THEN
+            RETURN format('backfill %s has not completed (its last pass: %s)',
+                          d.requires_backfill, coalesce(last_status, 'none'));
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+/*
+ * The outbox's depth per topic and state, without its payloads: for
+ * members of pg_monitor every topic; for others the topics whose sink
+ * they set (a member of its role) or were granted, and the messages they
+ * emitted.  The view reads backfill.outbox as its owner (no one else
+ * may); current_user inside it is still the reader.
+ */
+CREATE VIEW backfill_outbox_topics WITH (security_barrier = true) AS
+    SELECT o.topic, o.state, pg_catalog.count(*)::bigint AS messages,
+           pg_catalog.max(o.attempts)::bigint AS max_attempts,
+           pg_catalog.min(o.created_at) AS oldest_created_at
+      FROM backfill.outbox o
+     WHERE pg_catalog.pg_has_role('pg_monitor', 'USAGE')
+        OR EXISTS (SELECT 1 FROM backfill.outbox_sink s
+                    WHERE s.topic = o.topic AND pg_catalog.pg_has_role(s.run_as::oid, 'USAGE'))
+        OR EXISTS (SELECT 1 FROM backfill.outbox_grant g
+                    WHERE g.topic = o.topic AND pg_catalog.pg_has_role(g.grantee::oid, 'USAGE'))
+        OR (o.emitted_by IS NOT NULL AND pg_catalog.pg_has_role(o.emitted_by::oid, 'USAGE'))
+     GROUP BY o.topic, o.state;
+GRANT SELECT ON backfill_outbox_topics TO PUBLIC;
+COMMENT ON VIEW backfill_outbox_topics IS
+'outbox messages per topic and state (no payloads): every topic for pg_monitor, else the reader''s own';
+
+/* ---- catch-up passes back off (issue 23) ---- */
 
 /*
  * Catch-up passes back off (issue 23).  A watched backfill's interval in
@@ -46,7 +136,9 @@ COMMENT ON FUNCTION backfill.watch_interval_ms(text) IS
 'the watch interval in force of a backfill, in ms: doubled by each catch-up pass in a row that healed no row, up to a day';
 
 /*
- * backfill_status: as 0.5 made it, and the watch's interval in force.
+ * backfill_status: as 0.5 made it, the watch's interval in force, and the
+ * rate the pass's lanes share (at most that many batches a second for the
+ * pass, however many lanes work it: issue 24).
  */
 DROP FUNCTION backfill_status(text);
 CREATE FUNCTION backfill_status(name text)
@@ -83,7 +175,8 @@ RETURNS TABLE (
     healed_rows   bigint,
     bound         text,
     beyond_bound  bigint,
-    watch_interval interval)
+    watch_interval interval,
+    rate          double precision)
 LANGUAGE sql STABLE STRICT
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -149,11 +242,12 @@ AS $$
            s.started_at, s.finished_at, s.last_error, coalesce(s.failed_rows, 0), s.direction,
            s.watch, coalesce(w.probes, 0), coalesce(w.drifts, 0), w.last_probe_at, w.healed,
            s.bound, s.beyond,
-           make_interval(secs => backfill.watch_interval_ms($1) / 1000.0)
+           make_interval(secs => backfill.watch_interval_ms($1) / 1000.0),
+           (SELECT dd.rate FROM backfill.declaration dd WHERE dd.name = $1)
       FROM d LEFT JOIN s ON true CROSS JOIN w;
 $$;
 COMMENT ON FUNCTION backfill_status(text) IS
-'status, progress, rows/s and ETA of the newest pass of a backfill, its direction, bound and watch (with the interval in force)';
+'status, progress, rows/s and ETA of the newest pass of a backfill, its direction, bound, watch (with the interval in force), and the rate its lanes share';
 
 /* ---- privileges of backfill_status, created again (see the top) ---- */
 
@@ -172,6 +266,104 @@ BEGIN
                 CASE WHEN item.grantee = 0 THEN 'PUBLIC'
                      ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(item.grantee)) END,
                 CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        END LOOP;
+    END IF;
+END
+$$;
+
+/* ---- a dropped table fails a pass with 42P01, whoever finds out ---- */
+
+/*
+ * backfill.identity_problem as 0.5 made it, but a table that no longer
+ * exists at all (dropped, not renamed or replaced by another of its name)
+ * is 42P01, undefined_table: the code its lane's next batch fails with.
+ * Which process saw the drop first (the lane, or the scheduler failing
+ * a pass that cannot start) no longer changes the pass's error code.
+ */
+CREATE OR REPLACE FUNCTION backfill.identity_problem(p_name text, p_relid pg_catalog.regclass,
+                                          p_relation text, p_owner pg_catalog.regrole,
+                                          p_owner_name name, p_run_as pg_catalog.regrole,
+                                          p_run_as_name name,
+                                          OUT code text, OUT message text, OUT detail text,
+                                          OUT hint text)
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    found_relid oid;
+    fn record;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                    WHERE r.oid = p_owner AND r.rolname = p_owner_name) THEN
+        code := 'BF016';
+        message := format('the owner of backfill "%s" is no longer role "%s"',
+                          p_name, p_owner_name);
+        detail := format('The declaration was made by role "%s"; its role oid %s is %s now.',
+                         p_owner_name, p_owner::oid,
+                         pg_catalog.pg_get_userbyid(p_owner));
+        hint := format('Create role %s before restoring a dump, or declare the backfill again '
+                       'as its owner.', quote_ident(p_owner_name));
+    ELSIF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                       WHERE r.oid = p_run_as AND r.rolname = p_run_as_name) THEN
+        code := 'BF016';
+        message := format('the run_as role of backfill "%s" is no longer role "%s"',
+                          p_name, p_run_as_name);
+        detail := format('The declaration runs as role "%s"; its role oid %s is %s now.',
+                         p_run_as_name, p_run_as::oid,
+                         pg_catalog.pg_get_userbyid(p_run_as));
+        hint := format('Create role %s before restoring a dump, or declare the backfill again.',
+                       quote_ident(p_run_as_name));
+    ELSIF p_relation IS NOT NULL THEN
+        found_relid := pg_catalog.to_regclass(p_relation);
+        IF found_relid IS DISTINCT FROM p_relid::oid
+           OR (SELECT c.relkind FROM pg_catalog.pg_class c WHERE c.oid = found_relid)
+              NOT IN ('r', 'p') THEN
+            -- dropped: the error a lane's batch meets then too (undefined_table)
+            code := CASE WHEN found_relid IS NULL
+                          AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_class c
+                                           WHERE c.oid = p_relid::oid)
+                         THEN '42P01' ELSE 'BF001' END;
+            message := format('the table of backfill "%s" is no longer %s', p_name, p_relation);
+            detail := format('The declaration holds relation oid %s; the name %s is %s now.',
+                             p_relid::oid, p_relation,
+                             coalesce(found_relid::pg_catalog.regclass::text || ' (oid '
+                                      || found_relid || ')', 'no relation'));
+            hint := format('Declare the backfill again over the table it should rewrite '
+                           '(%s was dropped, renamed or restored under another name).',
+                           p_relation);
+        END IF;
+    ELSE
+        FOR fn IN
+            SELECT f.what, f.signature, f.owner,
+                   (SELECT p.proowner FROM pg_catalog.pg_proc p
+                     WHERE p.oid = CASE WHEN f.signature ~ '^[0-9]+$' THEN NULL  -- an oid: dropped before 0.5
+                                        ELSE pg_catalog.to_regprocedure(f.signature) END) AS found_owner
+              FROM backfill.declaration d,
+                   LATERAL (VALUES ('pages', d.pages_fn, d.pages_owner),
+                                   ('count', d.count_fn, d.count_owner)) f(what, signature, owner)
+             WHERE d.name = p_name AND f.signature IS NOT NULL
+        LOOP
+            IF fn.found_owner IS NULL THEN
+                code := 'BF001';
+                message := format('the %s function of backfill "%s" no longer exists',
+                                  fn.what, p_name);
+                detail := format('The declaration names function %s, which this database '
+                                 'does not have.', fn.signature);
+                hint := 'Create the function again (or restore it), or declare the backfill '
+                        'again with the function it should call.';
+                RETURN;
+            ELSIF fn.owner IS NULL OR fn.found_owner <> fn.owner THEN
+                code := 'BF016';
+                message := format('the %s function of backfill "%s" is not the one it was declared with',
+                                  fn.what, p_name);
+                detail := format('Function %s belongs to role "%s"; the declaration was made '
+                                 'with a function of role "%s". It never runs as the declarer.',
+                                 fn.signature, pg_catalog.pg_get_userbyid(fn.found_owner),
+                                 coalesce(pg_catalog.pg_get_userbyid(fn.owner), 'unknown'));
+                hint := 'Declare the backfill again with the function it should call '
+                        '(as a member of that function''s owner).';
+                RETURN;
+            END IF;
         END LOOP;
     END IF;
 END

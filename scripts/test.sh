@@ -300,8 +300,27 @@ passed=0
 failed=0
 layer_failed=()
 
-# (e) the Debian package: build it from a copy of the tree, install it, and
-# run the pg_regress suite against what it installed (debian/tests/installcheck)
+# (e) the Debian package: build it from a copy of the tree, check what each
+# .deb holds beside the extension, install it, and run the pg_regress suite
+# against what it installed (debian/tests/installcheck, which also checks the
+# client on PATH and the exporter's queries as installed)
+
+# each .deb ships metrics/queries.yaml and puts its client on PATH
+# (update-alternatives for /usr/bin/pg_backfill in its postinst)
+package_contents() {
+    local deb v list
+    for deb in "$@"; do
+        v=$(dpkg-deb -f "$deb" Package | sed -n 's/^postgresql-\([0-9.]*\)-backfill$/\1/p')
+        [ -n "$v" ] || continue
+        list=$(dpkg-deb -c "$deb") || return 1
+        grep -q " \./usr/share/postgresql/$v/contrib/pg_backfill/metrics/queries\.yaml\$" <<<"$list" ||
+            { echo "package: $deb ships no metrics/queries.yaml"; return 1; }
+        dpkg-deb -I "$deb" postinst | grep "update-alternatives --install /usr/bin/pg_backfill pg_backfill" >/dev/null ||
+            { echo "package: $deb does not put pg_backfill on PATH"; return 1; }
+        echo "package: $deb ships queries.yaml and puts pg_backfill on PATH"
+    done
+}
+
 mapfile -t pkgtest < <(only debian/tests/installcheck)
 if ! want package; then
     echo "== package: not in TEST_LAYERS, skipped"
@@ -316,6 +335,7 @@ else
     git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | tar -C "$pkg/src" -xf -
     if (cd "$pkg/src" && dpkg-buildpackage -us -uc -b) >"$WORK/package-build.out" 2>&1 &&
         debs=$(ls "$pkg"/postgresql-*-backfill_*.deb) &&
+        package_contents $debs >>"$WORK/package-build.out" 2>&1 &&
         dpkg -i $debs >>"$WORK/package-build.out" 2>&1; then
         echo "package: installed $(basename -a $debs | tr '\n' ' ')"
         PKG_TEST_OUT="$WORK/pkgtest" debian/tests/installcheck 2>&1 | tee "$WORK/package.out"

@@ -32,6 +32,16 @@
  * restarted scheduler never exceeds backfill.max_workers.  A lane in a
  * batch says so, so that backfill_cancel cancels only its batch.
  *
+ * The pacers.  The rate is the pass's: every process that works a pass
+ * (its lanes, a finalizing session) asks its pacer before each batch.  A
+ * pacer is the start of the pass's last batch and the rate it started at;
+ * the next batch may start once 1/rate has passed since (one start per
+ * 1/rate, never a burst).  A pacer has no owner, so a lane that dies holds
+ * nothing back: a pacer whose 1/rate has passed says nothing any more and
+ * is free to be taken for another pass.  With every pacer taken (more
+ * passes than BACKFILL_MAX_PACERS that each started a batch less than
+ * 1/rate ago), a lane paces alone, as its own last batch says.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -83,6 +93,17 @@ typedef struct BackfillLaneEntry
 	bool		yield;			/* give the lane up to another role's pass */
 } BackfillLaneEntry;
 
+typedef struct BackfillPacer
+{
+	Oid			dboid;
+	int64		run_id;			/* 0: never used */
+	TimestampTz last_start;		/* the start of the pass's last batch */
+	double		rate;			/* the rate it started at */
+} BackfillPacer;
+
+/* pacers: a pass needs one while it has a live lane, or just had one */
+#define BACKFILL_MAX_PACERS	(2 * BACKFILL_MAX_LANES)
+
 typedef struct BackfillShared
 {
 	slock_t		mutex;			/* scheduler slots */
@@ -95,6 +116,7 @@ typedef struct BackfillShared
 	LWLock	   *lane_lock;		/* the lane table */
 	uint64		next_token;
 	BackfillLaneEntry lanes[BACKFILL_MAX_LANES];
+	BackfillPacer pacers[BACKFILL_MAX_PACERS];	/* under lane_lock */
 } BackfillShared;
 
 static BackfillShared *shared = NULL;
@@ -651,6 +673,75 @@ wake_lanes(Oid dboid, int64 run_id, bool interrupt)
 			SetLatch(e->latch);
 	}
 	LWLockRelease(shared->lane_lock);
+}
+
+/* ------------------------------------------------------------------
+ * The pacers: the rate of a pass, whoever works it
+ * ------------------------------------------------------------------ */
+
+/* When a batch of the pacer's pass may start next (by its last batch's rate). */
+static TimestampTz
+pacer_next(BackfillPacer *p)
+{
+	return p->last_start + (TimestampTz) (1000000.0 / p->rate);
+}
+
+/*
+ * The pacer of pass (dboid, run_id), or one that is free (never used, or
+ * its last batch's 1/rate has passed), or NULL when every pacer is taken.
+ */
+static BackfillPacer *
+pacer_find(Oid dboid, int64 run_id, TimestampTz now)
+{
+	BackfillPacer *free_one = NULL;
+
+	for (int i = 0; i < BACKFILL_MAX_PACERS; i++)
+	{
+		BackfillPacer *p = &shared->pacers[i];
+
+		if (p->run_id == run_id && p->dboid == dboid)
+			return p;
+		if (free_one == NULL && (p->run_id == 0 || pacer_next(p) <= now))
+			free_one = p;
+	}
+	if (free_one != NULL)
+		free_one->run_id = 0;
+	return free_one;
+}
+
+/*
+ * May a batch of this database's pass run_id start now, at this rate (the
+ * declaration's, as the caller read it last)?  0: yes, and its start is
+ * recorded; else the time from which it may (ask again then: another
+ * process of the pass may have started one meanwhile).  A rate lowered
+ * since the last batch counts from it at the new rate, as does one raised.
+ */
+TimestampTz
+backfill_pace_claim(int64 run_id, double rate)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz next = 0;
+	BackfillPacer *p;
+
+	if (shared == NULL || rate <= 0)
+		return 0;
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	p = pacer_find(MyDatabaseId, run_id, now);
+	if (p != NULL && p->run_id != 0)
+	{
+		p->rate = rate;
+		next = pacer_next(p);
+	}
+	if (p != NULL && next <= now)
+	{
+		p->dboid = MyDatabaseId;
+		p->run_id = run_id;
+		p->last_start = now;
+		p->rate = rate;
+		next = 0;
+	}
+	LWLockRelease(shared->lane_lock);
+	return next;
 }
 
 /* ------------------------------------------------------------------

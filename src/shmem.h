@@ -2,8 +2,9 @@
  *
  * shmem.h
  *	  Shared memory of pg_backfill: one slot per served database, where
- *	  its scheduler's latch is found, and the cluster's lane table, one
- *	  entry per lane reserved or running (shmem.c).
+ *	  its scheduler's latch is found, the cluster's lane table, one entry
+ *	  per lane reserved or running, and the pacers, one per pass that
+ *	  started a batch within its 1/rate (shmem.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -11,6 +12,8 @@
 #define BACKFILL_SHMEM_H
 
 #include "postgres.h"
+
+#include "datatype/timestamp.h"
 
 /* the most lanes the cluster can have at once (backfill.max_workers' maximum) */
 #define BACKFILL_MAX_LANES	128
@@ -72,6 +75,13 @@ extern bool backfill_lane_attach(int index, uint64 token);
 extern void backfill_lane_set_in_batch(bool in_batch);
 extern bool backfill_lane_stop_requested(void);
 extern bool backfill_lane_yield_requested(void);
+
+/*
+ * The pass's rate, shared by all that work it (shmem.c, the pacers): 0
+ * when a batch of this database's pass may start now (recorded as
+ * started), else the time from which it may.
+ */
+extern TimestampTz backfill_pace_claim(int64 run_id, double rate);
 
 /*
  * Wake this database's scheduler when the current transaction commits

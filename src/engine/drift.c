@@ -22,15 +22,18 @@
  * watch: a completed table backfill declared with watch => interval is
  * probed by the scheduler at that interval, and on drift a catch-up pass
  * (forced, ledger column watch) is enqueued over the rows that match
- * again; backfill.watch counts the probes.  A catch-up pass that healed no
- * row doubles the interval the watch probes at, up to a day, until one
- * heals rows or the backfill is declared again (watch_interval_in_force).
+ * again; backfill.watch counts the probes, and what the last one found is
+ * what backfill_pending shows a member of pg_monitor (who never probes).
+ * A catch-up pass that healed no row doubles the interval the watch probes
+ * at, up to a day, until one heals rows or the backfill is declared again
+ * (watch_interval_in_force).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "catalog/pg_authid.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -112,11 +115,45 @@ probe_rows(const char *name, Oid run_as, const char *search_path, const char *re
 }
 
 /*
+ * What the watch's last probe of a backfill found, when it probed after the
+ * backfill's newest completed forward pass ended; -1 when none did.  The
+ * caller is connected to SPI.
+ */
+static int64
+recorded_probe(Datum name)
+{
+	CatalogScope scope;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {name};
+	int64		rows = -1;
+	bool		isnull;
+	Datum		d;
+
+	catalog_enter(&scope);
+	if (catalog_exec("SELECT w.last_found FROM backfill.watch w"
+					 " WHERE w.declaration = $1 AND w.last_probe_at >="
+					 "  (SELECT pg_catalog.max(l.finished_at) FROM backfill.ledger l"
+					 "    WHERE l.ledger_name = $1 AND l.status = 'completed'"
+					 "      AND l.direction = 'forward')",
+					 1, types, values, NULL, SPI_OK_SELECT) == 1)
+	{
+		d = catalog_getdatum(0, 1, &isnull);
+		if (!isnull)
+			rows = DatumGetInt64(d);
+	}
+	catalog_leave(&scope);
+	return rows;
+}
+
+/*
  * backfill.drift_probe(name): the rows (at most 1,000) that a plain table
  * backfill's predicate matches now, read as its run_as role; NULL for a
  * pages or scoped backfill, one whose oids no longer carry its names, a
  * caller who is not a member of its owner, or a predicate that role cannot
- * read (backfill_pending then shows no drift rather than an error).
+ * read (backfill_pending then shows no drift rather than an error).  A
+ * member of pg_monitor who is not a member of the owner gets what the
+ * watch's last probe recorded after the pass (NULL without one): a report
+ * never evaluates a declarer's SQL for a monitoring role.
  */
 Datum
 backfill_drift_probe(PG_FUNCTION_ARGS)
@@ -154,6 +191,8 @@ backfill_drift_probe(PG_FUNCTION_ARGS)
 	if (found && has_privs_of_role(GetUserId(), owner))
 		rows = probe_rows(text_to_cstring(PG_GETARG_TEXT_PP(0)), run_as, search_path, relation,
 						  predicate, &error);
+	else if (found && has_privs_of_role(GetUserId(), ROLE_PG_MONITOR))
+		rows = recorded_probe(values[0]);
 	SPI_finish();
 	if (rows < 0)
 		PG_RETURN_NULL();

@@ -4,8 +4,16 @@
  *	  How fast a lane goes: the declared rate, the adaptive batch size and
  *	  the health throttle.
  *
- * Rate: a lane starts at most one batch every 1/rate seconds.  The wait
- * ends early when the lane is woken (shmem.c: a pause, a cancel or a new
+ * Rate: the pass's, whatever its lanes.  Before each batch (each attempt
+ * of one too) a lane asks the pass's pacer in shared memory (shmem.c):
+ * a batch of the pass may start once 1/rate has passed since the start of
+ * the pass's last one, whichever lane or session ran it.  So k lanes
+ * together start at most rate batches a second, each about rate/k, and a
+ * lane that joins or leaves changes nobody's share by hand.  The pacer has
+ * no owner: a lane that dies leaves at most the start of its last batch
+ * behind, which ages out.  After its batch a lane also waits 1/rate from
+ * that batch's start (what it does alone if no pacer is free).  The waits
+ * end early when the lane is woken (shmem.c: a pause, a cancel or a new
  * declaration of the backfill): it reads its pass and the declared rate
  * again, so a new rate takes effect at once.
  *
@@ -281,6 +289,32 @@ wait_for_rate(Pass *pass, TimestampTz started, TimestampTz not_before)
 			return BATCH_DONE;
 		if (backfill_lane_stop_requested() || backfill_lane_yield_requested())
 			return BATCH_DONE;	/* work_partition stops or yields */
+		outcome = reread_pass(pass);
+		if (outcome != BATCH_DONE)
+			return outcome;
+	}
+}
+
+/*
+ * Before a batch: wait until the pass's rate lets one of its batches start
+ * (the pacer, shmem.c), whoever started the last.  A wake reads the pass
+ * and the rate again.  BATCH_DONE to go on (also when the lane is asked to
+ * stop or yield: the caller looks), else BATCH_PAUSED / BATCH_STOP.
+ */
+BatchOutcome
+pacing_before_batch(Pass *pass)
+{
+	for (;;)
+	{
+		TimestampTz next = backfill_pace_claim(pass->run_id, pass->rate);
+		BatchOutcome outcome;
+
+		if (next == 0)
+			return BATCH_DONE;
+		if (!backoff_sleep_until(next))
+			continue;			/* its time: ask again */
+		if (backfill_lane_stop_requested() || backfill_lane_yield_requested())
+			return BATCH_DONE;
 		outcome = reread_pass(pass);
 		if (outcome != BATCH_DONE)
 			return outcome;

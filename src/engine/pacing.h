@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * pacing.h
- *	  How fast a lane goes: rate, adaptive batch size, health (pacing.c).
+ *	  How fast a lane goes: the pass's rate, adaptive batch size, health
+ *	  (pacing.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -15,6 +16,7 @@
 #include "pass.h"
 
 extern void pacing_start(Pass *pass, Claim *claim);
+extern BatchOutcome pacing_before_batch(Pass *pass);
 extern BatchOutcome pacing_after_attempt(Pass *pass, TimestampTz started);
 extern BatchOutcome pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started);
 extern void pacing_after_timeout(Pass *pass, Claim *claim);

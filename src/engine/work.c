@@ -294,6 +294,19 @@ work_set_deadline(TimestampTz deadline)
 }
 
 
+/* The lane gives its partition back at its checkpoint for another role's pass (false). */
+static bool
+leave_for_another_role(Pass *pass, Claim *claim)
+{
+	pass_release(pass, claim);
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT ": lane leaves partition %d at "
+					"its checkpoint for another role's pass", pass->name, pass->run_id,
+					claim->part_no),
+			 errdetail("backfill.max_workers lanes are shared fairly between roles.")));
+	return false;
+}
+
 /*
  * Run batches on a claimed partition until it is exhausted (true) or the
  * lane must stop (false): cancelled, paused, yielding, or past the deadline
@@ -312,7 +325,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 
 	for (;;)
 	{
-		TimestampTz started = GetCurrentTimestamp();
+		TimestampTz started;
 		volatile BatchOutcome outcome = BATCH_DONE;
 		volatile bool failed = false;
 		bool		stopping;
@@ -321,6 +334,11 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		MemoryContextReset(scratch);
 		MemoryContextSwitchTo(scratch);
 
+		/* the pass's rate, shared by all its lanes */
+		outcome = pacing_before_batch(pass);
+		if (outcome != BATCH_DONE)
+			return outcome == BATCH_PAUSED ? leave_paused(pass, claim) : false;
+		started = GetCurrentTimestamp();
 		if (work_must_stop())
 			return false;
 		if (work_deadline != 0 && GetCurrentTimestamp() >= work_deadline)
@@ -330,15 +348,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		}
 		/* another role's pass waits for a lane: give this one up */
 		if (backfill_lane_yield_requested())
-		{
-			pass_release(pass, claim);
-			ereport(LOG,
-					(errmsg("backfill \"%s\" run " INT64_FORMAT ": lane leaves partition %d at "
-							"its checkpoint for another role's pass", pass->name, pass->run_id,
-							claim->part_no),
-					 errdetail("backfill.max_workers lanes are shared fairly between roles.")));
-			return false;
-		}
+			return leave_for_another_role(pass, claim);
 
 		/* backfill_cancel cancels a batch only while this says so (shmem.c) */
 		backfill_lane_set_in_batch(true);

@@ -5,8 +5,9 @@
 #  (1) a new rate wakes a lane that waits out the old one: declared at
 #      rate 0.002 (a batch every 500 s), then declared again at rate 100,
 #      the pass completes at once;
-#  (2) a pause wakes it too: the lane leaves its partition at once, and a
-#      cancel ends a resumed, sleeping pass's lane at once;
+#  (2) a pause wakes it too: the lane leaves its partition at once; resumed,
+#      a lane waits out the pass's rate from its last batch (the rate is the
+#      pass's, issue 24), and a cancel ends that sleeping lane at once;
 #  (3) a scheduler that is stopped and started again counts the lanes its
 #      predecessor started: never more than backfill.max_workers;
 #  (4) a launcher that is stopped and started again does not start a
@@ -76,14 +77,20 @@ ok(poll_until($node,
 ok(poll_until($node, $LANES, '0', 120), 'and the lane exits');
 
 is(sq($node, q{SELECT backfill_resume('w2')}), 't', 'backfill_resume answers true');
-ok(poll_until($node, "SELECT rows FROM backfill.partition WHERE run_id = $r2", '20', 120),
-	'resumed: the next batch commits, and the lane waits again');
+ok(poll_until($node,
+		"SELECT state, holder_pid IS NOT NULL FROM backfill.partition WHERE run_id = $r2",
+		'running|t', 120),
+	'resumed: a lane claims the partition again');
 ok(poll_until($node, $LANES, '1', 120), 'one lane waits');
+# the rate is the pass's (issue 24): the pass's last batch started less than
+# 500 s ago, so the resumed lane waits out the rest before its next one
+is(holds_for($node, "SELECT rows FROM backfill.partition WHERE run_id = $r2", '10', 3), undef,
+	'the resumed lane waits out the pass\'s rate: no batch before it');
 is(sq($node, q{SELECT backfill_cancel('w2')}), 't', 'backfill_cancel answers true');
 ok(poll_until($node, $LANES, '0', 120), 'cancelled: the waiting lane exits at once');
-is(ledger($node, $r2, 'status, rows'), 'cancelled|20', 'the ledger says cancelled, 20 rows');
-is(sq($node, 'SELECT count(*) FILTER (WHERE n = 1), sum(n) FROM w2'), '20|20',
-	'the 20 rows the ledger counts were done exactly once, the others not at all');
+is(ledger($node, $r2, 'status, rows'), 'cancelled|10', 'the ledger says cancelled, 10 rows');
+is(sq($node, 'SELECT count(*) FILTER (WHERE n = 1), sum(n) FROM w2'), '10|10',
+	'the 10 rows the ledger counts were done exactly once, the others not at all');
 
 # ------------------------------------------------------------------
 # (3) a restarted scheduler counts the lanes of the one before it

@@ -80,7 +80,7 @@ $coord->safe_psql('postgres', qq{
 	ANALYZE t;
 });
 
-# declare fill_t (n from $from to $from + 1) at $rate batches/s per lane
+# declare fill_t (n from $from to $from + 1) at $rate batches/s for the pass (all lanes)
 sub declare_fill
 {
 	my ($from, $rate, $batch) = @_;
