@@ -137,28 +137,6 @@ GRANT EXECUTE ON FUNCTION backfill_partitions(text) TO PUBLIC;
 REVOKE ALL ON FUNCTION backfill_partitions(text) FROM upgrade_reader;
 DROP OWNED BY upgrade_reader;
 DROP ROLE upgrade_reader;
--- and on to 0.6: members of pg_monitor read every role's backfills (a
--- second policy on the declarations and the ledger), the outbox's depth per
--- topic without its payloads (backfill_outbox_topics), and backfill_status
--- shows the rate the pass's lanes share, keeping what was granted on it.
--- The library needs its catalogs at 0.6 to act, so what follows runs on 0.6.
-CREATE ROLE upgrade_watcher;
-REVOKE EXECUTE ON FUNCTION backfill_status(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION backfill_status(text) TO upgrade_watcher;
-ALTER EXTENSION pg_backfill UPDATE TO '0.6';
-SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
-SELECT has_function_privilege('public', 'backfill_status(text)', 'EXECUTE') AS public_can_execute,
-       has_function_privilege('upgrade_watcher', 'backfill_status(text)', 'EXECUTE')
-         AS granted_can_execute;
-GRANT EXECUTE ON FUNCTION backfill_status(text) TO PUBLIC;
-DROP OWNED BY upgrade_watcher;
-DROP ROLE upgrade_watcher;
-SELECT polname, polrelid::regclass AS relation, polcmd, pg_get_expr(polqual, polrelid) AS qual
-  FROM pg_policy WHERE polname LIKE '%monitor' ORDER BY 1;
-SELECT name, rate FROM backfill_status('upgrade_fill');
-SELECT has_table_privilege('public', 'backfill_outbox_topics', 'SELECT') AS public_reads_topics,
-       has_table_privilege('public', 'backfill.outbox', 'SELECT') AS public_reads_outbox;
-SELECT count(*) AS topics FROM backfill_outbox_topics;
 
 SELECT p.pronargs, p.pronargdefaults,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_can_execute
@@ -212,6 +190,16 @@ REVOKE ALL ON FUNCTION backfill_status(text) FROM upgrade_reader;
 DROP OWNED BY upgrade_reader;
 DROP ROLE upgrade_reader;
 SELECT watch_interval FROM backfill_status('upgrade_fill');
+-- 0.6 also lets members of pg_monitor read every role's backfills (a second
+-- policy on the declarations and the ledger), gives the outbox's depth per
+-- topic without its payloads (backfill_outbox_topics), and backfill_status
+-- shows the rate the pass's lanes share
+SELECT polname, polrelid::regclass AS relation, polcmd, pg_get_expr(polqual, polrelid) AS qual
+  FROM pg_policy WHERE polname LIKE '%monitor' ORDER BY 1;
+SELECT name, rate FROM backfill_status('upgrade_fill');
+SELECT has_table_privilege('public', 'backfill_outbox_topics', 'SELECT') AS public_reads_topics,
+       has_table_privilege('public', 'backfill.outbox', 'SELECT') AS public_reads_outbox;
+SELECT count(*) AS topics FROM backfill_outbox_topics;
 SELECT backfill_declare(name => 'upgrade_fill', relation => 'upgrade_items', predicate => 'c IS NULL',
        action => 'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2',
        watch => '5 s') = :'checksum_before' AS same_checksum_under_06;
