@@ -29,6 +29,30 @@
 #   itself.
 # - backfill_retry of a pass that failed shard by shard goes on from the
 #   nodes' checkpoint rows: every row once across both passes.
+#
+# The states the faults act on are made, not hoped for:
+# - The lane kill, the coordinator crash and the worker crash come while a
+#   prepared transaction on worker 2 (the gate) holds the row lock of the
+#   middle key of that worker's first shard: that shard's partition waits
+#   there in a batch (lock_timeout and batch_timeout are an hour), so the
+#   pass cannot end however fast the other lane does the rest.  The gate
+#   outlives a crash of the coordinator and of the worker itself, and only
+#   ROLLBACK PREPARED, after the fault, opens it.  Each fault comes once a
+#   batch waits on the gate and a fifth of the rows are done; the lane killed
+#   is the one whose batch waits, and the worker crash hits that batch.
+# - The moves: Citus takes the colocation group's rebalance lock without
+#   waiting, and every batch holds it shared, so a move started while a
+#   batch runs fails at once.  The pass is paused first, and each move
+#   starts once no lane is left: it takes the lock at its first try.  A
+#   session holding the shard table on its node keeps the move from ending
+#   until the move holds the lock and the pass, resumed, has a lane waiting
+#   on it: batches overlap every move.  The shard's partition goes on from
+#   its checkpoint on the new node between the moves.  That pass runs at 2
+#   batches of 500 rows a second until the moves are over (the shard's
+#   125,000 rows take at least two minutes of the lanes' time; they run for
+#   seconds between the moves), then fast.
+# - The retry pass is held by a gate on worker 2 once 300 rows are done,
+#   and the worker stopped with a batch waiting there.
 use strict;
 use warnings;
 
@@ -46,6 +70,8 @@ plan skip_all => "Citus is not installed for this server (no citus.so in $libdir
   unless -f "$libdir/citus.so";
 
 my $ROWS = 1_000_000;
+# deadline (seconds) of a wait for a pass to get somewhere, or to end
+my $LONG = 600;
 
 sub citus_node
 {
@@ -80,15 +106,19 @@ $coord->safe_psql('postgres', qq{
 	ANALYZE t;
 });
 
-# declare fill_t (n from $from to $from + 1) at $rate batches/s for the pass (all lanes)
+# declare fill_t (n from $from to $from + 1) at $rate batches/s for the pass
+# (all lanes).  A batch waits on a held row lock for as long as the test
+# holds it (an hour), and a batch is tried up to 100 times, backing off up
+# to 3 s: a worker down for minutes while it restarts fails no partition.
 sub declare_fill
 {
 	my ($from, $rate, $batch) = @_;
 	$coord->safe_psql('postgres', qq{
 		SELECT backfill_declare('fill_t', 't', 'n = $from',
 			'UPDATE t SET n = n + 1 WHERE id BETWEEN \$1 AND \$2 AND n = $from',
-			batch_size => $batch, rate => $rate, max_parallel => 2, max_attempts => 30,
-			backoff_base => '100 ms', backoff_cap => '1 s')});
+			batch_size => $batch, rate => $rate, max_parallel => 2, max_attempts => 100,
+			backoff_base => '100 ms', backoff_cap => '3 s',
+			lock_timeout => '1 hour', batch_timeout => '1 hour')});
 	return;
 }
 
@@ -100,29 +130,124 @@ sub start_pass
 	return sq($coord, q{SELECT backfill_run('fill_t', force => true)});
 }
 
-# move a shard; Citus gives up at once while a batch holds the group's rebalance
-# lock (the lanes hold it in ShareLock for each batch): try again until it moves
-sub move_shard
-{
-	my ($shard, $from, $to, $mode) = @_;
-	for my $try (1 .. 100)
-	{
-		my ($rc, $out, $err) = $coord->psql('postgres', qq{
-			SELECT citus_move_shard_placement($shard, 'localhost', $from, 'localhost', $to,
-				shard_transfer_mode => '$mode')});
-		return $try if $rc == 0;
-		die "move failed: $err" unless $err =~ /could not acquire the lock required to move/;
-		usleep(50_000);
-	}
-	die "shard $shard did not move in 100 tries";
-}
-
 sub midway
 {
 	my ($run_id, $rows) = @_;
 	return poll_until($coord,
 		"SELECT coalesce(sum(rows), 0) >= $rows FROM backfill.partition WHERE run_id = $run_id",
-		't', 180);
+		't', $LONG);
+}
+
+# The gate on $node: a prepared transaction holding the row lock of the middle
+# key of the node's first shard of t.  Returns that shard.
+sub close_gate
+{
+	my ($node) = @_;
+	my $port = $node->port;
+	my $gate_shard = sq($coord, qq{
+		SELECT min(s.shardid) FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid)
+		  JOIN pg_dist_node d ON d.groupid = p.groupid
+		 WHERE s.logicalrelid = 't'::regclass AND d.nodeport = $port});
+	my $key = sq($node, "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY id) FROM t_$gate_shard");
+	$node->safe_psql('postgres', qq{BEGIN;
+		SELECT 1 FROM t_$gate_shard WHERE id = $key FOR UPDATE;
+		PREPARE TRANSACTION 'gate';});
+	return $gate_shard;
+}
+
+sub open_gate
+{
+	my ($node) = @_;
+	$node->safe_psql('postgres', q{ROLLBACK PREPARED 'gate'});
+	return;
+}
+
+# a backend of $node waits on a prepared transaction (blocked by pid 0)
+sub gate_holds
+{
+	my ($node) = @_;
+	return poll_until($node,
+		q{SELECT count(*) > 0 FROM pg_stat_activity WHERE 0 = ANY (pg_blocking_pids(pid))},
+		't', $LONG);
+}
+
+# The state a fault acts on: a batch of pass $run_id waits on the gate on
+# $node and a fifth of the rows are done; the pass runs, not done.
+sub held_midway
+{
+	my ($label, $run_id, $node) = @_;
+	ok(gate_holds($node), "$label: a batch waits on the gate on " . $node->name);
+	ok(midway($run_id, $ROWS / 5), "$label: the pass is under way");
+	my ($status, $done) = split /\|/, sq($coord, qq{
+		SELECT l.status, (SELECT sum(p.rows) FROM backfill.partition p WHERE p.run_id = l.run_id)
+		  FROM backfill.ledger l WHERE l.run_id = $run_id});
+	is($status, 'running', "$label: the pass is running");
+	cmp_ok($done, '<', $ROWS, "$label: the fault comes mid-pass ($done of $ROWS rows done)");
+	return;
+}
+
+# the paused pass $run_id has no lane left, and no partition held
+sub lanes_gone
+{
+	my ($run_id) = @_;
+	return poll_until($coord, qq{
+		SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane')
+		     + (SELECT count(*) FROM backfill.partition WHERE run_id = $run_id AND state = 'running')},
+		'0', $LONG);
+}
+
+# Move $shard from $src to $dst while the pass's lanes are at work, without
+# racing them.  The pass is paused, and the move started once no lane is
+# left, so that it takes the rebalance lock at its first try; a session
+# holding the shard table on $src keeps the move from ending until the
+# resumed pass has a lane waiting on that lock.  Then the hold ends, the
+# move finishes, and the shard's partition goes on on $dst.
+sub move_under_batches
+{
+	my ($run_id, $shard, $src, $dst, $mode, $shard_rows) = @_;
+	my $hop = "$mode move " . $src->name . ' -> ' . $dst->name;
+	my $part = "FROM backfill.partition WHERE run_id = $run_id AND shard = $shard";
+	sq($coord, q{SELECT backfill_pause('fill_t')});
+	ok(lanes_gone($run_id), "$hop: the paused pass has no lane at work");
+	my $before = sq($coord, "SELECT rows $part");
+	cmp_ok($before, '<', $shard_rows,
+		"$hop: the shard's partition is not done ($before of $shard_rows rows)");
+	# (Citus lets a session lock a shard table itself only with this setting)
+	my $hold = $src->background_psql('postgres', timeout => 900, on_error_stop => 0);
+	$hold->query_safe("SET citus.enable_manual_changes_to_shards = on; BEGIN;
+		LOCK TABLE t_$shard IN ACCESS EXCLUSIVE MODE;");
+	my $hold_pid = $hold->query_safe('SELECT pg_backend_pid()');
+	my $mover = $coord->background_psql('postgres', timeout => 900, on_error_stop => 0);
+	my $mover_pid = $mover->query_safe('SELECT pg_backend_pid()');
+	$mover->query_until(qr/moving/,
+		    "\\echo moving\nSELECT citus_move_shard_placement($shard, 'localhost', "
+		  . $src->port . ", 'localhost', " . $dst->port
+		  . ", shard_transfer_mode => '$mode');\n");
+	ok( poll_until($coord,
+			"SELECT count(*) FROM pg_locks WHERE pid = $mover_pid AND locktype = 'advisory' "
+			  . "AND objsubid = 13 AND mode = 'ExclusiveLock' AND granted", '1', $LONG),
+		"$hop: the move holds the colocation group's rebalance lock");
+	ok( poll_until($src,
+			"SELECT count(*) > 0 FROM pg_stat_activity WHERE $hold_pid = ANY (pg_blocking_pids(pid))",
+			't', $LONG),
+		"$hop: the move waits on the held shard table");
+	sq($coord, q{SELECT backfill_resume('fill_t')});
+	ok( poll_until($coord,
+			"SELECT count(*) > 0 FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane' "
+			  . "AND $mover_pid = ANY (pg_blocking_pids(pid))", 't', $LONG),
+		"$hop: a lane's batch waits on the move");
+	$hold->query_safe('COMMIT');
+	$hold->quit;
+	$mover->query(q{SELECT 'moved'});	# returns once the move has ended
+	my $err = $mover->{stderr};
+	$mover->quit;
+	unlike($err, qr/ERROR/, "$hop: the move succeeded at its first try");
+	my $dst_group = sq($dst, 'SELECT groupid FROM pg_dist_local_group');
+	is(sq($coord, "SELECT groupid FROM pg_dist_placement WHERE shardid = $shard"), $dst_group,
+		"$hop: the shard is placed on " . $dst->name);
+	ok(poll_until($coord, "SELECT rows > $before AND shard_group = $dst_group $part", 't', $LONG),
+		"$hop: the partition went on from its checkpoint on " . $dst->name);
+	return;
 }
 
 # the checkpoint rows of a run on the nodes the coordinator says hold them
@@ -148,7 +273,7 @@ sub worker_rows
 sub done_once
 {
 	my ($label, $run_id, $n) = @_;
-	is(wait_pass_end($coord, $run_id, 300), 'completed', "$label: the pass completed");
+	is(wait_pass_end($coord, $run_id, $LONG), 'completed', "$label: the pass completed");
 	is( sq($coord, "SELECT count(*), count(*) FILTER (WHERE n = $n) FROM t"),
 		"$ROWS|$ROWS", "$label: every row was done exactly once (n = $n)");
 	is(ledger($coord, $run_id, 'rows'), $ROWS, "$label: the ledger counts each row once");
@@ -161,21 +286,26 @@ sub done_once
 }
 
 # (a) the plan: a partition per shard, each on the node that holds it
+my $gate_shard = close_gate($workers[1]);
 my $run_id = start_pass(0);
 ok(midway($run_id, 1), 'the pass started');
 my $method = sq($coord, "SELECT plan_method FROM backfill.run WHERE run_id = $run_id");
 like($method, qr/^per shard: 8 Citus shards, rows from 8 Citus shards$/,
 	"the plan is per shard ($method)");
+like(slurp_file($coord->logfile), qr/run $run_id started: 8 partitions by per shard/,
+	"the server log counts the plan's partitions, one per shard (8)");
 is( sq($coord, q{SELECT count(*), count(DISTINCT shard) FROM backfill_partitions('fill_t')
 	              WHERE shard IN (SELECT shardid FROM pg_dist_shard WHERE logicalrelid = 't'::regclass)}),
 	'8|8', 'backfill_partitions shows one partition per shard of the table');
 
-# (b) a lane killed with SIGKILL mid-pass
-ok(midway($run_id, $ROWS / 5), 'lane kill: the pass is under way');
+# (b) a lane killed with SIGKILL mid-pass: the lane whose batch waits on the gate
+held_midway('lane kill', $run_id, $workers[1]);
 my $lane = sq($coord, "SELECT holder_pid FROM backfill.partition WHERE run_id = $run_id "
-	  . "AND state = 'running' AND holder_pid IS NOT NULL LIMIT 1");
-ok($lane, "lane kill: a lane holds a partition (pid $lane)");
-kill 'KILL', $lane;
+	  . "AND state = 'running' AND holder_pid IS NOT NULL AND shard = $gate_shard");
+ok($lane, "lane kill: a lane holds the gate's partition (pid $lane)");
+is(kill('KILL', $lane), 1, "lane kill: SIGKILL to lane $lane, its batch waiting on the gate");
+ok(wait_for_server($coord, $LONG), 'lane kill: the coordinator accepts connections again');
+open_gate($workers[1]);
 done_once('lane kill', $run_id, 1);
 cmp_ok(sq($coord, "SELECT sum(reclaims) FROM backfill.partition WHERE run_id = $run_id"),
 	'>=', 1, 'lane kill: a new lane reclaimed the dead lane\'s lease');
@@ -184,65 +314,68 @@ is( sq($coord, q{SELECT count(*) FROM backfill_partitions('fill_t') b
 	'8', "each partition's checkpoint is on the node that holds its shard");
 
 # (c) the coordinator stopped with -m immediate mid-pass
+close_gate($workers[1]);
 $run_id = start_pass(1);
-ok(midway($run_id, $ROWS / 5), 'coordinator crash: the pass is under way');
+held_midway('coordinator crash', $run_id, $workers[1]);
 $coord->stop('immediate');
 $coord->start;
+open_gate($workers[1]);
 done_once('coordinator crash', $run_id, 2);
 
-# (d) a worker stopped with -m immediate mid-pass
+# (d) a worker stopped with -m immediate mid-pass, a batch waiting on it
+close_gate($workers[1]);
 $run_id = start_pass(2);
-ok(midway($run_id, $ROWS / 5), 'worker crash: the pass is under way');
+held_midway('worker crash', $run_id, $workers[1]);
 my $log_offset = -s $coord->logfile;
 $workers[1]->stop('immediate');
 $workers[1]->start;
+is(sq($workers[1], q{SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'gate'}), '1',
+	'worker crash: the gate outlived the crash of its worker');
+open_gate($workers[1]);
 done_once('worker crash', $run_id, 3);
 like(substr(slurp_file($coord->logfile), $log_offset),
 	qr/backfill "fill_t" run $run_id: batch failed/,
 	'worker crash: batches failed while the worker was down, and were retried');
 
-# (e) shards moved mid-pass, with logical replication and with block_writes
-my ($port1, $port2) = ($workers[0]->port, $workers[1]->port);
+# (e) shards moved mid-pass, with logical replication and with block_writes:
+# the shard of the first partition, which the lanes claim first
+my $shard = sq($coord, q{SELECT min(shardid) FROM pg_dist_shard WHERE logicalrelid = 't'::regclass});
 my $n = 3;
 for my $mode ('force_logical', 'block_writes')
 {
-	my $shard = sq($coord, qq{
-		SELECT s.shardid FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid)
-		  JOIN pg_dist_node d ON d.groupid = p.groupid
-		 WHERE s.logicalrelid = 't'::regclass AND d.nodeport = $port1
-		 ORDER BY s.shardid LIMIT 1});
-	my $shard_rows = sq($workers[0], "SELECT count(*) FROM t_$shard");
-	# slow (5,000 rows/s a lane) until the move is over, then fast again
-	$run_id = start_pass($n, 10, 500);
+	my $src_group = sq($coord, "SELECT groupid FROM pg_dist_placement WHERE shardid = $shard");
+	my ($src, $dst) =
+	  sq($workers[0], 'SELECT groupid FROM pg_dist_local_group') eq $src_group
+	  ? @workers : reverse @workers;
+	my $shard_rows = sq($src, "SELECT count(*) FROM t_$shard");
+	# slow (1,000 rows/s) until the moves are over, then fast again
+	$run_id = start_pass($n, 2, 500);
 	# the shard's partition is under way, not done
 	ok( poll_until($coord, "SELECT rows > 0 AND state = 'running' FROM backfill.partition "
-			  . "WHERE run_id = $run_id AND shard = $shard", 't', 120),
+			  . "WHERE run_id = $run_id AND shard = $shard", 't', $LONG),
 		"$mode move: the shard's partition is under way");
 	$log_offset = -s $coord->logfile;
 	my $t0 = time();
 	# logical replication: there, back and there again while the partition runs (a batch
 	# that committed on the old placement during such a move was lost on the new one)
-	my @hops = $mode eq 'force_logical' ? ([$port1, $port2], [$port2, $port1], [$port1, $port2])
-	  : ([$port1, $port2]);
-	my $tries = 0;
-	$tries += move_shard($shard, @$_, $mode) for @hops;
-	note(sprintf("the %d %s move(s) took %.1f s and %d tries", scalar @hops, $mode, time() - $t0, $tries));
-	declare_fill($n, 200, 500);
-	my $old_at_move = sq($workers[0], qq{SET citus.override_table_visibility = off;
+	my @hops = $mode eq 'force_logical' ? ([$src, $dst], [$dst, $src], [$src, $dst])
+	  : ([$src, $dst]);
+	move_under_batches($run_id, $shard, @$_, $mode, $shard_rows) for @hops;
+	note(sprintf("the %d %s move(s) took %.1f s", scalar @hops, $mode, time() - $t0));
+	declare_fill($n, 200, 2000);
+	my $old_at_move = sq($src, qq{SET citus.override_table_visibility = off;
 		SELECT count(*) FILTER (WHERE n = $n + 1) FROM t_$shard});
 	done_once("$mode move", $run_id, $n + 1);
-	is( sq($workers[1], "SELECT count(*), count(*) FILTER (WHERE n = $n + 1) FROM t_$shard"),
+	is( sq($dst, "SELECT count(*), count(*) FILTER (WHERE n = $n + 1) FROM t_$shard"),
 		"$shard_rows|$shard_rows",
 		"$mode move: on its new placement, every row of the moved shard was done");
-	my $old = sq($workers[0], qq{SET citus.override_table_visibility = off;
+	my $old = sq($src, qq{SET citus.override_table_visibility = off;
 		SELECT count(*) FILTER (WHERE n = $n + 1) FROM t_$shard});
 	is($old, $old_at_move, "$mode move: the old placement got no write after the move ($old rows done there)");
 	cmp_ok($old, '<', $shard_rows, "$mode move: the shard moved before its partition was done");
 	like(substr(slurp_file($coord->logfile), $log_offset),
 		qr/shard $shard moved from Citus group \d+ to \d+; partition \d+ goes on from its checkpoint there/,
 		"$mode move: the lane took the partition's checkpoint to the shard's new node");
-	($port1, $port2) = ($port2, $port1);
-	@workers = reverse @workers;
 	$n++;
 }
 
@@ -259,7 +392,7 @@ $coord->safe_psql('postgres', q{
 		batch_size => 500, rate => 100);
 });
 $run_id = sq($coord, q{SELECT backfill_run('fill_small')});
-is(wait_pass_end($coord, $run_id, 120), 'completed', 'another table read: the pass completed');
+is(wait_pass_end($coord, $run_id, $LONG), 'completed', 'another table read: the pass completed');
 like(sq($coord, "SELECT plan_method FROM backfill.run WHERE run_id = $run_id"),
 	qr/^coordinator-side \(the action or predicate reads public\.other, another Citus table\)/,
 	'another table read: the plan says the pass is coordinator-side, and why');
@@ -282,14 +415,14 @@ $coord->safe_psql('postgres', q{
 		batch_size => 500, rate => 100);
 });
 $run_id = sq($coord, q{SELECT backfill_run('fill_fn')});
-is(wait_pass_end($coord, $run_id, 120), 'completed', 'a function in the action: the pass completed');
+is(wait_pass_end($coord, $run_id, $LONG), 'completed', 'a function in the action: the pass completed');
 like(sq($coord, "SELECT plan_method FROM backfill.run WHERE run_id = $run_id"),
 	qr/^coordinator-side \(the action or predicate calls public\.bump\(\), which would run on the workers\)/,
 	'a function in the action: coordinator-side, and the plan says why');
 is(sq($coord, 'SELECT count(*) FILTER (WHERE n = 1) FROM small'), '3000',
 	'a function in the action: every row done once');
 $run_id = sq($coord, q{SELECT backfill_run('fill_local')});
-is(wait_pass_end($coord, $run_id, 120), 'completed', 'a coordinator-only table read: the pass completed');
+is(wait_pass_end($coord, $run_id, $LONG), 'completed', 'a coordinator-only table read: the pass completed');
 like(sq($coord, "SELECT plan_method FROM backfill.run WHERE run_id = $run_id"),
 	qr/^coordinator-side \(the action or predicate reads public\.coord_only, a table of the coordinator only\)/,
 	'a coordinator-only table read: coordinator-side, and why');
@@ -334,7 +467,7 @@ $coord->safe_psql('postgres', q{SET ROLE alice;
 		'UPDATE public.al SET n = n + 1 WHERE id BETWEEN $1 AND $2 AND n = 0',
 		batch_size => 500, rate => 100)});
 my $al_run = sq($coord, q{SET ROLE alice; SELECT backfill_run('fill_al')});
-is(wait_pass_end($coord, $al_run, 120), 'completed', "a planted shard-named table: alice's pass completed");
+is(wait_pass_end($coord, $al_run, $LONG), 'completed', "a planted shard-named table: alice's pass completed");
 is(sq($coord, 'SELECT count(*) FILTER (WHERE n = 1) FROM al'), '4000',
 	"a planted shard-named table: every row of alice's table done once");
 is(sq($al_worker, 'SELECT count(*) FROM shared.loot'), '0',
@@ -355,7 +488,7 @@ for my $w (@workers)
 $coord->safe_psql('postgres', 'UPDATE al SET n = 0');
 $al_run = sq($coord, q{SET ROLE alice; SELECT backfill_run('fill_al', force => true)});
 is($al_run, $next, 'mallory planted rows for the run id the pass then took');
-is(wait_pass_end($coord, $al_run, 120), 'completed', "planted checkpoint rows: alice's pass completed");
+is(wait_pass_end($coord, $al_run, $LONG), 'completed', "planted checkpoint rows: alice's pass completed");
 is(sq($coord, 'SELECT count(*) FILTER (WHERE n = 1) FROM al'), '4000',
 	'planted checkpoint rows: every row done once, none skipped');
 my ($rc, $out, $err) = $al_worker->psql('postgres', qq{SET ROLE mallory;
@@ -386,7 +519,7 @@ $coord->safe_psql('postgres', q{
 		max_attempts => 2, backoff_base => '10 ms', backoff_cap => '20 ms');
 });
 $run_id = sq($coord, q{SELECT backfill_run('fill_dom')});
-is(wait_pass_end($coord, $run_id, 120), 'failed', 'a domain CHECK reaching the table: the pass failed');
+is(wait_pass_end($coord, $run_id, $LONG), 'failed', 'a domain CHECK reaching the table: the pass failed');
 like(sq($coord, "SELECT error_message FROM backfill.ledger WHERE run_id = $run_id"),
 	qr/BF037.*reaches public\.small on this node/s, 'a domain CHECK reaching the table: BF037 says what it reached');
 is(sq($coord, 'SELECT count(*) FROM small WHERE n <> 0'), '0',
@@ -415,30 +548,59 @@ $coord->safe_psql('postgres', q{SET ROLE carol;
 		'UPDATE cl SET n = n + 1 WHERE id BETWEEN $1 AND $2 AND n = 0', batch_size => 500,
 		rate => 100, max_attempts => 2, backoff_base => '10 ms', backoff_cap => '20 ms')});
 $run_id = sq($coord, q{SET ROLE carol; SELECT backfill_run('fill_cl')});
-is(wait_pass_end($coord, $run_id, 120), 'failed', 'a "$user" schema squatted on the workers: the pass failed');
+is(wait_pass_end($coord, $run_id, $LONG), 'failed', 'a "$user" schema squatted on the workers: the pass failed');
 like(sq($coord, "SELECT error_message FROM backfill.ledger WHERE run_id = $run_id"),
 	qr/BF037.*reaches carol\.cl on this node/s, 'a "$user" schema squatted: BF037 names the squatted table');
 is(sq($al_worker, 'SELECT count(*) FROM shared.loot'), '0',
 	"a \"\$user\" schema squatted: mallory's trigger never ran");
 
 # (j) backfill_retry of a pass that failed shard by shard goes on from the
-# nodes' checkpoint rows, shard by shard (it made whole-table partitions)
+# nodes' checkpoint rows, shard by shard (it made whole-table partitions).
+# The gate: a prepared transaction on worker 2 locks the first key of the first
+# shard there that more than 300 rows come before (in the partitions' order,
+# by shard id); the pass's one lane waits there until the worker is stopped.
 $coord->safe_psql('postgres', 'UPDATE small SET n = 0');
 $coord->safe_psql('postgres', q{
 	SELECT backfill_declare('fill_retry', 'small', 'n = 0',
 		'UPDATE small SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		batch_size => 100, rate => 20, max_attempts => 2, backoff_base => '10 ms',
-		backoff_cap => '20 ms')});
+		backoff_cap => '20 ms', lock_timeout => '1 hour', batch_timeout => '1 hour')});
+my ($retry_gate, $before_gate) = (undef, 0);
+for my $row (split /\n/, sq($coord, qq{
+	SELECT s.shardid, d.nodeport, coalesce(c.n, 0)
+	  FROM pg_dist_shard s JOIN pg_dist_placement p USING (shardid)
+	  JOIN pg_dist_node d ON d.groupid = p.groupid
+	  LEFT JOIN (SELECT get_shard_id_for_distribution_column('small', id) AS shardid, count(*) AS n
+	               FROM small GROUP BY 1) c USING (shardid)
+	 WHERE s.logicalrelid = 'small'::regclass ORDER BY s.shardid}))
+{
+	my ($sid, $port, $count) = split /\|/, $row;
+	if ($port == $workers[1]->port && $before_gate > 300)
+	{
+		$retry_gate = $sid;
+		last;
+	}
+	$before_gate += $count;
+}
+ok(defined $retry_gate, "retry: the gate's shard on worker 2 comes after $before_gate rows");
+my $retry_key = sq($coord,
+	"SELECT min(id) FROM small WHERE get_shard_id_for_distribution_column('small', id) = $retry_gate");
+$workers[1]->safe_psql('postgres', qq{BEGIN;
+	SELECT 1 FROM small_$retry_gate WHERE id = $retry_key FOR UPDATE;
+	PREPARE TRANSACTION 'gate';});
 $run_id = sq($coord, q{SELECT backfill_run('fill_retry')});
-ok(poll_until($coord, "SELECT sum(rows) > 300 FROM backfill.partition WHERE run_id = $run_id", 't', 60),
+ok(gate_holds($workers[1]), 'retry: a batch waits on the gate on worker 2');
+ok(poll_until($coord, "SELECT sum(rows) > 300 FROM backfill.partition WHERE run_id = $run_id", 't', $LONG),
 	'retry: the pass is under way');
+is(ledger($coord, $run_id, 'status'), 'running', 'retry: the pass runs when the worker is stopped');
 $workers[1]->stop('immediate');
-is(wait_pass_end($coord, $run_id, 120), 'failed', 'retry: the pass failed while a worker was down');
+is(wait_pass_end($coord, $run_id, $LONG), 'failed', 'retry: the pass failed while a worker was down');
 $workers[1]->start;
+open_gate($workers[1]);
 $coord->safe_psql('postgres', q{SELECT backfill_retry('fill_retry')});
 my $retry = sq($coord, q{SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'fill_retry'});
 isnt($retry, $run_id, 'retry: a new pass resumes the failed one');
-is(wait_pass_end($coord, $retry, 120), 'completed', 'retry: the resumed pass completed');
+is(wait_pass_end($coord, $retry, $LONG), 'completed', 'retry: the resumed pass completed');
 is(sq($coord, 'SELECT count(*) FILTER (WHERE n = 1), count(*) FROM small'), '3000|3000',
 	'retry: every row done exactly once across the two passes (the action does not repeat the predicate)');
 is( sq($coord, "SELECT count(*) FROM backfill.partition WHERE run_id = $retry "
