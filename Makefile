@@ -25,6 +25,7 @@ OBJS = \
 	src/engine/enqueue.o \
 	src/engine/citus.o \
 	src/engine/shards.o \
+	src/engine/moves.o \
 	src/engine/pass.o \
 	src/engine/batch.o \
 	src/engine/pagecycle.o \

@@ -368,3 +368,15 @@ BEGIN
     END IF;
 END
 $$;
+
+/*
+ * A Citus shard split mid-pass (issue 30): a shard's partition keeps its
+ * shard's hash range (shard_min, shard_max), so that when Citus splits the
+ * shard the lane finds the shards that now cover that range and gives each
+ * a partition of its own (split_from: the partition it goes on from, at its
+ * checkpoint's key).  NULL for any other partition.
+ */
+ALTER TABLE backfill.partition
+    ADD COLUMN shard_min integer,
+    ADD COLUMN shard_max integer,
+    ADD COLUMN split_from integer;

@@ -79,6 +79,8 @@
 #define ERRCODE_BACKFILL_SHARD_CHECKPOINT MAKE_SQLSTATE('B','F','0','3','6')
 /* a shard's batch on a worker reached another relation than its shard */
 #define ERRCODE_BACKFILL_SHARD_REACH	MAKE_SQLSTATE('B','F','0','3','7')
+/* a shard gone mid-pass whose hash range no split's shards cover (or none kept) */
+#define ERRCODE_BACKFILL_SHARD_SPLIT	MAKE_SQLSTATE('B','F','0','3','8')
 
 /*
  * In a PG_CATCH block of a backend, before raising the caught error again

@@ -4,7 +4,9 @@
  *	  The module's entry point: _PG_init defines the settings (config.c),
  *	  checks the preload, and sets up shared memory, the launcher and its
  *	  DROP DATABASE hook (launcher.c), and the log hook that keeps counting
- *	  a session's advisory locks quiet (advisory.c).
+ *	  a session's advisory locks quiet (advisory.c), and the executor hook
+ *	  that makes a Citus shard move or split wait for the batches in
+ *	  flight instead of failing (moves.c).
  *
  * pg_backfill must be in shared_preload_libraries: its launcher is a static
  * background worker and its wake-up latches live in shared memory.
@@ -21,6 +23,7 @@
 #include "advisory.h"
 #include "config.h"
 #include "launcher.h"
+#include "moves.h"
 #include "shmem.h"
 
 PG_MODULE_MAGIC;
@@ -54,4 +57,5 @@ _PG_init(void)
 	backfill_shmem_init();
 	backfill_register_launcher();
 	advisory_init();
+	moves_init();
 }

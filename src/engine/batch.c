@@ -812,8 +812,15 @@ batch_run_shard(Pass *pass, Claim *claim)
 	TimestampTz batch_start;
 	int64		rows_before;
 
-	if (!claim->shard_ready)
-		shards_open(pass, claim);
+	if (!claim->shard_ready && !shards_open(pass, claim))
+	{
+		/* split: its new shards' partitions go on from its checkpoint (shards.c) */
+		worker_begin_xact("pg_backfill lane: a split shard's partition ends");
+		checkpoint_partition_done(pass, claim);
+		worker_commit_xact();
+		return BATCH_PARTITION_DONE;
+	}
+	shards_make_way(pass, claim);
 	batch_start = GetCurrentTimestamp();
 	begin_batch(pass, claim);
 	claim->scanned_keys = -1;

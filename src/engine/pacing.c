@@ -168,8 +168,8 @@ pacing_after_timeout(Pass *pass, Claim *claim)
 }
 
 /* Say why the lane holds back (NULL: it does not), where backfill_status sees it. */
-static void
-set_throttle(Pass *pass, Claim *claim, const char *reason)
+void
+pacing_say_throttle(Pass *pass, Claim *claim, const char *reason)
 {
 	CatalogScope scope;
 	Oid			types[4] = {INT8OID, INT4OID, INT4OID, TEXTOID};
@@ -354,7 +354,7 @@ pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started)
 	{
 		said = psprintf("locks: %d session(s) waited on the last batch",
 						claim->health.blocking);
-		set_throttle(pass, claim, said);
+		pacing_say_throttle(pass, claim, said);
 		not_before = Max(not_before,
 						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backfill_throttle_delay));
 	}
@@ -369,7 +369,7 @@ pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started)
 			ereport(LOG,
 					(errmsg("backfill \"%s\" run " INT64_FORMAT " holds back: %s",
 							pass->name, pass->run_id, reason)));
-			set_throttle(pass, claim, reason);
+			pacing_say_throttle(pass, claim, reason);
 			said = reason;
 		}
 		(void) backoff_sleep_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
@@ -378,6 +378,6 @@ pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started)
 			break;
 	}
 	if (said != NULL && reason == NULL && claim->health.blocking == 0)
-		set_throttle(pass, claim, claim->foreground_reason[0] ? claim->foreground_reason : NULL);
+		pacing_say_throttle(pass, claim, claim->foreground_reason[0] ? claim->foreground_reason : NULL);
 	return BATCH_DONE;
 }

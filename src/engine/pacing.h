@@ -21,4 +21,7 @@ extern BatchOutcome pacing_after_attempt(Pass *pass, TimestampTz started);
 extern BatchOutcome pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started);
 extern void pacing_after_timeout(Pass *pass, Claim *claim);
 
+/* why the claim's lane holds back (NULL: it does not), for backfill_status */
+extern void pacing_say_throttle(Pass *pass, Claim *claim, const char *reason);
+
 #endif							/* BACKFILL_PACING_H */

@@ -904,7 +904,18 @@ plan_store(Pass *pass, PassPlan *plan)
 	{
 		values[1] = plan->shards;
 		types[1] = INT8ARRAYOID;
-		catalog_exec("INSERT INTO backfill.partition (run_id, part_no, shard, shard_run)"
+		/* a hash-distributed table's shard keeps its hash range, to follow a split (shards.c) */
+		catalog_exec(catalog_has_column("partition", "shard_min") ?
+					 "INSERT INTO backfill.partition (run_id, part_no, shard, shard_run, shard_min,"
+					 "   shard_max)"
+					 " SELECT $1, i - 1, $2[i], $1, h.lo, h.hi"
+					 "   FROM pg_catalog.generate_subscripts($2, 1) i"
+					 "   LEFT JOIN LATERAL (SELECT s.shardminvalue::pg_catalog.int4 AS lo,"
+					 "                             s.shardmaxvalue::pg_catalog.int4 AS hi"
+					 "     FROM pg_catalog.pg_dist_shard s"
+					 "     JOIN pg_catalog.pg_dist_partition d ON d.logicalrelid = s.logicalrelid"
+					 "    WHERE s.shardid = $2[i] AND d.partmethod = 'h') h ON true" :
+					 "INSERT INTO backfill.partition (run_id, part_no, shard, shard_run)"
 					 " SELECT $1, i - 1, $2[i], $1 FROM pg_catalog.generate_subscripts($2, 1) i",
 					 2, types, values, nulls, SPI_OK_INSERT);
 		values[1] = plan->bounds;

@@ -26,7 +26,9 @@
  * (shard_group), or, after Citus moved the shard, on its old node, whose
  * row is final (its batches are fenced against the move), and writes it to
  * the new node before it records the new node, synchronously, in the
- * coordinator's row.
+ * coordinator's row.  A shard gone from pg_dist_shard was split: its
+ * partition ends, and each shard that now covers its hash range gets a
+ * partition that goes on from its last checkpoint (follow_split).
  *
  * Which passes (pass.c plan_per_shard, citus.c citus_plan_shards): a
  * distributed table (hash, range, append or single shard) with a key of
@@ -60,6 +62,7 @@
 #include "catalog.h"
 #include "citus.h"
 #include "errors.h"
+#include "pacing.h"
 #include "searchpath.h"
 #include "shards.h"
 #include "xact.h"
@@ -376,8 +379,8 @@ shard_placement(Claim *claim)
 				(errcode(ERRCODE_BACKFILL_SHARD_MOVED),
 				 errmsg("shard " INT64_FORMAT " has no placement in pg_dist_placement",
 						claim->shardid),
-				 errhint("The shard was split or its table dropped: run the backfill again with "
-						 "backfill_run(name, force => true).")));
+				 errhint("The partition is retried; a split shard is followed once it is gone "
+						 "from pg_dist_shard.")));
 	return group;
 }
 
@@ -424,7 +427,206 @@ mirror_open(Pass *pass, Claim *claim, int group, const char *cursor, int64 rows)
 	catalog_leave(&scope);
 }
 
-void
+/* ---- a shard split mid-pass ---- */
+
+/* Is the shard gone from Citus's metadata (split, or its table dropped)? */
+static bool
+shard_gone(Claim *claim)
+{
+	CatalogScope scope;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(claim->shardid)};
+	bool		gone;
+
+	catalog_enter(&scope);
+	gone = catalog_exec_latest("SELECT 1 FROM pg_catalog.pg_dist_shard s WHERE s.shardid = $1",
+							   1, types, values, NULL) == 0;
+	catalog_leave(&scope);
+	return gone;
+}
+
+/* a shard that now covers a piece of a split shard's hash range */
+typedef struct SplitChild
+{
+	int64		shardid;
+	int32		min;
+	int32		max;
+} SplitChild;
+
+/*
+ * The shards of the pass's table that cover [min, max] now, in hash order;
+ * BF038 unless they cover exactly that range (a split makes them so).
+ */
+static int
+split_children(Pass *pass, Claim *claim, int32 min, int32 max, SplitChild **out)
+{
+	Oid			types[1] = {OIDOID};
+	Datum		values[1] = {ObjectIdGetDatum(pass->relid)};
+	int			n;
+	int			k = 0;
+	int64		next = min;
+	bool		covered = true;
+	SplitChild *c;
+
+	n = catalog_exec_latest("SELECT s.shardid, s.shardminvalue, s.shardmaxvalue"
+							"  FROM pg_catalog.pg_dist_shard s"
+							"  JOIN pg_catalog.pg_dist_partition d ON d.logicalrelid = s.logicalrelid"
+							" WHERE s.logicalrelid = $1::pg_catalog.regclass AND d.partmethod = 'h'",
+							1, types, values, NULL);
+	c = palloc0(sizeof(SplitChild) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		int32		lo = pg_strtoint32(catalog_gettext(i, 2));
+		int32		hi = pg_strtoint32(catalog_gettext(i, 3));
+
+		if (hi < min || lo > max)
+			continue;
+		if (lo < min || hi > max)
+			covered = false;	/* reaches outside: a merge, or not this shard's range */
+		c[k].shardid = catalog_getint64(i, 1);
+		c[k].min = lo;
+		c[k++].max = hi;
+	}
+	/* in hash order, each starting where the last ended */
+	for (int i = 1; i < k; i++)
+		for (int j = i; j > 0 && c[j].min < c[j - 1].min; j--)
+		{
+			SplitChild	t = c[j];
+
+			c[j] = c[j - 1];
+			c[j - 1] = t;
+		}
+	for (int i = 0; covered && i < k; i++)
+	{
+		covered = c[i].min == next;
+		next = (int64) c[i].max + 1;
+	}
+	if (!covered || k == 0 || next != (int64) max + 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SHARD_SPLIT),
+				 errmsg("backfill \"%s\": the shards of table %s no longer cover the hash range "
+						"of shard " INT64_FORMAT " as a split would", pass->name, pass->relation,
+						claim->shardid),
+				 errdetail("Shard " INT64_FORMAT " (partition %d, hashes %d to %d) is gone from "
+						   "pg_dist_shard, and %d shard%s of the table overlap its range without "
+						   "covering exactly that range.", claim->shardid, claim->part_no, min,
+						   max, k, k == 1 ? "" : "s"),
+				 errhint("Start a new pass with backfill_run(name, force => true).")));
+	*out = c;
+	return k;
+}
+
+/*
+ * The claimed partition's shard was split: each shard that covers a piece
+ * of its hash range gets a partition of its own, pending, whose cursor is
+ * the split shard's checkpoint (final since the split's cut-over, which
+ * fenced its batches off).  A row of the old shard is in exactly one new
+ * shard (by the hash of its key), with the same key: the keys up to the
+ * cursor were done in the old shard, and were copied done; those after it
+ * are still to do there.  So no row is done twice, and none skipped.  The
+ * new partitions and the old one's final checkpoint are written in one
+ * synchronous transaction; the old partition then ends (done, with the
+ * rows it did).  Done again after a crash, it finds its partitions made.
+ */
+static void
+follow_split(Pass *pass, Claim *claim)
+{
+	CatalogScope scope;
+	Oid			types[10] = {INT8OID, INT4OID, INT8OID, TEXTOID, INT8OID, INT4OID, INT4OID,
+							 INT8OID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[10];
+	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	char	   *cursor = claim->cursor_text;
+	int64		rows = claim->rows;
+	SplitChild *child = NULL;
+	int			nchildren = 0;
+	bool		isnull_min;
+	bool		isnull_max;
+	int32		min = 0;
+	int32		max = 0;
+	int			first = -1;
+
+	/* the old shard's checkpoint, on the node that kept it */
+	if (claim->shard_group >= 0 &&
+		!node_checkpoint(pass, claim, claim->shard_group, "read", &cursor, &rows))
+		checkpoint_lost(pass, claim, claim->shard_group);
+
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = Int32GetDatum(claim->part_no);
+	catalog_enter(&scope);
+	catalog_exec("SELECT shard_min, shard_max, (SELECT min(c.part_no) FROM backfill.partition c"
+				 "  WHERE c.run_id = p.run_id AND c.split_from = p.part_no)"
+				 "  FROM backfill.partition p WHERE p.run_id = $1 AND p.part_no = $2",
+				 2, types, values, NULL, SPI_OK_SELECT);
+	{
+		Datum		d = catalog_getdatum(0, 1, &isnull_min);
+		bool		none;
+
+		min = isnull_min ? 0 : DatumGetInt32(d);
+		d = catalog_getdatum(0, 2, &isnull_max);
+		max = isnull_max ? 0 : DatumGetInt32(d);
+		d = catalog_getdatum(0, 3, &none);
+		if (!none)
+			first = DatumGetInt32(d);
+	}
+	if (isnull_min || isnull_max)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SHARD_SPLIT),
+				 errmsg("backfill \"%s\": shard " INT64_FORMAT " of partition %d is gone from "
+						"pg_dist_shard, and the partition has no hash range to follow",
+						pass->name, claim->shardid, claim->part_no),
+				 errdetail("The table was dropped, or it is not hash-distributed, or the pass "
+						   "was planned before pg_backfill 0.6 kept shards' hash ranges."),
+				 errhint("Start a new pass with backfill_run(name, force => true).")));
+	if (first < 0)
+	{
+		nchildren = split_children(pass, claim, min, max, &child);
+		values[2] = Int64GetDatum(pass->run_id);
+		values[3] = cursor ? CStringGetTextDatum(cursor) : (Datum) 0;
+		nulls[3] = cursor ? ' ' : 'n';
+		values[4] = Int64GetDatum(rows);
+		values[8] = Int32GetDatum(LANE_PID());
+		values[9] = TimestampTzGetDatum(LANE_START());
+		for (int i = 0; i < nchildren; i++)
+		{
+			values[5] = Int32GetDatum(child[i].min);
+			values[6] = Int32GetDatum(child[i].max);
+			values[7] = Int64GetDatum(child[i].shardid);
+			/* numbered after every partition there is; the old one's lo, hi */
+			catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, shard,"
+						 "   shard_run, shard_min, shard_max, split_from)"
+						 " SELECT $1, (SELECT max(q.part_no) + 1 FROM backfill.partition q"
+						 "              WHERE q.run_id = $1), p.lo, p.hi, $4, $8, $3, $6, $7, $2"
+						 "   FROM backfill.partition p WHERE p.run_id = $1 AND p.part_no = $2",
+						 10, types, values, nulls, SPI_OK_INSERT);
+		}
+		/* the old partition's final checkpoint, under its lease */
+		(void) set_config_option("synchronous_commit", "on", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
+		if (catalog_exec("UPDATE backfill.partition SET cursor = $4, rows = $5,"
+						 " renewed_at = pg_catalog.now()"
+						 " WHERE run_id = $1 AND part_no = $2 AND state = 'running'"
+						 "   AND holder_pid = $9 AND holder_start = $10",
+						 10, types, values, nulls, SPI_OK_UPDATE) != 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_CONFLICT),
+					 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
+							pass->name, claim->part_no)));
+		catalog_exec("SELECT min(c.part_no) FROM backfill.partition c"
+					 " WHERE c.run_id = $1 AND c.split_from = $2",
+					 2, types, values, NULL, SPI_OK_SELECT);
+		first = DatumGetInt32(catalog_getdatum(0, 1, &isnull_min));
+	}
+	catalog_leave(&scope);
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT ": shard " INT64_FORMAT " was split; "
+					"partition %d goes on in partitions %d and after, one per new shard, from "
+					"its checkpoint (%s)", pass->name, pass->run_id, claim->shardid,
+					claim->part_no, first, cursor ? cursor : "the start")));
+	claim->rows = rows;
+}
+
+bool
 shards_open(Pass *pass, Claim *claim)
 {
 	int			group;
@@ -433,6 +635,12 @@ shards_open(Pass *pass, Claim *claim)
 
 	worker_begin_xact(psprintf("pg_backfill lane: backfill \"%s\" opening shard " INT64_FORMAT,
 							   pass->name, claim->shardid));
+	if (shard_gone(claim))
+	{
+		follow_split(pass, claim);
+		worker_commit_xact();
+		return false;
+	}
 	group = shard_placement(claim);
 	if (claim->shard_group < 0)
 		(void) node_checkpoint(pass, claim, group, "open", &cursor, &rows);
@@ -462,26 +670,15 @@ shards_open(Pass *pass, Claim *claim)
 	claim->shard_cursor = cursor ? MemoryContextStrdup(pass->cxt, cursor) : NULL;
 	node_set_timeout(pass, group);
 	claim->shard_ready = true;
+	return true;
 }
 
-/*
- * No batch overlaps a move or split in its table's colocation group: Citus
- * holds its rebalance lock of the group (an advisory lock, class 13,
- * ExclusiveLock) on the coordinator for the whole operation, and the lane
- * holds it in ShareLock for the batch, waiting (however long the move
- * takes) while a move runs.  A batch that committed on the old placement
- * while a move with logical replication ran was measured lost on the new
- * one though its checkpoint counted it.  The cost: Citus takes its lock
- * without waiting, so a move started while a batch holds it fails at once
- * ("could not acquire the lock required to move"): pause the pass, or try
- * the move again.
- */
-static void
-wait_out_moves(Pass *pass)
+/* the tag of Citus's rebalance lock of the pass's table's colocation group; its id */
+static int64
+rebalance_tag(Pass *pass, LOCKTAG *tag)
 {
 	static Oid	cached_relid = InvalidOid;
 	static int64 cached_id = 0;
-	LOCKTAG		tag;
 
 	if (cached_relid != pass->relid)
 	{
@@ -499,13 +696,72 @@ wait_out_moves(Pass *pass)
 		cached_id = id != 0 ? id : (int64) pass->relid;
 		cached_relid = pass->relid;
 	}
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (cached_id >> 32), (uint32) cached_id,
+						 CITUS_REBALANCE_LOCK_CLASS);
+	return cached_id;
+}
+
+/*
+ * No batch overlaps a move or split in its table's colocation group: Citus
+ * holds its rebalance lock of the group (an advisory lock, class 13,
+ * ExclusiveLock) on the coordinator for the whole operation, and the lane
+ * holds it in ShareLock for the batch, waiting (however long the move
+ * takes) while a move runs.  A batch that committed on the old placement
+ * while a move with logical replication ran was measured lost on the new
+ * one though its checkpoint counted it.  Citus takes its lock without
+ * waiting; a move or split in a session of a server with pg_backfill
+ * preloaded first waits for it behind the batches that hold it (moves.c),
+ * and shards_make_way keeps the next batches from starting meanwhile.
+ */
+static void
+wait_out_moves(Pass *pass)
+{
+	LOCKTAG		tag;
+
+	(void) rebalance_tag(pass, &tag);
 	(void) set_config_option("lock_timeout", "0", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32) (cached_id >> 32), (uint32) cached_id,
-						 CITUS_REBALANCE_LOCK_CLASS);
 	(void) LockAcquire(&tag, ShareLock, false, false);
 	(void) set_config_option("lock_timeout", psprintf("%d", pass->lock_timeout_ms), PGC_USERSET,
 							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+}
+
+/*
+ * Before a batch, outside any transaction: a move or split of the group
+ * that waits for the rebalance lock (moves.c), or holds it, goes first.
+ * The lock is asked for without waiting (a request queued behind a waiting
+ * ExclusiveLock conflicts with it, so a waiting move is seen); if it is
+ * not free the lane says so (backfill_status: "a shard move of group N"),
+ * waits until the move is over, holding nothing, and goes on.
+ */
+void
+shards_make_way(Pass *pass, Claim *claim)
+{
+	LOCKTAG		tag;
+	int64		group;
+	bool		free_now;
+	TimestampTz since;
+
+	worker_begin_xact("pg_backfill lane: looking for a shard move");
+	group = rebalance_tag(pass, &tag);
+	free_now = LockAcquire(&tag, ShareLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+	worker_commit_xact();
+	if (free_now)
+		return;
+	since = GetCurrentTimestamp();
+	pacing_say_throttle(pass, claim, psprintf("a shard move of group " INT64_FORMAT, group));
+	worker_begin_xact(psprintf("pg_backfill lane: backfill \"%s\" waiting out a shard move of "
+							   "group " INT64_FORMAT, pass->name, group));
+	(void) set_config_option("lock_timeout", "0", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	(void) LockAcquire(&tag, ShareLock, false, false);
+	worker_commit_xact();
+	pacing_say_throttle(pass, claim, NULL);
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT ": partition %d held back %ld ms for a "
+					"shard move or split of colocation group " INT64_FORMAT, pass->name,
+					pass->run_id, claim->part_no,
+					(long) ((GetCurrentTimestamp() - since) / 1000), group)));
 }
 
 void

@@ -34,8 +34,17 @@ typedef struct ShardAnswer
  * Take the node's checkpoint of the claimed shard partition before its
  * first batch (and after any failed one): open it there, or take it over
  * from the shard's old node after a move; in transactions of its own.
+ * False when Citus split the shard: the claimed partition then ends (done),
+ * and new partitions, one per shard that covers its hash range, go on from
+ * its checkpoint.
  */
-extern void shards_open(Pass *pass, Claim *claim);
+extern bool shards_open(Pass *pass, Claim *claim);
+
+/*
+ * Before a batch: a move or split of the table's colocation group that
+ * waits (or runs) goes first; the lane says so and waits, holding nothing.
+ */
+extern void shards_make_way(Pass *pass, Claim *claim);
 
 /* one batch on the shard's node (inside the lane's transaction, which mirrors it) */
 extern void shards_batch(Pass *pass, Claim *claim, int limit, ShardAnswer *answer);

@@ -445,7 +445,18 @@ retry_failed_pass(Target *t)
 	 * a Citus shard's partition goes on from its row on the shard's node,
 	 * the old run's (shard_run), with the rows that row counts
 	 */
-	copied = catalog_exec(catalog_has_column("partition", "shard_run") ?
+	copied = catalog_exec(catalog_has_column("partition", "split_from") ?
+						  "INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, state,"
+						  "   leaf, leaf_range, shard, shard_group, shard_run, rows, shard_min,"
+						  "   shard_max, split_from)"
+						  " SELECT $1, part_no, lo, hi, cursor,"
+						  "        CASE WHEN state = 'done' THEN 'done' ELSE 'pending' END,"
+						  "        leaf, leaf_range, shard, shard_group,"
+						  "        CASE WHEN shard IS NOT NULL THEN coalesce(shard_run, run_id) END,"
+						  "        CASE WHEN shard IS NOT NULL THEN rows ELSE 0 END,"
+						  "        shard_min, shard_max, split_from"
+						  "   FROM backfill.partition WHERE run_id = $2" :
+						  catalog_has_column("partition", "shard_run") ?
 						  "INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, state,"
 						  "   leaf, leaf_range, shard, shard_group, shard_run, rows)"
 						  " SELECT $1, part_no, lo, hi, cursor,"

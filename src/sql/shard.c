@@ -191,9 +191,13 @@ check_args(FunctionCallInfo fcinfo, const char *fn, uint32 nullable)
 							 "pg_backfill's lanes.")));
 }
 
-/* Only a role that may read a shard's table keeps checkpoint rows for it. */
+/*
+ * Only a role that may read a shard's table keeps checkpoint rows for it.
+ * may_be_gone: a shard no longer in pg_dist_shard (split) passes, for its
+ * last checkpoint to be read (the caller's own row, nothing else).
+ */
 static void
-check_shard_readable(int64 shardid)
+check_shard_readable(int64 shardid, bool may_be_gone)
 {
 	CatalogScope scope;
 	Oid			types[1] = {INT8OID};
@@ -205,12 +209,16 @@ check_shard_readable(int64 shardid)
 					 " WHERE s.shardid = $1", 1, types, values, NULL, SPI_OK_SELECT) == 1)
 		table = catalog_getoid(0, 1);
 	catalog_leave(&scope);
+	/* a split shard's last checkpoint: the caller's own row, read once more */
+	if (!OidIsValid(table) && may_be_gone)
+		return;
 	if (!OidIsValid(table))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_SHARD_MOVED),
 				 errmsg("shard " INT64_FORMAT " is not known on this node", shardid),
-				 errhint("The shard was split or its table dropped: retry the pass with "
-						 "backfill_run(name, force => true).")));
+				 errhint("Nothing to do after a split: the lane gives the new shards partitions "
+						 "that go on from its checkpoint.  After the table was dropped, start a "
+						 "new pass with backfill_run(name, force => true).")));
 	if (pg_class_aclcheck(table, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_TABLE, get_rel_name(table));
 }
@@ -239,7 +247,7 @@ backfill_shard_checkpoint(PG_FUNCTION_ARGS)
 		argnull[i] = PG_ARGISNULL(i);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	check_shard_readable(PG_GETARG_INT64(3));
+	check_shard_readable(PG_GETARG_INT64(3), strcmp(mode, "read") == 0);
 	/* the coordinator records where the row is once this returns: durable first */
 	(void) set_config_option("synchronous_commit", "on", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
@@ -282,8 +290,9 @@ shard_resolve(ShardTarget *t, const char *relation, const char *key)
 				(errcode(ERRCODE_BACKFILL_SHARD_MOVED),
 				 errmsg("shard " INT64_FORMAT " of table %s is not known on this node",
 						t->shardid, relation),
-				 errhint("The shard was split or its table dropped: retry the pass with "
-						 "backfill_run(name, force => true).")));
+				 errhint("Nothing to do after a split: the lane gives the new shards partitions "
+						 "that go on from its checkpoint.  After the table was dropped, start a "
+						 "new pass with backfill_run(name, force => true).")));
 	names = textToQualifiedNameList(cstring_to_text(name));
 	t->shard = RangeVarGetRelid(makeRangeVar(get_namespace_name(get_rel_namespace(t->table)),
 											 strVal(llast(names)), -1),
