@@ -812,6 +812,9 @@ batch_run_shard(Pass *pass, Claim *claim)
 	TimestampTz batch_start;
 	int64		rows_before;
 
+	/* a move or split went first: where the shard is now is read again */
+	if (shards_make_way(pass, claim))
+		claim->shard_ready = false;
 	if (!claim->shard_ready && !shards_open(pass, claim))
 	{
 		/* split: its new shards' partitions go on from its checkpoint (shards.c) */
@@ -820,7 +823,6 @@ batch_run_shard(Pass *pass, Claim *claim)
 		worker_commit_xact();
 		return BATCH_PARTITION_DONE;
 	}
-	shards_make_way(pass, claim);
 	batch_start = GetCurrentTimestamp();
 	begin_batch(pass, claim);
 	claim->scanned_keys = -1;

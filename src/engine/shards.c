@@ -732,9 +732,10 @@ wait_out_moves(Pass *pass)
  * The lock is asked for without waiting (a request queued behind a waiting
  * ExclusiveLock conflicts with it, so a waiting move is seen); if it is
  * not free the lane says so (backfill_status: "a shard move of group N"),
- * waits until the move is over, holding nothing, and goes on.
+ * waits until the move is over, holding nothing, and goes on.  True when
+ * it waited: the shard may have moved or been split meanwhile.
  */
-void
+bool
 shards_make_way(Pass *pass, Claim *claim)
 {
 	LOCKTAG		tag;
@@ -747,7 +748,7 @@ shards_make_way(Pass *pass, Claim *claim)
 	free_now = LockAcquire(&tag, ShareLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
 	worker_commit_xact();
 	if (free_now)
-		return;
+		return false;
 	since = GetCurrentTimestamp();
 	pacing_say_throttle(pass, claim, psprintf("a shard move of group " INT64_FORMAT, group));
 	worker_begin_xact(psprintf("pg_backfill lane: backfill \"%s\" waiting out a shard move of "
@@ -762,6 +763,7 @@ shards_make_way(Pass *pass, Claim *claim)
 					"shard move or split of colocation group " INT64_FORMAT, pass->name,
 					pass->run_id, claim->part_no,
 					(long) ((GetCurrentTimestamp() - since) / 1000), group)));
+	return true;
 }
 
 void

@@ -43,8 +43,9 @@ extern bool shards_open(Pass *pass, Claim *claim);
 /*
  * Before a batch: a move or split of the table's colocation group that
  * waits (or runs) goes first; the lane says so and waits, holding nothing.
+ * True when it waited (the shard may have moved or been split since).
  */
-extern void shards_make_way(Pass *pass, Claim *claim);
+extern bool shards_make_way(Pass *pass, Claim *claim);
 
 /* one batch on the shard's node (inside the lane's transaction, which mirrors it) */
 extern void shards_batch(Pass *pass, Claim *claim, int limit, ShardAnswer *answer);

@@ -157,9 +157,10 @@ for my $mode ('block_writes', 'force_logical')
 	ok(holds_rebalance_lock($splitter_pid),
 		"$label: the split, started while the pass runs, holds the rebalance lock");
 	ok(lanes_waiting_on($splitter_pid), "$label: a lane waits on the split");
-	like(sq($coord, "SELECT string_agg(DISTINCT throttle, ',') FROM backfill.partition "
-			  . "WHERE run_id = $run_id AND throttle IS NOT NULL"),
-		qr/a shard move of group \d+/, "$label: the lanes say they hold back for the split");
+	my $group = sq($coord, "SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 't'::regclass");
+	ok( poll_until($coord, q{SELECT throttle FROM backfill_status('fill_t')},
+			"a shard move of group $group", $LONG),
+		"$label: backfill_status says the lanes hold back for the split (a shard move of group $group)");
 	my $lane = sq($coord, "SELECT min(pid) FROM pg_stat_activity WHERE backend_type = "
 		  . "'pg_backfill lane' AND $splitter_pid = ANY (pg_blocking_pids(pid))");
 	is(kill('KILL', $lane), 1, "$label: SIGKILL to lane $lane, waiting on the split");
