@@ -81,6 +81,8 @@ typedef struct BackfillLaneEntry
 	bool		in_batch;		/* a batch's transaction is open */
 	bool		stop;			/* the pass was cancelled: stop at once */
 	bool		yield;			/* give the lane up to another role's pass */
+	TimestampTz batch_since;	/* when the open batch began */
+	bool		preempt;		/* its batch was cancelled for another role's pass */
 } BackfillLaneEntry;
 
 typedef struct BackfillShared
@@ -514,6 +516,8 @@ backfill_lane_snapshot(LaneInfo *out)
 		out[n].run_id = e->run_id;
 		out[n].index = i;
 		out[n].yield = e->yield;
+		out[n].in_batch = e->in_batch && e->pid != 0;
+		out[n].batch_since = e->batch_since;
 		n++;
 	}
 	LWLockRelease(shared->lane_lock);
@@ -537,6 +541,30 @@ backfill_lane_request_yield(int index)
 	}
 	LWLockRelease(shared->lane_lock);
 	return asked;
+}
+
+/*
+ * Cancel a lane's batch for another role's pass (the fair share's bound,
+ * backfill.preempt_after): only the batch that began at batch_since, if it
+ * is still open.  The flag and the signal go out under the lock the lane
+ * takes to leave its batch, as a cancel's do (wake_lanes).
+ */
+bool
+backfill_lane_preempt(int index, TimestampTz batch_since)
+{
+	BackfillLaneEntry *e = &shared->lanes[index];
+	bool		done = false;
+
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	if (e->in_use && e->in_batch && e->pid != 0 && e->batch_since == batch_since)
+	{
+		e->preempt = true;
+		e->yield = true;
+		(void) kill(e->pid, SIGINT);
+		done = true;
+	}
+	LWLockRelease(shared->lane_lock);
+	return done;
 }
 
 /* ------------------------------------------------------------------
@@ -591,10 +619,14 @@ backfill_lane_attach(int index, uint64 token)
 void
 backfill_lane_set_in_batch(bool in_batch)
 {
+	TimestampTz now = GetCurrentTimestamp();
+
 	if (my_lane < 0)
 		return;
 	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
 	shared->lanes[my_lane].in_batch = in_batch;
+	if (in_batch)
+		shared->lanes[my_lane].batch_since = now;
 	LWLockRelease(shared->lane_lock);
 }
 
@@ -621,6 +653,19 @@ bool
 backfill_lane_yield_requested(void)
 {
 	return my_lane_flag(false);
+}
+
+bool
+backfill_lane_preempted(void)
+{
+	bool		set;
+
+	if (my_lane < 0)
+		return false;
+	LWLockAcquire(shared->lane_lock, LW_SHARED);
+	set = shared->lanes[my_lane].preempt;
+	LWLockRelease(shared->lane_lock);
+	return set;
 }
 
 /*

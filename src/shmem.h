@@ -12,6 +12,8 @@
 
 #include "postgres.h"
 
+#include "datatype/timestamp.h"
+
 /* the most lanes the cluster can have at once (backfill.max_workers' maximum) */
 #define BACKFILL_MAX_LANES	128
 
@@ -23,6 +25,8 @@ typedef struct LaneInfo
 	int64		run_id;
 	int			index;			/* its entry in the table */
 	bool		yield;			/* asked to give its lane up */
+	bool		in_batch;		/* a batch of it is open ... */
+	TimestampTz batch_since;	/* ... since then */
 } LaneInfo;
 
 extern void backfill_shmem_init(void);
@@ -66,12 +70,14 @@ extern void backfill_lane_forget(int index, uint64 token);
 extern void backfill_lane_sweep(void);
 extern int	backfill_lane_snapshot(LaneInfo *out);
 extern bool backfill_lane_request_yield(int index);
+extern bool backfill_lane_preempt(int index, TimestampTz batch_since);
 
 /* the lane table, for the lane itself (and the engine it runs: pacing.c) */
 extern bool backfill_lane_attach(int index, uint64 token);
 extern void backfill_lane_set_in_batch(bool in_batch);
 extern bool backfill_lane_stop_requested(void);
 extern bool backfill_lane_yield_requested(void);
+extern bool backfill_lane_preempted(void);
 
 /*
  * Wake this database's scheduler when the current transaction commits
