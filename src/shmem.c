@@ -66,6 +66,9 @@ typedef struct BackfillSchedulerSlot
 	Latch	   *latch;
 	Oid			absent_dboid;	/* its last scheduler found no pg_backfill there */
 	Oid			idle_dboid;		/* its last scheduler left there with nothing to do */
+	TimestampTz no_slot_since;	/* its starts of a child have found no worker slot since
+								 * then (0: the last found one) */
+	TimestampTz no_slot_last;	/* the last start that found none */
 } BackfillSchedulerSlot;
 
 typedef struct BackfillLaneEntry
@@ -204,6 +207,7 @@ backfill_shmem_attach_scheduler(int slot, pid_t *holder)
 	s->dboid = MyDatabaseId;
 	s->pid = MyProcPid;
 	s->latch = &MyProc->procLatch;
+	s->no_slot_since = 0;
 	SpinLockRelease(&shared->mutex);
 	my_slot = slot;
 	before_shmem_exit(detach_scheduler, (Datum) 0);
@@ -248,6 +252,59 @@ backfill_shmem_scheduler_absent(void)
 	if (shared->slots[my_slot].pid == MyProcPid)
 		shared->slots[my_slot].absent_dboid = MyDatabaseId;
 	SpinLockRelease(&shared->mutex);
+}
+
+/*
+ * The scheduler tried to start a child (a lane, the relay): found a worker
+ * slot or not.  A backend that waits for lanes (finalize) reads it.
+ */
+void
+backfill_shmem_note_worker_slot(bool found)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (shared == NULL || my_slot < 0)
+		return;
+	SpinLockAcquire(&shared->mutex);
+	if (shared->slots[my_slot].pid == MyProcPid)
+	{
+		if (found)
+			shared->slots[my_slot].no_slot_since = 0;
+		else
+		{
+			if (shared->slots[my_slot].no_slot_since == 0)
+				shared->slots[my_slot].no_slot_since = now;
+			shared->slots[my_slot].no_slot_last = now;
+		}
+	}
+	SpinLockRelease(&shared->mutex);
+}
+
+/*
+ * A mark older than NO_SLOT_FRESH_MS says nothing: the scheduler tries again
+ * every second while a pass waits for a lane.
+ */
+#define NO_SLOT_FRESH_MS	5000
+
+TimestampTz
+backfill_shmem_no_worker_slot_since(Oid dboid)
+{
+	TimestampTz since = 0;
+	TimestampTz last = 0;
+
+	if (shared == NULL)
+		return 0;
+	SpinLockAcquire(&shared->mutex);
+	for (int i = 0; i < BACKFILL_MAX_DATABASES; i++)
+		if (shared->slots[i].dboid == dboid && shared->slots[i].pid != 0)
+		{
+			since = shared->slots[i].no_slot_since;
+			last = shared->slots[i].no_slot_last;
+		}
+	SpinLockRelease(&shared->mutex);
+	if (since == 0 || TimestampDifferenceExceeds(last, GetCurrentTimestamp(), NO_SLOT_FRESH_MS))
+		return 0;
+	return since;
 }
 
 /*

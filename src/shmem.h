@@ -59,6 +59,15 @@ extern bool backfill_shmem_slot_free(int slot, Oid *dboid, pid_t *pid);
 extern bool backfill_shmem_take_absent(int slot, Oid dboid);
 extern bool backfill_shmem_take_idle(int slot, Oid dboid);
 
+/*
+ * The scheduler's last start of a child worker found a worker slot or not;
+ * since when the scheduler of a database has found none (0: it found one,
+ * it has not tried for 5 s, or no scheduler serves it).  For a backend that
+ * waits for lanes.
+ */
+extern void backfill_shmem_note_worker_slot(bool found);
+extern TimestampTz backfill_shmem_no_worker_slot_since(Oid dboid);
+
 /* DROP DATABASE: keep the launcher off the database, stop its workers */
 extern void backfill_shmem_database_going(Oid dboid);
 extern bool backfill_shmem_database_is_going(Oid dboid);

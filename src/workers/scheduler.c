@@ -435,6 +435,8 @@ start_child(const char *function, const char *name, const char *type, LaneArgs *
 
 	handle = worker_start(function, name, type, (Datum) 0, args, sizeof(LaneArgs),
 						  scheduler_cxt);
+	/* a backend waiting for lanes (finalize) reads whether there was a slot */
+	backfill_shmem_note_worker_slot(handle != NULL);
 	if (handle != NULL)
 		return handle;
 
