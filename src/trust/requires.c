@@ -89,15 +89,14 @@ migrations_relation_refusal(Oid relid, const char *column, Oid role)
 		return NULL;
 	}
 	distrust = owned ?
-		psprintf("this session is not role %s's own (its code would run here)", role_name(role)) :
-		psprintf("its owner %s is not one that role %s trusts", role_name(form->relowner),
-				 role_name(role));
+		psprintf("this session is not role %s's own (reading it here could run that role's "
+				 "code beside what the session holds)", role_name(role)) :
+		psprintf("its owner %s is not one that role %s trusts (reading it could run that "
+				 "owner's code)", role_name(form->relowner), role_name(role));
 	if (form->relkind != RELKIND_RELATION && form->relkind != RELKIND_PARTITIONED_TABLE)
-		refusal = psprintf("it is not a table, and %s (reading it could run that owner's code)",
-						   distrust);
+		refusal = psprintf("it is not a table, and %s", distrust);
 	else if (form->relrowsecurity)
-		refusal = psprintf("it has row-level security, and %s (its policies could run that "
-						   "owner's code)", distrust);
+		refusal = psprintf("it has row-level security, and %s", distrust);
 	ReleaseSysCache(tuple);
 	if (refusal != NULL)
 		return refusal;

@@ -21,7 +21,11 @@
 #      DEFINER procedure of alice's that calls finalize: BF015 (such a
 #      procedure cannot commit), no batch run;
 #  (g) bob, a member of alice, with a cursor of his own over a table alice
-#      may not read.
+#      may not read;
+#  (h) backfill_run of alice's scoped backfill by the superuser and by bob,
+#      each holding a cursor the scope expression fetches from: the scope
+#      is evaluated in a worker logged in as alice (its value says it found
+#      no cursor).
 # 121 (e) covers the case where no worker slot is free: BF038.
 use strict;
 use warnings;
@@ -254,6 +258,46 @@ declare_steal('member', q{
 is($rc, 0, '(g) bob\'s finalize returns') or diag($err);
 check_pass('(g)', 'member', $err);
 is($out, 'bob-only', '(g) bob\'s cursor is his, unread');
+
+# ------------------------------------------------------------------
+# (h) backfill_run of a scoped backfill: the input casts and the scope
+#     expression run in a worker logged in as alice, not in the caller's
+#     session (a scope's value names the ledger row alice can read)
+# ------------------------------------------------------------------
+$node->safe_psql('postgres', q{
+	SET ROLE alice;
+	CREATE TABLE g_sc (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	INSERT INTO g_sc (id) SELECT generate_series(1, 100);
+	CREATE FUNCTION alice_scope(i jsonb) RETURNS text LANGUAGE plpgsql AS $$
+	DECLARE c refcursor := 'supercur'; r record;
+	BEGIN
+		BEGIN
+			FETCH c INTO r;
+			IF FOUND THEN RETURN 'got-' || r.rolname; END IF;
+		EXCEPTION WHEN others THEN RETURN 'nocursor';
+		END;
+		RETURN 'empty';
+	END $$;
+	SELECT backfill_declare(name => 'sc', relation => 'g_sc', predicate => 'n = 0',
+		action => 'UPDATE g_sc SET n = n + 1 WHERE id BETWEEN $1 AND $2',
+		input => '{"t": "integer"}', scope => 'public.alice_scope(input)', rate => 1000);
+});
+for my $who (['postgres', 'supercur'], ['bob', 'supercur'])
+{
+	my ($role, $cur) = @$who;
+	my $t = $role eq 'postgres' ? 1 : 2;
+	($rc, $out, $err) = session($role, qq{
+		BEGIN;
+		DECLARE $cur CURSOR WITH HOLD FOR SELECT 'secret-of-$role'::text AS rolname;
+		COMMIT;
+		SELECT backfill_run('sc', input => '{"t": $t}');
+	});
+	is($rc, 0, "(h) $role runs alice's scoped backfill") or diag($err);
+	is($node->safe_psql('postgres', "SELECT ledger_name FROM backfill.ledger WHERE run_id = $out"),
+		'sc:nocursor', "(h) $role: the scope was evaluated in a session without the caller's cursor");
+}
+is($node->safe_psql('postgres', q{SELECT count(*) FROM backfill.ledger WHERE ledger_name LIKE 'sc:got%'}),
+	'0', '(h) no scope named a cursor row of the caller');
 
 is($node->safe_psql('postgres', 'SELECT count(*) FROM loot'), '0', 'nothing was stolen');
 
