@@ -18,6 +18,9 @@
 #  (e) max_worker_processes exhausted (no lane can start): the superuser's
 #      finalize fails with BF038 (it runs none of fin_user's SQL itself);
 #      fin_user's own finalize works the pass in its session, which completes;
+#      the superuser's backfill_run of a scoped backfill of fin_user's:
+#      BF038 (its scope is evaluated only in a worker logged in as fin_user),
+#      fin_user's own run evaluates it in its session;
 #  (f) kill -9 of the finalizing session (fin_user's) mid-way: the pass stays running
 #      with a dead lease; once lanes can start, one resumes it and every
 #      row is done exactly once.
@@ -271,6 +274,26 @@ is( $tight->safe_psql('postgres',
 		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'}),
 	'0', '(e) no lane ran');
 each_row_done_once($tight, 'fe', 3000, $run_e);
+
+# a scoped backfill of fin_user's run by the superuser: its scope is
+# evaluated in a worker logged in as fin_user, for which no slot is free
+$tight->safe_psql('postgres', q{
+	CREATE TABLE fs (id int PRIMARY KEY, v int);
+	GRANT SELECT, UPDATE ON fs TO fin_user;
+	SET ROLE fin_user;
+	SELECT backfill_declare(name => 'fs', relation => 'fs', predicate => 'v IS NULL',
+		action => 'UPDATE fs SET v = 1 WHERE id BETWEEN $1 AND $2',
+		input => '{"t": "integer"}', scope => 'input->>''t''');
+});
+($rc, $out, $err) = finalize($tight, q{SELECT backfill_run('fs', input => '{"t": 1}')});
+like($err, qr/ERROR:  BF038: the scope of backfill "fs" cannot be evaluated: no background worker slot is free/,
+	'(e) the superuser\'s run of a scoped backfill of fin_user\'s: BF038');
+is($tight->safe_psql('postgres', q{SELECT count(*) FROM backfill.ledger WHERE declaration = 'fs'}),
+	'0', '(e) no pass was enqueued');
+($rc, $out, $err) = finalize($tight, q{SELECT backfill_run('fs', input => '{"t": 1}')}, 'fin_user');
+is($rc, 0, '(e) fin_user\'s own session evaluates it') or diag($err);
+is($tight->safe_psql('postgres', "SELECT ledger_name FROM backfill.ledger WHERE run_id = $out"),
+	'fs:1', '(e) as scope fs:1');
 
 # ------------------------------------------------------------------
 # (f) kill -9 of the finalizing session mid-way; a lane resumes once
