@@ -22,6 +22,7 @@ char	   *backfill_database_names = NULL;
 char	   *backfill_environment = NULL;
 int			backfill_max_workers = 4;
 int			backfill_max_workers_per_role = 0;
+int			backfill_preempt_after = 10000;
 double		backfill_default_rate = 5.0;
 int			backfill_naptime = 10;
 int			backfill_scheduler_idle_exit = 300;	/* s */
@@ -174,6 +175,17 @@ config_define_worker_settings(void)
 							&backfill_max_workers_per_role,
 							0, 0, 128,
 							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.preempt_after",
+							"How long a batch of a role holding more than its share of the lanes "
+							"may run while another role's pass waits, before it is cancelled "
+							"(0: never).",
+							"The cancelled batch rolls back with its checkpoint; its partition "
+							"is done later, and the cancel is not a failed attempt.",
+							&backfill_preempt_after,
+							10000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("backfill.naptime",

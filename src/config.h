@@ -30,6 +30,7 @@ extern char *backfill_database_names;
 extern char *backfill_environment;
 extern int	backfill_max_workers;
 extern int	backfill_max_workers_per_role;
+extern int	backfill_preempt_after;
 extern double backfill_default_rate;
 extern int	backfill_naptime;
 extern int	backfill_scheduler_idle_exit;

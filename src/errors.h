@@ -79,6 +79,8 @@
 #define ERRCODE_BACKFILL_SHARD_CHECKPOINT MAKE_SQLSTATE('B','F','0','3','6')
 /* a shard's batch on a worker reached another relation than its shard */
 #define ERRCODE_BACKFILL_SHARD_REACH	MAKE_SQLSTATE('B','F','0','3','7')
+/* finalize of another role's backfill: no lane runs the pass, and no worker slot is free */
+#define ERRCODE_BACKFILL_NO_WORKER		MAKE_SQLSTATE('B','F','0','3','8')
 
 /*
  * In a PG_CATCH block of a backend, before raising the caught error again

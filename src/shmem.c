@@ -76,6 +76,9 @@ typedef struct BackfillSchedulerSlot
 	Latch	   *latch;
 	Oid			absent_dboid;	/* its last scheduler found no pg_backfill there */
 	Oid			idle_dboid;		/* its last scheduler left there with nothing to do */
+	TimestampTz no_slot_since;	/* its starts of a child have found no worker slot since
+								 * then (0: the last found one) */
+	TimestampTz no_slot_last;	/* the last start that found none */
 } BackfillSchedulerSlot;
 
 typedef struct BackfillLaneEntry
@@ -91,6 +94,8 @@ typedef struct BackfillLaneEntry
 	bool		in_batch;		/* a batch's transaction is open */
 	bool		stop;			/* the pass was cancelled: stop at once */
 	bool		yield;			/* give the lane up to another role's pass */
+	TimestampTz batch_since;	/* when the open batch began */
+	bool		preempt;		/* its batch was cancelled for another role's pass */
 } BackfillLaneEntry;
 
 typedef struct BackfillPacer
@@ -224,6 +229,7 @@ backfill_shmem_attach_scheduler(int slot, pid_t *holder)
 	s->dboid = MyDatabaseId;
 	s->pid = MyProcPid;
 	s->latch = &MyProc->procLatch;
+	s->no_slot_since = 0;
 	SpinLockRelease(&shared->mutex);
 	my_slot = slot;
 	before_shmem_exit(detach_scheduler, (Datum) 0);
@@ -268,6 +274,59 @@ backfill_shmem_scheduler_absent(void)
 	if (shared->slots[my_slot].pid == MyProcPid)
 		shared->slots[my_slot].absent_dboid = MyDatabaseId;
 	SpinLockRelease(&shared->mutex);
+}
+
+/*
+ * The scheduler tried to start a child (a lane, the relay): found a worker
+ * slot or not.  A backend that waits for lanes (finalize) reads it.
+ */
+void
+backfill_shmem_note_worker_slot(bool found)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (shared == NULL || my_slot < 0)
+		return;
+	SpinLockAcquire(&shared->mutex);
+	if (shared->slots[my_slot].pid == MyProcPid)
+	{
+		if (found)
+			shared->slots[my_slot].no_slot_since = 0;
+		else
+		{
+			if (shared->slots[my_slot].no_slot_since == 0)
+				shared->slots[my_slot].no_slot_since = now;
+			shared->slots[my_slot].no_slot_last = now;
+		}
+	}
+	SpinLockRelease(&shared->mutex);
+}
+
+/*
+ * A mark older than NO_SLOT_FRESH_MS says nothing: the scheduler tries again
+ * every second while a pass waits for a lane.
+ */
+#define NO_SLOT_FRESH_MS	5000
+
+TimestampTz
+backfill_shmem_no_worker_slot_since(Oid dboid)
+{
+	TimestampTz since = 0;
+	TimestampTz last = 0;
+
+	if (shared == NULL)
+		return 0;
+	SpinLockAcquire(&shared->mutex);
+	for (int i = 0; i < BACKFILL_MAX_DATABASES; i++)
+		if (shared->slots[i].dboid == dboid && shared->slots[i].pid != 0)
+		{
+			since = shared->slots[i].no_slot_since;
+			last = shared->slots[i].no_slot_last;
+		}
+	SpinLockRelease(&shared->mutex);
+	if (since == 0 || TimestampDifferenceExceeds(last, GetCurrentTimestamp(), NO_SLOT_FRESH_MS))
+		return 0;
+	return since;
 }
 
 /*
@@ -536,6 +595,8 @@ backfill_lane_snapshot(LaneInfo *out)
 		out[n].run_id = e->run_id;
 		out[n].index = i;
 		out[n].yield = e->yield;
+		out[n].in_batch = e->in_batch && e->pid != 0;
+		out[n].batch_since = e->batch_since;
 		n++;
 	}
 	LWLockRelease(shared->lane_lock);
@@ -559,6 +620,30 @@ backfill_lane_request_yield(int index)
 	}
 	LWLockRelease(shared->lane_lock);
 	return asked;
+}
+
+/*
+ * Cancel a lane's batch for another role's pass (the fair share's bound,
+ * backfill.preempt_after): only the batch that began at batch_since, if it
+ * is still open.  The flag and the signal go out under the lock the lane
+ * takes to leave its batch, as a cancel's do (wake_lanes).
+ */
+bool
+backfill_lane_preempt(int index, TimestampTz batch_since)
+{
+	BackfillLaneEntry *e = &shared->lanes[index];
+	bool		done = false;
+
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	if (e->in_use && e->in_batch && e->pid != 0 && e->batch_since == batch_since)
+	{
+		e->preempt = true;
+		e->yield = true;
+		(void) kill(e->pid, SIGINT);
+		done = true;
+	}
+	LWLockRelease(shared->lane_lock);
+	return done;
 }
 
 /* ------------------------------------------------------------------
@@ -613,10 +698,14 @@ backfill_lane_attach(int index, uint64 token)
 void
 backfill_lane_set_in_batch(bool in_batch)
 {
+	TimestampTz now = GetCurrentTimestamp();
+
 	if (my_lane < 0)
 		return;
 	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
 	shared->lanes[my_lane].in_batch = in_batch;
+	if (in_batch)
+		shared->lanes[my_lane].batch_since = now;
 	LWLockRelease(shared->lane_lock);
 }
 
@@ -643,6 +732,19 @@ bool
 backfill_lane_yield_requested(void)
 {
 	return my_lane_flag(false);
+}
+
+bool
+backfill_lane_preempted(void)
+{
+	bool		set;
+
+	if (my_lane < 0)
+		return false;
+	LWLockAcquire(shared->lane_lock, LW_SHARED);
+	set = shared->lanes[my_lane].preempt;
+	LWLockRelease(shared->lane_lock);
+	return set;
 }
 
 /*

@@ -26,6 +26,8 @@ typedef struct LaneInfo
 	int64		run_id;
 	int			index;			/* its entry in the table */
 	bool		yield;			/* asked to give its lane up */
+	bool		in_batch;		/* a batch of it is open ... */
+	TimestampTz batch_since;	/* ... since then */
 } LaneInfo;
 
 extern void backfill_shmem_init(void);
@@ -58,6 +60,15 @@ extern bool backfill_shmem_slot_free(int slot, Oid *dboid, pid_t *pid);
 extern bool backfill_shmem_take_absent(int slot, Oid dboid);
 extern bool backfill_shmem_take_idle(int slot, Oid dboid);
 
+/*
+ * The scheduler's last start of a child worker found a worker slot or not;
+ * since when the scheduler of a database has found none (0: it found one,
+ * it has not tried for 5 s, or no scheduler serves it).  For a backend that
+ * waits for lanes.
+ */
+extern void backfill_shmem_note_worker_slot(bool found);
+extern TimestampTz backfill_shmem_no_worker_slot_since(Oid dboid);
+
 /* DROP DATABASE: keep the launcher off the database, stop its workers */
 extern void backfill_shmem_database_going(Oid dboid);
 extern bool backfill_shmem_database_is_going(Oid dboid);
@@ -69,12 +80,14 @@ extern void backfill_lane_forget(int index, uint64 token);
 extern void backfill_lane_sweep(void);
 extern int	backfill_lane_snapshot(LaneInfo *out);
 extern bool backfill_lane_request_yield(int index);
+extern bool backfill_lane_preempt(int index, TimestampTz batch_since);
 
 /* the lane table, for the lane itself (and the engine it runs: pacing.c) */
 extern bool backfill_lane_attach(int index, uint64 token);
 extern void backfill_lane_set_in_batch(bool in_batch);
 extern bool backfill_lane_stop_requested(void);
 extern bool backfill_lane_yield_requested(void);
+extern bool backfill_lane_preempted(void);
 
 /*
  * The pass's rate, shared by all that work it (shmem.c, the pacers): 0

@@ -26,6 +26,13 @@
  * call the session's are counted and kept as they were (advisory.c), and
  * SQL that released one of them raises BF032.
  *
+ * Rolled back or not, SQL evaluated in a session reaches what the session
+ * holds: its cursors, prepared statements, temporary objects, advisory
+ * locks.  asrole_own_session() says whether the session is the role's own;
+ * in any other client session no SQL the role controls may run
+ * (requires.c reads the migrations table there only when no user code can
+ * run; finalize leaves the pass to the lanes).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -151,4 +158,10 @@ asrole_query(const char *name, Oid role, const char *search_path, const char *sq
 	if (error != NULL)
 		*error = caught;
 	return caught ? NULL : q.result;
+}
+
+bool
+asrole_own_session(Oid role)
+{
+	return GetAuthenticatedUserId() == role && GetSessionUserId() == role;
 }

@@ -35,7 +35,9 @@
  * is started again does not forget its predecessor's.  Lanes are handed
  * out round robin, the next to the waiting pass whose role holds the
  * fewest; when all are taken and a role holds less than its share, a lane
- * of the role holding the most gives its place up after its batch.
+ * of the role holding the most gives its place up after its batch, or at
+ * once when that batch has run longer than backfill.preempt_after (the
+ * batch is cancelled and rolled back).
  *
  *-------------------------------------------------------------------------
  */
@@ -433,6 +435,8 @@ start_child(const char *function, const char *name, const char *type, LaneArgs *
 
 	handle = worker_start(function, name, type, (Datum) 0, args, sizeof(LaneArgs),
 						  scheduler_cxt);
+	/* a backend waiting for lanes (finalize) reads whether there was a slot */
+	backfill_shmem_note_worker_slot(handle != NULL);
 	if (handle != NULL)
 		return handle;
 
@@ -637,10 +641,94 @@ add_role(Oid *roles, int *nroles, Oid role)
 }
 
 /*
+ * The roles that hold lanes or have a pass here waiting for one, in roles;
+ * true when such a pass's role holds less than its share (*share).
+ */
+static bool
+fair_share_starved(List *needs, LaneCensus *census, Oid *roles, int *nroles, int *share)
+{
+	bool		starved = false;
+	ListCell   *lc;
+
+	for (int i = 0; i < census->n; i++)
+		add_role(roles, nroles, census->lanes[i].roleoid);
+	foreach(lc, needs)
+	{
+		RunNeed    *need = lfirst(lc);
+
+		if (!need->eligible || need->have >= need->lanes_wanted)
+			continue;
+		add_role(roles, nroles, need->owner);
+	}
+	*share = Max(1, backfill_max_workers / Max(*nroles, 1));
+	foreach(lc, needs)
+	{
+		RunNeed    *need = lfirst(lc);
+
+		if (need->eligible && need->have < need->lanes_wanted &&
+			census_count(census, InvalidOid, need->owner, 0) < Min(*share, role_cap()))
+			starved = true;
+	}
+	return starved;
+}
+
+/*
+ * Of the victim role's lanes, the one to give its place up: the one whose
+ * batch has run longest, else one of the pass with the most lanes.
+ */
+static int
+pick_yielding_lane(LaneCensus *census, Oid victim)
+{
+	int			pick = -1;
+	int			pick_run_lanes = 0;
+
+	for (int i = 0; i < census->n; i++)
+	{
+		LaneInfo   *l = &census->lanes[i];
+		int			run_lanes;
+
+		if (l->roleoid != victim || l->index < 0)
+			continue;
+		run_lanes = census_count(census, l->dboid, InvalidOid, l->run_id);
+		if (pick < 0 ||
+			(l->in_batch && (!census->lanes[pick].in_batch ||
+							 l->batch_since < census->lanes[pick].batch_since)) ||
+			(!l->in_batch && !census->lanes[pick].in_batch && run_lanes > pick_run_lanes))
+		{
+			pick = i;
+			pick_run_lanes = run_lanes;
+		}
+	}
+	return pick;
+}
+
+/*
+ * The lane asked to give its place up is still in a batch that has run
+ * longer than backfill.preempt_after: cancel that batch.  It rolls back
+ * with its checkpoint, its partition goes back to pending (not counted as
+ * a failed attempt: work.c), and the lane leaves.
+ */
+static void
+preempt_if_overdue(LaneInfo *lane)
+{
+	if (backfill_preempt_after <= 0 || !lane->in_batch ||
+		!TimestampDifferenceExceeds(lane->batch_since, GetCurrentTimestamp(),
+									backfill_preempt_after))
+		return;
+	if (backfill_lane_preempt(lane->index, lane->batch_since))
+		ereport(LOG,
+				(errmsg("pg_backfill: the batch of a lane of run " INT64_FORMAT " is cancelled for a "
+						"waiting pass of another role", lane->run_id),
+				 errdetail("It has run longer than backfill.preempt_after (%d ms) while its role "
+						   "holds more than its share of the lanes.", backfill_preempt_after)));
+}
+
+/*
  * Fair share: when every lane is taken and a pass here waits whose role
  * holds less than its share (backfill.max_workers divided among the roles
  * that hold or want lanes), ask one lane of the role that holds the most,
- * above its share, to give its lane up after its batch.  One at a time: no
+ * above its share, to give its lane up after its batch; a batch of it that
+ * runs longer than backfill.preempt_after is cancelled.  One at a time: no
  * new request while a lane is still leaving.
  */
 static void
@@ -649,40 +737,21 @@ ask_for_fair_share(List *needs, LaneCensus *census)
 	Oid			roles[BACKFILL_MAX_LANES + 64];
 	int			nroles = 0;
 	int			share;
-	bool		starved = false;
 	Oid			victim = InvalidOid;
 	int			victim_lanes = 0;
-	int			pick = -1;
-	int			pick_run_lanes = 0;
-	ListCell   *lc;
+	int			pick;
 
-	if (census->n < backfill_max_workers)
+	if (census->n < backfill_max_workers ||
+		!fair_share_starved(needs, census, roles, &nroles, &share))
 		return;
 	for (int i = 0; i < census->n; i++)
 	{
 		if (census->lanes[i].yield)
+		{
+			preempt_if_overdue(&census->lanes[i]);
 			return;
-		add_role(roles, &nroles, census->lanes[i].roleoid);
+		}
 	}
-	foreach(lc, needs)
-	{
-		RunNeed    *need = lfirst(lc);
-
-		if (!need->eligible || need->have >= need->lanes_wanted)
-			continue;
-		add_role(roles, &nroles, need->owner);
-	}
-	share = Max(1, backfill_max_workers / Max(nroles, 1));
-	foreach(lc, needs)
-	{
-		RunNeed    *need = lfirst(lc);
-
-		if (need->eligible && need->have < need->lanes_wanted &&
-			census_count(census, InvalidOid, need->owner, 0) < Min(share, role_cap()))
-			starved = true;
-	}
-	if (!starved)
-		return;
 
 	for (int k = 0; k < nroles; k++)
 	{
@@ -697,27 +766,15 @@ ask_for_fair_share(List *needs, LaneCensus *census)
 	if (!OidIsValid(victim))
 		return;
 
-	/* of that role, a lane of the pass with the most lanes */
-	for (int i = 0; i < census->n; i++)
-	{
-		LaneInfo   *l = &census->lanes[i];
-		int			run_lanes;
-
-		if (l->roleoid != victim || l->index < 0)
-			continue;
-		run_lanes = census_count(census, l->dboid, InvalidOid, l->run_id);
-		if (pick < 0 || run_lanes > pick_run_lanes)
-		{
-			pick = i;
-			pick_run_lanes = run_lanes;
-		}
-	}
-	if (pick >= 0 && backfill_lane_request_yield(census->lanes[pick].index))
-		ereport(LOG,
-				(errmsg("pg_backfill: a lane of run " INT64_FORMAT " gives its place to a waiting pass",
-						census->lanes[pick].run_id),
-				 errdetail("Its role holds %d of the %d lanes (backfill.max_workers); "
-						   "%d roles share them.", victim_lanes, backfill_max_workers, nroles)));
+	pick = pick_yielding_lane(census, victim);
+	if (pick < 0 || !backfill_lane_request_yield(census->lanes[pick].index))
+		return;
+	ereport(LOG,
+			(errmsg("pg_backfill: a lane of run " INT64_FORMAT " gives its place to a waiting pass",
+					census->lanes[pick].run_id),
+			 errdetail("Its role holds %d of the %d lanes (backfill.max_workers); "
+					   "%d roles share them.", victim_lanes, backfill_max_workers, nroles)));
+	preempt_if_overdue(&census->lanes[pick]);
 }
 
 /*

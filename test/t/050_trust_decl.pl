@@ -186,17 +186,28 @@ is(rolsuper('mal2'), 'f', '(2) after mal2 itself ran it: mal2 is no superuser');
 is(wait_pass_end($node, $r2, 180), 'completed',
 	'(2) the requirement was met (the view was read) and the scheduler started the pass');
 is(rolsuper('mal2'), 'f', '(2) after the scheduler checked the requirement: no superuser');
-is( $node->safe_psql('postgres',
-		q{SELECT state, blocked_by IS NULL FROM backfill_pending() WHERE name = 'mal2_req'}),
-	'completed|t', '(2) a superuser reads backfill_pending(): completed, nothing blocks it');
+# since issue 23 no client session but mal2's own runs mal2's view: a
+# superuser's backfill_pending, backfill_run and direct check are told why
+# instead (before, they read it in the superuser's session, as mal2)
+like( $node->safe_psql('postgres',
+		q{SELECT state || ': ' || blocked_by FROM backfill_pending() WHERE name = 'mal2_req'}),
+	qr/^completed: .*this session is not role mal2's own/,
+	'(2) a superuser reads backfill_pending(): completed; its session does not read mal2\'s view');
 is(rolsuper('mal2'), 'f', '(2) after the superuser read backfill_pending(): no superuser');
+like(refused('postgres', q{SELECT backfill_run('mal2_req', force => true, wait => false)}),
+	qr/ERROR:\s+BF005:.*this session is not role mal2's own/,
+	'(2) a superuser runs it again with wait => false: BF005, the view is not read here');
 my $r2b = $node->safe_psql('postgres',
-	q{SELECT backfill_run('mal2_req', force => true, wait => false)});
-is(wait_pass_end($node, $r2b, 180), 'completed', '(2) a superuser runs it again: completed');
+	q{SELECT backfill_run('mal2_req', force => true)});
+is(wait_pass_end($node, $r2b, 180), 'completed',
+	'(2) a superuser runs it again (wait => true): the scheduler reads the view, completed');
 is(rolsuper('mal2'), 'f', '(2) after the superuser ran it: no superuser');
 my (undef, $direct) = $node->psql('postgres',
 	q{SELECT coalesce(backfill.migration_unapplied('m1', 'mal2'::regrole), 'applied')});
-is($direct, 'applied', '(2) a superuser checks the migration as mal2: applied');
+like($direct, qr/cannot be checked as role mal2: .*this session is not role mal2's own/,
+	'(2) a superuser checks the migration as mal2: not here, and says why');
+is(as('mal2', q{SELECT coalesce(backfill.migration_unapplied('m1'), 'applied')}), 'applied',
+	'(2) mal2 checks it in its own session: applied');
 is(rolsuper('mal2'), 'f', '(2) after a direct call as mal2: no superuser');
 like(refused('mal2', q{SELECT backfill.migration_unapplied('m1', 'postgres'::regrole)}),
 	qr/ERROR:\s+BF016:.*\n(.*\n)*HINT:/,

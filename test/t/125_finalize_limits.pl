@@ -3,8 +3,8 @@
 # What bounds CALL backfill_finalize while it works a pass in the calling
 # session (verifier N2), and what it leaves when it stops.  One lane may run
 # at a time (backfill.max_workers = 1) and a slow pass of the same role
-# holds it, so every other pass is worked by the finalizing session, which
-# stays connected afterwards.  The actions are non-idempotent (n = n + 1)
+# holds it, so every other pass is worked by the finalizing session (a
+# session of the declarer, fl_user), which stays connected afterwards.  The actions are non-idempotent (n = n + 1)
 # and sleep only in the finalizing session, so the lanes that finish the passes
 # at the end run fast.
 #  (a) the caller's statement_timeout (2 s) ends the CALL with 57014 after
@@ -138,7 +138,11 @@ ok(waits_on($hog_lock_pid, 'pg_backfill lane'), 'a lane works the slow pass (its
 is($node->safe_psql('postgres', q{SELECT live_leases FROM backfill_status('fl_hog')}), '1',
 	'a lane works the slow pass, and takes the only lane');
 
-my $s = $node->background_psql('postgres', on_error_stop => 0);
+# the declarer's own session (fl_user logged in): since issue 23 only such a
+# session works a pass itself (this test's finalizing session was the
+# superuser's before; a superuser's finalize now only waits for the lanes)
+my $s = $node->background_psql('postgres', on_error_stop => 0,
+	extra_params => [ '-U', 'fl_user' ]);
 $s->set_query_timer_restart();
 my $pid = $s->query_safe('SELECT pg_backend_pid()');
 $s->query_safe('\set VERBOSITY verbose');
