@@ -344,6 +344,24 @@ yield_for_fair_share(Pass *pass, Claim *claim)
 }
 
 /*
+ * Must the lane leave before its next batch: cancelled, past the deadline of
+ * a backend working for a bounded time, or yielding for another role's pass
+ * (the partition given back at its checkpoint in the last two)?
+ */
+static bool
+leave_before_batch(Pass *pass, Claim *claim)
+{
+	if (work_must_stop())
+		return true;
+	if (work_deadline != 0 && GetCurrentTimestamp() >= work_deadline)
+	{
+		pass_release(pass, claim);
+		return true;
+	}
+	return yield_for_fair_share(pass, claim);
+}
+
+/*
  * Run batches on a claimed partition until it is exhausted (true) or the
  * lane must stop (false): cancelled, paused, yielding, or past the deadline
  * of a backend working for a bounded time (the partition is given back at
@@ -376,14 +394,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		if (outcome != BATCH_DONE)
 			return outcome == BATCH_PAUSED ? leave_paused(pass, claim) : false;
 		started = GetCurrentTimestamp();
-		if (work_must_stop())
-			return false;
-		if (work_deadline != 0 && GetCurrentTimestamp() >= work_deadline)
-		{
-			pass_release(pass, claim);
-			return false;
-		}
-		if (yield_for_fair_share(pass, claim))
+		if (leave_before_batch(pass, claim))
 			return false;
 
 		/* backfill_cancel cancels a batch only while this says so (shmem.c) */
