@@ -94,7 +94,10 @@ is(sq($node, q{SELECT rolsuper FROM pg_roles WHERE rolname = 'mallory'}), 'f',
 	'(a) mallory is no superuser');
 
 # a table with a policy that calls mallory's function: refused the same way
+# (one transaction: the scheduler looks every second, and must never see the
+# plain table with its row before the policy is on)
 as_mallory(q{
+	BEGIN;
 	DROP VIEW public.schema_migrations;
 	CREATE FUNCTION public.mig_seen() RETURNS boolean LANGUAGE sql AS
 		$$ SELECT pg_catalog.nextval('public.mig_ran') > 0 $$;
@@ -104,6 +107,7 @@ as_mallory(q{
 	ALTER TABLE public.schema_migrations FORCE ROW LEVEL SECURITY;
 	CREATE POLICY seen ON public.schema_migrations USING (public.mig_seen());
 	GRANT SELECT ON public.schema_migrations TO PUBLIC;
+	COMMIT;
 });
 $pending = $node->safe_psql('postgres',
 	q{SELECT state || ' | ' || coalesce(blocked_by, '') FROM backfill_pending() WHERE name = 'su_requires'});
