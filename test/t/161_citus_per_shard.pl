@@ -428,7 +428,7 @@ $coord->safe_psql('postgres', q{
 	SELECT backfill_declare('fill_retry', 'small', 'n = 0',
 		'UPDATE small SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		batch_size => 100, rate => 20, max_attempts => 2, backoff_base => '10 ms',
-		backoff_cap => '20 ms')});
+		backoff_cap => '20 ms', guard => false)});
 $run_id = sq($coord, q{SELECT backfill_run('fill_retry')});
 ok(poll_until($coord, "SELECT sum(rows) > 300 FROM backfill.partition WHERE run_id = $run_id", 't', 60),
 	'retry: the pass is under way');
