@@ -1179,7 +1179,9 @@ check_redeclaration(const Declaration *d)
 /*
  * What runs per batch: an action as written, or set => / delete => for the
  * engine to write (action.c), exactly one; guard => false lets a
- * hand-written UPDATE or DELETE of the relation leave the predicate out.
+ * hand-written UPDATE or DELETE of the relation leave the predicate out
+ * (catalogs older than 0.6, whose signature cannot say it, are not
+ * guarded: the guard comes with ALTER EXTENSION ... UPDATE).
  */
 static void
 read_action_options(const DeclareArgs *a, Declaration *d)
@@ -1189,7 +1191,9 @@ read_action_options(const DeclareArgs *a, Declaration *d)
 	d->action = arg_text(a, "action");
 	d->action_set = arg_text(a, "set");
 	d->action_delete = !arg_isnull(a, "delete") && DatumGetBool(arg_datum(a, "delete"));
-	d->guard = arg_isnull(a, "guard") || DatumGetBool(arg_datum(a, "guard"));
+	/* under catalogs older than 0.6 no signature can say guard => false: not guarded */
+	d->guard = arg_isnull(a, "guard") ? catalog_has_column("declaration", "guard") :
+		DatumGetBool(arg_datum(a, "guard"));
 	given = (d->action != NULL) + (d->action_set != NULL) + d->action_delete;
 	if (given > 1)
 		ereport(ERROR,

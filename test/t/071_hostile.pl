@@ -425,7 +425,7 @@ $node->safe_psql('hostile_up', q{
 	CREATE TABLE att.u (id int PRIMARY KEY, c int);
 	SELECT backfill_declare(name => 'a_up', relation => 'att.u',
 	    predicate => 'c IS NULL AND att.ssettle(''upgrade predicate'')',
-	    action => 'UPDATE att.u SET c = 1 WHERE id BETWEEN $1 AND $2', guard => false);
+	    action => 'UPDATE att.u SET c = 1 WHERE id BETWEEN $1 AND $2');
 });
 $node->safe_psql('hostile_up', q{ALTER EXTENSION pg_backfill UPDATE TO '0.3'});
 is($node->safe_psql('hostile_up', q{SELECT extversion FROM pg_extension
