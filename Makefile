@@ -11,6 +11,7 @@ OBJS = \
 	src/searchpath.o \
 	src/sql/declare.o \
 	src/sql/key.o \
+	src/sql/action.o \
 	src/sql/run.o \
 	src/sql/control.o \
 	src/sql/finalize.o \
@@ -26,6 +27,7 @@ OBJS = \
 	src/engine/citus.o \
 	src/engine/shards.o \
 	src/engine/pass.o \
+	src/engine/estimate.o \
 	src/engine/batch.o \
 	src/engine/pagecycle.o \
 	src/engine/poison.o \

@@ -86,6 +86,10 @@ const DeclarationColumn declaration_columns[] = {
 	{COL(revert_predicate, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "revert_predicate", TEXTOID, "NULL"},
 	{COL(max_failed_rows, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "max_failed_rows", INT4OID, "0"},
 	{COL(watch_ms, INT4OID, DECL_INT4, false), DECL_NOT_SUMMED, NULL, "watch", INTERVALOID, "NULL"},
+	/* the statement the engine writes (pg_backfill--0.5--0.6.sql, issue 24): the action it wrote is summed */
+	{COL(action_set, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "set", TEXTOID, "NULL"},
+	{COL(action_delete, BOOLOID, DECL_BOOL, true), DECL_NOT_SUMMED, NULL, "delete", BOOLOID, "false"},
+	{COL(guard, BOOLOID, DECL_BOOL, true), DECL_NOT_SUMMED, NULL, "guard", BOOLOID, "true"},
 	/* requirements and tenancy */
 	{COL(requires, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "requires", TEXTOID, "NULL"},
 	{COL(requires_backfill, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "requires_backfill", TEXTOID, "NULL"},

@@ -47,6 +47,9 @@ typedef struct Declaration
 	char	   *action;
 	char	   *revert;			/* undoes the action for a range (issue 14) */
 	char	   *revert_predicate;	/* the rows a revert pass visits */
+	char	   *action_set;		/* set =>: the engine wrote the action (issue 24) */
+	bool		action_delete;	/* delete =>: the engine wrote a DELETE */
+	bool		guard;			/* a hand-written UPDATE/DELETE must repeat the predicate */
 
 	/* pacing, retries and timeouts */
 	int32		batch_size;
@@ -79,7 +82,7 @@ typedef struct Declaration
 } Declaration;
 
 /* the fields above: declaration_columns has one row for each */
-#define DECLARATION_NCOLUMNS 40
+#define DECLARATION_NCOLUMNS 43
 
 /* the most columns a key may have */
 #define DECLARATION_MAX_KEY_COLUMNS 4

@@ -70,7 +70,7 @@ as_role_ok('app', q{
 	SELECT backfill_declare(name => 'mon_done', relation => 'mon_t',
 		predicate => 'c IS NULL AND mon_mark()',
 		action => 'UPDATE mon_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND c IS NULL',
-		batch_size => 100, rate => 100);
+		batch_size => 100, rate => 100, guard => false);
 	CREATE TABLE mon_slow_t (id int PRIMARY KEY, c int);
 	INSERT INTO mon_slow_t SELECT g FROM generate_series(1, 100000) g;
 	SELECT backfill_declare(name => 'mon_slow', relation => 'mon_slow_t', predicate => 'c IS NULL',

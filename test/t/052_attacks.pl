@@ -197,7 +197,7 @@ $node->safe_psql('postgres', q{
 $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'ro_fill', relation => 'public.ro_items', predicate => 'NOT done',
 		action => 'UPDATE public.ro_items SET n = n + 1, done = true WHERE id BETWEEN $1 AND $2',
-		rate => 1000);
+		rate => 1000, guard => false);
 }, extra_params => [ '-U', 'ro_alice' ]);
 $node->safe_psql('postgres', q{ALTER ROLE ro_alice SET default_transaction_read_only = on});
 my $ro_run = sq($node, q{SET ROLE ro_alice; SELECT backfill_run('ro_fill')});
@@ -240,7 +240,7 @@ $node->safe_psql('postgres', q{CREATE ROLE alice LOGIN; GRANT CREATE ON SCHEMA p
 as_mallory(q{
 	CREATE TABLE public.m_orph (id bigint PRIMARY KEY, c int);
 	SELECT backfill_declare(name => 'orph', relation => 'public.m_orph', predicate => 'c IS NULL',
-		action => 'UPDATE public.m_orph SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000);
+		action => 'UPDATE public.m_orph SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', rate => 1000);
 });
 my $m_orph = as_mallory(q{SELECT backfill_run('orph')});
 is(wait_pass_end($node, $m_orph, 180), 'completed', '(g) mallory\'s pass of orph completes');
@@ -252,7 +252,7 @@ $as_alice->(q{
 	CREATE TABLE public.a_orph (id bigint PRIMARY KEY, c int);
 	INSERT INTO public.a_orph SELECT g FROM generate_series(1, 10) g;
 	SELECT backfill_declare(name => 'orph', relation => 'public.a_orph', predicate => 'c IS NULL',
-		action => 'UPDATE public.a_orph SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000);
+		action => 'UPDATE public.a_orph SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', rate => 1000);
 });
 my $a_orph = $as_alice->(q{SELECT backfill_run('orph')});
 isnt($a_orph, $m_orph, '(g) alice\'s run is a pass of its own, not a skip');

@@ -281,7 +281,7 @@ $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'sync', relation => 's', predicate => 'n = 0',
 		action => $$UPDATE s SET n = n + 1, sc = pg_catalog.current_setting('synchronous_commit')
 		           WHERE id BETWEEN $1 AND $2$$,
-		batch_size => 100, rate => 100, async_commit => false);
+		batch_size => 100, rate => 100, async_commit => false, guard => false);
 });
 my $run3 = $node->safe_psql('postgres', q{SELECT backfill_run('sync')});
 ok(pass_ended($node, $run3, 300), 'the synchronous pass ended');

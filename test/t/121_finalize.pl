@@ -60,7 +60,7 @@ sub declare_fill
 		SELECT backfill_declare(name => '$name', relation => '$name', predicate => 'v IS NULL',
 			action => 'UPDATE $name SET v = 1, n = n + 1 WHERE id BETWEEN \$1 AND \$2'
 			       || ' AND current_user = ''fin_user''',
-			batch_size => $batch, rate => $rate$more);
+			batch_size => $batch, rate => $rate$more, guard => false);
 	});
 	return;
 }
@@ -230,7 +230,7 @@ $node->safe_psql('postgres', q{
 	GRANT SELECT, UPDATE ON fr TO fin_user;
 	SET ROLE fin_user;
 	SELECT backfill_declare(name => 'fr', relation => 'fr', predicate => 'v IS NULL',
-		action => 'UPDATE fr SET v = 1 WHERE id BETWEEN $1 AND $2',
+		action => 'UPDATE fr SET v = 1 WHERE id BETWEEN $1 AND $2 AND (v IS NULL)',
 		revert => 'UPDATE fr SET v = NULL WHERE id BETWEEN $1 AND $2', rate => 1000);
 });
 my $run_r = $node->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('fr')});

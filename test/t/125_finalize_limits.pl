@@ -259,7 +259,7 @@ for my $t (['fl_p1', 'PERFORM pg_advisory_lock(999);'], ['fl_p2', 'PERFORM pg_ad
 		SELECT backfill_declare(name => '$name', relation => '$name',
 			predicate => 'public.${name}_pred(v)',
 			action => 'UPDATE $name SET v = 1, n = n + 1 WHERE id BETWEEN \$1 AND \$2',
-			batch_size => 50, rate => 1000);
+			batch_size => 50, rate => 1000, guard => false);
 		SELECT backfill_run('$name');
 	});
 }

@@ -64,7 +64,7 @@ $node->safe_psql('postgres', q{
 	SET ROLE dw_owner;
 	SELECT backfill_declare(name => 'dd', relation => 'd', predicate => 'n = 0',
 		action => 'UPDATE d SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 500, rate => 100);
+		batch_size => 500, rate => 100, guard => false);
 });
 my $run = sq($node, q{SET ROLE dw_owner; SELECT backfill_run('dd')});
 is(wait_pass_end($node, $run, 300), 'completed', '(a) the pass completed');
@@ -91,7 +91,7 @@ is(sq($node, q{SELECT count(*) FROM backfill.ledger WHERE declaration = 'dd'}), 
 $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'ww', relation => 'w', predicate => 'n = 0',
 		action => 'UPDATE w SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 500, rate => 100, watch => '1 s');
+		batch_size => 500, rate => 100, watch => '1 s', guard => false);
 });
 my $first = sq($node, q{SELECT backfill_run('ww')});
 is(wait_pass_end($node, $first, 300), 'completed', '(b) the watched backfill completed');
@@ -132,7 +132,7 @@ is(sq($node, q{SELECT count(*) FROM backfill.ledger WHERE declaration = 'ww'}), 
 $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'bb', relation => 'b', predicate => 'n = 0',
 		action => 'UPDATE b SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 500, rate => 4);
+		batch_size => 500, rate => 4, guard => false);
 });
 my ($wout, $werr) = ('', '');
 my $writer = IPC::Run::start(
@@ -187,7 +187,7 @@ $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'cbb', relation => 'cb', predicate => 'n = 0',
 		action => 'UPDATE cb SET n = n + 1 WHERE (tenant, id) >= ($1, $2)
 		           AND (tenant < $3 OR (tenant = $3 AND id <= $4))',
-		batch_size => 500, rate => 4);
+		batch_size => 500, rate => 4, guard => false);
 });
 my $cwriter = IPC::Run::start(
 	[ 'psql', '-X', '-d', $node->connstr('postgres'), '-c', 'CALL cwriter(500, 3600)' ],
