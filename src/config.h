@@ -33,6 +33,8 @@ extern int	backfill_max_workers_per_role;
 extern double backfill_default_rate;
 extern int	backfill_naptime;
 extern int	backfill_scheduler_idle_exit;
+extern int	backfill_probe_timeout;
+extern int	backfill_probe_lock_timeout;
 extern int	backfill_max_replication_lag;
 extern int	backfill_max_dead_tuples;
 extern int	backfill_throttle_delay;

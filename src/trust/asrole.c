@@ -26,6 +26,13 @@
  * call the session's are counted and kept as they were (advisory.c), and
  * SQL that released one of them raises BF032.
  *
+ * Every such evaluation is bounded: lock_timeout backfill.probe_lock_timeout
+ * (1 s) for its lock waits, and a statement timeout of
+ * backfill.probe_timeout (60 s), never later than the caller's own
+ * statement_timeout, armed around it (a statement timeout set by SQL only
+ * takes effect at the next top-level statement, so it is armed here).  In
+ * a report none of this runs: reports read the catalogs only.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -37,10 +44,41 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/timeout.h"
+#include "utils/timestamp.h"
 
 #include "advisory.h"
 #include "asrole.h"
+#include "config.h"
 #include "searchpath.h"
+
+/*
+ * Arm the statement timeout of a declarer's SQL: backfill.probe_timeout
+ * from now, or the caller's own end when that comes first.  Returns the
+ * caller's end (0: none), for bound_end.
+ */
+static TimestampTz
+bound_begin(void)
+{
+	TimestampTz caller_end = get_timeout_active(STATEMENT_TIMEOUT) ?
+		get_timeout_finish_time(STATEMENT_TIMEOUT) : 0;
+	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												  backfill_probe_timeout);
+
+	if (caller_end != 0 && caller_end < end)
+		end = caller_end;
+	enable_timeout_at(STATEMENT_TIMEOUT, end);
+	return caller_end;
+}
+
+/* the caller's statement timeout as it was before bound_begin */
+static void
+bound_end(TimestampTz caller_end)
+{
+	disable_timeout(STATEMENT_TIMEOUT, false);
+	if (caller_end != 0)
+		enable_timeout_at(STATEMENT_TIMEOUT, caller_end);
+}
 
 ErrorData *
 asrole_call(const char *name, Oid role, const char *search_path, AsRoleFunc fn, void *arg,
@@ -51,6 +89,7 @@ asrole_call(const char *name, Oid role, const char *search_path, AsRoleFunc fn, 
 	Oid			save_user;
 	int			save_sec;
 	ErrorData  *volatile error = NULL;
+	TimestampTz caller_end;
 	/* inside CALL backfill_finalize's work, its own guard holds */
 	bool		guard = !advisory_guard_on();
 
@@ -59,6 +98,7 @@ asrole_call(const char *name, Oid role, const char *search_path, AsRoleFunc fn, 
 	GetUserIdAndSecContext(&save_user, &save_sec);
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
+	caller_end = bound_begin();
 
 	PG_TRY();
 	{
@@ -68,6 +108,8 @@ asrole_call(const char *name, Oid role, const char *search_path, AsRoleFunc fn, 
 							   SECURITY_RESTRICTED_OPERATION);
 		nest = NewGUCNestLevel();
 		searchpath_apply(search_path, GUC_ACTION_SAVE);
+		(void) set_config_option("lock_timeout", psprintf("%d", backfill_probe_lock_timeout),
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 		fn(arg);
 		MemoryContextSwitchTo(cxt);
 		/* discard every setting fn changed, whatever its scope */
@@ -81,6 +123,7 @@ asrole_call(const char *name, Oid role, const char *search_path, AsRoleFunc fn, 
 		FlushErrorState();
 	}
 	PG_END_TRY();
+	bound_end(caller_end);
 
 	/* success or not: nothing the SQL did survives the subtransaction */
 	RollbackAndReleaseCurrentSubTransaction();

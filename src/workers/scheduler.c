@@ -26,6 +26,12 @@
  * that a wake from then on reaches the launcher, which starts it again at
  * once, looks one last time, and says so in the slot.
  *
+ * The scheduler runs no declarer's SQL in its loop: a drift probe (a watch
+ * that is due; the backfill a queued pass requires, probed before the pass
+ * starts) runs in a probe worker it starts (probe.c), as the declarer, and
+ * only the backfill probed waits for it.  The read of the migrations table
+ * that `requires` names is still made here, bounded (asrole.c).
+ *
  * Lanes never restart by themselves.  A lane that dies quickly is started
  * again only after a doubling delay, so a pass that cannot start never
  * floods the log.  See src/README.md for the state machine.
@@ -69,6 +75,7 @@
 #include "errors.h"
 #include "pass.h"
 #include "launcher.h"
+#include "probe.h"
 #include "relay.h"
 #include "scheduler.h"
 #include "shmem.h"
@@ -93,6 +100,7 @@ typedef struct RunMemo
 	int			quick_exits;	/* lanes that died soon after starting, in a row */
 	TimestampTz next_start;		/* no lane for this pass before then */
 	bool		seen;			/* still running at the last tick */
+	bool		drift_checked;	/* the backfill it requires was probed (probe.c) */
 } RunMemo;
 
 /* a running pass as one tick sees it */
@@ -721,6 +729,25 @@ ask_for_fair_share(List *needs, LaneCensus *census)
 }
 
 /*
+ * Has the backfill this queued pass requires been probed since the pass
+ * was first seen?  The probe (a worker of its own, probe.c) reopens it if
+ * it drifted, and the pass waits for that; until the probe ends the pass
+ * stays queued, and only it: a slow or blocked probe delays no other pass.
+ */
+static bool
+required_probed(RunNeed *need, RunMemo *memo)
+{
+	DriftTarget target;
+
+	if (memo->drift_checked)
+		return true;
+	if (!drift_required_target(need->run_id, &target, CurrentMemoryContext) ||
+		probe_done(DRIFT_REQUIRED, &target, need->run_id, scheduler_cxt))
+		memo->drift_checked = true;
+	return memo->drift_checked;
+}
+
+/*
  * Which passes may get a lane now: those with fewer than they want whose
  * role can log in, whose requirement has not drifted, and whose restart
  * delay has passed.  A pass that cannot log in and has no lane left fails.
@@ -756,7 +783,7 @@ mark_eligible(List *needs, LaneCensus *census, TimestampTz now, long *sleep_ms)
 			continue;
 		}
 		/* a required backfill that drifted is reopened first; this pass waits */
-		if (need->check_drift && drift_reopen_required(need->run_id))
+		if (need->check_drift && !required_probed(need, memo))
 			continue;
 		if (memo->next_start > now)
 		{
@@ -848,10 +875,13 @@ scheduler_tick(MemoryContext scratch)
 	if (outbox_pending && relay == NULL)
 		sleep_ms = Min(sleep_ms, 1000L);
 
-	/* completed backfills with a watch: probe those due, wake for the next */
+	/* completed backfills with a watch: a probe worker for each due, wake for the next */
 	{
-		long		watch_ms = drift_watch(scratch);
+		long		watch_ms;
+		ListCell   *lc;
 
+		foreach(lc, drift_watch_due(scratch, &watch_ms))
+			(void) probe_done(DRIFT_WATCH, lfirst(lc), 0, scheduler_cxt);
 		if (watch_ms >= 0)
 			sleep_ms = Min(sleep_ms, Max(watch_ms, 50L));
 	}
@@ -913,7 +943,8 @@ note_idle(bool busy, TimestampTz *idle_since, const char *dbname, int slot, long
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz leave_at;
 
-	if (busy || lanes != NIL || relay != NULL || backfill_scheduler_idle_exit <= 0)
+	if (busy || lanes != NIL || relay != NULL || probes_reap() ||
+		backfill_scheduler_idle_exit <= 0)
 	{
 		*idle_since = 0;
 		return sleep_ms;
@@ -1014,6 +1045,7 @@ backfill_scheduler_main(Datum main_arg)
 		MemoryContextReset(scratch);
 		MemoryContextSwitchTo(scratch);
 		reap_lanes();
+		(void) probes_reap();
 
 		/*
 		 * A failed look (the extension being dropped or upgraded under us,
