@@ -287,8 +287,9 @@ $$;
 
 /*
  * What backfill_pending shows as blocked_by, from the catalogs only: the
- * migration as the newest probe found it (none yet: not known, NULL),
- * then the required backfill.
+ * migration as the newest probe found it (none yet: not known, NULL; a
+ * pass of the backfill completed since: it was applied when that pass
+ * started), then the required backfill.
  */
 CREATE FUNCTION backfill.recorded_requirement(p_name text) RETURNS text
 LANGUAGE sql STABLE
@@ -296,7 +297,11 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce((SELECT p.requirement FROM backfill.probe p
                        JOIN backfill.declaration d ON d.name = p.declaration
-                      WHERE p.declaration = $1 AND d.requires IS NOT NULL),
+                      WHERE p.declaration = $1 AND d.requires IS NOT NULL
+                        AND NOT EXISTS (SELECT 1 FROM backfill.ledger l
+                                         WHERE l.declaration = $1
+                                           AND l.status IN ('completed', 'completed_with_failures')
+                                           AND l.finished_at > p.taken_at)),
                     backfill.unmet_required_backfill($1));
 $$;
 

@@ -78,7 +78,10 @@ $node->safe_psql('postgres', q{
 		action => 'UPDATE su_items SET c = 1 WHERE id BETWEEN $1 AND $2 AND c IS NULL',
 		requires => 'v2', rate => 1000);
 });
-my $pending = $node->safe_psql('postgres',
+# backfill_pending reads no migrations table: a probe (a worker) records what it found
+$node->safe_psql('postgres', q{SELECT backfill_probe('su_requires')});
+my $node->safe_psql('postgres', q{SELECT backfill_probe('su_requires')});
+$pending = $node->safe_psql('postgres',
 	q{SELECT state || ' | ' || coalesce(blocked_by, '') FROM backfill_pending() WHERE name = 'su_requires'});
 like($pending, qr/^blocked \| .*not a table/,
 	'(a) a view of another role as the migrations table: the backfill is blocked, saying why');
