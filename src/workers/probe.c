@@ -45,7 +45,7 @@
 /* the scheduler's probes running at once, at most */
 #define PROBE_MAX			4
 /* a probe of the scheduler's that ended is not started again sooner */
-#define PROBE_RESTART_MS	10000
+#define PROBE_RESTART_MS	1000
 
 /* a probe the scheduler started */
 typedef struct ProbeChild
