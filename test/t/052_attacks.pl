@@ -80,8 +80,7 @@ $node->safe_psql('postgres', q{
 });
 # backfill_pending reads no migrations table: a probe (a worker) records what it found
 $node->safe_psql('postgres', q{SELECT backfill_probe('su_requires')});
-my $node->safe_psql('postgres', q{SELECT backfill_probe('su_requires')});
-$pending = $node->safe_psql('postgres',
+my $pending = $node->safe_psql('postgres',
 	q{SELECT state || ' | ' || coalesce(blocked_by, '') FROM backfill_pending() WHERE name = 'su_requires'});
 like($pending, qr/^blocked \| .*not a table/,
 	'(a) a view of another role as the migrations table: the backfill is blocked, saying why');
@@ -108,6 +107,7 @@ as_mallory(q{
 	CREATE POLICY seen ON public.schema_migrations USING (public.mig_seen());
 	GRANT SELECT ON public.schema_migrations TO PUBLIC;
 });
+$node->safe_psql('postgres', q{SELECT backfill_probe('su_requires')});
 $pending = $node->safe_psql('postgres',
 	q{SELECT state || ' | ' || coalesce(blocked_by, '') FROM backfill_pending() WHERE name = 'su_requires'});
 like($pending, qr/^blocked \| .*row-level security/,
