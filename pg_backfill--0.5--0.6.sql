@@ -204,7 +204,6 @@ CREATE TABLE backfill.probe (
     found            bigint,                 -- rows its predicate matched (at most 1,000); NULL: failed
     error_code       text,                   -- the SQLSTATE that ended it (lock or statement timeout...)
     error_message    text,
-    requirement      text,                   -- the migration it requires, not applied (NULL: applied or none)
     probes           bigint NOT NULL DEFAULT 1
 );
 REVOKE ALL ON backfill.probe FROM PUBLIC;
@@ -214,6 +213,26 @@ CREATE POLICY probe_member ON backfill.probe FOR SELECT
     USING (EXISTS (SELECT 1 FROM backfill.declaration d WHERE d.name = probe.declaration));
 COMMENT ON TABLE backfill.probe IS
 'the newest drift probe of each backfill, taken by a probe worker as its role: what it found, when, or why it failed';
+
+/*
+ * The migration a backfill requires, as a probe worker last read it (the
+ * migrations table, as the declaring role): the scheduler starts one for
+ * a queued pass whose declaration has requires, and lets the pass start
+ * once one taken after it was enqueued found the migration applied;
+ * backfill_probe and the drift probes read it too.  The scheduler's own
+ * look reads only this.
+ */
+CREATE TABLE backfill.requirement (
+    declaration      text PRIMARY KEY REFERENCES backfill.declaration (name)
+                     ON DELETE CASCADE ON UPDATE CASCADE,
+    unmet            text,                   -- why the migration is not applied; NULL: applied
+    checked_at       timestamptz NOT NULL
+);
+REVOKE ALL ON backfill.requirement FROM PUBLIC;
+GRANT SELECT ON backfill.requirement TO PUBLIC;
+ALTER TABLE backfill.requirement ENABLE ROW LEVEL SECURITY;
+CREATE POLICY requirement_member ON backfill.requirement FOR SELECT
+    USING (EXISTS (SELECT 1 FROM backfill.declaration d WHERE d.name = requirement.declaration));
 
 -- evaluated the predicate in the caller's session: replaced by backfill_probe
 DROP FUNCTION backfill.drift_probe(text);
@@ -295,13 +314,13 @@ CREATE FUNCTION backfill.recorded_requirement(p_name text) RETURNS text
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT coalesce((SELECT p.requirement FROM backfill.probe p
-                       JOIN backfill.declaration d ON d.name = p.declaration
-                      WHERE p.declaration = $1 AND d.requires IS NOT NULL
+    SELECT coalesce((SELECT q.unmet FROM backfill.requirement q
+                       JOIN backfill.declaration d ON d.name = q.declaration
+                      WHERE q.declaration = $1 AND d.requires IS NOT NULL
                         AND NOT EXISTS (SELECT 1 FROM backfill.ledger l
                                          WHERE l.declaration = $1
                                            AND l.status IN ('completed', 'completed_with_failures')
-                                           AND l.finished_at > p.taken_at)),
+                                           AND l.finished_at > q.checked_at)),
                     backfill.unmet_required_backfill($1));
 $$;
 

@@ -14,7 +14,7 @@
  * logged in as the backfill's run_as role, its SQL through asrole.c
  * (restricted, pg_temp last, rolled back) under backfill.probe_lock_timeout
  * and backfill.probe_timeout: never in the scheduler's loop, never in a
- * report or another role's session.  Three things start one:
+ * report or another role's session.  Four things start one:
  *
  *   watch     a completed backfill declared with watch => interval, due:
  *             the scheduler starts the probe; on drift the probe enqueues a
@@ -31,6 +31,12 @@
  *             when the reopen is something B's owner could do and A's owner
  *             may ask for (a member of B's owner): a role never force-runs
  *             another role's backfill.
+ *   requires  a queued pass whose declaration requires a migration: the
+ *             probe reads only the migrations table.
+ *
+ * Every probe also reads the migration the backfill requires (requires.c,
+ * as its owner, bounded) into backfill.requirement: the scheduler lets a
+ * queued pass start on that record, and backfill_pending shows it.
  *
  * The convergence count at a pass's end (pass.c) records the rest: what
  * matches beyond the pass's bound (run.beyond), when the pass completed.
@@ -439,44 +445,45 @@ typedef struct Probe
 	Required	required;		/* kind required: A waits for B, the one probed */
 } Probe;
 
-static const char *const kind_names[] = {"asked", "watch", "required"};
+static const char *const kind_names[] = {"asked", "watch", "required", "requires"};
 
 /*
- * The migration the backfill requires, read as its owner (requires.c,
- * through asrole.c: bounded), when it is not applied; NULL otherwise.
+ * Does the backfill require a migration?  If so, read the migrations table
+ * as its owner (requires.c, through asrole.c: bounded) and record in
+ * backfill.requirement why it is not applied (NULL: applied), with the
+ * time.  The scheduler lets a queued pass start on that record.
  */
-static char *
+static void
 probe_requirement(const char *name)
 {
 	CatalogScope scope;
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(name)};
-	char	   *requirement = NULL;
 
 	catalog_enter(&scope);
-	if (catalog_exec("SELECT backfill.migration_unapplied(d.requires, d.owner::pg_catalog.oid)"
-					 " FROM backfill.declaration d WHERE d.name = $1 AND d.requires IS NOT NULL",
-					 1, types, values, NULL, SPI_OK_SELECT) == 1)
-		requirement = catalog_gettext(0, 1);
+	catalog_exec("INSERT INTO backfill.requirement AS q (declaration, unmet, checked_at)"
+				 " SELECT d.name, backfill.migration_unapplied(d.requires,"
+				 "          d.owner::pg_catalog.oid), pg_catalog.clock_timestamp()"
+				 "   FROM backfill.declaration d WHERE d.name = $1 AND d.requires IS NOT NULL"
+				 " ON CONFLICT (declaration) DO UPDATE SET unmet = EXCLUDED.unmet,"
+				 "   checked_at = EXCLUDED.checked_at",
+				 1, types, values, NULL, SPI_OK_INSERT);
 	catalog_leave(&scope);
-	return requirement;
 }
 
 /*
  * Record a probe of a backfill in backfill.probe (found: the rows it
- * found, or -1 with the error that ended it; requirement: the migration
- * not applied, kept as it was when !known), after the backfill's newest
+ * found, or -1 with the error that ended it), after the backfill's newest
  * pass: backfill_pending reads it.
  */
 static void
-record_probe(const char *name, DriftKind kind, int64 found, ErrorData *error,
-			 const char *requirement, bool known)
+record_probe(const char *name, DriftKind kind, int64 found, ErrorData *error)
 {
 	CatalogScope scope;
-	Oid			types[7] = {TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID, TEXTOID, BOOLOID};
-	Datum		values[7] = {CStringGetTextDatum(name), CStringGetTextDatum(kind_names[kind]),
-	Int64GetDatum(found), 0, 0, 0, BoolGetDatum(known)};
-	char		nulls[7] = {' ', ' ', found < 0 ? 'n' : ' ', 'n', 'n', 'n', ' '};
+	Oid			types[5] = {TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID};
+	Datum		values[5] = {CStringGetTextDatum(name), CStringGetTextDatum(kind_names[kind]),
+	Int64GetDatum(found), 0, 0};
+	char		nulls[5] = {' ', ' ', found < 0 ? 'n' : ' ', 'n', 'n'};
 
 	if (error != NULL)
 	{
@@ -484,44 +491,40 @@ record_probe(const char *name, DriftKind kind, int64 found, ErrorData *error,
 		values[4] = CStringGetTextDatum(error->message ? error->message : "?");
 		nulls[3] = nulls[4] = ' ';
 	}
-	if (requirement != NULL)
-	{
-		values[5] = CStringGetTextDatum(requirement);
-		nulls[5] = ' ';
-	}
 	catalog_enter(&scope);
 	catalog_exec("INSERT INTO backfill.probe AS p"
-				 "   (declaration, run_id, kind, taken_at, found, error_code, error_message,"
-				 "    requirement)"
+				 "   (declaration, run_id, kind, taken_at, found, error_code, error_message)"
 				 " VALUES ($1, (SELECT pg_catalog.max(l.run_id) FROM backfill.ledger l"
 				 "               WHERE l.ledger_name = $1),"
-				 "         $2, pg_catalog.clock_timestamp(), $3, $4, $5, $6)"
+				 "         $2, pg_catalog.clock_timestamp(), $3, $4, $5)"
 				 " ON CONFLICT (declaration) DO UPDATE SET run_id = EXCLUDED.run_id,"
 				 "   kind = EXCLUDED.kind, taken_at = EXCLUDED.taken_at, found = EXCLUDED.found,"
 				 "   error_code = EXCLUDED.error_code, error_message = EXCLUDED.error_message,"
-				 "   requirement = CASE WHEN $7 THEN EXCLUDED.requirement ELSE p.requirement END,"
 				 "   probes = p.probes + 1",
-				 7, types, values, nulls, SPI_OK_INSERT);
+				 5, types, values, nulls, SPI_OK_INSERT);
 	catalog_leave(&scope);
 }
 
-/* a plain table backfill by the hash of its name, whose oids carry its names */
+/*
+ * A backfill by the hash of its name, whose oids carry its names: a plain
+ * table backfill (any, when any_source: only its requirement is read).
+ */
 static bool
-read_asked(Probe *p, int64 name_hash, MemoryContext cxt)
+read_asked(Probe *p, int64 name_hash, bool any_source, MemoryContext cxt)
 {
 	CatalogScope scope;
-	Oid			types[1] = {INT8OID};
-	Datum		values[1] = {Int64GetDatum(name_hash)};
+	Oid			types[2] = {INT8OID, BOOLOID};
+	Datum		values[2] = {Int64GetDatum(name_hash), BoolGetDatum(any_source)};
 	bool		found;
 
 	catalog_enter(&scope);
 	found = catalog_exec("SELECT d.name, d.relation, d.predicate, d.search_path, d.run_as"
 						 " FROM backfill.declaration d"
 						 " WHERE pg_catalog.hashtextextended(d.name, 0) = $1"
-						 "   AND d.relid IS NOT NULL AND d.scope IS NULL"
+						 "   AND ($2 OR (d.relid IS NOT NULL AND d.scope IS NULL))"
 						 "   AND (SELECT i.code FROM backfill.identity_problem(d.name, d.relid,"
 						 "          d.relation, d.owner, d.owner_name, d.run_as, d.run_as_name) i)"
-						 "       IS NULL", 1, types, values, NULL, SPI_OK_SELECT) == 1;
+						 "       IS NULL", 2, types, values, NULL, SPI_OK_SELECT) == 1;
 	if (found)
 	{
 		MemoryContext old = MemoryContextSwitchTo(cxt);
@@ -559,8 +562,8 @@ probe_load(Probe *p, DriftKind kind, int64 name_hash, int64 run_id, MemoryContex
 		return true;
 	}
 	worker_begin_xact("pg_backfill probe: reading the backfill");
-	if (kind == DRIFT_ASKED)
-		found = read_asked(p, name_hash, cxt);
+	if (kind == DRIFT_ASKED || kind == DRIFT_MIGRATION)
+		found = read_asked(p, name_hash, kind == DRIFT_MIGRATION, cxt);
 	else if (read_required(run_id, &p->required, cxt))
 	{
 		found = true;
@@ -592,15 +595,16 @@ static void
 probe_and_act(Probe *p)
 {
 	int64		found;
-	char	   *requirement;
 
+	probe_requirement(p->name);
+	if (p->kind == DRIFT_MIGRATION)
+		return;
 	if (p->kind == DRIFT_REQUIRED)
 		check_reopen_allowed(p->required.a_name, p->required.a_owner, p->required.b_name,
 							 p->required.b_owner, p->required.b_run_as,
 							 p->required.b_environments, p->required.b_envlist);
-	requirement = probe_requirement(p->name);
 	found = probe_rows(p->name, p->run_as, p->search_path, p->relation, p->predicate);
-	record_probe(p->name, p->kind, found, NULL, requirement, true);
+	record_probe(p->name, p->kind, found, NULL);
 	if (p->kind == DRIFT_WATCH)
 	{
 		watch_count_probe(p->name, found);
@@ -643,7 +647,8 @@ drift_probe_worker(DriftKind kind, int64 name_hash, int64 run_id, MemoryContext 
 				(errmsg("could not probe backfill \"%s\" for drift: %s", p.name, edata->message),
 				 errhint("The error is recorded in backfill.probe; backfill_pending shows it.")));
 		worker_begin_xact("pg_backfill probe: recording a failed probe");
-		record_probe(p.name, kind, -1, edata, NULL, false);
+		if (kind != DRIFT_MIGRATION)
+			record_probe(p.name, kind, -1, edata);
 		if (kind == DRIFT_WATCH)
 			watch_count_probe(p.name, -1);
 	}

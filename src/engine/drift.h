@@ -14,12 +14,13 @@
 #include "nodes/pg_list.h"
 #include "utils/memutils.h"
 
-/* why a probe runs (backfill.probe.kind: asked, watch, required) */
+/* why a probe runs (backfill.probe.kind: asked, watch, required, requires) */
 typedef enum DriftKind
 {
 	DRIFT_ASKED = 0,			/* backfill_probe(name) */
 	DRIFT_WATCH = 1,			/* a watch that is due */
-	DRIFT_REQUIRED = 2			/* a pass waits for the backfill it requires */
+	DRIFT_REQUIRED = 2,			/* a pass waits for the backfill it requires */
+	DRIFT_MIGRATION = 3			/* a pass waits for the migration it requires: no predicate */
 } DriftKind;
 
 /* a backfill to probe, and the role its probe logs in as */
@@ -48,10 +49,11 @@ extern bool drift_required_target(int64 waiting_run_id, DriftTarget *target,
 								  MemoryContext cxt);
 
 /*
- * In a probe worker logged in as the backfill's run_as role: probe it
- * (name_hash; for DRIFT_REQUIRED run_id is the waiting pass), record the
- * answer or the error in backfill.probe, and heal (watch) or reopen
- * (required) on drift.  Runs transactions of its own; cxt outlives them.
+ * In a probe worker logged in as the backfill's run_as role: read the
+ * migration it requires into backfill.requirement, then (but for
+ * DRIFT_MIGRATION) probe it (name_hash; for DRIFT_REQUIRED run_id is the
+ * waiting pass), record the answer or the error in backfill.probe, and
+ * heal (watch) or reopen (required) on drift.  Runs transactions of its own; cxt outlives them.
  */
 extern void drift_probe_worker(DriftKind kind, int64 name_hash, int64 run_id,
 							   MemoryContext cxt);

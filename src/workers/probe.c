@@ -17,7 +17,8 @@
  *
  * Starters: the scheduler, for watches that are due and for a pass about
  * to start that requires another backfill (it keeps the pass queued until
- * the probe has ended); backfill_probe(name) (sql/probe.c), which waits
+ * the probe has ended) or a migration (the probe reads only the migrations
+ * table; the pass waits until one has recorded it applied); backfill_probe(name) (sql/probe.c), which waits
  * for the answer.  The scheduler's probes are kept here: at most
  * PROBE_MAX at once, one per backfill and kind, and one that ended is not
  * started again for PROBE_RESTART_MS (a worker that died without an answer

@@ -29,8 +29,9 @@
  * The scheduler runs no declarer's SQL in its loop: a drift probe (a watch
  * that is due; the backfill a queued pass requires, probed before the pass
  * starts) runs in a probe worker it starts (probe.c), as the declarer, and
- * only the backfill probed waits for it.  The read of the migrations table
- * that `requires` names is still made here, bounded (asrole.c).
+ * only the backfill probed waits for it.  So is the read of the migrations
+ * table that `requires` names: a queued pass waits for a probe worker to
+ * record its migration applied (backfill.requirement).
  *
  * Lanes never restart by themselves.  A lane that dies quickly is started
  * again only after a doubling delay, so a pass that cannot start never
@@ -111,6 +112,7 @@ typedef struct RunNeed
 	int			lanes_wanted;
 	int			lanes_live;
 	bool		check_drift;	/* queued, and requires another backfill */
+	bool		check_migration;	/* queued, its migration not yet read applied since */
 	char	   *name;			/* the declaration's name */
 	char	   *login_problem;	/* why its lanes could not log in, or NULL */
 	int			have;			/* lanes it has, by the lane table or its leases */
@@ -255,6 +257,7 @@ need_from_row(uint64 i, MemoryContext result_cxt)
 	need->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
 	need->lanes_live = live;
 	need->check_drift = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
+	need->check_migration = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
 	need->name = MemoryContextStrdup(result_cxt, SPI_getvalue(tup, desc, 8));
 	problem = tenancy_login_problem(need->owner);
 	need->login_problem = problem ? MemoryContextStrdup(result_cxt, problem) : NULL;
@@ -360,6 +363,32 @@ database_has_work(void)
 }
 
 /*
+ * A queued pass whose declaration requires a migration waits for a probe
+ * worker (probe.c) to read it applied, after the pass was enqueued
+ * (backfill.requirement): the scheduler's look reads no migrations table.
+ * Catalogs older than 0.6 have no such record: read there as before.
+ */
+static const char *
+migration_unread_sql(void)
+{
+	if (!catalog_has_column("requirement", "unmet"))
+		return "false";
+	return "r.phase = 'queued' AND d.requires IS NOT NULL"
+		"  AND NOT coalesce((SELECT q.unmet IS NULL AND q.checked_at >= l.started_at"
+		"                      FROM backfill.requirement q"
+		"                     WHERE q.declaration = l.declaration), false)";
+}
+
+/* what keeps a queued pass from starting, read from the catalogs (0.6) */
+static const char *
+required_unmet_sql(void)
+{
+	if (!catalog_has_column("requirement", "unmet"))
+		return "backfill.unmet_requirement(l.declaration)";
+	return "backfill.unmet_required_backfill(l.declaration)";
+}
+
+/*
  * Read the running passes and how many lanes each wants.  Runs in its own
  * transaction; the result is allocated in the caller's memory context.
  */
@@ -379,13 +408,14 @@ read_running_passes(MemoryContext result_cxt)
 		fail_unbound_passes();
 		if (database_refusal != NULL)
 			pause_unserved_passes(database_refusal);
-		rc = SPI_execute("SELECT l.run_id, coalesce(d.run_as, l.owner), coalesce(d.max_parallel, 1),"
+		rc = SPI_execute(psprintf("SELECT l.run_id, coalesce(d.run_as, l.owner), coalesce(d.max_parallel, 1),"
 						 "  r.phase,"
 						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'running' AND p.alive),"
 						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'pending'"
 						 "                     OR (p.state = 'running' AND NOT p.alive AND NOT p.cooling)),"
 						 "  r.phase = 'queued' AND d.requires_backfill IS NOT NULL, l.declaration,"
-						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'running' AND NOT p.alive AND p.cooling)"
+						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'running' AND NOT p.alive AND p.cooling),"
+						 "  %s"
 						 " FROM backfill.ledger l"
 						 " JOIN backfill.run r ON r.run_id = l.run_id"
 						 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
@@ -401,10 +431,10 @@ read_running_passes(MemoryContext result_cxt)
 						 "     FROM backfill.partition q WHERE q.run_id = l.run_id) p ON true"
 						 " WHERE l.status = 'running' AND NOT r.paused"
 						 "   AND (r.phase <> 'queued'"
-						 "        OR backfill.unmet_requirement(l.declaration) IS NULL)"
+						 "        OR %s IS NULL)"
 						 " GROUP BY l.run_id, l.owner, d.run_as, d.max_parallel, r.phase,"
-						 "   d.requires_backfill, l.declaration"
-						 " ORDER BY l.run_id",
+						 "   d.requires_backfill, l.declaration, d.requires, l.started_at"
+						 " ORDER BY l.run_id", migration_unread_sql(), required_unmet_sql()),
 						 false, 0);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "could not read the running passes: SPI code %d", rc);
@@ -780,6 +810,14 @@ mark_eligible(List *needs, LaneCensus *census, TimestampTz now, long *sleep_ms)
 		{
 			if (need->have == 0)
 				fail_pass_cannot_login(need);
+			continue;
+		}
+		/* its migration is read by a probe worker; this pass waits for the record */
+		if (need->check_migration)
+		{
+			DriftTarget target = {need->name, need->owner};
+
+			(void) probe_done(DRIFT_MIGRATION, &target, need->run_id, scheduler_cxt);
 			continue;
 		}
 		/* a required backfill that drifted is reopened first; this pass waits */

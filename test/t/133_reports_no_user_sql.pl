@@ -16,11 +16,13 @@
 #      probe would have run into); backfill_probe with a 1 s timeout says
 #      BF039 (no answer in time), and the probe worker, bounded by
 #      backfill.probe_timeout (3 s here), records its statement timeout.
-#  (c) Finding 4: mallory holds LOCK TABLE on her watched table.  Her watch
+#  (c) Finding 4: mallory holds LOCK TABLE on her watched table, and on the
+#      migrations table (hers) that her queued pass requires.  Her watch
 #      probes time out on the lock (backfill.probe_lock_timeout) and record
 #      55P03; backfill_probe says BF039 with it; backfill_pending (under a
 #      statement_timeout) returns; and alice's new pass starts and completes
-#      while the lock is still held.
+#      while both locks are still held (the scheduler's look reads neither
+#      table: her migration is read by a probe worker); hers stays queued.
 #  (d) backfill_probe records its answer with its time (kind asked), and
 #      backfill_pending shows it with drift_probed_at.
 use strict;
@@ -180,13 +182,23 @@ $node->safe_psql('postgres', q{
 });
 my $mwrun = sq($node, q{SET ROLE mallory; SELECT backfill_run('mw')});
 is(wait_pass_end($node, $mwrun, 300), 'completed', '(c) mallory\'s watched backfill completed');
+$node->safe_psql('postgres', q{
+	SET ROLE mallory;
+	CREATE TABLE public.schema_migrations (version text PRIMARY KEY);
+	CREATE TABLE mr (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	INSERT INTO mr (id) SELECT g FROM generate_series(1, 10) g;
+	SELECT backfill_declare(name => 'mreq', relation => 'mr', predicate => 'n = 0',
+		action => 'UPDATE mr SET n = 1 WHERE id BETWEEN $1 AND $2', requires => 'v1');
+});
+my $mreq = sq($node, q{SET ROLE mallory; SELECT backfill_run('mreq')});
 
 my $holder = $node->background_psql('postgres');
-$holder->query_safe(q{SET ROLE mallory; BEGIN; LOCK TABLE mw IN ACCESS EXCLUSIVE MODE;});
+$holder->query_safe(q{SET ROLE mallory; BEGIN; LOCK TABLE mw IN ACCESS EXCLUSIVE MODE;
+	LOCK TABLE public.schema_migrations IN ACCESS EXCLUSIVE MODE;});
 my $lock_at = sq($node, q{SELECT clock_timestamp()});
 my $held = q{SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-	WHERE c.relname = 'mw' AND l.mode = 'AccessExclusiveLock' AND l.granted};
-is(sq($node, $held), '1', '(c) mallory holds LOCK TABLE on her watched table');
+	WHERE c.relname IN ('mw', 'schema_migrations') AND l.mode = 'AccessExclusiveLock' AND l.granted};
+is(sq($node, $held), '2', '(c) mallory holds LOCK TABLE on her watched table and her migrations table');
 ok(poll_until($node, qq{SELECT error_code FROM backfill.probe
 		WHERE declaration = 'mw' AND kind = 'watch' AND taken_at > '$lock_at'}, '55P03', 300),
 	'(c) her watch\'s probe times out on the lock and records 55P03');
@@ -199,7 +211,9 @@ is($rc, 0, '(c) backfill_pending returns while the lock is held') or diag($err);
 my $arun = sq($node, q{SET ROLE alice; SELECT backfill_run('al')});
 ok(pass_ended($node, $arun, 600), '(c) alice\'s pass ended while the lock is held');
 is(ledger($node, $arun, 'status'), 'completed', '(c) alice\'s pass completed');
-is(sq($node, $held), '1', '(c) the lock was held all along (the same transaction still holds it)');
+is(sq($node, $held), '2', '(c) the locks were held all along (the same transaction still holds them)');
+is(sq($node, qq{SELECT phase FROM backfill.run WHERE run_id = $mreq}), 'queued',
+	'(c) mallory\'s pass that requires the migration stays queued');
 is(sq($node, q{SELECT count(*) FILTER (WHERE n = 1), count(*) FROM a}), '100|100',
 	'(c) every row of alice\'s table done exactly once');
 $holder->query_safe('COMMIT;');
