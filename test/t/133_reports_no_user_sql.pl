@@ -25,6 +25,10 @@
 #      table: her migration is read by a probe worker); hers stays queued.
 #  (d) backfill_probe records its answer with its time (kind asked), and
 #      backfill_pending shows it with drift_probed_at.
+#  (e) No background worker slot free (a second cluster whose
+#      max_worker_processes = 3 holds the logical replication launcher,
+#      pg_backfill's launcher and its scheduler): backfill_probe says BF038,
+#      with its hint, and starts nothing.
 use strict;
 use warnings;
 
@@ -233,5 +237,29 @@ is(sq($node, qq{SELECT state, drift, drift_probed_at > '$before'
 	'(d) backfill_pending shows it, with when it was probed');
 ($rc, $out, $err) = $node->psql('postgres', q{SET ROLE alice; SELECT backfill_probe('big')});
 like($err, qr/permission denied for backfill "big"/, '(d) only a member of its owner may probe it');
+$node->stop;
+
+# ------------------------------------------------------------------
+# (e) no worker slot: BF038
+# ------------------------------------------------------------------
+my $full = BackfillTest::node('reports_no_slot', extra_conf => "max_worker_processes = 3
+");
+$full->safe_psql('postgres', q{
+	CREATE EXTENSION pg_backfill;
+	CREATE TABLE f (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
+	SELECT backfill_declare(name => 'f', relation => 'f', predicate => 'n = 0',
+		action => 'UPDATE f SET n = 1 WHERE id BETWEEN $1 AND $2');
+});
+ok(poll_until($full, q{SELECT count(*) FROM pg_stat_activity
+		WHERE backend_type IN ('logical replication launcher', 'pg_backfill launcher',
+		                       'pg_backfill scheduler')}, '3', 300),
+	'(e) every background worker slot is taken (3 of 3)');
+($rc, $out, $err) = $full->psql('postgres', q{\set VERBOSITY verbose
+	SELECT backfill_probe('f')});
+like($err, qr/BF038: no background worker slot is free to probe backfill "f"/,
+	'(e) backfill_probe: BF038');
+like($err, qr/HINT:  .*max_worker_processes/, '(e) with a hint to raise max_worker_processes');
+is($full->safe_psql('postgres', q{SELECT count(*) FROM backfill.probe}), '0', '(e) nothing was probed');
+$full->stop;
 
 done_testing();
