@@ -4,12 +4,13 @@
  *	  Evaluating a role's SQL from a session that is not that role's,
  *	  leaving nothing of it behind.
  *
- * Some of a declaration's SQL is evaluated outside its lanes: the
- * scheduler (a superuser session) asks a required backfill's predicate
- * whether it drifted, requires reads the application's migrations table
- * (the scheduler, backfill_run, backfill_pending), and backfill_run
- * evaluates a scoped backfill's input casts and scope expression in the
- * caller's session.  That SQL can reach the declarer's objects: functions,
+ * Some of a declaration's SQL is evaluated outside its lanes: a probe
+ * worker (workers/probe.c) probes a predicate for drift and reads the
+ * application's migrations table for requires (so does backfill_run in
+ * the caller's session), and backfill_run evaluates a scoped backfill's
+ * input casts and scope expression in the caller's session.  A probe
+ * worker logs in as the backfill's run_as; the migrations table is read as
+ * the owner, and the caller of backfill_run may be a superuser.  That SQL can reach the declarer's objects: functions,
  * views, casts, domains, policies.  Run with the session's role, one of
  * them would run with the privileges of whoever is calling (a superuser);
  * and a setting it changed with set_config(..., false) would outlive it,
