@@ -214,7 +214,9 @@ drift_required_target(int64 waiting_run_id, DriftTarget *target, MemoryContext c
 	{
 		Required	r;
 
-		found = read_required(waiting_run_id, &r, cxt);
+		/* a catalog older than 0.6 has no backfill.probe: no drift check */
+		found = catalog_has_column("probe", "found") &&
+			read_required(waiting_run_id, &r, cxt);
 		if (found)
 		{
 			target->name = r.b_name;
@@ -315,8 +317,9 @@ read_watched(MemoryContext cxt, const int64 *name_hash)
 	char		nulls[1] = {name_hash ? ' ' : 'n'};
 
 	worker_begin_xact("pg_backfill: reading the watched backfills");
-	/* a catalog older than 0.5 (or none) has nothing to watch */
-	if (!catalog_has_column("declaration", "watch_ms") || !catalog_has_column("watch", "probes"))
+	/* a catalog older than 0.6 (or none) has nothing to watch: no backfill.probe to record in */
+	if (!catalog_has_column("declaration", "watch_ms") || !catalog_has_column("watch", "probes") ||
+		!catalog_has_column("probe", "found"))
 	{
 		worker_commit_xact();
 		return NIL;
