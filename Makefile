@@ -16,6 +16,7 @@ OBJS = \
 	src/sql/control.o \
 	src/sql/finalize.o \
 	src/sql/shard.o \
+	src/sql/probe.o \
 	src/catalogs/catalog.o \
 	src/catalogs/declaration.o \
 	src/catalogs/identity.o \
@@ -41,6 +42,7 @@ OBJS = \
 	src/workers/launcher.o \
 	src/workers/scheduler.o \
 	src/workers/lane.o \
+	src/workers/probe.o \
 	src/xact.o \
 	src/advisory.o \
 	src/worker.o \

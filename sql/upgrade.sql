@@ -181,12 +181,27 @@ SELECT d.name, i.code, i.message FROM backfill.declaration d,
 CREATE ROLE upgrade_reader;
 REVOKE EXECUTE ON FUNCTION backfill_status(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION backfill_status(text) TO upgrade_reader;
+REVOKE EXECUTE ON FUNCTION backfill_pending() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION backfill_pending() TO upgrade_reader;
 ALTER EXTENSION pg_backfill UPDATE TO '0.6';
 SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
-SELECT has_function_privilege('public', 'backfill_status(text)', 'EXECUTE') AS public_can_execute,
-       has_function_privilege('upgrade_reader', 'backfill_status(text)', 'EXECUTE') AS granted_can_execute;
+SELECT f.signature, has_function_privilege('public', f.signature, 'EXECUTE') AS public_can_execute,
+       has_function_privilege('upgrade_reader', f.signature, 'EXECUTE') AS granted_can_execute
+  FROM (VALUES ('backfill_status(text)'), ('backfill_pending()')) f(signature)
+ ORDER BY 1;
 GRANT EXECUTE ON FUNCTION backfill_status(text) TO PUBLIC;
 REVOKE ALL ON FUNCTION backfill_status(text) FROM upgrade_reader;
+GRANT EXECUTE ON FUNCTION backfill_pending() TO PUBLIC;
+REVOKE ALL ON FUNCTION backfill_pending() FROM upgrade_reader;
+-- reports read the catalogs only (issue 23): drift from probes recorded by
+-- probe workers; backfill.drift_probe, which probed in the caller's session, is gone
+SELECT to_regprocedure('backfill.drift_probe(text)') IS NULL AS drift_probe_gone,
+       to_regprocedure('backfill_probe(text, interval)') IS NOT NULL AS has_backfill_probe,
+       to_regclass('backfill.probe') IS NOT NULL AS has_probe_table;
+SELECT string_agg(name, ', ' ORDER BY ord) FILTER (WHERE ord > 13) AS backfill_pending_adds
+  FROM pg_proc p, unnest(p.proargnames) WITH ORDINALITY AS u(name, ord)
+ WHERE p.oid = 'backfill_pending()'::regprocedure;
+SELECT state, drift, drift_probed_at, probe_error FROM backfill_pending() WHERE name = 'upgrade_fill';
 DROP OWNED BY upgrade_reader;
 DROP ROLE upgrade_reader;
 SELECT watch_interval FROM backfill_status('upgrade_fill');

@@ -26,6 +26,8 @@ int			backfill_preempt_after = 10000;
 double		backfill_default_rate = 5.0;
 int			backfill_naptime = 10;
 int			backfill_scheduler_idle_exit = 300;	/* s */
+int			backfill_probe_timeout = 60000;	/* ms */
+int			backfill_probe_lock_timeout = 1000;	/* ms */
 int			backfill_max_replication_lag = 1024 * 1024;	/* kB */
 int			backfill_max_dead_tuples = -1;
 int			backfill_throttle_delay = 1000;	/* ms */
@@ -207,6 +209,25 @@ config_define_worker_settings(void)
 							&backfill_scheduler_idle_exit,
 							300, 0, 86400,
 							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.probe_timeout",
+							"Statement timeout of a declarer's SQL evaluated outside a batch.",
+							"A drift probe (the watch, backfill_probe), the check of a required "
+							"backfill and the read of the migrations table end with an error "
+							"after this long.",
+							&backfill_probe_timeout,
+							60000, 100, 3600000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.probe_lock_timeout",
+							"Lock timeout of a declarer's SQL evaluated outside a batch.",
+							"A probe that waits longer than this for a lock (a table a session "
+							"holds locked) ends with an error, recorded as the probe's.",
+							&backfill_probe_lock_timeout,
+							1000, 10, 3600000,
+							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 }
 

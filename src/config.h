@@ -34,6 +34,8 @@ extern int	backfill_preempt_after;
 extern double backfill_default_rate;
 extern int	backfill_naptime;
 extern int	backfill_scheduler_idle_exit;
+extern int	backfill_probe_timeout;
+extern int	backfill_probe_lock_timeout;
 extern int	backfill_max_replication_lag;
 extern int	backfill_max_dead_tuples;
 extern int	backfill_throttle_delay;

@@ -8,15 +8,17 @@
  * it may be a view, its column's type may have a cast to text of its
  * owner's, it may have row-level security with policies that call
  * functions.  Reading it as the extension's owner, or as a superuser who
- * happens to call backfill_pending(), would run those objects with that
- * privilege.  backfill.migration_unapplied() reads it as the declaring
+ * happens to call backfill_run() for another role, would run those objects
+ * with that privilege.  backfill.migration_unapplied() reads it as the declaring
  * role instead, through asrole.c: restricted, with search_path
- * pg_catalog, pg_temp, its settings rolled back.  A declarer that may not
- * read the table is blocked, and told why.
+ * pg_catalog, pg_temp, its settings rolled back, bounded (probe timeouts).
+ * A declarer that may not read the table is blocked, and told why.  The
+ * scheduler and backfill_pending read no migrations table: a probe worker
+ * reads it and records the answer (backfill.requirement, drift.c).
  *
  * requires_backfill may name only a backfill whose owner the declaring
  * role is a member of (at declaration, at every run, and in
- * backfill.unmet_requirement for the scheduler): otherwise one role could
+ * backfill.unmet_required_backfill for the scheduler): otherwise one role could
  * learn whether another's backfill completed, and have the scheduler
  * reopen it on drift.
  *

@@ -26,6 +26,13 @@
  * that a wake from then on reaches the launcher, which starts it again at
  * once, looks one last time, and says so in the slot.
  *
+ * The scheduler runs no declarer's SQL in its loop: a drift probe (a watch
+ * that is due; the backfill a queued pass requires, probed before the pass
+ * starts) runs in a probe worker it starts (probe.c), as the declarer, and
+ * only the backfill probed waits for it.  So is the read of the migrations
+ * table that `requires` names: a queued pass waits for a probe worker to
+ * record its migration applied (backfill.requirement).
+ *
  * Lanes never restart by themselves.  A lane that dies quickly is started
  * again only after a doubling delay, so a pass that cannot start never
  * floods the log.  See src/README.md for the state machine.
@@ -71,6 +78,7 @@
 #include "errors.h"
 #include "pass.h"
 #include "launcher.h"
+#include "probe.h"
 #include "relay.h"
 #include "scheduler.h"
 #include "shmem.h"
@@ -95,6 +103,7 @@ typedef struct RunMemo
 	int			quick_exits;	/* lanes that died soon after starting, in a row */
 	TimestampTz next_start;		/* no lane for this pass before then */
 	bool		seen;			/* still running at the last tick */
+	bool		drift_checked;	/* the backfill it requires was probed (probe.c) */
 } RunMemo;
 
 /* a running pass as one tick sees it */
@@ -105,6 +114,7 @@ typedef struct RunNeed
 	int			lanes_wanted;
 	int			lanes_live;
 	bool		check_drift;	/* queued, and requires another backfill */
+	bool		check_migration;	/* queued, its migration not yet read applied since */
 	char	   *name;			/* the declaration's name */
 	char	   *login_problem;	/* why its lanes could not log in, or NULL */
 	int			have;			/* lanes it has, by the lane table or its leases */
@@ -249,6 +259,7 @@ need_from_row(uint64 i, MemoryContext result_cxt)
 	need->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
 	need->lanes_live = live;
 	need->check_drift = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
+	need->check_migration = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
 	need->name = MemoryContextStrdup(result_cxt, SPI_getvalue(tup, desc, 8));
 	problem = tenancy_login_problem(need->owner);
 	need->login_problem = problem ? MemoryContextStrdup(result_cxt, problem) : NULL;
@@ -354,6 +365,32 @@ database_has_work(void)
 }
 
 /*
+ * A queued pass whose declaration requires a migration waits for a probe
+ * worker (probe.c) to read it applied, after the pass was enqueued
+ * (backfill.requirement): the scheduler's look reads no migrations table.
+ * Catalogs older than 0.6 have no such record: read there as before.
+ */
+static const char *
+migration_unread_sql(void)
+{
+	if (!catalog_has_column("requirement", "unmet"))
+		return "false";
+	return "r.phase = 'queued' AND d.requires IS NOT NULL"
+		"  AND NOT coalesce((SELECT q.unmet IS NULL AND q.checked_at >= l.started_at"
+		"                      FROM backfill.requirement q"
+		"                     WHERE q.declaration = l.declaration), false)";
+}
+
+/* what keeps a queued pass from starting, read from the catalogs (0.6) */
+static const char *
+required_unmet_sql(void)
+{
+	if (!catalog_has_column("requirement", "unmet"))
+		return "backfill.unmet_requirement(l.declaration)";
+	return "backfill.unmet_required_backfill(l.declaration)";
+}
+
+/*
  * Read the running passes and how many lanes each wants.  Runs in its own
  * transaction; the result is allocated in the caller's memory context.
  */
@@ -373,13 +410,14 @@ read_running_passes(MemoryContext result_cxt)
 		fail_unbound_passes();
 		if (database_refusal != NULL)
 			pause_unserved_passes(database_refusal);
-		rc = SPI_execute("SELECT l.run_id, coalesce(d.run_as, l.owner), coalesce(d.max_parallel, 1),"
+		rc = SPI_execute(psprintf("SELECT l.run_id, coalesce(d.run_as, l.owner), coalesce(d.max_parallel, 1),"
 						 "  r.phase,"
 						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'running' AND p.alive),"
 						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'pending'"
 						 "                     OR (p.state = 'running' AND NOT p.alive AND NOT p.cooling)),"
 						 "  r.phase = 'queued' AND d.requires_backfill IS NOT NULL, l.declaration,"
-						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'running' AND NOT p.alive AND p.cooling)"
+						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'running' AND NOT p.alive AND p.cooling),"
+						 "  %s"
 						 " FROM backfill.ledger l"
 						 " JOIN backfill.run r ON r.run_id = l.run_id"
 						 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
@@ -395,10 +433,10 @@ read_running_passes(MemoryContext result_cxt)
 						 "     FROM backfill.partition q WHERE q.run_id = l.run_id) p ON true"
 						 " WHERE l.status = 'running' AND NOT r.paused"
 						 "   AND (r.phase <> 'queued'"
-						 "        OR backfill.unmet_requirement(l.declaration) IS NULL)"
+						 "        OR %s IS NULL)"
 						 " GROUP BY l.run_id, l.owner, d.run_as, d.max_parallel, r.phase,"
-						 "   d.requires_backfill, l.declaration"
-						 " ORDER BY l.run_id",
+						 "   d.requires_backfill, l.declaration, d.requires, l.started_at"
+						 " ORDER BY l.run_id", migration_unread_sql(), required_unmet_sql()),
 						 false, 0);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "could not read the running passes: SPI code %d", rc);
@@ -778,6 +816,25 @@ ask_for_fair_share(List *needs, LaneCensus *census)
 }
 
 /*
+ * Has the backfill this queued pass requires been probed since the pass
+ * was first seen?  The probe (a worker of its own, probe.c) reopens it if
+ * it drifted, and the pass waits for that; until the probe ends the pass
+ * stays queued, and only it: a slow or blocked probe delays no other pass.
+ */
+static bool
+required_probed(RunNeed *need, RunMemo *memo)
+{
+	DriftTarget target;
+
+	if (memo->drift_checked)
+		return true;
+	if (!drift_required_target(need->run_id, &target, CurrentMemoryContext) ||
+		probe_done(DRIFT_REQUIRED, &target, need->run_id, scheduler_cxt))
+		memo->drift_checked = true;
+	return memo->drift_checked;
+}
+
+/*
  * Which passes may get a lane now: those with fewer than they want whose
  * role can log in, whose requirement has not drifted, and whose restart
  * delay has passed.  A pass that cannot log in and has no lane left fails.
@@ -812,8 +869,16 @@ mark_eligible(List *needs, LaneCensus *census, TimestampTz now, long *sleep_ms)
 				fail_pass_cannot_login(need);
 			continue;
 		}
+		/* its migration is read by a probe worker; this pass waits for the record */
+		if (need->check_migration)
+		{
+			DriftTarget target = {need->name, need->owner};
+
+			(void) probe_done(DRIFT_MIGRATION, &target, need->run_id, scheduler_cxt);
+			continue;
+		}
 		/* a required backfill that drifted is reopened first; this pass waits */
-		if (need->check_drift && drift_reopen_required(need->run_id))
+		if (need->check_drift && !required_probed(need, memo))
 			continue;
 		if (memo->next_start > now)
 		{
@@ -905,10 +970,13 @@ scheduler_tick(MemoryContext scratch)
 	if (outbox_pending && relay == NULL)
 		sleep_ms = Min(sleep_ms, 1000L);
 
-	/* completed backfills with a watch: probe those due, wake for the next */
+	/* completed backfills with a watch: a probe worker for each due, wake for the next */
 	{
-		long		watch_ms = drift_watch(scratch);
+		long		watch_ms;
+		ListCell   *lc;
 
+		foreach(lc, drift_watch_due(scratch, &watch_ms))
+			(void) probe_done(DRIFT_WATCH, lfirst(lc), 0, scheduler_cxt);
 		if (watch_ms >= 0)
 			sleep_ms = Min(sleep_ms, Max(watch_ms, 50L));
 	}
@@ -970,7 +1038,8 @@ note_idle(bool busy, TimestampTz *idle_since, const char *dbname, int slot, long
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz leave_at;
 
-	if (busy || lanes != NIL || relay != NULL || backfill_scheduler_idle_exit <= 0)
+	if (busy || lanes != NIL || relay != NULL || probes_reap() ||
+		backfill_scheduler_idle_exit <= 0)
 	{
 		*idle_since = 0;
 		return sleep_ms;
@@ -1071,6 +1140,7 @@ backfill_scheduler_main(Datum main_arg)
 		MemoryContextReset(scratch);
 		MemoryContextSwitchTo(scratch);
 		reap_lanes();
+		(void) probes_reap();
 
 		/*
 		 * A failed look (the extension being dropped or upgraded under us,

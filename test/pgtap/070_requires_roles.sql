@@ -87,6 +87,11 @@ SELECT backfill_declare(name => 'bf070_req', relation => 'bf070_a', predicate =>
     requires => '20261201', rate => 1000);
 SELECT is((SELECT requires FROM backfill.declaration WHERE name = 'bf070_req'), '20261201',
           'the declaration stores requires');
+SELECT results_eq($$SELECT state, blocked_by FROM backfill_pending() WHERE name = 'bf070_req'$$,
+                  $$VALUES ('pending', NULL::text)$$,
+                  'backfill_pending reads no migrations table: before a probe the migration is not known');
+SELECT lives_ok($$SELECT backfill_probe('bf070_req')$$,
+                'backfill_probe reads it, in a probe worker as the declaring role');
 SELECT results_eq($$SELECT state, blocked_by ~ '20261201' AND blocked_by ~ 'does not exist'
                       FROM backfill_pending() WHERE name = 'bf070_req'$$,
                   $$VALUES ('blocked', true)$$,
@@ -94,6 +99,7 @@ SELECT results_eq($$SELECT state, blocked_by ~ '20261201' AND blocked_by ~ 'does
 
 CREATE TABLE public.schema_migrations (version text PRIMARY KEY);
 INSERT INTO public.schema_migrations VALUES ('20251231');
+SELECT lives_ok($$SELECT backfill_probe('bf070_req')$$, 'probed again');
 SELECT results_eq($$SELECT state, blocked_by FROM backfill_pending() WHERE name = 'bf070_req'$$,
                   $$VALUES ('blocked', 'migration 20261201 is not applied (no such version in public.schema_migrations)')$$,
                   'the table exists without the row: blocked, blocked_by says the migration is not applied');

@@ -4,9 +4,9 @@
 -- status and pending), refused without a revert (BF021) and while a
 -- forward pass runs (BF022); a forward run is refused while a revert runs
 -- (BF022); drop needs a completed revert as the newest pass (BF009, whose
--- hint says to run it).  And drift (part 3): backfill.drift_probe counts
--- at most 1,000 matching rows as the declaring role (NULL for another
--- role, a pages source, an unknown name); a pass records its bound and
+-- hint says to run it).  And drift (part 3): backfill_probe counts
+-- at most 1,000 matching rows in a probe worker as the declaring role (refused
+-- to another role, for a pages source, an unknown name); a pass records its bound and
 -- what lies beyond it; backfill_pending says drifted, "at least 1,000 rows".
 \set ON_ERROR_STOP 1
 SET client_min_messages = warning;
@@ -237,25 +237,31 @@ CREATE TABLE bf170_d (id int PRIMARY KEY, n int NOT NULL DEFAULT 0);
 INSERT INTO bf170_d (id) SELECT g FROM generate_series(1, 50) g;
 SELECT backfill_declare('bf170_d', 'bf170_d', 'n = 0',
     'UPDATE bf170_d SET n = n + 1 WHERE id BETWEEN $1 AND $2', batch_size => 100, rate => 1000, guard => false);
-SELECT is(backfill.drift_probe('bf170_d'), 50::bigint,
-          'drift_probe counts the rows the predicate matches (before any pass)');
+SELECT is(backfill_probe('bf170_d'), 50::bigint,
+          'backfill_probe counts the rows the predicate matches (before any pass)');
 SELECT backfill_run('bf170_d') AS drun \gset
 SELECT is(backfill_wait(:drun, '300 s'), 'completed', 'the drift backfill completes');
 SELECT results_eq($$SELECT bound, beyond_bound FROM backfill_status('bf170_d')$$,
                   $$VALUES ('50'::text, 0::bigint)$$,
                   'the pass was bounded to the largest key when planned, nothing beyond it');
-SELECT is(backfill.drift_probe('bf170_d'), 0::bigint, 'nothing matches after the pass');
+SELECT is(backfill_probe('bf170_d'), 0::bigint, 'nothing matches after the pass');
 INSERT INTO bf170_d (id) SELECT g FROM generate_series(51, 1200) g;
-SELECT is(backfill.drift_probe('bf170_d'), 1000::bigint,
+SELECT results_eq($$SELECT state, drift FROM backfill_pending() WHERE name = 'bf170_d'$$,
+                  $$VALUES ('completed', NULL::text)$$,
+                  'backfill_pending evaluates no predicate: no drift until a probe records it');
+SELECT is(backfill_probe('bf170_d'), 1000::bigint,
           'the probe stops at 1,000 rows (LIMIT), whatever matches');
 SELECT results_eq($$SELECT state, drift, drift_rows FROM backfill_pending() WHERE name = 'bf170_d'$$,
                   $$VALUES ('drifted', 'at least 1,000 rows', 1000::bigint)$$,
                   'backfill_pending: drifted, at least 1,000 rows');
 SET ROLE bf170_other;
-SELECT is(backfill.drift_probe('bf170_d'), NULL, 'another role''s probe answers NULL');
+SELECT throws_ok($$SELECT backfill_probe('bf170_d')$$, 'BF016', NULL,
+                 'another role may not probe it (BF016)');
 RESET ROLE;
-SELECT is(backfill.drift_probe('bf170_pg'), NULL, 'a pages source has no probe: NULL');
-SELECT is(backfill.drift_probe('bf170_no_such'), NULL, 'an unknown name: NULL');
+SELECT throws_ok($$SELECT backfill_probe('bf170_pg')$$, 'BF001', NULL,
+                 'a pages source has no probe (BF001)');
+SELECT throws_ok($$SELECT backfill_probe('bf170_no_such')$$, 'BF002', NULL,
+                 'an unknown name (BF002)');
 SELECT results_eq($$SELECT watch_probes, healed_rows, watch FROM backfill_status('bf170_d')$$,
                   $$VALUES (0::bigint, 0::bigint, false)$$,
                   'without watch: no probes by the scheduler, nothing healed');

@@ -223,6 +223,8 @@ as('app2', q{
 	SELECT backfill_declare(name => 'app2_req', relation => 'app2_t', predicate => 'c IS NULL',
 		action => 'UPDATE app2_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', requires => 'm1');
 });
+# backfill_pending reads no migrations table: a probe (a worker, as app2) records it
+as('app2', q{SELECT backfill_probe('app2_req')});
 like(as('app2', q{SELECT state || ': ' || blocked_by FROM backfill_pending() WHERE name = 'app2_req'}),
 	qr/^blocked: migration m1 cannot be checked as role app2: permission denied/,
 	'(2) app2 may not read mal2.schema_migrations: blocked, and blocked_by says why');

@@ -78,6 +78,8 @@ $node->safe_psql('postgres', q{
 		action => 'UPDATE su_items SET c = 1 WHERE id BETWEEN $1 AND $2 AND c IS NULL',
 		requires => 'v2', rate => 1000);
 });
+# backfill_pending reads no migrations table: a probe (a worker) records what it found
+$node->safe_psql('postgres', q{SELECT backfill_probe('su_requires')});
 my $pending = $node->safe_psql('postgres',
 	q{SELECT state || ' | ' || coalesce(blocked_by, '') FROM backfill_pending() WHERE name = 'su_requires'});
 like($pending, qr/^blocked \| .*not a table/,
@@ -109,6 +111,7 @@ as_mallory(q{
 	GRANT SELECT ON public.schema_migrations TO PUBLIC;
 	COMMIT;
 });
+$node->safe_psql('postgres', q{SELECT backfill_probe('su_requires')});
 $pending = $node->safe_psql('postgres',
 	q{SELECT state || ' | ' || coalesce(blocked_by, '') FROM backfill_pending() WHERE name = 'su_requires'});
 like($pending, qr/^blocked \| .*row-level security/,
