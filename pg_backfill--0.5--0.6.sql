@@ -286,80 +286,6 @@ CREATE OR REPLACE FUNCTION backfill.identity_problem(p_name text, p_relid pg_cat
                                           p_run_as_name name,
                                           OUT code text, OUT message text, OUT detail text,
                                           OUT hint text)
-
-/* ==== issue 23 points 2, 4, 6: reports read the catalogs only; probes in workers ==== */
-
-/*
- * backfill_pending evaluated each declarer's predicate (a drift probe) and
- * read the migrations table in the caller's session: a superuser's
- * monitoring scrape ran every role's SQL, next to its cursors, and waited
- * for every one of them.  From 0.6 a report reads the catalogs only.  A
- * probe runs in a "pg_backfill probe" background worker, logged in as the
- * backfill's run_as role, under backfill.probe_lock_timeout (1 s) and
- * backfill.probe_timeout (60 s), started by the scheduler (a watch that is
- * due; the backfill a queued pass requires) or by backfill_probe(name);
- * each records its answer here, with its time, and backfill_pending shows
- * the newest (or, before any probe after the pass, what the pass's own
- * end found beyond its bound, run.beyond).
- */
-SELECT pg_catalog.set_config('pg_backfill.upgrade_acl_pending', coalesce(p.proacl::text, ''), true)
-  FROM pg_catalog.pg_proc p WHERE p.oid = 'backfill_pending()'::pg_catalog.regprocedure;
-
-CREATE TABLE backfill.probe (
-    declaration      text PRIMARY KEY REFERENCES backfill.declaration (name)
-                     ON DELETE CASCADE ON UPDATE CASCADE,
-    run_id           bigint,                 -- the backfill's newest pass when it was taken
-    kind             text NOT NULL,          -- asked (backfill_probe), watch, required
-    taken_at         timestamptz NOT NULL,
-    found            bigint,                 -- rows its predicate matched (at most 1,000); NULL: failed
-    error_code       text,                   -- the SQLSTATE that ended it (lock or statement timeout...)
-    error_message    text,
-    probes           bigint NOT NULL DEFAULT 1
-);
-REVOKE ALL ON backfill.probe FROM PUBLIC;
-GRANT SELECT ON backfill.probe TO PUBLIC;
-ALTER TABLE backfill.probe ENABLE ROW LEVEL SECURITY;
-CREATE POLICY probe_member ON backfill.probe FOR SELECT
-    USING (EXISTS (SELECT 1 FROM backfill.declaration d WHERE d.name = probe.declaration));
-COMMENT ON TABLE backfill.probe IS
-'the newest drift probe of each backfill, taken by a probe worker as its role: what it found, when, or why it failed';
-
-/*
- * The migration a backfill requires, as a probe worker last read it (the
- * migrations table, as the declaring role): the scheduler starts one for
- * a queued pass whose declaration has requires, and lets the pass start
- * once one taken after it was enqueued found the migration applied;
- * backfill_probe and the drift probes read it too.  The scheduler's own
- * look reads only this.
- */
-CREATE TABLE backfill.requirement (
-    declaration      text PRIMARY KEY REFERENCES backfill.declaration (name)
-                     ON DELETE CASCADE ON UPDATE CASCADE,
-    unmet            text,                   -- why the migration is not applied; NULL: applied
-    checked_at       timestamptz NOT NULL
-);
-REVOKE ALL ON backfill.requirement FROM PUBLIC;
-GRANT SELECT ON backfill.requirement TO PUBLIC;
-ALTER TABLE backfill.requirement ENABLE ROW LEVEL SECURITY;
-CREATE POLICY requirement_member ON backfill.requirement FOR SELECT
-    USING (EXISTS (SELECT 1 FROM backfill.declaration d WHERE d.name = requirement.declaration));
-
--- evaluated the predicate in the caller's session: replaced by backfill_probe
-DROP FUNCTION backfill.drift_probe(text);
-
-CREATE FUNCTION backfill_probe(name text, timeout interval DEFAULT '1 minute')
-RETURNS bigint
-LANGUAGE C VOLATILE STRICT
-AS 'MODULE_PATHNAME', 'backfill_probe';
-COMMENT ON FUNCTION backfill_probe(text, interval) IS
-'probe a completed table backfill for drift in a worker as its role; waits at most timeout; returns the rows found (at most 1,000)';
-
-/*
- * The part of backfill.unmet_requirement that reads the catalogs only: a
- * required backfill that is not completed (or not the declarer's to
- * require).
- */
-CREATE FUNCTION backfill.unmet_required_backfill(p_name text) RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -438,7 +364,223 @@ BEGIN
                         '(as a member of that function''s owner).';
                 RETURN;
             END IF;
+        END LOOP;
+    END IF;
+END
+$$;
 
+/* ---- the engine writes the batch statement; hand-written ones guard themselves (issue 24) ---- */
+
+/*
+ * set => 'c = a * 2' declares an UPDATE of the relation, delete => true a
+ * DELETE, whose WHERE clause the engine writes (the batch's key range AND
+ * the predicate); the statement written is stored as the action, which
+ * the checksum covers, so neither new column enters it.  guard => false
+ * lets a hand-written UPDATE or DELETE of the relation leave the predicate
+ * out.  A new argument is a new signature: the function of 0.5 is dropped
+ * and created again with the new options last, its privileges carried
+ * over as in the update to 0.5.
+ */
+ALTER TABLE backfill.declaration
+    ADD COLUMN action_set text,
+    ADD COLUMN action_delete boolean NOT NULL DEFAULT false,
+    ADD COLUMN guard boolean NOT NULL DEFAULT true;
+
+SELECT pg_catalog.set_config('pg_backfill.upgrade_declare_acl_24', coalesce(p.proacl::text, ''), true)
+  FROM pg_catalog.pg_proc p
+ WHERE p.oid = 'backfill_declare(text, text, text, text, text, integer, double precision,
+                integer, integer, interval, text[], interval, interval, interval, interval,
+                integer, integer, jsonb, text, text, text, text, text, text, jsonb,
+                text, boolean, text, text, integer, interval)'::pg_catalog.regprocedure;
+
+DROP FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
+                               integer, integer, interval, text[], interval, interval,
+                               interval, interval, integer, integer, jsonb, text, text,
+                               text, text, text, text, jsonb, text, boolean, text, text,
+                               integer, interval);
+
+CREATE FUNCTION backfill_declare(
+    name             text,
+    relation         text DEFAULT NULL,
+    predicate        text DEFAULT NULL,
+    action           text DEFAULT NULL,
+    key              text DEFAULT NULL,
+    batch_size       integer DEFAULT 1000,
+    rate             double precision DEFAULT NULL,
+    max_parallel     integer DEFAULT 1,
+    max_attempts     integer DEFAULT 5,
+    batch_timeout    interval DEFAULT '1 minute',
+    environments     text[] DEFAULT NULL,
+    backoff_base     interval DEFAULT '1 second',
+    backoff_cap      interval DEFAULT '1 minute',
+    lock_timeout     interval DEFAULT '2 seconds',
+    target_batch_time interval DEFAULT NULL,
+    min_batch_size   integer DEFAULT NULL,
+    max_batch_size   integer DEFAULT NULL,
+    input            jsonb DEFAULT NULL,
+    scope            text DEFAULT NULL,
+    pages            text DEFAULT NULL,
+    count_function   text DEFAULT NULL,
+    requires         text DEFAULT NULL,
+    requires_backfill text DEFAULT NULL,
+    run_as           text DEFAULT NULL,
+    settings         jsonb DEFAULT NULL,
+    tenant           text DEFAULT NULL,
+    async_commit     boolean DEFAULT true,
+    revert           text DEFAULT NULL,
+    revert_predicate text DEFAULT NULL,
+    max_failed_rows  integer DEFAULT 0,
+    watch            interval DEFAULT NULL,
+    set              text DEFAULT NULL,
+    delete           boolean DEFAULT false,
+    guard            boolean DEFAULT true)
+RETURNS text
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_declare';
+
+COMMENT ON FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
+                                     integer, integer, interval, text[], interval, interval,
+                                     interval, interval, integer, integer, jsonb, text, text,
+                                     text, text, text, text, jsonb, text, boolean, text, text,
+                                     integer, interval, text, boolean, boolean) IS
+'declare (or update) a backfill; returns the checksum of its definition';
+
+DO $$
+DECLARE
+    acl pg_catalog.aclitem[] :=
+        NULLIF(pg_catalog.current_setting('pg_backfill.upgrade_declare_acl_24', true), '');
+    fn text := 'backfill_declare(text, text, text, text, text, integer, double precision, '
+               'integer, integer, interval, text[], interval, interval, interval, interval, '
+               'integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean, '
+               'text, text, integer, interval, text, boolean, boolean)';
+    item record;
+BEGIN
+    IF acl IS NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', fn);
+    FOR item IN SELECT a.grantee, a.is_grantable FROM pg_catalog.aclexplode(acl) a
+                 WHERE a.privilege_type = 'EXECUTE'
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', fn,
+            CASE WHEN item.grantee = 0 THEN 'PUBLIC'
+                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(item.grantee)) END,
+            CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
+
+/*
+ * The rows a pass has to do when the statistics cannot say (a column of
+ * the predicate added since the last ANALYZE): TABLESAMPLE SYSTEM of at most
+ * max_pages pages of the table's leaves, or a count of a table no larger.
+ * Run by the lanes as the declaring role (engine/estimate.c), as
+ * estimate_rows is.
+ */
+CREATE FUNCTION backfill.estimate_rows_sampled(rel regclass, predicate text, max_pages integer,
+                                               OUT estimate bigint, OUT percent double precision)
+LANGUAGE plpgsql VOLATILE STRICT
+AS $$
+DECLARE
+    pages double precision;
+    found bigint;
+BEGIN
+    -- a partitioned table's leaves (pg_partition_tree lists none for a plain table)
+    SELECT COALESCE(pg_catalog.sum(pg_catalog.pg_relation_size(t.relid)),
+                    pg_catalog.pg_relation_size(rel))
+           / pg_catalog.current_setting('block_size')::pg_catalog.float8
+      INTO pages
+      FROM pg_catalog.pg_partition_tree(rel) t WHERE t.isleaf;
+    percent := CASE WHEN pages <= max_pages THEN 100 ELSE 100 * max_pages / pages END;
+    IF percent >= 100 THEN
+        EXECUTE pg_catalog.format(E'SELECT pg_catalog.count(*) FROM %s WHERE (\n%s\n)',
+                                  rel, predicate) INTO found;
+        estimate := found;
+    ELSE
+        EXECUTE pg_catalog.format(E'SELECT pg_catalog.count(*) FROM %s TABLESAMPLE SYSTEM (%s) WHERE (\n%s\n)',
+                                  rel, percent, predicate) INTO found;
+        estimate := pg_catalog.round(found * 100 / percent)::bigint;
+    END IF;
+END
+$$;
+
+/* ==== issue 23 points 2, 4, 6: reports read the catalogs only; probes in workers ==== */
+
+/*
+ * backfill_pending evaluated each declarer's predicate (a drift probe) and
+ * read the migrations table in the caller's session: a superuser's
+ * monitoring scrape ran every role's SQL, next to its cursors, and waited
+ * for every one of them.  From 0.6 a report reads the catalogs only.  A
+ * probe runs in a "pg_backfill probe" background worker, logged in as the
+ * backfill's run_as role, under backfill.probe_lock_timeout (1 s) and
+ * backfill.probe_timeout (60 s), started by the scheduler (a watch that is
+ * due; the backfill a queued pass requires) or by backfill_probe(name);
+ * each records its answer here, with its time, and backfill_pending shows
+ * the newest (or, before any probe after the pass, what the pass's own
+ * end found beyond its bound, run.beyond).
+ */
+SELECT pg_catalog.set_config('pg_backfill.upgrade_acl_pending', coalesce(p.proacl::text, ''), true)
+  FROM pg_catalog.pg_proc p WHERE p.oid = 'backfill_pending()'::pg_catalog.regprocedure;
+
+CREATE TABLE backfill.probe (
+    declaration      text PRIMARY KEY REFERENCES backfill.declaration (name)
+                     ON DELETE CASCADE ON UPDATE CASCADE,
+    run_id           bigint,                 -- the backfill's newest pass when it was taken
+    kind             text NOT NULL,          -- asked (backfill_probe), watch, required
+    taken_at         timestamptz NOT NULL,
+    found            bigint,                 -- rows its predicate matched (at most 1,000); NULL: failed
+    error_code       text,                   -- the SQLSTATE that ended it (lock or statement timeout...)
+    error_message    text,
+    probes           bigint NOT NULL DEFAULT 1
+);
+REVOKE ALL ON backfill.probe FROM PUBLIC;
+GRANT SELECT ON backfill.probe TO PUBLIC;
+ALTER TABLE backfill.probe ENABLE ROW LEVEL SECURITY;
+CREATE POLICY probe_member ON backfill.probe FOR SELECT
+    USING (EXISTS (SELECT 1 FROM backfill.declaration d WHERE d.name = probe.declaration));
+COMMENT ON TABLE backfill.probe IS
+'the newest drift probe of each backfill, taken by a probe worker as its role: what it found, when, or why it failed';
+
+/*
+ * The migration a backfill requires, as a probe worker last read it (the
+ * migrations table, as the declaring role): the scheduler starts one for
+ * a queued pass whose declaration has requires, and lets the pass start
+ * once one taken after it was enqueued found the migration applied;
+ * backfill_probe and the drift probes read it too.  The scheduler's own
+ * look reads only this.
+ */
+CREATE TABLE backfill.requirement (
+    declaration      text PRIMARY KEY REFERENCES backfill.declaration (name)
+                     ON DELETE CASCADE ON UPDATE CASCADE,
+    unmet            text,                   -- why the migration is not applied; NULL: applied
+    checked_at       timestamptz NOT NULL
+);
+REVOKE ALL ON backfill.requirement FROM PUBLIC;
+GRANT SELECT ON backfill.requirement TO PUBLIC;
+ALTER TABLE backfill.requirement ENABLE ROW LEVEL SECURITY;
+CREATE POLICY requirement_member ON backfill.requirement FOR SELECT
+    USING (EXISTS (SELECT 1 FROM backfill.declaration d WHERE d.name = requirement.declaration));
+
+-- evaluated the predicate in the caller's session: replaced by backfill_probe
+DROP FUNCTION backfill.drift_probe(text);
+
+CREATE FUNCTION backfill_probe(name text, timeout interval DEFAULT '1 minute')
+RETURNS bigint
+LANGUAGE C VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'backfill_probe';
+COMMENT ON FUNCTION backfill_probe(text, interval) IS
+'probe a completed table backfill for drift in a worker as its role; waits at most timeout; returns the rows found (at most 1,000)';
+
+/*
+ * The part of backfill.unmet_requirement that reads the catalogs only: a
+ * required backfill that is not completed (or not the declarer's to
+ * require).
+ */
+CREATE FUNCTION backfill.unmet_required_backfill(p_name text) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
     d backfill.declaration;
     required_owner oid;
     last_status text;
@@ -660,139 +802,3 @@ BEGIN
     END IF;
 END
 $$;
-
-/* ---- the engine writes the batch statement; hand-written ones guard themselves (issue 24) ---- */
-
-/*
- * set => 'c = a * 2' declares an UPDATE of the relation, delete => true a
- * DELETE, whose WHERE clause the engine writes (the batch's key range AND
- * the predicate); the statement written is stored as the action, which
- * the checksum covers, so neither new column enters it.  guard => false
- * lets a hand-written UPDATE or DELETE of the relation leave the predicate
- * out.  A new argument is a new signature: the function of 0.5 is dropped
- * and created again with the new options last, its privileges carried
- * over as in the update to 0.5.
- */
-ALTER TABLE backfill.declaration
-    ADD COLUMN action_set text,
-    ADD COLUMN action_delete boolean NOT NULL DEFAULT false,
-    ADD COLUMN guard boolean NOT NULL DEFAULT true;
-
-SELECT pg_catalog.set_config('pg_backfill.upgrade_declare_acl_24', coalesce(p.proacl::text, ''), true)
-  FROM pg_catalog.pg_proc p
- WHERE p.oid = 'backfill_declare(text, text, text, text, text, integer, double precision,
-                integer, integer, interval, text[], interval, interval, interval, interval,
-                integer, integer, jsonb, text, text, text, text, text, text, jsonb,
-                text, boolean, text, text, integer, interval)'::pg_catalog.regprocedure;
-
-DROP FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
-                               integer, integer, interval, text[], interval, interval,
-                               interval, interval, integer, integer, jsonb, text, text,
-                               text, text, text, text, jsonb, text, boolean, text, text,
-                               integer, interval);
-
-CREATE FUNCTION backfill_declare(
-    name             text,
-    relation         text DEFAULT NULL,
-    predicate        text DEFAULT NULL,
-    action           text DEFAULT NULL,
-    key              text DEFAULT NULL,
-    batch_size       integer DEFAULT 1000,
-    rate             double precision DEFAULT NULL,
-    max_parallel     integer DEFAULT 1,
-    max_attempts     integer DEFAULT 5,
-    batch_timeout    interval DEFAULT '1 minute',
-    environments     text[] DEFAULT NULL,
-    backoff_base     interval DEFAULT '1 second',
-    backoff_cap      interval DEFAULT '1 minute',
-    lock_timeout     interval DEFAULT '2 seconds',
-    target_batch_time interval DEFAULT NULL,
-    min_batch_size   integer DEFAULT NULL,
-    max_batch_size   integer DEFAULT NULL,
-    input            jsonb DEFAULT NULL,
-    scope            text DEFAULT NULL,
-    pages            text DEFAULT NULL,
-    count_function   text DEFAULT NULL,
-    requires         text DEFAULT NULL,
-    requires_backfill text DEFAULT NULL,
-    run_as           text DEFAULT NULL,
-    settings         jsonb DEFAULT NULL,
-    tenant           text DEFAULT NULL,
-    async_commit     boolean DEFAULT true,
-    revert           text DEFAULT NULL,
-    revert_predicate text DEFAULT NULL,
-    max_failed_rows  integer DEFAULT 0,
-    watch            interval DEFAULT NULL,
-    set              text DEFAULT NULL,
-    delete           boolean DEFAULT false,
-    guard            boolean DEFAULT true)
-RETURNS text
-LANGUAGE C CALLED ON NULL INPUT VOLATILE
-AS 'MODULE_PATHNAME', 'backfill_declare';
-
-COMMENT ON FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
-                                     integer, integer, interval, text[], interval, interval,
-                                     interval, interval, integer, integer, jsonb, text, text,
-                                     text, text, text, text, jsonb, text, boolean, text, text,
-                                     integer, interval, text, boolean, boolean) IS
-'declare (or update) a backfill; returns the checksum of its definition';
-
-DO $$
-DECLARE
-    acl pg_catalog.aclitem[] :=
-        NULLIF(pg_catalog.current_setting('pg_backfill.upgrade_declare_acl_24', true), '');
-    fn text := 'backfill_declare(text, text, text, text, text, integer, double precision, '
-               'integer, integer, interval, text[], interval, interval, interval, interval, '
-               'integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean, '
-               'text, text, integer, interval, text, boolean, boolean)';
-    item record;
-BEGIN
-    IF acl IS NULL THEN
-        RETURN;
-    END IF;
-    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', fn);
-    FOR item IN SELECT a.grantee, a.is_grantable FROM pg_catalog.aclexplode(acl) a
-                 WHERE a.privilege_type = 'EXECUTE'
-    LOOP
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', fn,
-            CASE WHEN item.grantee = 0 THEN 'PUBLIC'
-                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(item.grantee)) END,
-            CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-    END LOOP;
-END
-$$;
-
-/*
- * The rows a pass has to do when the statistics cannot say (a column of
- * the predicate added since the last ANALYZE): TABLESAMPLE SYSTEM of at most
- * max_pages pages of the table's leaves, or a count of a table no larger.
- * Run by the lanes as the declaring role (engine/estimate.c), as
- * estimate_rows is.
- */
-CREATE FUNCTION backfill.estimate_rows_sampled(rel regclass, predicate text, max_pages integer,
-                                               OUT estimate bigint, OUT percent double precision)
-LANGUAGE plpgsql VOLATILE STRICT
-AS $$
-DECLARE
-    pages double precision;
-    found bigint;
-BEGIN
-    -- a partitioned table's leaves (pg_partition_tree lists none for a plain table)
-    SELECT COALESCE(pg_catalog.sum(pg_catalog.pg_relation_size(t.relid)),
-                    pg_catalog.pg_relation_size(rel))
-           / pg_catalog.current_setting('block_size')::pg_catalog.float8
-      INTO pages
-      FROM pg_catalog.pg_partition_tree(rel) t WHERE t.isleaf;
-    percent := CASE WHEN pages <= max_pages THEN 100 ELSE 100 * max_pages / pages END;
-    IF percent >= 100 THEN
-        EXECUTE pg_catalog.format(E'SELECT pg_catalog.count(*) FROM %s WHERE (\n%s\n)',
-                                  rel, predicate) INTO found;
-        estimate := found;
-    ELSE
-        EXECUTE pg_catalog.format(E'SELECT pg_catalog.count(*) FROM %s TABLESAMPLE SYSTEM (%s) WHERE (\n%s\n)',
-                                  rel, percent, predicate) INTO found;
-        estimate := pg_catalog.round(found * 100 / percent)::bigint;
-    END IF;
-END
-$$;
-

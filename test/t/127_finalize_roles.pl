@@ -280,7 +280,7 @@ $node->safe_psql('postgres', q{
 	END $$;
 	SELECT backfill_declare(name => 'sc', relation => 'g_sc', predicate => 'n = 0',
 		action => 'UPDATE g_sc SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		input => '{"t": "integer"}', scope => 'public.alice_scope(input)', rate => 1000);
+		input => '{"t": "integer"}', scope => 'public.alice_scope(input)', rate => 1000, guard => false);
 });
 for my $who (['postgres', 'supercur'], ['bob', 'supercur'])
 {

@@ -49,7 +49,7 @@ sub declare_fill
 		SELECT backfill_declare(name => '$name', relation => '$name', predicate => 'n = 0',
 			action => 'UPDATE $name SET n = n + 1 WHERE id BETWEEN \$1 AND \$2',
 			batch_size => 100, rate => 1000, max_parallel => 1,
-			lock_timeout => '1 hour', batch_timeout => '1 hour');
+			lock_timeout => '1 hour', batch_timeout => '1 hour', guard => false);
 	});
 	return;
 }

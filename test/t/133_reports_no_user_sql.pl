@@ -97,7 +97,7 @@ $node->safe_psql('postgres', q{
 	END
 	$$;
 	SELECT backfill_declare(name => 'mal', relation => 'm', predicate => 'n = 0 AND m_peek()',
-		action => 'UPDATE m SET n = 1 WHERE id BETWEEN $1 AND $2', rate => 100);
+		action => 'UPDATE m SET n = 1 WHERE id BETWEEN $1 AND $2', rate => 100, guard => false);
 });
 my $mrun = sq($node, q{SET ROLE mallory; SELECT backfill_run('mal')});
 is(wait_pass_end($node, $mrun, 300), 'completed', '(a) mallory\'s backfill completed');
@@ -127,7 +127,7 @@ $node->safe_psql('postgres', q{
 	ANALYZE big;
 	SELECT backfill_declare(name => 'big', relation => 'big', predicate => 'n = 0',
 		action => 'UPDATE big SET n = 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 20000, rate => 100);
+		batch_size => 20000, rate => 100, guard => false);
 });
 my $brun = sq($node, q{SELECT backfill_run('big')});
 is(wait_pass_end($node, $brun, 600), 'completed', '(b) the big backfill completed');
@@ -150,7 +150,7 @@ $node->safe_psql('postgres', q{
 	    $$SELECT CASE WHEN EXISTS (SELECT 1 FROM slow_flag) THEN pg_sleep(3600) IS NULL
 	                  ELSE true END$$;
 	SELECT backfill_declare(name => 'slow', relation => 's', predicate => 'n = 0 AND s_slow()',
-		action => 'UPDATE s SET n = 1 WHERE id BETWEEN $1 AND $2', rate => 100);
+		action => 'UPDATE s SET n = 1 WHERE id BETWEEN $1 AND $2', rate => 100, guard => false);
 });
 my $srun = sq($node, q{SET ROLE mallory; SELECT backfill_run('slow')});
 is(wait_pass_end($node, $srun, 300), 'completed', '(b) the sleeping backfill completed (before it sleeps)');
@@ -176,13 +176,13 @@ $node->safe_psql('postgres', q{
 	INSERT INTO mw (id) SELECT g FROM generate_series(1, 100) g;
 	SELECT backfill_declare(name => 'mw', relation => 'mw', predicate => 'n = 0',
 		action => 'UPDATE mw SET n = 1 WHERE id BETWEEN $1 AND $2', rate => 100,
-		watch => '1 s');
+		watch => '1 s', guard => false);
 	RESET ROLE;
 	SET ROLE alice;
 	CREATE TABLE a (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
 	INSERT INTO a (id) SELECT g FROM generate_series(1, 100) g;
 	SELECT backfill_declare(name => 'al', relation => 'a', predicate => 'n = 0',
-		action => 'UPDATE a SET n = n + 1 WHERE id BETWEEN $1 AND $2', rate => 100);
+		action => 'UPDATE a SET n = n + 1 WHERE id BETWEEN $1 AND $2', rate => 100, guard => false);
 });
 my $mwrun = sq($node, q{SET ROLE mallory; SELECT backfill_run('mw')});
 is(wait_pass_end($node, $mwrun, 300), 'completed', '(c) mallory\'s watched backfill completed');
@@ -192,7 +192,7 @@ $node->safe_psql('postgres', q{
 	CREATE TABLE mr (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
 	INSERT INTO mr (id) SELECT g FROM generate_series(1, 10) g;
 	SELECT backfill_declare(name => 'mreq', relation => 'mr', predicate => 'n = 0',
-		action => 'UPDATE mr SET n = 1 WHERE id BETWEEN $1 AND $2', requires => 'v1');
+		action => 'UPDATE mr SET n = 1 WHERE id BETWEEN $1 AND $2', requires => 'v1', guard => false);
 });
 my $mreq = sq($node, q{SET ROLE mallory; SELECT backfill_run('mreq')});
 
@@ -248,7 +248,7 @@ $full->safe_psql('postgres', q{
 	CREATE EXTENSION pg_backfill;
 	CREATE TABLE f (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
 	SELECT backfill_declare(name => 'f', relation => 'f', predicate => 'n = 0',
-		action => 'UPDATE f SET n = 1 WHERE id BETWEEN $1 AND $2');
+		action => 'UPDATE f SET n = 1 WHERE id BETWEEN $1 AND $2', guard => false);
 });
 ok(poll_until($full, q{SELECT count(*) FROM pg_stat_activity
 		WHERE backend_type IN ('logical replication launcher', 'pg_backfill launcher',
