@@ -15,6 +15,7 @@ OBJS = \
 	src/sql/control.o \
 	src/sql/finalize.o \
 	src/sql/shard.o \
+	src/sql/pauseall.o \
 	src/catalogs/catalog.o \
 	src/catalogs/declaration.o \
 	src/catalogs/identity.o \

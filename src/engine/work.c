@@ -335,7 +335,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		MemoryContextSwitchTo(scratch);
 
 		/* the pass's rate, shared by all its lanes */
-		outcome = pacing_before_batch(pass);
+		outcome = pacing_before_batch(pass, claim);
 		if (outcome != BATCH_DONE)
 			return outcome == BATCH_PAUSED ? leave_paused(pass, claim) : false;
 		started = GetCurrentTimestamp();
@@ -367,6 +367,8 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		backfill_lane_set_in_batch(false);
 		/* cancelled: before anything that could take the cancel's signal */
 		stopping = work_must_stop();
+		/* the WAL it wrote, committed or not, against the WAL budgets */
+		pacing_charge_wal(pass, claim, started);
 
 		if (failed)
 		{
