@@ -20,7 +20,8 @@
 #      exactly once;
 #  (5) backfill_pause_all(role): only that role's backfill holds (the other
 #      role's completes), a non-member is refused (BF016), the pause is a row
-#      that survives a restart, backfill_resume_all lets it complete.
+#      that survives a restart, the client's progress line (run --wait)
+#      shows it, backfill_resume_all lets it complete.
 # Every action is non-idempotent (n = n + 1). Each hold is made true by
 # construction (a failing archive_command, a slot, a setting, a row), and
 # polled with deadlines of minutes; no assertion depends on machine speed.
@@ -32,8 +33,17 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep time);
 use FindBin;
+use IPC::Run;
 use lib "$FindBin::RealBin/lib";
 use BackfillTest;
+
+# the client, as 030_cli.pl finds it
+my $cli = $ENV{PG_BACKFILL_CLI};
+if (!defined $cli || $cli eq '')
+{
+	my $rel = "$FindBin::RealBin/../../cli/pg_backfill";
+	$cli = -x $rel ? $rel : '/usr/lib/postgresql/15/bin/pg_backfill';
+}
 
 my $node = BackfillTest::node('pace_signals', crash_restart => 1,
 	init => { allows_streaming => 1 },
@@ -269,6 +279,24 @@ ok(poll_until($node, q{SELECT throttle FROM backfill_status('alice_fill')},
 		'paused for all of role alice (backfill_pause_all)', 300),
 	'pause_all(role): the role\'s pass holds and says why');
 rows_hold('alice_fill', qr/^paused for all of role alice/, 'pause_all(role)');
+# the client follows the held pass: its progress line says why it holds
+SKIP:
+{
+	skip "pg_backfill CLI not found at $cli", 1 unless -x $cli;
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start([ $cli, '-d', $node->connstr('postgres'), 'run', 'alice_fill', '--wait' ],
+		'<', \undef, '>', \$out, '2>', \$err);
+	my $deadline = time() + 300;
+	while ($out !~ /throttled: paused for all of role alice/ && time() < $deadline && $h->pumpable)
+	{
+		$h->pump_nb;
+		usleep(200_000);
+	}
+	like($out, qr/throttled: paused for all of role alice \(backfill_pause_all\)/,
+		"pause_all(role): the client's progress line shows why the pass holds");
+	$h->kill_kill;
+	$h->finish;
+}
 is(sq($node, q{SELECT backfill_resume_all('alice')}), 't', 'pause_all(role): a superuser lifts it');
 is(wait_pass_end($node, $alice_run, 600), 'completed', 'pause_all(role): lifted, the pass completes');
 each_row_done_once($node, 'alice_t', 1000, $alice_run);
