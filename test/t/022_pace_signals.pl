@@ -1,7 +1,8 @@
 # 022_pace_signals.pl
 #
 # Pacing on what DBAs fear (issue 27; src/engine/pacing.c, health.c, shmem.c):
-#  (1) a WAL budget: a pass with max_wal_rate => '256kB' writes, over a
+#  (1) a WAL budget: a pass with max_wal_rate => '256kB' (then one under
+#      backfill.max_wal_rate = '256kB' alone) writes, over a
 #      measured window, no more WAL than the budget allows for that window
 #      plus the batches that may be in flight (an upper bound only), and
 #      backfill_status.throttle says 'wal: ... of 256 kB/s'; a bad size is
@@ -122,31 +123,54 @@ sq($node, q{
 });
 is(sq($node, q{SELECT max_wal_rate FROM backfill.declaration WHERE name = 'wal'}),
 	$BUDGET, 'max_wal_rate is stored in bytes per second');
+# Over a window in which the pass did at least 4,000 rows more (some 20
+# batches), the server wrote no more WAL than the budget allows for the
+# window plus the batches that may be in flight at its ends (two lanes, a
+# batch of 200 rows writes well under 128 kB): an upper bound only.
+sub wal_within_budget
+{
+	my ($name, $what) = @_;
+	my ($lsn0, $t0, $rows0) = split /\|/, sq($node,
+		qq{SELECT pg_current_wal_lsn(), extract(epoch FROM clock_timestamp()), rows
+		    FROM backfill_status('$name')});
+	ok(poll_until($node, "SELECT rows >= $rows0 + 4000 FROM backfill_status('$name')", 't', 600),
+		"$what: the pass goes on under its budget");
+	my ($bytes, $secs) = split /\|/, sq($node,
+		qq{SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn0'),
+		          extract(epoch FROM clock_timestamp()) - $t0});
+	my $bound = $BUDGET * $secs + 4 * 128 * 1024;
+	note(sprintf('%s: %d bytes in %.1f s = %.0f kB/s (budget 256 kB/s)',
+		$what, $bytes, $secs, $bytes / $secs / 1024));
+	cmp_ok($bytes, '<=', $bound,
+		sprintf('%s: the WAL written in the window (%.1f s) stays within the budget', $what, $secs));
+	return;
+}
+
 my $wal_run = sq($node, q{SELECT backfill_run('wal')});
 ok(poll_until($node, q{SELECT throttle LIKE 'wal: % of 256 kB/s (its max_wal_rate)%'
 		FROM backfill_status('wal')}, 't', 300),
 	'wal: backfill_status shows the WAL budget it waits for');
 note('wal: ' . sq($node, q{SELECT throttle FROM backfill_status('wal')}));
-{
-	my ($lsn0, $t0, $rows0) = split /\|/, sq($node,
-		q{SELECT pg_current_wal_lsn(), extract(epoch FROM clock_timestamp()), rows
-		    FROM backfill_status('wal')});
-	# a window in which the pass did at least 4,000 rows more (some 20 batches)
-	ok(poll_until($node, "SELECT rows >= $rows0 + 4000 FROM backfill_status('wal')", 't', 600),
-		'wal: the pass goes on under its budget');
-	my ($bytes, $secs) = split /\|/, sq($node,
-		qq{SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$lsn0'),
-		          extract(epoch FROM clock_timestamp()) - $t0});
-	# the budget for the window, plus the batches in flight at its ends
-	# (two lanes, a batch of 200 rows writes well under 128 kB)
-	my $bound = $BUDGET * $secs + 4 * 128 * 1024;
-	note(sprintf('wal: %d bytes in %.1f s = %.0f kB/s (budget 256 kB/s)',
-		$bytes, $secs, $bytes / $secs / 1024));
-	cmp_ok($bytes, '<=', $bound,
-		sprintf('wal: the WAL written in the window (%.1f s) stays within the budget', $secs));
-}
+wal_within_budget('wal', 'wal');
 sq($node, qq{SELECT backfill_cancel('wal')});
 pass_ended($node, $wal_run, 120);
+
+# the cluster's budget: a pass with none of its own
+reload_with('backfill.max_wal_rate', q{'256kB'});
+ok(poll_until($node, 'SHOW backfill.max_wal_rate', '256kB', 60), 'backfill.max_wal_rate is 256kB');
+sq($node, q{
+	SELECT backfill_declare(name => 'walc', relation => 'wb', predicate => 'n = 0',
+		action => 'UPDATE wb SET n = n + 1 WHERE id BETWEEN $1 AND $2',
+		batch_size => 200, rate => 100, max_parallel => 2);
+});
+my $walc_run = sq($node, q{SELECT backfill_run('walc')});
+ok(poll_until($node, q{SELECT throttle LIKE 'wal: % of 256 kB/s (backfill.max_wal_rate)%'
+		FROM backfill_status('walc')}, 't', 300),
+	'wal (cluster): backfill_status shows the cluster\'s WAL budget');
+wal_within_budget('walc', 'wal (cluster)');
+sq($node, qq{SELECT backfill_cancel('walc')});
+pass_ended($node, $walc_run, 120);
+reload_with('backfill.max_wal_rate', '-1');
 
 # ------------------------------------------------------------------
 # (2) the archiver's backlog
