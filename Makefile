@@ -17,6 +17,7 @@ OBJS = \
 	src/sql/finalize.o \
 	src/sql/shard.o \
 	src/sql/probe.o \
+	src/sql/pauseall.o \
 	src/catalogs/catalog.o \
 	src/catalogs/declaration.o \
 	src/catalogs/identity.o \

@@ -802,3 +802,127 @@ BEGIN
     END IF;
 END
 $$;
+
+/* ==== pacing on what DBAs fear (issue 27): a WAL budget, one switch for a role ==== */
+
+/*
+ * max_wal_rate: WAL bytes per second the pass's lanes together may write
+ * (NULL: no budget of its own; backfill.max_wal_rate bounds every lane of
+ * the cluster).  Tuning, not part of the checksum: lanes follow a new one
+ * at their next checkpoint.
+ */
+ALTER TABLE backfill.declaration ADD COLUMN max_wal_rate bigint
+    CHECK (max_wal_rate IS NULL OR max_wal_rate >= 1024);
+
+/* backfill_declare gains max_wal_rate (last), its privileges carried over */
+SELECT pg_catalog.set_config('pg_backfill.upgrade_declare_acl', coalesce(p.proacl::text, ''), true)
+  FROM pg_catalog.pg_proc p
+ WHERE p.oid = 'backfill_declare(text, text, text, text, text, integer, double precision,
+                integer, integer, interval, text[], interval, interval, interval, interval,
+                integer, integer, jsonb, text, text, text, text, text, text, jsonb,
+                text, boolean, text, text, integer, interval, text, boolean, boolean)'::pg_catalog.regprocedure;
+
+DROP FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
+                               integer, integer, interval, text[], interval, interval,
+                               interval, interval, integer, integer, jsonb, text, text,
+                               text, text, text, text, jsonb, text, boolean, text, text,
+                               integer, interval, text, boolean, boolean);
+
+CREATE FUNCTION backfill_declare(
+    name             text,
+    relation         text DEFAULT NULL,
+    predicate        text DEFAULT NULL,
+    action           text DEFAULT NULL,
+    key              text DEFAULT NULL,
+    batch_size       integer DEFAULT 1000,
+    rate             double precision DEFAULT NULL,
+    max_parallel     integer DEFAULT 1,
+    max_attempts     integer DEFAULT 5,
+    batch_timeout    interval DEFAULT '1 minute',
+    environments     text[] DEFAULT NULL,
+    backoff_base     interval DEFAULT '1 second',
+    backoff_cap      interval DEFAULT '1 minute',
+    lock_timeout     interval DEFAULT '2 seconds',
+    target_batch_time interval DEFAULT NULL,
+    min_batch_size   integer DEFAULT NULL,
+    max_batch_size   integer DEFAULT NULL,
+    input            jsonb DEFAULT NULL,
+    scope            text DEFAULT NULL,
+    pages            text DEFAULT NULL,
+    count_function   text DEFAULT NULL,
+    requires         text DEFAULT NULL,
+    requires_backfill text DEFAULT NULL,
+    run_as           text DEFAULT NULL,
+    settings         jsonb DEFAULT NULL,
+    tenant           text DEFAULT NULL,
+    async_commit     boolean DEFAULT true,
+    revert           text DEFAULT NULL,
+    revert_predicate text DEFAULT NULL,
+    max_failed_rows  integer DEFAULT 0,
+    watch            interval DEFAULT NULL,
+    set              text DEFAULT NULL,
+    delete           boolean DEFAULT false,
+    guard            boolean DEFAULT true,
+    max_wal_rate     text DEFAULT NULL)
+RETURNS text
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_declare';
+
+COMMENT ON FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
+                                     integer, integer, interval, text[], interval, interval,
+                                     interval, interval, integer, integer, jsonb, text, text,
+                                     text, text, text, text, jsonb, text, boolean, text, text,
+                                     integer, interval, text, boolean, boolean, text) IS
+'declare (or update) a backfill; returns the checksum of its definition';
+
+DO $$
+DECLARE
+    acl pg_catalog.aclitem[] :=
+        NULLIF(pg_catalog.current_setting('pg_backfill.upgrade_declare_acl', true), '');
+    fn text := 'backfill_declare(text, text, text, text, text, integer, double precision, '
+               'integer, integer, interval, text[], interval, interval, interval, interval, '
+               'integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean, '
+               'text, text, integer, interval, text, boolean, boolean, text)';
+    item record;
+BEGIN
+    IF acl IS NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', fn);
+    FOR item IN SELECT a.grantee, a.is_grantable FROM pg_catalog.aclexplode(acl) a
+                 WHERE a.privilege_type = 'EXECUTE'
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', fn,
+            CASE WHEN item.grantee = 0 THEN 'PUBLIC'
+                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(item.grantee)) END,
+            CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
+
+/*
+ * Roles paused for all (backfill_pause_all): every lane of a backfill the
+ * role owns or runs as holds at its batch boundary while its row is here.
+ * A table, so that the pause survives restarts and failovers.  Read by
+ * everyone (the role's members see why their lanes hold); written only
+ * through the two functions, as the extension's owner.
+ */
+CREATE TABLE backfill.paused_role (
+    role       pg_catalog.regrole PRIMARY KEY,
+    paused_by  pg_catalog.regrole NOT NULL,
+    paused_at  timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+SELECT pg_catalog.pg_extension_config_dump('backfill.paused_role', '');
+GRANT SELECT ON backfill.paused_role TO PUBLIC;
+
+CREATE FUNCTION backfill_pause_all(role text) RETURNS boolean
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_pause_all';
+COMMENT ON FUNCTION backfill_pause_all(text) IS
+'hold every lane of the backfills a role owns or runs as at its batch boundary (persisted); true if it was not held';
+
+CREATE FUNCTION backfill_resume_all(role text) RETURNS boolean
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_resume_all';
+COMMENT ON FUNCTION backfill_resume_all(text) IS
+'lift backfill_pause_all for a role; true if it was held';

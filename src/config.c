@@ -31,6 +31,10 @@ int			backfill_probe_lock_timeout = 1000;	/* ms */
 int			backfill_max_replication_lag = 1024 * 1024;	/* kB */
 int			backfill_max_dead_tuples = -1;
 int			backfill_throttle_delay = 1000;	/* ms */
+int			backfill_max_wal_rate = -1;	/* kB/s */
+int			backfill_max_archive_backlog = -1;	/* segments */
+int			backfill_max_slot_retained = -1;	/* kB */
+bool		backfill_paused_for_all = false;
 bool		backfill_foreground_throttle = true;
 bool		backfill_citus_per_shard = true;
 static char *backfill_migrations_table = NULL;	/* read with GetConfigOption */
@@ -121,6 +125,45 @@ define_health_settings(void)
 							 &backfill_citus_per_shard,
 							 true,
 							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
+}
+
+/* what every lane of the cluster holds back for, set for all at once (a reload) */
+static void
+define_cluster_pacing_settings(void)
+{
+	DefineCustomIntVariable("backfill.max_wal_rate",
+							"WAL bytes per second that all lanes of the cluster together may write.",
+							"Measured from the WAL each batch wrote; lanes pace so that any "
+							"10 s stays within it.  -1 switches it off.",
+							&backfill_max_wal_rate,
+							-1, -1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.max_archive_backlog",
+							"WAL segments waiting for the archiver above which lanes hold back.",
+							"The .ready files in pg_wal/archive_status; -1 switches the check off.",
+							&backfill_max_archive_backlog,
+							-1, -1, INT_MAX,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.max_slot_retained",
+							"WAL a replication slot (active or not) may retain before lanes hold back.",
+							"Between the slot's restart_lsn and the current WAL position; "
+							"-1 switches the check off.",
+							&backfill_max_slot_retained,
+							-1, -1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("backfill.pause_all",
+							 "Holds every lane of the cluster at its batch boundary.",
+							 "Nothing is marked paused or failed; off lets the lanes go on.",
+							 &backfill_paused_for_all,
+							 false,
+							 PGC_SIGHUP, 0,
 							 NULL, NULL, NULL);
 }
 
@@ -237,6 +280,7 @@ config_define_session_settings(void)
 {
 	define_declaration_settings();
 	define_health_settings();
+	define_cluster_pacing_settings();
 	define_outbox_settings();
 	/* set by a lane to the input of a scoped pass; read with backfill_input() */
 	DefineCustomStringVariable("backfill.input",

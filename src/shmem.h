@@ -4,7 +4,8 @@
  *	  Shared memory of pg_backfill: one slot per served database, where
  *	  its scheduler's latch is found, the cluster's lane table, one entry
  *	  per lane reserved or running, and the pacers, one per pass that
- *	  started a batch within its 1/rate (shmem.c).
+ *	  started a batch within its 1/rate or owes WAL, and the cluster's WAL
+ *	  account (shmem.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -89,12 +90,33 @@ extern bool backfill_lane_stop_requested(void);
 extern bool backfill_lane_yield_requested(void);
 extern bool backfill_lane_preempted(void);
 
+/* what a batch waits for before it may start */
+typedef enum PaceSignal
+{
+	PACE_GO,					/* nothing: it may start now */
+	PACE_RATE,					/* the pass's rate */
+	PACE_WAL_PASS,				/* the pass's max_wal_rate */
+	PACE_WAL_CLUSTER			/* backfill.max_wal_rate */
+} PaceSignal;
+
+typedef struct PaceWait
+{
+	TimestampTz until;			/* 0: start now (recorded as started) */
+	PaceSignal	signal;
+	double		wal_rate;		/* a WAL wait: bytes/s written lately */
+	int64		wal_budget;		/* and the budget, bytes/s */
+} PaceWait;
+
 /*
- * The pass's rate, shared by all that work it (shmem.c, the pacers): 0
- * when a batch of this database's pass may start now (recorded as
- * started), else the time from which it may.
+ * The pass's rate and WAL budget, shared by all that work it, and the
+ * cluster's WAL budget (shmem.c, the pacers): may a batch of this
+ * database's pass start now, else from when, and why.
  */
-extern TimestampTz backfill_pace_claim(int64 run_id, double rate);
+extern void backfill_pace_claim(int64 run_id, double rate, int64 wal_budget, PaceWait *wait);
+
+/* the WAL a batch of the pass wrote, charged to its budget and the cluster's */
+extern void backfill_pace_wal(int64 run_id, double rate, int64 wal_budget,
+							  TimestampTz started, int64 bytes);
 
 /*
  * Wake this database's scheduler when the current transaction commits

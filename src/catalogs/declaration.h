@@ -54,6 +54,7 @@ typedef struct Declaration
 	/* pacing, retries and timeouts */
 	int32		batch_size;
 	double		rate;			/* batches per second */
+	int64		max_wal_rate;	/* WAL bytes per second, 0: no budget (stored NULL) */
 	int32		max_parallel;
 	int32		max_attempts;
 	int32		backoff_base_ms;
@@ -82,7 +83,7 @@ typedef struct Declaration
 } Declaration;
 
 /* the fields above: declaration_columns has one row for each */
-#define DECLARATION_NCOLUMNS 43
+#define DECLARATION_NCOLUMNS 44
 
 /* the most columns a key may have */
 #define DECLARATION_MAX_KEY_COLUMNS 4
@@ -95,6 +96,7 @@ typedef enum DeclarationField
 	DECL_OID,					/* Oid (regclass, regtype, regrole) */
 	DECL_FUNCTION,				/* Oid, stored as the function's name (text) */
 	DECL_INT4,					/* int32 */
+	DECL_INT8,					/* int64 */
 	DECL_FLOAT8,				/* double */
 	DECL_BOOL,					/* bool */
 	DECL_JSONB,					/* Jsonb * */

@@ -172,6 +172,7 @@ pass_take_declaration(Pass *pass, const Declaration *d, bool reverting)
 	pass->counted = !reverting || d->revert_predicate != NULL;
 	pass->batch_size = d->batch_size;
 	pass->rate = d->rate;
+	pass->max_wal_rate = d->max_wal_rate;
 	pass->max_attempts = d->max_attempts;
 	pass->backoff_base_ms = d->backoff_base_ms;
 	pass->backoff_cap_ms = d->backoff_cap_ms;

@@ -343,6 +343,17 @@ yield_for_fair_share(Pass *pass, Claim *claim)
 	return true;
 }
 
+/* cancelled: the batch in flight rolled back, nothing of it recorded (false) */
+static bool
+leave_cancelled(Pass *pass, Claim *claim)
+{
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT " was cancelled: the batch in "
+					"flight on partition %d rolled back",
+					pass->name, pass->run_id, claim->part_no)));
+	return false;
+}
+
 /*
  * Must the lane leave before its next batch: cancelled, past the deadline of
  * a backend working for a bounded time, or yielding for another role's pass
@@ -390,7 +401,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		MemoryContextSwitchTo(scratch);
 
 		/* the pass's rate, shared by all its lanes */
-		outcome = pacing_before_batch(pass);
+		outcome = pacing_before_batch(pass, claim);
 		if (outcome != BATCH_DONE)
 			return outcome == BATCH_PAUSED ? leave_paused(pass, claim) : false;
 		started = GetCurrentTimestamp();
@@ -416,6 +427,9 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		stopping = work_must_stop();
 		preempted = !stopping && work_preempted();
 
+		/* the WAL it wrote, committed or not, against the WAL budgets */
+		pacing_charge_wal(pass, claim, started);
+
 		if (failed)
 		{
 			ErrorData  *edata;
@@ -428,12 +442,8 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 			/* cancelled: the batch rolled back, nothing of it is recorded */
 			if (stopping)
 			{
-				ereport(LOG,
-						(errmsg("backfill \"%s\" run " INT64_FORMAT " was cancelled: the batch in "
-								"flight on partition %d rolled back",
-								pass->name, pass->run_id, claim->part_no)));
 				FreeErrorData(edata);
-				return false;
+				return leave_cancelled(pass, claim);
 			}
 			/* cancelled for another role's pass: rolled back, not a failed attempt */
 			if (preempted)

@@ -723,6 +723,30 @@ refuse_null_option(const DeclareArgs *a, const char *name, const char *argument)
 						 declaration_column_of_argument(argument)->argdefault)));
 }
 
+/*
+ * max_wal_rate: WAL bytes per second, written as PostgreSQL sizes are
+ * ('20MB', '512kB', bytes without a unit); NULL: no budget of its own.
+ */
+static int64
+read_wal_budget(const DeclareArgs *a, const char *name)
+{
+	char	   *given;
+	int			bytes;
+	const char *hint = NULL;
+
+	if (arg_isnull(a, "max_wal_rate"))
+		return 0;
+	given = arg_text(a, "max_wal_rate");
+	if (!parse_int(given, &bytes, GUC_UNIT_BYTE, &hint) || bytes < 1024)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("max_wal_rate of backfill \"%s\" is not a size from 1kB to 2GB", name),
+				 errdetail("It was given as \"%s\"%s%s.", given, hint ? ": " : "", hint ? hint : ""),
+				 errhint("Give the WAL bytes per second as PostgreSQL sizes are written, "
+						 "for example max_wal_rate => '20MB' (units B, kB, MB, GB).")));
+	return bytes;
+}
+
 /* batch size, rate, lanes, attempts, and how a batch commits */
 static void
 read_batch_options(const DeclareArgs *a, Declaration *d)
@@ -744,6 +768,7 @@ read_batch_options(const DeclareArgs *a, Declaration *d)
 				 errdetail("The rate is batches per second; pacing cannot be switched off."),
 				 errhint("Pass rate => 0.5 for one batch every two seconds, or rate => 50 to go fast.")));
 
+	d->max_wal_rate = read_wal_budget(a, name);
 	d->max_parallel = arg_int_or_default(a, "max_parallel");
 	check_int_option(name, "max_parallel", d->max_parallel, 1, 64,
 					 "The number of lanes that may work on the backfill at once.");
