@@ -223,7 +223,7 @@ SELECT watch_interval, backfill.watch_interval_ms('upgrade_fill') AS watch_ms
 -- 0.6 paces on WAL too (issue 27): max_wal_rate, stored in bytes per second,
 -- keeps the checksum; roles paused for all are rows of backfill.paused_role
 SELECT backfill_declare(name => 'upgrade_fill', relation => 'upgrade_items', predicate => 'c IS NULL',
-       action => 'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2',
+       action => 'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
        max_wal_rate => '20MB') = :'checksum_before' AS same_checksum_with_wal_budget;
 SELECT max_wal_rate FROM backfill.declaration WHERE name = 'upgrade_fill';
 SELECT to_regclass('backfill.paused_role') IS NOT NULL AS has_paused_role,

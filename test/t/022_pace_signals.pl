@@ -119,7 +119,7 @@ make_table('wb', 200_000);
 sq($node, q{
 	SELECT backfill_declare(name => 'wal', relation => 'wb', predicate => 'n = 0',
 		action => 'UPDATE wb SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 200, rate => 100, max_parallel => 2, max_wal_rate => '256kB');
+		batch_size => 200, rate => 100, max_parallel => 2, max_wal_rate => '256kB', guard => false);
 });
 is(sq($node, q{SELECT max_wal_rate FROM backfill.declaration WHERE name = 'wal'}),
 	$BUDGET, 'max_wal_rate is stored in bytes per second');
@@ -161,7 +161,7 @@ ok(poll_until($node, 'SHOW backfill.max_wal_rate', '256kB', 60), 'backfill.max_w
 sq($node, q{
 	SELECT backfill_declare(name => 'walc', relation => 'wb', predicate => 'n = 0',
 		action => 'UPDATE wb SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 200, rate => 100, max_parallel => 2);
+		batch_size => 200, rate => 100, max_parallel => 2, guard => false);
 });
 my $walc_run = sq($node, q{SELECT backfill_run('walc')});
 ok(poll_until($node, q{SELECT throttle LIKE 'wal: % of 256 kB/s (backfill.max_wal_rate)%'
@@ -192,7 +192,7 @@ make_table('ab', 2000);
 sq($node, q{
 	SELECT backfill_declare(name => 'arch', relation => 'ab', predicate => 'n = 0',
 		action => 'UPDATE ab SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 100, rate => 20);
+		batch_size => 100, rate => 20, guard => false);
 });
 my $arch_run = sq($node, q{SELECT backfill_run('arch')});
 ok(poll_until($node, q{SELECT throttle ~ '^archive: \d+ segments waiting, limit 1'
@@ -219,7 +219,7 @@ make_table('sb', 2000);
 sq($node, q{
 	SELECT backfill_declare(name => 'slot', relation => 'sb', predicate => 'n = 0',
 		action => 'UPDATE sb SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 100, rate => 20);
+		batch_size => 100, rate => 20, guard => false);
 });
 my $slot_run = sq($node, q{SELECT backfill_run('slot')});
 ok(poll_until($node, q{SELECT throttle ~ '^slot s1 retains [0-9.]+ MB, limit 1 MB'
@@ -238,7 +238,7 @@ make_table('pb', 6000);
 sq($node, q{
 	SELECT backfill_declare(name => 'pause', relation => 'pb', predicate => 'n = 0',
 		action => 'UPDATE pb SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 100, rate => 2);
+		batch_size => 100, rate => 2, guard => false);
 });
 my $pause_run = sq($node, q{SELECT backfill_run('pause')});
 # at most 200 rows a second: the pass is mid-way for at least 25 s after its first rows
@@ -281,7 +281,7 @@ for my $r (qw(alice bob))
 		SET ROLE $r;
 		SELECT backfill_declare(name => '${r}_fill', relation => '${r}_t', predicate => 'n = 0',
 			action => 'UPDATE ${r}_t SET n = n + 1 WHERE id BETWEEN \$1 AND \$2',
-			batch_size => 100, rate => 20);
+			batch_size => 100, rate => 20, guard => false);
 	});
 }
 {
