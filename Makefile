@@ -11,10 +11,13 @@ OBJS = \
 	src/searchpath.o \
 	src/sql/declare.o \
 	src/sql/key.o \
+	src/sql/action.o \
 	src/sql/run.o \
 	src/sql/control.o \
 	src/sql/finalize.o \
 	src/sql/shard.o \
+	src/sql/probe.o \
+	src/sql/pauseall.o \
 	src/catalogs/catalog.o \
 	src/catalogs/declaration.o \
 	src/catalogs/identity.o \
@@ -27,6 +30,7 @@ OBJS = \
 	src/engine/shards.o \
 	src/engine/moves.o \
 	src/engine/pass.o \
+	src/engine/estimate.o \
 	src/engine/batch.o \
 	src/engine/pagecycle.o \
 	src/engine/poison.o \
@@ -40,6 +44,7 @@ OBJS = \
 	src/workers/launcher.o \
 	src/workers/scheduler.o \
 	src/workers/lane.o \
+	src/workers/probe.o \
 	src/xact.o \
 	src/advisory.o \
 	src/worker.o \

@@ -369,6 +369,564 @@ BEGIN
 END
 $$;
 
+/* ---- the engine writes the batch statement; hand-written ones guard themselves (issue 24) ---- */
+
+/*
+ * set => 'c = a * 2' declares an UPDATE of the relation, delete => true a
+ * DELETE, whose WHERE clause the engine writes (the batch's key range AND
+ * the predicate); the statement written is stored as the action, which
+ * the checksum covers, so neither new column enters it.  guard => false
+ * lets a hand-written UPDATE or DELETE of the relation leave the predicate
+ * out.  A new argument is a new signature: the function of 0.5 is dropped
+ * and created again with the new options last, its privileges carried
+ * over as in the update to 0.5.
+ */
+ALTER TABLE backfill.declaration
+    ADD COLUMN action_set text,
+    ADD COLUMN action_delete boolean NOT NULL DEFAULT false,
+    ADD COLUMN guard boolean NOT NULL DEFAULT true;
+
+SELECT pg_catalog.set_config('pg_backfill.upgrade_declare_acl_24', coalesce(p.proacl::text, ''), true)
+  FROM pg_catalog.pg_proc p
+ WHERE p.oid = 'backfill_declare(text, text, text, text, text, integer, double precision,
+                integer, integer, interval, text[], interval, interval, interval, interval,
+                integer, integer, jsonb, text, text, text, text, text, text, jsonb,
+                text, boolean, text, text, integer, interval)'::pg_catalog.regprocedure;
+
+DROP FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
+                               integer, integer, interval, text[], interval, interval,
+                               interval, interval, integer, integer, jsonb, text, text,
+                               text, text, text, text, jsonb, text, boolean, text, text,
+                               integer, interval);
+
+CREATE FUNCTION backfill_declare(
+    name             text,
+    relation         text DEFAULT NULL,
+    predicate        text DEFAULT NULL,
+    action           text DEFAULT NULL,
+    key              text DEFAULT NULL,
+    batch_size       integer DEFAULT 1000,
+    rate             double precision DEFAULT NULL,
+    max_parallel     integer DEFAULT 1,
+    max_attempts     integer DEFAULT 5,
+    batch_timeout    interval DEFAULT '1 minute',
+    environments     text[] DEFAULT NULL,
+    backoff_base     interval DEFAULT '1 second',
+    backoff_cap      interval DEFAULT '1 minute',
+    lock_timeout     interval DEFAULT '2 seconds',
+    target_batch_time interval DEFAULT NULL,
+    min_batch_size   integer DEFAULT NULL,
+    max_batch_size   integer DEFAULT NULL,
+    input            jsonb DEFAULT NULL,
+    scope            text DEFAULT NULL,
+    pages            text DEFAULT NULL,
+    count_function   text DEFAULT NULL,
+    requires         text DEFAULT NULL,
+    requires_backfill text DEFAULT NULL,
+    run_as           text DEFAULT NULL,
+    settings         jsonb DEFAULT NULL,
+    tenant           text DEFAULT NULL,
+    async_commit     boolean DEFAULT true,
+    revert           text DEFAULT NULL,
+    revert_predicate text DEFAULT NULL,
+    max_failed_rows  integer DEFAULT 0,
+    watch            interval DEFAULT NULL,
+    set              text DEFAULT NULL,
+    delete           boolean DEFAULT false,
+    guard            boolean DEFAULT true)
+RETURNS text
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_declare';
+
+COMMENT ON FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
+                                     integer, integer, interval, text[], interval, interval,
+                                     interval, interval, integer, integer, jsonb, text, text,
+                                     text, text, text, text, jsonb, text, boolean, text, text,
+                                     integer, interval, text, boolean, boolean) IS
+'declare (or update) a backfill; returns the checksum of its definition';
+
+DO $$
+DECLARE
+    acl pg_catalog.aclitem[] :=
+        NULLIF(pg_catalog.current_setting('pg_backfill.upgrade_declare_acl_24', true), '');
+    fn text := 'backfill_declare(text, text, text, text, text, integer, double precision, '
+               'integer, integer, interval, text[], interval, interval, interval, interval, '
+               'integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean, '
+               'text, text, integer, interval, text, boolean, boolean)';
+    item record;
+BEGIN
+    IF acl IS NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', fn);
+    FOR item IN SELECT a.grantee, a.is_grantable FROM pg_catalog.aclexplode(acl) a
+                 WHERE a.privilege_type = 'EXECUTE'
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', fn,
+            CASE WHEN item.grantee = 0 THEN 'PUBLIC'
+                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(item.grantee)) END,
+            CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
+
+/*
+ * The rows a pass has to do when the statistics cannot say (a column of
+ * the predicate added since the last ANALYZE): TABLESAMPLE SYSTEM of at most
+ * max_pages pages of the table's leaves, or a count of a table no larger.
+ * Run by the lanes as the declaring role (engine/estimate.c), as
+ * estimate_rows is.
+ */
+CREATE FUNCTION backfill.estimate_rows_sampled(rel regclass, predicate text, max_pages integer,
+                                               OUT estimate bigint, OUT percent double precision)
+LANGUAGE plpgsql VOLATILE STRICT
+AS $$
+DECLARE
+    pages double precision;
+    found bigint;
+BEGIN
+    -- a partitioned table's leaves (pg_partition_tree lists none for a plain table)
+    SELECT COALESCE(pg_catalog.sum(pg_catalog.pg_relation_size(t.relid)),
+                    pg_catalog.pg_relation_size(rel))
+           / pg_catalog.current_setting('block_size')::pg_catalog.float8
+      INTO pages
+      FROM pg_catalog.pg_partition_tree(rel) t WHERE t.isleaf;
+    percent := CASE WHEN pages <= max_pages THEN 100 ELSE 100 * max_pages / pages END;
+    IF percent >= 100 THEN
+        EXECUTE pg_catalog.format(E'SELECT pg_catalog.count(*) FROM %s WHERE (\n%s\n)',
+                                  rel, predicate) INTO found;
+        estimate := found;
+    ELSE
+        EXECUTE pg_catalog.format(E'SELECT pg_catalog.count(*) FROM %s TABLESAMPLE SYSTEM (%s) WHERE (\n%s\n)',
+                                  rel, percent, predicate) INTO found;
+        estimate := pg_catalog.round(found * 100 / percent)::bigint;
+    END IF;
+END
+$$;
+
+/* ==== issue 23 points 2, 4, 6: reports read the catalogs only; probes in workers ==== */
+
+/*
+ * backfill_pending evaluated each declarer's predicate (a drift probe) and
+ * read the migrations table in the caller's session: a superuser's
+ * monitoring scrape ran every role's SQL, next to its cursors, and waited
+ * for every one of them.  From 0.6 a report reads the catalogs only.  A
+ * probe runs in a "pg_backfill probe" background worker, logged in as the
+ * backfill's run_as role, under backfill.probe_lock_timeout (1 s) and
+ * backfill.probe_timeout (60 s), started by the scheduler (a watch that is
+ * due; the backfill a queued pass requires) or by backfill_probe(name);
+ * each records its answer here, with its time, and backfill_pending shows
+ * the newest (or, before any probe after the pass, what the pass's own
+ * end found beyond its bound, run.beyond).
+ */
+SELECT pg_catalog.set_config('pg_backfill.upgrade_acl_pending', coalesce(p.proacl::text, ''), true)
+  FROM pg_catalog.pg_proc p WHERE p.oid = 'backfill_pending()'::pg_catalog.regprocedure;
+
+CREATE TABLE backfill.probe (
+    declaration      text PRIMARY KEY REFERENCES backfill.declaration (name)
+                     ON DELETE CASCADE ON UPDATE CASCADE,
+    run_id           bigint,                 -- the backfill's newest pass when it was taken
+    kind             text NOT NULL,          -- asked (backfill_probe), watch, required
+    taken_at         timestamptz NOT NULL,
+    found            bigint,                 -- rows its predicate matched (at most 1,000); NULL: failed
+    error_code       text,                   -- the SQLSTATE that ended it (lock or statement timeout...)
+    error_message    text,
+    probes           bigint NOT NULL DEFAULT 1
+);
+REVOKE ALL ON backfill.probe FROM PUBLIC;
+GRANT SELECT ON backfill.probe TO PUBLIC;
+ALTER TABLE backfill.probe ENABLE ROW LEVEL SECURITY;
+CREATE POLICY probe_member ON backfill.probe FOR SELECT
+    USING (EXISTS (SELECT 1 FROM backfill.declaration d WHERE d.name = probe.declaration));
+COMMENT ON TABLE backfill.probe IS
+'the newest drift probe of each backfill, taken by a probe worker as its role: what it found, when, or why it failed';
+
+/*
+ * The migration a backfill requires, as a probe worker last read it (the
+ * migrations table, as the declaring role): the scheduler starts one for
+ * a queued pass whose declaration has requires, and lets the pass start
+ * once one taken after it was enqueued found the migration applied;
+ * backfill_probe and the drift probes read it too.  The scheduler's own
+ * look reads only this.
+ */
+CREATE TABLE backfill.requirement (
+    declaration      text PRIMARY KEY REFERENCES backfill.declaration (name)
+                     ON DELETE CASCADE ON UPDATE CASCADE,
+    unmet            text,                   -- why the migration is not applied; NULL: applied
+    checked_at       timestamptz NOT NULL
+);
+REVOKE ALL ON backfill.requirement FROM PUBLIC;
+GRANT SELECT ON backfill.requirement TO PUBLIC;
+ALTER TABLE backfill.requirement ENABLE ROW LEVEL SECURITY;
+CREATE POLICY requirement_member ON backfill.requirement FOR SELECT
+    USING (EXISTS (SELECT 1 FROM backfill.declaration d WHERE d.name = requirement.declaration));
+
+-- evaluated the predicate in the caller's session: replaced by backfill_probe
+DROP FUNCTION backfill.drift_probe(text);
+
+CREATE FUNCTION backfill_probe(name text, timeout interval DEFAULT '1 minute')
+RETURNS bigint
+LANGUAGE C VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'backfill_probe';
+COMMENT ON FUNCTION backfill_probe(text, interval) IS
+'probe a completed table backfill for drift in a worker as its role; waits at most timeout; returns the rows found (at most 1,000)';
+
+/*
+ * The part of backfill.unmet_requirement that reads the catalogs only: a
+ * required backfill that is not completed (or not the declarer's to
+ * require).
+ */
+CREATE FUNCTION backfill.unmet_required_backfill(p_name text) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d backfill.declaration;
+    required_owner oid;
+    last_status text;
+    last_direction text;
+BEGIN
+    SELECT * INTO d FROM backfill.declaration WHERE name = p_name;
+    IF NOT FOUND OR d.requires_backfill IS NULL THEN
+        RETURN NULL;
+    END IF;
+    SELECT b.owner INTO required_owner FROM backfill.declaration b
+     WHERE b.name = d.requires_backfill;
+    IF FOUND AND NOT pg_has_role(d.owner::oid, required_owner, 'USAGE') THEN
+        RETURN format('backfill %s belongs to role %s, which role %s is not a member of',
+                      d.requires_backfill, pg_get_userbyid(required_owner),
+                      pg_get_userbyid(d.owner));
+    END IF;
+    SELECT l.status, l.direction INTO last_status, last_direction FROM backfill.ledger l
+     WHERE l.ledger_name = d.requires_backfill
+       AND pg_has_role(d.owner::oid, l.owner::oid, 'USAGE')
+     ORDER BY l.run_id DESC LIMIT 1;
+    IF last_status = 'completed' AND last_direction = 'revert' THEN
+        RETURN format('backfill %s was reverted (its last pass is a completed revert)',
+                      d.requires_backfill);
+    END IF;
+    IF last_status IS DISTINCT FROM 'completed' THEN
+        RETURN format('backfill %s has not completed (its last pass: %s)',
+                      d.requires_backfill, coalesce(last_status, 'none'));
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+-- the migration (read as the declaring role, asrole.c), then the required backfill
+CREATE OR REPLACE FUNCTION backfill.unmet_requirement(p_name text) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    d backfill.declaration;
+BEGIN
+    SELECT * INTO d FROM backfill.declaration WHERE name = p_name;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    RETURN coalesce(CASE WHEN d.requires IS NOT NULL
+                         THEN backfill.migration_unapplied(d.requires, d.owner::oid) END,
+                    backfill.unmet_required_backfill(p_name));
+END
+$$;
+
+/*
+ * What backfill_pending shows as blocked_by, from the catalogs only: the
+ * migration as the newest probe found it (none yet: not known, NULL; a
+ * pass of the backfill completed since: it was applied when that pass
+ * started), then the required backfill.
+ */
+CREATE FUNCTION backfill.recorded_requirement(p_name text) RETURNS text
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce((SELECT q.unmet FROM backfill.requirement q
+                       JOIN backfill.declaration d ON d.name = q.declaration
+                      WHERE q.declaration = $1 AND d.requires IS NOT NULL
+                        AND NOT EXISTS (SELECT 1 FROM backfill.ledger l
+                                         WHERE l.declaration = $1
+                                           AND l.status IN ('completed', 'completed_with_failures')
+                                           AND l.finished_at > q.checked_at)),
+                    backfill.unmet_required_backfill($1));
+$$;
+
+/*
+ * backfill_pending: as 0.5 made it, from the catalogs only.  drift and
+ * drift_rows come from the newest probe taken after the completed pass
+ * (backfill.probe: the watch, backfill_probe, the check before a pass that
+ * requires it), with its time (drift_probed_at) and its error
+ * (probe_error); before any, from what matched beyond the pass's bound at
+ * its end (at finished_at).  blocked_by names the migration as the newest
+ * probe found it, then the required backfill.  Nothing here evaluates a
+ * declarer's SQL: its cost does not grow with the tables.
+ */
+DROP FUNCTION backfill_pending();
+CREATE FUNCTION backfill_pending()
+RETURNS TABLE (
+    name                  text,
+    state                 text,
+    checksum              text,
+    completed_checksum    text,
+    changed               boolean,
+    environments          text[],
+    last_run_id           bigint,
+    last_completed_run_id bigint,
+    rows                  bigint,
+    blocked_by            text,
+    direction             text,
+    drift                 text,
+    drift_rows            bigint,
+    drift_probed_at       timestamptz,
+    probe_error           text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH env AS (
+        SELECT current_setting('backfill.environment') AS e
+    ),
+    last AS (
+        SELECT DISTINCT ON (l.ledger_name) l.*
+          FROM backfill.ledger l
+         ORDER BY l.ledger_name, l.run_id DESC
+    ),
+    reverted AS (
+        SELECT l.ledger_name, max(l.run_id) AS run_id
+          FROM backfill.ledger l
+         WHERE l.status = 'completed' AND l.direction = 'revert'
+         GROUP BY l.ledger_name
+    ),
+    done AS (
+        SELECT DISTINCT ON (l.ledger_name) l.*
+          FROM backfill.ledger l
+          LEFT JOIN reverted rv ON rv.ledger_name = l.ledger_name
+         WHERE l.status = 'completed' AND l.direction = 'forward'
+           AND l.run_id > coalesce(rv.run_id, 0)
+         ORDER BY l.ledger_name, l.run_id DESC
+    ),
+    -- a plain declaration has one history; a scoped one, one per scope run
+    histories AS (
+        SELECT d.name AS ledger_name, d.name AS declaration
+          FROM backfill.declaration d WHERE d.scope IS NULL
+        UNION ALL
+        SELECT DISTINCT l.ledger_name, d.name
+          FROM backfill.declaration d JOIN backfill.ledger l ON l.declaration = d.name
+         WHERE d.scope IS NOT NULL
+    )
+    SELECT h.ledger_name,
+           CASE
+             WHEN d.environments IS NOT NULL AND NOT (env.e = ANY (d.environments))
+                  THEN 'not-in-this-environment'
+             WHEN last.status = 'running' AND last.direction = 'revert' THEN 'reverting'
+             WHEN last.status = 'running'
+                  AND backfill.recorded_requirement(d.name) IS NOT NULL
+                  AND NOT EXISTS (SELECT 1 FROM backfill.partition p
+                                   WHERE p.run_id = last.run_id) THEN 'blocked'
+             WHEN last.status = 'running' THEN 'running'
+             WHEN last.status = 'failed' AND last.error_code = 'BF006' THEN 'stalled'
+             WHEN last.status IN ('failed', 'cancelled') THEN 'failed'
+             WHEN last.status = 'completed' AND last.direction = 'revert' THEN 'reverted'
+             WHEN last.status = 'completed_with_failures' AND last.checksum = d.checksum
+                  THEN 'completed_with_failures'
+             WHEN done.run_id IS NOT NULL AND done.checksum <> d.checksum THEN 'changed'
+             WHEN dp.n > 0 THEN 'drifted'
+             WHEN done.run_id IS NOT NULL THEN 'completed'
+             WHEN backfill.recorded_requirement(d.name) IS NOT NULL THEN 'blocked'
+             ELSE 'pending'
+           END,
+           d.checksum,
+           done.checksum,
+           done.run_id IS NOT NULL AND done.checksum <> d.checksum,
+           d.environments,
+           last.run_id,
+           done.run_id,
+           coalesce(last.rows,
+                    (SELECT sum(p.rows)::bigint FROM backfill.partition p
+                      WHERE p.run_id = last.run_id)),
+           backfill.recorded_requirement(d.name),
+           last.direction,
+           CASE WHEN dp.n >= 1000 THEN 'at least 1,000 rows'
+                WHEN dp.n > 0 THEN dp.n || ' rows' END,
+           dp.n,
+           dp.at,
+           dp.error
+      FROM histories h
+      JOIN backfill.declaration d ON d.name = h.declaration
+      CROSS JOIN env
+      LEFT JOIN last ON last.ledger_name = h.ledger_name
+      LEFT JOIN done ON done.ledger_name = h.ledger_name
+      -- a completed plain table backfill: did the newest probe after its pass find rows
+      -- (backfill.probe), or, before any, what matched beyond its bound at its end?
+      LEFT JOIN LATERAL (
+          SELECT CASE WHEN pr.taken_at IS NOT NULL THEN pr.found ELSE r.beyond END AS n,
+                 coalesce(pr.taken_at, done.finished_at) AS at,
+                 pr.error_code || ': ' || pr.error_message AS error
+            FROM (SELECT 1) one
+            LEFT JOIN backfill.run r ON r.run_id = done.run_id
+            LEFT JOIN backfill.probe pr ON pr.declaration = d.name
+                  AND pr.run_id = done.run_id AND pr.taken_at >= done.finished_at
+           WHERE last.status = 'completed' AND last.direction = 'forward'
+             AND last.run_id = done.run_id AND done.checksum = d.checksum
+             AND d.scope IS NULL AND d.relid IS NOT NULL
+             AND (d.environments IS NULL OR env.e = ANY (d.environments))) dp ON true
+    UNION ALL
+    SELECT last.ledger_name, 'orphaned', NULL, done.checksum, NULL, NULL,
+           last.run_id, done.run_id, last.rows, NULL, last.direction, NULL, NULL, NULL, NULL
+      FROM last
+      LEFT JOIN done ON done.ledger_name = last.ledger_name
+     WHERE NOT EXISTS (SELECT 1 FROM backfill.declaration d
+                        WHERE d.name = last.declaration)
+    ORDER BY 1;
+$$;
+COMMENT ON FUNCTION backfill_pending() IS
+'one row per declared backfill with its state, from the catalogs only (drift as recorded by probes); ledger names no declaration owns are orphaned';
+
+/* ---- privileges of backfill_pending, created again (see the top of this block) ---- */
+
+DO $$
+DECLARE
+    item record;
+    acl pg_catalog.aclitem[];
+BEGIN
+    acl := NULLIF(pg_catalog.current_setting('pg_backfill.upgrade_acl_pending', true), '');
+    IF acl IS NOT NULL THEN
+        REVOKE ALL ON FUNCTION backfill_pending() FROM PUBLIC;
+        FOR item IN SELECT a.grantee, a.is_grantable FROM pg_catalog.aclexplode(acl) a
+                     WHERE a.privilege_type = 'EXECUTE'
+        LOOP
+            EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION backfill_pending() TO %s%s',
+                CASE WHEN item.grantee = 0 THEN 'PUBLIC'
+                     ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(item.grantee)) END,
+                CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+        END LOOP;
+    END IF;
+END
+$$;
+
+/* ==== pacing on what DBAs fear (issue 27): a WAL budget, one switch for a role ==== */
+
+/*
+ * max_wal_rate: WAL bytes per second the pass's lanes together may write
+ * (NULL: no budget of its own; backfill.max_wal_rate bounds every lane of
+ * the cluster).  Tuning, not part of the checksum: lanes follow a new one
+ * at their next checkpoint.
+ */
+ALTER TABLE backfill.declaration ADD COLUMN max_wal_rate bigint
+    CHECK (max_wal_rate IS NULL OR max_wal_rate >= 1024);
+
+/* backfill_declare gains max_wal_rate (last), its privileges carried over */
+SELECT pg_catalog.set_config('pg_backfill.upgrade_declare_acl', coalesce(p.proacl::text, ''), true)
+  FROM pg_catalog.pg_proc p
+ WHERE p.oid = 'backfill_declare(text, text, text, text, text, integer, double precision,
+                integer, integer, interval, text[], interval, interval, interval, interval,
+                integer, integer, jsonb, text, text, text, text, text, text, jsonb,
+                text, boolean, text, text, integer, interval, text, boolean, boolean)'::pg_catalog.regprocedure;
+
+DROP FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
+                               integer, integer, interval, text[], interval, interval,
+                               interval, interval, integer, integer, jsonb, text, text,
+                               text, text, text, text, jsonb, text, boolean, text, text,
+                               integer, interval, text, boolean, boolean);
+
+CREATE FUNCTION backfill_declare(
+    name             text,
+    relation         text DEFAULT NULL,
+    predicate        text DEFAULT NULL,
+    action           text DEFAULT NULL,
+    key              text DEFAULT NULL,
+    batch_size       integer DEFAULT 1000,
+    rate             double precision DEFAULT NULL,
+    max_parallel     integer DEFAULT 1,
+    max_attempts     integer DEFAULT 5,
+    batch_timeout    interval DEFAULT '1 minute',
+    environments     text[] DEFAULT NULL,
+    backoff_base     interval DEFAULT '1 second',
+    backoff_cap      interval DEFAULT '1 minute',
+    lock_timeout     interval DEFAULT '2 seconds',
+    target_batch_time interval DEFAULT NULL,
+    min_batch_size   integer DEFAULT NULL,
+    max_batch_size   integer DEFAULT NULL,
+    input            jsonb DEFAULT NULL,
+    scope            text DEFAULT NULL,
+    pages            text DEFAULT NULL,
+    count_function   text DEFAULT NULL,
+    requires         text DEFAULT NULL,
+    requires_backfill text DEFAULT NULL,
+    run_as           text DEFAULT NULL,
+    settings         jsonb DEFAULT NULL,
+    tenant           text DEFAULT NULL,
+    async_commit     boolean DEFAULT true,
+    revert           text DEFAULT NULL,
+    revert_predicate text DEFAULT NULL,
+    max_failed_rows  integer DEFAULT 0,
+    watch            interval DEFAULT NULL,
+    set              text DEFAULT NULL,
+    delete           boolean DEFAULT false,
+    guard            boolean DEFAULT true,
+    max_wal_rate     text DEFAULT NULL)
+RETURNS text
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_declare';
+
+COMMENT ON FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
+                                     integer, integer, interval, text[], interval, interval,
+                                     interval, interval, integer, integer, jsonb, text, text,
+                                     text, text, text, text, jsonb, text, boolean, text, text,
+                                     integer, interval, text, boolean, boolean, text) IS
+'declare (or update) a backfill; returns the checksum of its definition';
+
+DO $$
+DECLARE
+    acl pg_catalog.aclitem[] :=
+        NULLIF(pg_catalog.current_setting('pg_backfill.upgrade_declare_acl', true), '');
+    fn text := 'backfill_declare(text, text, text, text, text, integer, double precision, '
+               'integer, integer, interval, text[], interval, interval, interval, interval, '
+               'integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean, '
+               'text, text, integer, interval, text, boolean, boolean, text)';
+    item record;
+BEGIN
+    IF acl IS NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', fn);
+    FOR item IN SELECT a.grantee, a.is_grantable FROM pg_catalog.aclexplode(acl) a
+                 WHERE a.privilege_type = 'EXECUTE'
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', fn,
+            CASE WHEN item.grantee = 0 THEN 'PUBLIC'
+                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(item.grantee)) END,
+            CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
+
+/*
+ * Roles paused for all (backfill_pause_all): every lane of a backfill the
+ * role owns or runs as holds at its batch boundary while its row is here.
+ * A table, so that the pause survives restarts and failovers.  Read by
+ * everyone (the role's members see why their lanes hold); written only
+ * through the two functions, as the extension's owner.
+ */
+CREATE TABLE backfill.paused_role (
+    role       pg_catalog.regrole PRIMARY KEY,
+    paused_by  pg_catalog.regrole NOT NULL,
+    paused_at  timestamptz NOT NULL DEFAULT pg_catalog.now()
+);
+SELECT pg_catalog.pg_extension_config_dump('backfill.paused_role', '');
+GRANT SELECT ON backfill.paused_role TO PUBLIC;
+
+CREATE FUNCTION backfill_pause_all(role text) RETURNS boolean
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_pause_all';
+COMMENT ON FUNCTION backfill_pause_all(text) IS
+'hold every lane of the backfills a role owns or runs as at its batch boundary (persisted); true if it was not held';
+
+CREATE FUNCTION backfill_resume_all(role text) RETURNS boolean
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_resume_all';
+COMMENT ON FUNCTION backfill_resume_all(text) IS
+'lift backfill_pause_all for a role; true if it was held';
+
 /*
  * A Citus shard split mid-pass (issue 30): a shard's partition keeps its
  * shard's hash range (shard_min, shard_max), so that when Citus splits the

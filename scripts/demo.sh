@@ -38,7 +38,7 @@ SELECT backfill_declare(
     name       => 'items_fill_c',
     relation   => 'items',
     predicate  => 'c IS NULL',
-    action     => 'UPDATE items SET c = a * 2 WHERE id BETWEEN $1 AND $2 AND c IS NULL',
+    set        => 'c = a * 2',
     batch_size => 10000,
     rate       => 1000);
 SELECT backfill_run('items_fill_c');

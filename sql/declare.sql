@@ -51,7 +51,7 @@ SELECT backfill_declare('fill', 'orders', 'qty + 1', 'SELECT 1');
 SELECT backfill_declare('fill', 'orders', 'true) ; DROP TABLE orders; SELECT (1', 'SELECT 1');
 SELECT count(*) AS orders_still_there FROM orders;
 SELECT backfill_declare('fill', 'orders', 'total IS NULL', 'UPDATE orders SET total = 1; SELECT 1');
-SELECT backfill_declare('fill', 'orders', 'total IS NULL', 'UPDATE orders SET totl = 1');
+SELECT backfill_declare('fill', 'orders', 'total IS NULL', 'UPDATE orders SET totl = 1 WHERE (total IS NULL)');
 SELECT backfill_declare('fill', 'orders', 'total IS NULL', 'SELECT 1', batch_size => 0);
 SELECT backfill_declare('fill', 'orders', 'total IS NULL', 'SELECT 1', rate => 0);
 SELECT backfill_declare('fill', 'orders', 'total IS NULL', 'SELECT 1', rate => 'Infinity');

@@ -58,7 +58,7 @@ ROLLBACK;
 
 -- environments
 SELECT backfill_declare('accounts_staging_only', 'accounts', 'email_lower IS NULL',
-    'UPDATE accounts SET email_lower = lower(email) WHERE id BETWEEN $1 AND $2',
+    'UPDATE accounts SET email_lower = lower(email) WHERE id BETWEEN $1 AND $2 AND (email_lower IS NULL)',
     environments => '{staging}');
 SELECT backfill_run('accounts_staging_only');
 SELECT count(*) AS staging_ledger_rows FROM backfill.ledger
@@ -76,7 +76,7 @@ SELECT backfill_declare('accounts_email_lower', 'accounts', 'email_lower IS NULL
 UPDATE accounts SET email_lower = NULL WHERE id <= 10;
 SELECT backfill_declare('accounts_half', 'accounts', 'email_lower IS NULL',
     'UPDATE accounts SET email_lower = lower(email)
-      WHERE id BETWEEN $1 AND $2 AND id % 2 = 0',
+      WHERE id BETWEEN $1 AND $2 AND id % 2 = 0 AND (email_lower IS NULL)',
     batch_size => 200, rate => 1000);
 SELECT backfill_run('accounts_half');
 SELECT backfill_wait(4, '60 s');

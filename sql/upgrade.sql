@@ -13,7 +13,7 @@ SELECT to_regclass('backfill.outbox') IS NULL AS no_outbox_in_0_1;
 
 CREATE TABLE upgrade_items (id int PRIMARY KEY, c int);
 SELECT length(backfill_declare('upgrade_fill', 'upgrade_items', 'c IS NULL',
-       'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2')) AS checksum_length;
+       'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')) AS checksum_length;
 SELECT checksum AS checksum_before FROM backfill.declaration WHERE name = 'upgrade_fill' \gset
 
 ALTER EXTENSION pg_backfill UPDATE TO '0.2';
@@ -96,7 +96,7 @@ SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
 SELECT name, checksum = :'checksum_before' AS same_checksum
   FROM backfill.declaration WHERE name = 'upgrade_fill';
 SELECT backfill_declare('upgrade_fill', 'upgrade_items', 'c IS NULL',
-       'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2') = :'checksum_before'
+       'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)') = :'checksum_before'
        AS same_checksum_declared_again;
 SELECT p.proname, p.pronargs, p.pronargdefaults,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_can_execute,
@@ -146,7 +146,7 @@ GRANT EXECUTE ON FUNCTION backfill_declare(text, text, text, text, text, integer
     interval, integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean,
     text, text, integer, interval) TO PUBLIC;
 SELECT backfill_declare('upgrade_fill', 'upgrade_items', 'c IS NULL',
-       'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2') = :'checksum_before'
+       'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)') = :'checksum_before'
        AS same_checksum_under_05;
 SELECT max_failed_rows, revert, watch_ms FROM backfill.declaration WHERE name = 'upgrade_fill';
 SELECT a.attname, a.atttypid::regtype FROM pg_attribute a
@@ -181,12 +181,27 @@ SELECT d.name, i.code, i.message FROM backfill.declaration d,
 CREATE ROLE upgrade_reader;
 REVOKE EXECUTE ON FUNCTION backfill_status(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION backfill_status(text) TO upgrade_reader;
+REVOKE EXECUTE ON FUNCTION backfill_pending() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION backfill_pending() TO upgrade_reader;
 ALTER EXTENSION pg_backfill UPDATE TO '0.6';
 SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
-SELECT has_function_privilege('public', 'backfill_status(text)', 'EXECUTE') AS public_can_execute,
-       has_function_privilege('upgrade_reader', 'backfill_status(text)', 'EXECUTE') AS granted_can_execute;
+SELECT f.signature, has_function_privilege('public', f.signature, 'EXECUTE') AS public_can_execute,
+       has_function_privilege('upgrade_reader', f.signature, 'EXECUTE') AS granted_can_execute
+  FROM (VALUES ('backfill_status(text)'), ('backfill_pending()')) f(signature)
+ ORDER BY 1;
 GRANT EXECUTE ON FUNCTION backfill_status(text) TO PUBLIC;
 REVOKE ALL ON FUNCTION backfill_status(text) FROM upgrade_reader;
+GRANT EXECUTE ON FUNCTION backfill_pending() TO PUBLIC;
+REVOKE ALL ON FUNCTION backfill_pending() FROM upgrade_reader;
+-- reports read the catalogs only (issue 23): drift from probes recorded by
+-- probe workers; backfill.drift_probe, which probed in the caller's session, is gone
+SELECT to_regprocedure('backfill.drift_probe(text)') IS NULL AS drift_probe_gone,
+       to_regprocedure('backfill_probe(text, interval)') IS NOT NULL AS has_backfill_probe,
+       to_regclass('backfill.probe') IS NOT NULL AS has_probe_table;
+SELECT string_agg(name, ', ' ORDER BY ord) FILTER (WHERE ord > 13) AS backfill_pending_adds
+  FROM pg_proc p, unnest(p.proargnames) WITH ORDINALITY AS u(name, ord)
+ WHERE p.oid = 'backfill_pending()'::regprocedure;
+SELECT state, drift, drift_probed_at, probe_error FROM backfill_pending() WHERE name = 'upgrade_fill';
 DROP OWNED BY upgrade_reader;
 DROP ROLE upgrade_reader;
 SELECT watch_interval FROM backfill_status('upgrade_fill');
@@ -201,12 +216,21 @@ SELECT has_table_privilege('public', 'backfill_outbox_topics', 'SELECT') AS publ
        has_table_privilege('public', 'backfill.outbox', 'SELECT') AS public_reads_outbox;
 SELECT count(*) AS topics FROM backfill_outbox_topics;
 SELECT backfill_declare(name => 'upgrade_fill', relation => 'upgrade_items', predicate => 'c IS NULL',
-       action => 'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2',
+       action => 'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
        watch => '5 s') = :'checksum_before' AS same_checksum_under_06;
 SELECT watch_interval, backfill.watch_interval_ms('upgrade_fill') AS watch_ms
   FROM backfill_status('upgrade_fill');
+-- 0.6 paces on WAL too (issue 27): max_wal_rate, stored in bytes per second,
+-- keeps the checksum; roles paused for all are rows of backfill.paused_role
 SELECT backfill_declare(name => 'upgrade_fill', relation => 'upgrade_items', predicate => 'c IS NULL',
-       action => 'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2') = :'checksum_before'
+       action => 'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
+       max_wal_rate => '20MB') = :'checksum_before' AS same_checksum_with_wal_budget;
+SELECT max_wal_rate FROM backfill.declaration WHERE name = 'upgrade_fill';
+SELECT to_regclass('backfill.paused_role') IS NOT NULL AS has_paused_role,
+       to_regprocedure('backfill_pause_all(text)') IS NOT NULL AS has_pause_all,
+       to_regprocedure('backfill_resume_all(text)') IS NOT NULL AS has_resume_all;
+SELECT backfill_declare(name => 'upgrade_fill', relation => 'upgrade_items', predicate => 'c IS NULL',
+       action => 'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)') = :'checksum_before'
        AS same_checksum_unwatched;
 
 \set VERBOSITY terse
@@ -252,7 +276,7 @@ SELECT key_column, key_type, key_columns, key_types FROM backfill.declaration
  WHERE name = 'upgrade_fill';
 CREATE TABLE upgrade_tenants (tenant_id int, id int, c int, PRIMARY KEY (tenant_id, id));
 SELECT length(backfill_declare('upgrade_tenants', 'upgrade_tenants', 'c IS NULL',
-       'UPDATE upgrade_tenants SET c = 1 WHERE (tenant_id, id) BETWEEN ($1, $2) AND ($3, $4)'))
+       'UPDATE upgrade_tenants SET c = 1 WHERE (tenant_id, id) BETWEEN ($1, $2) AND ($3, $4) AND (c IS NULL)'))
        AS checksum_length;
 SELECT key_column, key_type, key_columns, key_types FROM backfill.declaration
  WHERE name = 'upgrade_tenants';
@@ -267,6 +291,21 @@ SELECT name, relation, predicate, pages_fn FROM backfill.declaration
  WHERE name = 'upgrade_pages';
 SELECT backfill_drop('upgrade_pages');
 DROP FUNCTION upgrade_pages(text, jsonb);
+
+-- 0.6 also lets the engine write the batch statement (set, delete) and
+-- refuses an UPDATE of the relation that does not repeat the predicate
+-- (guard): three arguments and three columns, none in the checksum
+SELECT p.pronargs, p.pronargdefaults FROM pg_proc p WHERE p.proname = 'backfill_declare';
+SELECT backfill_declare('upgrade_fill', 'upgrade_items', 'c IS NULL',
+       'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)') = :'checksum_before'
+       AS same_checksum_guarded;
+SELECT action_set, action_delete, guard FROM backfill.declaration WHERE name = 'upgrade_fill';
+SELECT length(backfill_declare(name => 'upgrade_set', relation => 'upgrade_items',
+       predicate => 'c IS NULL', set => 'c = 1')) AS checksum_length;
+SELECT action, action_set FROM backfill.declaration WHERE name = 'upgrade_set';
+SELECT backfill_drop('upgrade_set');
+SELECT to_regprocedure('backfill.estimate_rows_sampled(regclass, text, integer)') IS NOT NULL
+       AS has_sampled_estimate;
 
 -- a fresh install gets the same objects as the upgraded one
 SET client_min_messages = warning;

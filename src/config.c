@@ -22,12 +22,19 @@ char	   *backfill_database_names = NULL;
 char	   *backfill_environment = NULL;
 int			backfill_max_workers = 4;
 int			backfill_max_workers_per_role = 0;
+int			backfill_preempt_after = 10000;
 double		backfill_default_rate = 5.0;
 int			backfill_naptime = 10;
 int			backfill_scheduler_idle_exit = 300;	/* s */
+int			backfill_probe_timeout = 60000;	/* ms */
+int			backfill_probe_lock_timeout = 1000;	/* ms */
 int			backfill_max_replication_lag = 1024 * 1024;	/* kB */
 int			backfill_max_dead_tuples = -1;
 int			backfill_throttle_delay = 1000;	/* ms */
+int			backfill_max_wal_rate = -1;	/* kB/s */
+int			backfill_max_archive_backlog = -1;	/* segments */
+int			backfill_max_slot_retained = -1;	/* kB */
+bool		backfill_paused_for_all = false;
 bool		backfill_foreground_throttle = true;
 bool		backfill_citus_per_shard = true;
 static char *backfill_migrations_table = NULL;	/* read with GetConfigOption */
@@ -121,6 +128,45 @@ define_health_settings(void)
 							 NULL, NULL, NULL);
 }
 
+/* what every lane of the cluster holds back for, set for all at once (a reload) */
+static void
+define_cluster_pacing_settings(void)
+{
+	DefineCustomIntVariable("backfill.max_wal_rate",
+							"WAL bytes per second that all lanes of the cluster together may write.",
+							"Measured from the WAL each batch wrote; lanes pace so that any "
+							"10 s stays within it.  -1 switches it off.",
+							&backfill_max_wal_rate,
+							-1, -1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.max_archive_backlog",
+							"WAL segments waiting for the archiver above which lanes hold back.",
+							"The .ready files in pg_wal/archive_status; -1 switches the check off.",
+							&backfill_max_archive_backlog,
+							-1, -1, INT_MAX,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.max_slot_retained",
+							"WAL a replication slot (active or not) may retain before lanes hold back.",
+							"Between the slot's restart_lsn and the current WAL position; "
+							"-1 switches the check off.",
+							&backfill_max_slot_retained,
+							-1, -1, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("backfill.pause_all",
+							 "Holds every lane of the cluster at its batch boundary.",
+							 "Nothing is marked paused or failed; off lets the lanes go on.",
+							 &backfill_paused_for_all,
+							 false,
+							 PGC_SIGHUP, 0,
+							 NULL, NULL, NULL);
+}
+
 /* how long the outbox keeps messages (a reload changes them) */
 static void
 define_outbox_settings(void)
@@ -176,6 +222,17 @@ config_define_worker_settings(void)
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 
+	DefineCustomIntVariable("backfill.preempt_after",
+							"How long a batch of a role holding more than its share of the lanes "
+							"may run while another role's pass waits, before it is cancelled "
+							"(0: never).",
+							"The cancelled batch rolls back with its checkpoint; its partition "
+							"is done later, and the cancel is not a failed attempt.",
+							&backfill_preempt_after,
+							10000, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
 	DefineCustomIntVariable("backfill.naptime",
 							"Seconds the launcher and the schedulers sleep when nothing wakes them.",
 							"A committed backfill_run wakes its scheduler at once; the "
@@ -196,6 +253,25 @@ config_define_worker_settings(void)
 							300, 0, 86400,
 							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.probe_timeout",
+							"Statement timeout of a declarer's SQL evaluated outside a batch.",
+							"A drift probe (the watch, backfill_probe), the check of a required "
+							"backfill and the read of the migrations table end with an error "
+							"after this long.",
+							&backfill_probe_timeout,
+							60000, 100, 3600000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.probe_lock_timeout",
+							"Lock timeout of a declarer's SQL evaluated outside a batch.",
+							"A probe that waits longer than this for a lock (a table a session "
+							"holds locked) ends with an error, recorded as the probe's.",
+							&backfill_probe_lock_timeout,
+							1000, 10, 3600000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
 }
 
 /* the settings a session reads: declarations, health, the outbox, a pass's input */
@@ -204,6 +280,7 @@ config_define_session_settings(void)
 {
 	define_declaration_settings();
 	define_health_settings();
+	define_cluster_pacing_settings();
 	define_outbox_settings();
 	/* set by a lane to the input of a scoped pass; read with backfill_input() */
 	DefineCustomStringVariable("backfill.input",

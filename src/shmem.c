@@ -42,6 +42,15 @@
  * passes than BACKFILL_MAX_PACERS that each started a batch less than
  * 1/rate ago), a lane paces alone, as its own last batch says.
  *
+ * WAL budgets.  A pacer also keeps the pass's WAL account, and one more
+ * account keeps every lane's (backfill.max_wal_rate): after each batch its
+ * lane charges the WAL the batch wrote, paid at the budget from the
+ * batch's start (or from when the WAL before it is paid, whichever is
+ * later), and no batch of the pass (of the cluster) starts before it is
+ * paid.  So over any window the WAL written stays within the budget but
+ * for the batches in flight, and a pace the batches themselves set (their
+ * own duration) is not charged twice.  A pacer that owes WAL is not free.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -76,6 +85,9 @@ typedef struct BackfillSchedulerSlot
 	Latch	   *latch;
 	Oid			absent_dboid;	/* its last scheduler found no pg_backfill there */
 	Oid			idle_dboid;		/* its last scheduler left there with nothing to do */
+	TimestampTz no_slot_since;	/* its starts of a child have found no worker slot since
+								 * then (0: the last found one) */
+	TimestampTz no_slot_last;	/* the last start that found none */
 } BackfillSchedulerSlot;
 
 typedef struct BackfillLaneEntry
@@ -91,7 +103,24 @@ typedef struct BackfillLaneEntry
 	bool		in_batch;		/* a batch's transaction is open */
 	bool		stop;			/* the pass was cancelled: stop at once */
 	bool		yield;			/* give the lane up to another role's pass */
+	TimestampTz batch_since;	/* when the open batch began */
+	bool		preempt;		/* its batch was cancelled for another role's pass */
 } BackfillLaneEntry;
+
+/*
+ * A WAL budget's account: the time until which the WAL written so far is
+ * paid at the budget, and the bytes of the last two 5 s windows (for the
+ * rate shown).
+ */
+typedef struct BackfillWalMeter
+{
+	TimestampTz paid_until;		/* 0: nothing owed */
+	TimestampTz window_start;
+	int64		window_bytes;
+	int64		previous_bytes;	/* of the window before */
+} BackfillWalMeter;
+
+#define WAL_WINDOW_US	(5 * USECS_PER_SEC)
 
 typedef struct BackfillPacer
 {
@@ -99,6 +128,7 @@ typedef struct BackfillPacer
 	int64		run_id;			/* 0: never used */
 	TimestampTz last_start;		/* the start of the pass's last batch */
 	double		rate;			/* the rate it started at */
+	BackfillWalMeter wal;		/* the pass's WAL, against its max_wal_rate */
 } BackfillPacer;
 
 /* pacers: a pass needs one while it has a live lane, or just had one */
@@ -117,6 +147,7 @@ typedef struct BackfillShared
 	uint64		next_token;
 	BackfillLaneEntry lanes[BACKFILL_MAX_LANES];
 	BackfillPacer pacers[BACKFILL_MAX_PACERS];	/* under lane_lock */
+	BackfillWalMeter cluster_wal;	/* every lane's WAL, against backfill.max_wal_rate */
 } BackfillShared;
 
 static BackfillShared *shared = NULL;
@@ -224,6 +255,7 @@ backfill_shmem_attach_scheduler(int slot, pid_t *holder)
 	s->dboid = MyDatabaseId;
 	s->pid = MyProcPid;
 	s->latch = &MyProc->procLatch;
+	s->no_slot_since = 0;
 	SpinLockRelease(&shared->mutex);
 	my_slot = slot;
 	before_shmem_exit(detach_scheduler, (Datum) 0);
@@ -268,6 +300,59 @@ backfill_shmem_scheduler_absent(void)
 	if (shared->slots[my_slot].pid == MyProcPid)
 		shared->slots[my_slot].absent_dboid = MyDatabaseId;
 	SpinLockRelease(&shared->mutex);
+}
+
+/*
+ * The scheduler tried to start a child (a lane, the relay): found a worker
+ * slot or not.  A backend that waits for lanes (finalize) reads it.
+ */
+void
+backfill_shmem_note_worker_slot(bool found)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (shared == NULL || my_slot < 0)
+		return;
+	SpinLockAcquire(&shared->mutex);
+	if (shared->slots[my_slot].pid == MyProcPid)
+	{
+		if (found)
+			shared->slots[my_slot].no_slot_since = 0;
+		else
+		{
+			if (shared->slots[my_slot].no_slot_since == 0)
+				shared->slots[my_slot].no_slot_since = now;
+			shared->slots[my_slot].no_slot_last = now;
+		}
+	}
+	SpinLockRelease(&shared->mutex);
+}
+
+/*
+ * A mark older than NO_SLOT_FRESH_MS says nothing: the scheduler tries again
+ * every second while a pass waits for a lane.
+ */
+#define NO_SLOT_FRESH_MS	5000
+
+TimestampTz
+backfill_shmem_no_worker_slot_since(Oid dboid)
+{
+	TimestampTz since = 0;
+	TimestampTz last = 0;
+
+	if (shared == NULL)
+		return 0;
+	SpinLockAcquire(&shared->mutex);
+	for (int i = 0; i < BACKFILL_MAX_DATABASES; i++)
+		if (shared->slots[i].dboid == dboid && shared->slots[i].pid != 0)
+		{
+			since = shared->slots[i].no_slot_since;
+			last = shared->slots[i].no_slot_last;
+		}
+	SpinLockRelease(&shared->mutex);
+	if (since == 0 || TimestampDifferenceExceeds(last, GetCurrentTimestamp(), NO_SLOT_FRESH_MS))
+		return 0;
+	return since;
 }
 
 /*
@@ -536,6 +621,8 @@ backfill_lane_snapshot(LaneInfo *out)
 		out[n].run_id = e->run_id;
 		out[n].index = i;
 		out[n].yield = e->yield;
+		out[n].in_batch = e->in_batch && e->pid != 0;
+		out[n].batch_since = e->batch_since;
 		n++;
 	}
 	LWLockRelease(shared->lane_lock);
@@ -559,6 +646,30 @@ backfill_lane_request_yield(int index)
 	}
 	LWLockRelease(shared->lane_lock);
 	return asked;
+}
+
+/*
+ * Cancel a lane's batch for another role's pass (the fair share's bound,
+ * backfill.preempt_after): only the batch that began at batch_since, if it
+ * is still open.  The flag and the signal go out under the lock the lane
+ * takes to leave its batch, as a cancel's do (wake_lanes).
+ */
+bool
+backfill_lane_preempt(int index, TimestampTz batch_since)
+{
+	BackfillLaneEntry *e = &shared->lanes[index];
+	bool		done = false;
+
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	if (e->in_use && e->in_batch && e->pid != 0 && e->batch_since == batch_since)
+	{
+		e->preempt = true;
+		e->yield = true;
+		(void) kill(e->pid, SIGINT);
+		done = true;
+	}
+	LWLockRelease(shared->lane_lock);
+	return done;
 }
 
 /* ------------------------------------------------------------------
@@ -613,10 +724,14 @@ backfill_lane_attach(int index, uint64 token)
 void
 backfill_lane_set_in_batch(bool in_batch)
 {
+	TimestampTz now = GetCurrentTimestamp();
+
 	if (my_lane < 0)
 		return;
 	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
 	shared->lanes[my_lane].in_batch = in_batch;
+	if (in_batch)
+		shared->lanes[my_lane].batch_since = now;
 	LWLockRelease(shared->lane_lock);
 }
 
@@ -643,6 +758,19 @@ bool
 backfill_lane_yield_requested(void)
 {
 	return my_lane_flag(false);
+}
+
+bool
+backfill_lane_preempted(void)
+{
+	bool		set;
+
+	if (my_lane < 0)
+		return false;
+	LWLockAcquire(shared->lane_lock, LW_SHARED);
+	set = shared->lanes[my_lane].preempt;
+	LWLockRelease(shared->lane_lock);
+	return set;
 }
 
 /*
@@ -688,7 +816,8 @@ pacer_next(BackfillPacer *p)
 
 /*
  * The pacer of pass (dboid, run_id), or one that is free (never used, or
- * its last batch's 1/rate has passed), or NULL when every pacer is taken.
+ * its last batch's 1/rate has passed and it owes no WAL), emptied, or NULL
+ * when every pacer is taken.
  */
 static BackfillPacer *
 pacer_find(Oid dboid, int64 run_id, TimestampTz now)
@@ -701,47 +830,136 @@ pacer_find(Oid dboid, int64 run_id, TimestampTz now)
 
 		if (p->run_id == run_id && p->dboid == dboid)
 			return p;
-		if (free_one == NULL && (p->run_id == 0 || pacer_next(p) <= now))
+		if (free_one == NULL &&
+			(p->run_id == 0 || (pacer_next(p) <= now && p->wal.paid_until <= now)))
 			free_one = p;
 	}
 	if (free_one != NULL)
-		free_one->run_id = 0;
+		memset(free_one, 0, sizeof(BackfillPacer));
 	return free_one;
 }
 
 /*
- * May a batch of this database's pass run_id start now, at this rate (the
- * declaration's, as the caller read it last)?  0: yes, and its start is
- * recorded; else the time from which it may (ask again then: another
- * process of the pass may have started one meanwhile).  A rate lowered
- * since the last batch counts from it at the new rate, as does one raised.
+ * bytes per second over the meter's last 5 to 10 s (its current window
+ * alone, at least 1 s of it, when the one before wrote nothing); 0 when
+ * nothing was written lately
  */
-TimestampTz
-backfill_pace_claim(int64 run_id, double rate)
+static double
+meter_rate(const BackfillWalMeter *m, TimestampTz now)
+{
+	TimestampTz span = now - m->window_start;
+
+	if (m->window_start == 0 || span >= 2 * WAL_WINDOW_US)
+		return 0;
+	if (m->previous_bytes > 0)
+		span += WAL_WINDOW_US;
+	return (m->previous_bytes + m->window_bytes) * 1000000.0 / Max(span, USECS_PER_SEC);
+}
+
+/*
+ * Charge a batch's WAL: paid at the budget from the batch's start, or from
+ * when the WAL before it is paid (budget 0: no budget, nothing owed).
+ */
+static void
+meter_charge(BackfillWalMeter *m, int64 budget, TimestampTz started, int64 bytes,
+			 TimestampTz now)
+{
+	if (now - m->window_start >= WAL_WINDOW_US)
+	{
+		m->previous_bytes = now - m->window_start < 2 * WAL_WINDOW_US ? m->window_bytes : 0;
+		m->window_start = now;
+		m->window_bytes = 0;
+	}
+	m->window_bytes += bytes;
+	if (budget <= 0)
+		m->paid_until = 0;
+	else
+		m->paid_until = Max(m->paid_until, started) +
+			(TimestampTz) (bytes * 1000000.0 / budget);
+}
+
+/* the later of two waits: the WAL's wins a tie, it is what the lane shows */
+static void
+pace_wait_on(PaceWait *wait, TimestampTz until, PaceSignal signal,
+			 const BackfillWalMeter *m, int64 budget, TimestampTz now)
+{
+	if (until <= now || until < wait->until)
+		return;
+	wait->until = until;
+	wait->signal = signal;
+	wait->wal_rate = m ? meter_rate(m, now) : 0;
+	wait->wal_budget = budget;
+}
+
+/*
+ * May a batch of this database's pass run_id start now, at this rate (the
+ * declaration's, as the caller read it last) and within the pass's WAL
+ * budget (wal_budget bytes/s, 0: none) and the cluster's
+ * (backfill.max_wal_rate)?  wait->until 0: yes, and its start is recorded;
+ * else the time from which it may (ask again then: another process of the
+ * pass may have started one meanwhile), and what it waits for.  A rate
+ * lowered since the last batch counts from it at the new rate, as does one
+ * raised.
+ */
+void
+backfill_pace_claim(int64 run_id, double rate, int64 wal_budget, PaceWait *wait)
 {
 	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz next = 0;
+	int64		cluster_budget = (int64) backfill_max_wal_rate * 1024;
 	BackfillPacer *p;
 
+	memset(wait, 0, sizeof(PaceWait));
 	if (shared == NULL || rate <= 0)
-		return 0;
+		return;
 	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
 	p = pacer_find(MyDatabaseId, run_id, now);
 	if (p != NULL && p->run_id != 0)
 	{
 		p->rate = rate;
-		next = pacer_next(p);
+		pace_wait_on(wait, pacer_next(p), PACE_RATE, NULL, 0, now);
+		if (wal_budget > 0)
+			pace_wait_on(wait, p->wal.paid_until, PACE_WAL_PASS, &p->wal, wal_budget, now);
 	}
-	if (p != NULL && next <= now)
+	if (cluster_budget > 0)
+		pace_wait_on(wait, shared->cluster_wal.paid_until, PACE_WAL_CLUSTER,
+					 &shared->cluster_wal, cluster_budget, now);
+	if (p != NULL && wait->until == 0)
 	{
 		p->dboid = MyDatabaseId;
 		p->run_id = run_id;
 		p->last_start = now;
 		p->rate = rate;
-		next = 0;
 	}
 	LWLockRelease(shared->lane_lock);
-	return next;
+}
+
+/*
+ * A batch of pass run_id that started at started wrote bytes of WAL:
+ * charged to the pass's budget (wal_budget bytes/s, 0: none) and to the
+ * cluster's (backfill.max_wal_rate), which the next claims wait out.
+ */
+void
+backfill_pace_wal(int64 run_id, double rate, int64 wal_budget, TimestampTz started, int64 bytes)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	BackfillPacer *p;
+
+	if (shared == NULL || bytes <= 0)
+		return;
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	meter_charge(&shared->cluster_wal, (int64) backfill_max_wal_rate * 1024, started, bytes, now);
+	p = pacer_find(MyDatabaseId, run_id, now);
+	if (p != NULL && p->run_id == 0)
+	{
+		/* the pass's pacer was let go meanwhile: taken again, as of this batch */
+		p->dboid = MyDatabaseId;
+		p->run_id = run_id;
+		p->last_start = started;
+		p->rate = Max(rate, 0.001);
+	}
+	if (p != NULL)
+		meter_charge(&p->wal, wal_budget, started, bytes, now);
+	LWLockRelease(shared->lane_lock);
 }
 
 /* ------------------------------------------------------------------

@@ -4,7 +4,8 @@
  *	  Shared memory of pg_backfill: one slot per served database, where
  *	  its scheduler's latch is found, the cluster's lane table, one entry
  *	  per lane reserved or running, and the pacers, one per pass that
- *	  started a batch within its 1/rate (shmem.c).
+ *	  started a batch within its 1/rate or owes WAL, and the cluster's WAL
+ *	  account (shmem.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -26,6 +27,8 @@ typedef struct LaneInfo
 	int64		run_id;
 	int			index;			/* its entry in the table */
 	bool		yield;			/* asked to give its lane up */
+	bool		in_batch;		/* a batch of it is open ... */
+	TimestampTz batch_since;	/* ... since then */
 } LaneInfo;
 
 extern void backfill_shmem_init(void);
@@ -58,6 +61,15 @@ extern bool backfill_shmem_slot_free(int slot, Oid *dboid, pid_t *pid);
 extern bool backfill_shmem_take_absent(int slot, Oid dboid);
 extern bool backfill_shmem_take_idle(int slot, Oid dboid);
 
+/*
+ * The scheduler's last start of a child worker found a worker slot or not;
+ * since when the scheduler of a database has found none (0: it found one,
+ * it has not tried for 5 s, or no scheduler serves it).  For a backend that
+ * waits for lanes.
+ */
+extern void backfill_shmem_note_worker_slot(bool found);
+extern TimestampTz backfill_shmem_no_worker_slot_since(Oid dboid);
+
 /* DROP DATABASE: keep the launcher off the database, stop its workers */
 extern void backfill_shmem_database_going(Oid dboid);
 extern bool backfill_shmem_database_is_going(Oid dboid);
@@ -69,19 +81,42 @@ extern void backfill_lane_forget(int index, uint64 token);
 extern void backfill_lane_sweep(void);
 extern int	backfill_lane_snapshot(LaneInfo *out);
 extern bool backfill_lane_request_yield(int index);
+extern bool backfill_lane_preempt(int index, TimestampTz batch_since);
 
 /* the lane table, for the lane itself (and the engine it runs: pacing.c) */
 extern bool backfill_lane_attach(int index, uint64 token);
 extern void backfill_lane_set_in_batch(bool in_batch);
 extern bool backfill_lane_stop_requested(void);
 extern bool backfill_lane_yield_requested(void);
+extern bool backfill_lane_preempted(void);
+
+/* what a batch waits for before it may start */
+typedef enum PaceSignal
+{
+	PACE_GO,					/* nothing: it may start now */
+	PACE_RATE,					/* the pass's rate */
+	PACE_WAL_PASS,				/* the pass's max_wal_rate */
+	PACE_WAL_CLUSTER			/* backfill.max_wal_rate */
+} PaceSignal;
+
+typedef struct PaceWait
+{
+	TimestampTz until;			/* 0: start now (recorded as started) */
+	PaceSignal	signal;
+	double		wal_rate;		/* a WAL wait: bytes/s written lately */
+	int64		wal_budget;		/* and the budget, bytes/s */
+} PaceWait;
 
 /*
- * The pass's rate, shared by all that work it (shmem.c, the pacers): 0
- * when a batch of this database's pass may start now (recorded as
- * started), else the time from which it may.
+ * The pass's rate and WAL budget, shared by all that work it, and the
+ * cluster's WAL budget (shmem.c, the pacers): may a batch of this
+ * database's pass start now, else from when, and why.
  */
-extern TimestampTz backfill_pace_claim(int64 run_id, double rate);
+extern void backfill_pace_claim(int64 run_id, double rate, int64 wal_budget, PaceWait *wait);
+
+/* the WAL a batch of the pass wrote, charged to its budget and the cluster's */
+extern void backfill_pace_wal(int64 run_id, double rate, int64 wal_budget,
+							  TimestampTz started, int64 bytes);
 
 /*
  * Wake this database's scheduler when the current transaction commits

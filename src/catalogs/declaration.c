@@ -86,6 +86,12 @@ const DeclarationColumn declaration_columns[] = {
 	{COL(revert_predicate, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "revert_predicate", TEXTOID, "NULL"},
 	{COL(max_failed_rows, INT4OID, DECL_INT4, true), DECL_NOT_SUMMED, NULL, "max_failed_rows", INT4OID, "0"},
 	{COL(watch_ms, INT4OID, DECL_INT4, false), DECL_NOT_SUMMED, NULL, "watch", INTERVALOID, "NULL"},
+	/* the statement the engine writes (pg_backfill--0.5--0.6.sql, issue 24): the action it wrote is summed */
+	{COL(action_set, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "set", TEXTOID, "NULL"},
+	{COL(action_delete, BOOLOID, DECL_BOOL, true), DECL_NOT_SUMMED, NULL, "delete", BOOLOID, "false"},
+	{COL(guard, BOOLOID, DECL_BOOL, true), DECL_NOT_SUMMED, NULL, "guard", BOOLOID, "true"},
+	/* pacing on WAL (pg_backfill--0.5--0.6.sql, issue 27) */
+	{COL(max_wal_rate, INT8OID, DECL_INT8, false), DECL_NOT_SUMMED, NULL, "max_wal_rate", TEXTOID, "NULL"},
 	/* requirements and tenancy */
 	{COL(requires, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "requires", TEXTOID, "NULL"},
 	{COL(requires_backfill, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "requires_backfill", TEXTOID, "NULL"},
@@ -325,6 +331,8 @@ field_param_type(DeclarationField field)
 			return OIDOID;
 		case DECL_INT4:
 			return INT4OID;
+		case DECL_INT8:
+			return INT8OID;
 		case DECL_FLOAT8:
 			return FLOAT8OID;
 		case DECL_BOOL:
@@ -373,6 +381,10 @@ column_param(const Declaration *decl, const DeclarationColumn *col, Datum *value
 		case DECL_INT4:
 			*value = Int32GetDatum(*FIELD(decl, col, int32));
 			isnull = (*FIELD(decl, col, int32) == 0);
+			break;
+		case DECL_INT8:
+			*value = Int64GetDatum(*FIELD(decl, col, int64));
+			isnull = (*FIELD(decl, col, int64) == 0);
 			break;
 		case DECL_FLOAT8:
 			*value = Float8GetDatum(*FIELD(decl, col, double));
@@ -539,6 +551,9 @@ read_column(HeapTuple tuple, TupleDesc tupdesc, const DeclarationColumn *col,
 			break;
 		case DECL_INT4:
 			*FIELD(decl, col, int32) = DatumGetInt32(d);
+			break;
+		case DECL_INT8:
+			*FIELD(decl, col, int64) = DatumGetInt64(d);
 			break;
 		case DECL_FLOAT8:
 			*FIELD(decl, col, double) = DatumGetFloat8(d);

@@ -47,10 +47,14 @@ typedef struct Declaration
 	char	   *action;
 	char	   *revert;			/* undoes the action for a range (issue 14) */
 	char	   *revert_predicate;	/* the rows a revert pass visits */
+	char	   *action_set;		/* set =>: the engine wrote the action (issue 24) */
+	bool		action_delete;	/* delete =>: the engine wrote a DELETE */
+	bool		guard;			/* a hand-written UPDATE/DELETE must repeat the predicate */
 
 	/* pacing, retries and timeouts */
 	int32		batch_size;
 	double		rate;			/* batches per second */
+	int64		max_wal_rate;	/* WAL bytes per second, 0: no budget (stored NULL) */
 	int32		max_parallel;
 	int32		max_attempts;
 	int32		backoff_base_ms;
@@ -79,7 +83,7 @@ typedef struct Declaration
 } Declaration;
 
 /* the fields above: declaration_columns has one row for each */
-#define DECLARATION_NCOLUMNS 40
+#define DECLARATION_NCOLUMNS 44
 
 /* the most columns a key may have */
 #define DECLARATION_MAX_KEY_COLUMNS 4
@@ -92,6 +96,7 @@ typedef enum DeclarationField
 	DECL_OID,					/* Oid (regclass, regtype, regrole) */
 	DECL_FUNCTION,				/* Oid, stored as the function's name (text) */
 	DECL_INT4,					/* int32 */
+	DECL_INT8,					/* int64 */
 	DECL_FLOAT8,				/* double */
 	DECL_BOOL,					/* bool */
 	DECL_JSONB,					/* Jsonb * */

@@ -295,8 +295,8 @@ checkpoint_partition_done(Pass *pass, Claim *claim)
 
 /*
  * The checkpoint: the partition's row updated, the pass's state read back;
- * $9 is why the lane holds back (the foreground throttle, pacing.c), or
- * NULL.  WHERE_TID is empty, or the condition that finds the row by its
+ * $9 is why the lane holds back (the WAL budget it waited for before
+ * this batch, or the foreground throttle, pacing.c), or NULL.  WHERE_TID is empty, or the condition that finds the row by its
  * TID ($10).
  */
 #define CHECKPOINT_SQL(WHERE_TID) \
@@ -307,7 +307,7 @@ checkpoint_partition_done(Pass *pass, Claim *claim)
 	"  WHERE " WHERE_TID " p.run_id = $1 AND p.part_no = $2 AND p.state = 'running'" \
 	"    AND p.holder_pid = $5 AND p.holder_start = $6" \
 	"  RETURNING p.run_id, p.ctid)" \
-	" SELECT l.status, d.checksum, d.rate, d.batch_size, r.paused, c.ctid" \
+	" SELECT l.status, d.checksum, d.rate, d.batch_size, r.paused, c.ctid, d.max_wal_rate" \
 	"   FROM c JOIN backfill.ledger l ON l.run_id = c.run_id" \
 	"   JOIN backfill.run r ON r.run_id = c.run_id" \
 	"   LEFT JOIN backfill.declaration d ON d.name = l.declaration"
@@ -349,7 +349,7 @@ checkpoint_update(Claim *claim, Oid *types, Datum *values, const char *nulls)
 /*
  * Write the checkpoint of a batch and read back what may have changed
  * meanwhile: the pass's status, whether it is paused, and the
- * declaration's checksum, rate and batch size.
+ * declaration's checksum, rate, batch size and WAL budget.
  */
 static BatchOutcome
 checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
@@ -361,8 +361,10 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	char	   *status;
 	char	   *checksum;
+	const char *why;
 	bool		paused;
 	bool		isnull;
+	Datum		wal_budget;
 
 	values[0] = Int64GetDatum(pass->run_id);
 	values[1] = Int32GetDatum(claim->part_no);
@@ -373,8 +375,9 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	values[5] = TimestampTzGetDatum(LANE_START());
 	values[6] = Int32GetDatum(CLAIM_BATCH_LIMIT_AFTER(claim, rows));
 	values[7] = Float8GetDatum(claim->last_batch_ms);
-	values[8] = CStringGetTextDatum(claim->foreground_reason);
-	nulls[8] = claim->foreground_reason[0] ? ' ' : 'n';
+	why = claim->pace_reason[0] ? claim->pace_reason : claim->foreground_reason;
+	values[8] = CStringGetTextDatum(why);
+	nulls[8] = why[0] ? ' ' : 'n';
 
 	/*
 	 * One statement writes the checkpoint and reads back the pass's state.
@@ -399,7 +402,9 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	pass->rate = DatumGetFloat8(catalog_getdatum(0, 3, &isnull));
 	pass->batch_size = DatumGetInt32(catalog_getdatum(0, 4, &isnull));
 	paused = DatumGetBool(catalog_getdatum(0, 5, &isnull));
-	health_read_if_due(&claim->health, pass->relid);
+	wal_budget = catalog_getdatum(0, 7, &isnull);
+	pass->max_wal_rate = isnull ? 0 : DatumGetInt64(wal_budget);
+	health_read_if_due(&claim->health, pass->relid, pass->name);
 	health_sample_foreground(&claim->health);
 	catalog_leave(&scope);
 	if (strcmp(status, "running") != 0)

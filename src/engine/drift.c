@@ -1,45 +1,57 @@
 /*-------------------------------------------------------------------------
  *
  * drift.c
- *	  Reopening a required backfill whose predicate matches rows again.
+ *	  Drift: probes of a completed backfill's predicate, recorded; the
+ *	  watch's catch-up passes; reopening a required backfill that drifted.
  *
- * A pass of A that requires backfill B starts only after B's newest pass
- * completed.  Rows written since (by an application still on the old
- * code, say) can make B's predicate match again: B has drifted.  Just
- * before A's pass would start, the scheduler asks B's predicate, as B's
- * role and with B's search_path, whether any row still needs B.  If so it
- * enqueues a new pass of B (forced: its last one completed) and A waits
- * for it.
+ * A completed table backfill has drifted when its predicate matches rows
+ * again (rows written since by an application still on the old code,
+ * say).  A probe asks the predicate, bounded (LIMIT 1,000: never a full
+ * count), and records what it found, and when, in backfill.probe, which
+ * backfill_pending reads: reports evaluate no declarer's SQL.
  *
- * The scheduler is a superuser session that goes on to run its own SQL,
- * so B's predicate is evaluated through asrole.c (restricted, settings
- * rolled back), and only when the reopen is something B's owner could do
- * and A's owner may ask for (a member of B's owner): a role never
- * force-runs another role's backfill.
+ * A probe runs only in a "pg_backfill probe" worker (workers/probe.c),
+ * logged in as the backfill's run_as role, its SQL through asrole.c
+ * (restricted, pg_temp last, rolled back) under backfill.probe_lock_timeout
+ * and backfill.probe_timeout: never in the scheduler's loop, never in a
+ * report or another role's session.  Four things start one:
  *
- * The same probe, bounded (LIMIT 1,000: never a full count), answers
- * backfill_pending's "drifted" (backfill.drift_probe), and drives the
- * watch: a completed table backfill declared with watch => interval is
- * probed by the scheduler at that interval, and on drift a catch-up pass
- * (forced, ledger column watch) is enqueued over the rows that match
- * again; backfill.watch counts the probes, and what the last one found is
- * what backfill_pending shows a member of pg_monitor (who never probes).
- * A catch-up pass that healed no row doubles the interval the watch probes
- * at, up to a day, until one heals rows or the backfill is declared again
- * (watch_interval_in_force).
+ *   watch     a completed backfill declared with watch => interval, due:
+ *             the scheduler starts the probe; on drift the probe enqueues a
+ *             catch-up pass (forced, ledger column watch) over the rows
+ *             that match again, and backfill.watch counts the probes.  A
+ *             catch-up pass that healed no row doubles the interval, up to
+ *             a day, until one heals rows or the backfill is declared again
+ *             (watch_interval_in_force).
+ *   asked     backfill_probe(name), which waits for the answer.
+ *   required  a pass of A that requires backfill B is about to start: the
+ *             scheduler keeps it queued until a probe of B has run; if B's
+ *             predicate matches again the probe enqueues a new pass of B
+ *             (forced: its last one completed) and A waits for it, but only
+ *             when the reopen is something B's owner could do and A's owner
+ *             may ask for (a member of B's owner): a role never force-runs
+ *             another role's backfill.
+ *   requires  a queued pass whose declaration requires a migration: the
+ *             probe reads only the migrations table.
+ *
+ * Every probe also reads the migration the backfill requires (requires.c,
+ * as its owner, bounded) into backfill.requirement: the scheduler lets a
+ * queued pass start on that record, and backfill_pending shows it.
+ *
+ * The convergence count at a pass's end (pass.c) records the rest: what
+ * matches beyond the pass's bound (run.beyond), when the pass completed.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "catalog/pg_authid.h"
+#include "catalog/pg_collation.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "nodes/value.h"
 #include "parser/parse_func.h"
-#include "utils/acl.h"
 #include "pgstat.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -60,6 +72,13 @@ PG_FUNCTION_INFO_V1(backfill_drift_probe);
 /* a drift probe reads at most this many rows */
 #define DRIFT_PROBE_LIMIT	1000
 
+int64
+drift_name_hash(const char *name)
+{
+	return DatumGetInt64(DirectFunctionCall2Coll(hashtextextended, DEFAULT_COLLATION_OID,
+												 CStringGetTextDatum(name), Int64GetDatum(0)));
+}
+
 /*
  * A reopen is a forced run of B on behalf of A's owner: only what B's own
  * owner could do here (B's environment, its run_as role, a role that can
@@ -77,126 +96,40 @@ check_reopen_allowed(const char *a_name, Oid a_owner, const char *b_name, Oid b_
 }
 
 /*
- * Does B's predicate match a row?  B's SQL, so it runs as B's role with
- * B's search_path, restricted, and whatever it changes (a setting made
- * with set_config(..., false), say) is rolled back with it: nothing of it
- * reaches the scheduler's own session.
- */
-static bool
-predicate_matches(const char *name, Oid run_as, const char *search_path, const char *relation,
-				  const char *predicate)
-{
-	char	   *answer;
-
-	answer = asrole_query(name, run_as, search_path,
-						  psprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE (\n%s\n))",
-								   relation, predicate),
-						  0, NULL, NULL, NULL, NULL);
-	return answer != NULL && strcmp(answer, "t") == 0;
-}
-
-/*
  * How many rows (at most DRIFT_PROBE_LIMIT) match a predicate now, as
- * run_as with its search_path (asrole.c).  -1 when it cannot be read as
- * that role (then *error, when given, says why; else the error is raised).
- * The caller is connected to SPI.
+ * run_as with its search_path (asrole.c: bounded, rolled back).  Errors
+ * are raised.  The caller is connected to SPI.
  */
 static int64
 probe_rows(const char *name, Oid run_as, const char *search_path, const char *relation,
-		   const char *predicate, ErrorData **error)
+		   const char *predicate)
 {
 	char	   *answer;
 
 	answer = asrole_query(name, run_as, search_path,
 						  psprintf("SELECT pg_catalog.count(*) FROM (SELECT 1 FROM %s WHERE (\n%s\n)"
 								   " LIMIT %d) probe", relation, predicate, DRIFT_PROBE_LIMIT),
-						  0, NULL, NULL, NULL, error);
-	return answer != NULL ? strtoll(answer, NULL, 10) : -1;
+						  0, NULL, NULL, NULL, NULL);
+	return answer != NULL ? strtoll(answer, NULL, 10) : 0;
 }
 
 /*
- * What the watch's last probe of a backfill found, when it probed after the
- * backfill's newest completed forward pass ended; -1 when none did.  The
- * caller is connected to SPI.
- */
-static int64
-recorded_probe(Datum name)
-{
-	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {name};
-	int64		rows = -1;
-	bool		isnull;
-	Datum		d;
-
-	catalog_enter(&scope);
-	if (catalog_exec("SELECT w.last_found FROM backfill.watch w"
-					 " WHERE w.declaration = $1 AND w.last_probe_at >="
-					 "  (SELECT pg_catalog.max(l.finished_at) FROM backfill.ledger l"
-					 "    WHERE l.ledger_name = $1 AND l.status = 'completed'"
-					 "      AND l.direction = 'forward')",
-					 1, types, values, NULL, SPI_OK_SELECT) == 1)
-	{
-		d = catalog_getdatum(0, 1, &isnull);
-		if (!isnull)
-			rows = DatumGetInt64(d);
-	}
-	catalog_leave(&scope);
-	return rows;
-}
-
-/*
- * backfill.drift_probe(name): the rows (at most 1,000) that a plain table
- * backfill's predicate matches now, read as its run_as role; NULL for a
- * pages or scoped backfill, one whose oids no longer carry its names, a
- * caller who is not a member of its owner, or a predicate that role cannot
- * read (backfill_pending then shows no drift rather than an error).  A
- * member of pg_monitor who is not a member of the owner gets what the
- * watch's last probe recorded after the pass (NULL without one): a report
- * never evaluates a declarer's SQL for a monitoring role.
+ * backfill.drift_probe(name) evaluated a predicate in the caller's session
+ * (0.5).  0.6 drops it (backfill_probe replaces it); the symbol stays so
+ * that the upgrade chain from 0.1 can create the function on its way.
  */
 Datum
 backfill_drift_probe(PG_FUNCTION_ARGS)
 {
-	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {PointerGetDatum(PG_GETARG_TEXT_PP(0))};
-	bool		found;
-	char	   *relation = NULL;
-	char	   *predicate = NULL;
-	char	   *search_path = NULL;
-	Oid			run_as = InvalidOid;
-	Oid			owner = InvalidOid;
-	ErrorData  *error = NULL;
-	int64		rows = -1;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	catalog_enter(&scope);
-	found = catalog_exec("SELECT d.relation, d.predicate, d.run_as, d.owner, d.search_path"
-						 " FROM backfill.declaration d"
-						 " WHERE d.name = $1 AND d.relid IS NOT NULL AND d.scope IS NULL"
-						 "   AND (SELECT i.code FROM backfill.identity_problem(d.name, d.relid,"
-						 "          d.relation, d.owner, d.owner_name, d.run_as, d.run_as_name) i)"
-						 "       IS NULL", 1, types, values, NULL, SPI_OK_SELECT) == 1;
-	if (found)
-	{
-		relation = catalog_gettext(0, 1);
-		predicate = catalog_gettext(0, 2);
-		run_as = catalog_getoid(0, 3);
-		owner = catalog_getoid(0, 4);
-		search_path = catalog_gettext(0, 5);
-	}
-	catalog_leave(&scope);
-	if (found && has_privs_of_role(GetUserId(), owner))
-		rows = probe_rows(text_to_cstring(PG_GETARG_TEXT_PP(0)), run_as, search_path, relation,
-						  predicate, &error);
-	else if (found && has_privs_of_role(GetUserId(), ROLE_PG_MONITOR))
-		rows = recorded_probe(values[0]);
-	SPI_finish();
-	if (rows < 0)
-		PG_RETURN_NULL();
-	PG_RETURN_INT64(rows);
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_PROBE_FAILED),
+			 errmsg("backfill.drift_probe is gone: backfill \"%s\" is probed by backfill_probe",
+					text_to_cstring(PG_GETARG_TEXT_PP(0))),
+			 errdetail("A drift probe runs in a background worker as the backfill's role, "
+					   "never in the caller's session."),
+			 errhint("Finish the update (ALTER EXTENSION pg_backfill UPDATE) and call "
+					 "backfill_probe(name).")));
+	PG_RETURN_NULL();
 }
 
 /*
@@ -240,7 +173,7 @@ typedef struct Required
  * scoped one, or one whose oids no longer carry its names.
  */
 static bool
-read_required(int64 waiting_run_id, Required *r)
+read_required(int64 waiting_run_id, Required *r, MemoryContext cxt)
 {
 	CatalogScope scope;
 	Oid			types[1] = {INT8OID};
@@ -251,6 +184,8 @@ read_required(int64 waiting_run_id, Required *r)
 	found = catalog_exec(REQUIRED_SQL, 1, types, values, NULL, SPI_OK_SELECT) == 1;
 	if (found)
 	{
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
 		r->b_name = catalog_gettext(0, 1);
 		r->b_relation = catalog_gettext(0, 2);
 		r->b_predicate = catalog_gettext(0, 3);
@@ -263,51 +198,30 @@ read_required(int64 waiting_run_id, Required *r)
 		r->a_owner = catalog_getoid(0, 10);
 		r->b_environments = catalog_getcopy(0, 11);
 		r->b_envlist = catalog_gettext(0, 12);
+		MemoryContextSwitchTo(old);
 	}
 	catalog_leave(&scope);
 	return found;
 }
 
-/*
- * If B may be reopened on A's behalf and its predicate matches a row,
- * enqueue a forced pass of B.  Returns true when it did.
- */
-static bool
-reopen_if_drifted(Required *r)
-{
-	int64		run_id;
-
-	check_reopen_allowed(r->a_name, r->a_owner, r->b_name, r->b_owner, r->b_run_as,
-						 r->b_environments, r->b_envlist);
-	if (!predicate_matches(r->b_name, r->b_run_as, r->b_search_path, r->b_relation,
-						   r->b_predicate))
-		return false;
-	run_id = enqueue_pass(r->b_name, r->b_name, r->b_checksum, true, r->b_last, r->b_owner, NULL);
-	ereport(LOG,
-			(errmsg("backfill \"%s\" reopened as run " INT64_FORMAT
-					": its predicate matches rows again", r->b_name, run_id),
-			 errdetail("Backfill \"%s\" requires it and waits for the new pass.", r->a_name)));
-	return true;
-}
-
-/*
- * Returns true when the backfill that waiting_run_id requires was reopened,
- * so the waiting pass must not start yet.  Runs its own transaction.
- */
 bool
-drift_reopen_required(int64 waiting_run_id)
+drift_required_target(int64 waiting_run_id, DriftTarget *target, MemoryContext cxt)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	volatile bool reopened = false;
+	volatile bool found = false;
 
-	worker_begin_xact("pg_backfill scheduler: checking a required backfill");
-
+	worker_begin_xact("pg_backfill scheduler: reading a required backfill");
 	PG_TRY();
 	{
 		Required	r;
 
-		if (read_required(waiting_run_id, &r))
-			reopened = reopen_if_drifted(&r);
+		/* a catalog older than 0.6 has no backfill.probe: no drift check */
+		found = catalog_has_column("probe", "found") &&
+			read_required(waiting_run_id, &r, cxt);
+		if (found)
+		{
+			target->name = r.b_name;
+			target->run_as = r.b_run_as;
+		}
 	}
 	PG_CATCH();
 	{
@@ -315,15 +229,14 @@ drift_reopen_required(int64 waiting_run_id)
 		ErrorData  *edata = worker_abort_xact(cxt);
 
 		ereport(WARNING,
-				(errmsg("could not check the backfill that run " INT64_FORMAT " requires: %s",
+				(errmsg("could not read the backfill that run " INT64_FORMAT " requires: %s",
 						waiting_run_id, edata->message),
 				 errhint("The waiting pass starts without the drift check.")));
 		return false;
 	}
 	PG_END_TRY();
-
 	worker_commit_xact();
-	return reopened;
+	return found;
 }
 
 /* a watched backfill, as one look of the scheduler reads it */
@@ -366,7 +279,9 @@ typedef struct Watched
 	"   AND last.status = 'completed' AND last.direction = 'forward'" \
 	"   AND last.checksum = d.checksum" \
 	"   AND (SELECT i.code FROM backfill.identity_problem(d.name, d.relid, d.relation," \
-	"          d.owner, d.owner_name, d.run_as, d.run_as_name) i) IS NULL"
+	"          d.owner, d.owner_name, d.run_as, d.run_as_name) i) IS NULL" \
+	"   AND ($1::pg_catalog.int8 IS NULL" \
+	"        OR pg_catalog.hashtextextended(d.name, 0) = $1::pg_catalog.int8)"
 
 /*
  * The interval a watch probes at, in ms, as SQL over declaration d: the
@@ -387,23 +302,30 @@ watch_interval_in_force(void)
 	return "d.watch_ms";
 }
 
-/* Read the watched backfills into cxt, in a transaction of their own. */
+/*
+ * Read the watched backfills (all, or the one whose name hashes to
+ * *name_hash) into cxt, in a transaction of their own.
+ */
 static List *
-read_watched(MemoryContext cxt)
+read_watched(MemoryContext cxt, const int64 *name_hash)
 {
 	CatalogScope scope;
 	List	   *watched = NIL;
 	int			n;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(name_hash ? *name_hash : 0)};
+	char		nulls[1] = {name_hash ? ' ' : 'n'};
 
-	worker_begin_xact("pg_backfill scheduler: reading the watched backfills");
-	/* a catalog older than 0.5 (or none) has nothing to watch */
-	if (!catalog_has_column("declaration", "watch_ms") || !catalog_has_column("watch", "probes"))
+	worker_begin_xact("pg_backfill: reading the watched backfills");
+	/* a catalog older than 0.6 (or none) has nothing to watch: no backfill.probe to record in */
+	if (!catalog_has_column("declaration", "watch_ms") || !catalog_has_column("watch", "probes") ||
+		!catalog_has_column("probe", "found"))
 	{
 		worker_commit_xact();
 		return NIL;
 	}
 	catalog_enter(&scope);
-	n = catalog_exec(psprintf(WATCHED_SQL, watch_interval_in_force()), 0, NULL, NULL, NULL,
+	n = catalog_exec(psprintf(WATCHED_SQL, watch_interval_in_force()), 1, types, values, nulls,
 					 SPI_OK_SELECT);
 	for (int i = 0; i < n; i++)
 	{
@@ -485,55 +407,254 @@ watch_heal(Watched *w, int64 found)
 			 errdetail("Its watch probed it after run " INT64_FORMAT " completed.", w->last_id)));
 }
 
+List *
+drift_watch_due(MemoryContext cxt, long *next_ms)
+{
+	ListCell   *lc;
+	List	   *due = NIL;
+
+	*next_ms = -1;
+	foreach(lc, read_watched(cxt, NULL))
+	{
+		Watched    *w = lfirst(lc);
+
+		if (w->due_in_ms <= 0)
+		{
+			MemoryContext old = MemoryContextSwitchTo(cxt);
+			DriftTarget *t = palloc0(sizeof(DriftTarget));
+
+			t->name = w->name;
+			t->run_as = w->run_as;
+			due = lappend(due, t);
+			MemoryContextSwitchTo(old);
+			continue;			/* its next look comes after its probe, or the interval */
+		}
+		if (*next_ms < 0 || w->due_in_ms < *next_ms)
+			*next_ms = (long) w->due_in_ms;
+	}
+	return due;
+}
+
+/* a probe in its worker: what it probes, and what it does with the answer */
+typedef struct Probe
+{
+	DriftKind	kind;
+	char	   *name;
+	char	   *relation;
+	char	   *predicate;
+	char	   *search_path;
+	Oid			run_as;
+	Watched    *watched;		/* kind watch: as the watch reads it */
+	Required	required;		/* kind required: A waits for B, the one probed */
+} Probe;
+
+static const char *const kind_names[] = {"asked", "watch", "required", "requires"};
+
 /*
- * Probe one watched backfill and heal what drifted, in a transaction of
- * its own.  A failure is a WARNING and still counts as a probe, so that it
- * is tried again after the interval, not at every look.
+ * Does the backfill require a migration?  If so, read the migrations table
+ * as its owner (requires.c, through asrole.c: bounded) and record in
+ * backfill.requirement why it is not applied (NULL: applied), with the
+ * time.  The scheduler lets a queued pass start on that record.
  */
 static void
-watch_one(Watched *w, MemoryContext cxt)
+probe_requirement(const char *name)
 {
-	worker_begin_xact("pg_backfill scheduler: probing a watched backfill");
+	CatalogScope scope;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+
+	catalog_enter(&scope);
+	catalog_exec("INSERT INTO backfill.requirement AS q (declaration, unmet, checked_at)"
+				 " SELECT d.name, backfill.migration_unapplied(d.requires,"
+				 "          d.owner::pg_catalog.oid), pg_catalog.clock_timestamp()"
+				 "   FROM backfill.declaration d WHERE d.name = $1 AND d.requires IS NOT NULL"
+				 " ON CONFLICT (declaration) DO UPDATE SET unmet = EXCLUDED.unmet,"
+				 "   checked_at = EXCLUDED.checked_at",
+				 1, types, values, NULL, SPI_OK_INSERT);
+	catalog_leave(&scope);
+}
+
+/*
+ * Record a probe of a backfill in backfill.probe (found: the rows it
+ * found, or -1 with the error that ended it), after the backfill's newest
+ * pass: backfill_pending reads it.
+ */
+static void
+record_probe(const char *name, DriftKind kind, int64 found, ErrorData *error)
+{
+	CatalogScope scope;
+	Oid			types[5] = {TEXTOID, TEXTOID, INT8OID, TEXTOID, TEXTOID};
+	Datum		values[5] = {CStringGetTextDatum(name), CStringGetTextDatum(kind_names[kind]),
+	Int64GetDatum(found), 0, 0};
+	char		nulls[5] = {' ', ' ', found < 0 ? 'n' : ' ', 'n', 'n'};
+
+	if (error != NULL)
+	{
+		values[3] = CStringGetTextDatum(unpack_sql_state(error->sqlerrcode));
+		values[4] = CStringGetTextDatum(error->message ? error->message : "?");
+		nulls[3] = nulls[4] = ' ';
+	}
+	catalog_enter(&scope);
+	catalog_exec("INSERT INTO backfill.probe AS p"
+				 "   (declaration, run_id, kind, taken_at, found, error_code, error_message)"
+				 " VALUES ($1, (SELECT pg_catalog.max(l.run_id) FROM backfill.ledger l"
+				 "               WHERE l.ledger_name = $1),"
+				 "         $2, pg_catalog.clock_timestamp(), $3, $4, $5)"
+				 " ON CONFLICT (declaration) DO UPDATE SET run_id = EXCLUDED.run_id,"
+				 "   kind = EXCLUDED.kind, taken_at = EXCLUDED.taken_at, found = EXCLUDED.found,"
+				 "   error_code = EXCLUDED.error_code, error_message = EXCLUDED.error_message,"
+				 "   probes = p.probes + 1",
+				 5, types, values, nulls, SPI_OK_INSERT);
+	catalog_leave(&scope);
+}
+
+/*
+ * A backfill by the hash of its name, whose oids carry its names: a plain
+ * table backfill (any, when any_source: only its requirement is read).
+ */
+static bool
+read_asked(Probe *p, int64 name_hash, bool any_source, MemoryContext cxt)
+{
+	CatalogScope scope;
+	Oid			types[2] = {INT8OID, BOOLOID};
+	Datum		values[2] = {Int64GetDatum(name_hash), BoolGetDatum(any_source)};
+	bool		found;
+
+	catalog_enter(&scope);
+	found = catalog_exec("SELECT d.name, d.relation, d.predicate, d.search_path, d.run_as"
+						 " FROM backfill.declaration d"
+						 " WHERE pg_catalog.hashtextextended(d.name, 0) = $1"
+						 "   AND ($2 OR (d.relid IS NOT NULL AND d.scope IS NULL))"
+						 "   AND (SELECT i.code FROM backfill.identity_problem(d.name, d.relid,"
+						 "          d.relation, d.owner, d.owner_name, d.run_as, d.run_as_name) i)"
+						 "       IS NULL", 2, types, values, NULL, SPI_OK_SELECT) == 1;
+	if (found)
+	{
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		p->name = catalog_gettext(0, 1);
+		p->relation = catalog_gettext(0, 2);
+		p->predicate = catalog_gettext(0, 3);
+		p->search_path = catalog_gettext(0, 4);
+		p->run_as = catalog_getoid(0, 5);
+		MemoryContextSwitchTo(old);
+	}
+	catalog_leave(&scope);
+	return found;
+}
+
+/* Load what a probe worker probes, into cxt; false when there is nothing. */
+static bool
+probe_load(Probe *p, DriftKind kind, int64 name_hash, int64 run_id, MemoryContext cxt)
+{
+	bool		found = false;
+
+	p->kind = kind;
+	if (kind == DRIFT_WATCH)
+	{
+		List	   *watched = read_watched(cxt, &name_hash);
+
+		if (watched == NIL)
+			return false;
+		p->watched = linitial(watched);
+		p->name = p->watched->name;
+		p->relation = p->watched->relation;
+		p->predicate = p->watched->predicate;
+		p->search_path = p->watched->search_path;
+		p->run_as = p->watched->run_as;
+		return true;
+	}
+	worker_begin_xact("pg_backfill probe: reading the backfill");
+	if (kind == DRIFT_ASKED || kind == DRIFT_MIGRATION)
+		found = read_asked(p, name_hash, kind == DRIFT_MIGRATION, cxt);
+	else if (read_required(run_id, &p->required, cxt))
+	{
+		found = true;
+		p->name = p->required.b_name;
+		p->relation = p->required.b_relation;
+		p->predicate = p->required.b_predicate;
+		p->search_path = p->required.b_search_path;
+		p->run_as = p->required.b_run_as;
+	}
+	worker_commit_xact();
+	return found;
+}
+
+/* B drifted while A waits: a forced pass of B, A waits for it */
+static void
+reopen_required(Required *r)
+{
+	int64		run_id;
+
+	run_id = enqueue_pass(r->b_name, r->b_name, r->b_checksum, true, r->b_last, r->b_owner, NULL);
+	ereport(LOG,
+			(errmsg("backfill \"%s\" reopened as run " INT64_FORMAT
+					": its predicate matches rows again", r->b_name, run_id),
+			 errdetail("Backfill \"%s\" requires it and waits for the new pass.", r->a_name)));
+}
+
+/* Probe, record, and do what the answer asks (a catch-up pass, a reopen). */
+static void
+probe_and_act(Probe *p)
+{
+	int64		found;
+
+	probe_requirement(p->name);
+	if (p->kind == DRIFT_MIGRATION)
+		return;
+	if (p->kind == DRIFT_REQUIRED)
+		check_reopen_allowed(p->required.a_name, p->required.a_owner, p->required.b_name,
+							 p->required.b_owner, p->required.b_run_as,
+							 p->required.b_environments, p->required.b_envlist);
+	found = probe_rows(p->name, p->run_as, p->search_path, p->relation, p->predicate);
+	record_probe(p->name, p->kind, found, NULL);
+	if (p->kind == DRIFT_WATCH)
+	{
+		watch_count_probe(p->name, found);
+		if (found > 0)
+			watch_heal(p->watched, found);
+	}
+	else if (p->kind == DRIFT_REQUIRED && found > 0)
+		reopen_required(&p->required);
+}
+
+void
+drift_probe_worker(DriftKind kind, int64 name_hash, int64 run_id, MemoryContext cxt)
+{
+	Probe		p;
+
+	memset(&p, 0, sizeof(Probe));
+	if (!probe_load(&p, kind, name_hash, run_id, cxt))
+	{
+		ereport(LOG, (errmsg("pg_backfill probe: nothing to probe (a %s probe)",
+							 kind_names[kind])));
+		return;
+	}
+	if (p.run_as != GetUserId())
+	{
+		ereport(LOG, (errmsg("pg_backfill probe: backfill \"%s\" runs as another role now",
+							 p.name)));
+		return;
+	}
+
+	worker_begin_xact("pg_backfill probe: probing");
 	PG_TRY();
 	{
-		int64		found = probe_rows(w->name, w->run_as, w->search_path, w->relation,
-									   w->predicate, NULL);
-
-		watch_count_probe(w->name, found);
-		if (found > 0)
-			watch_heal(w, found);
+		probe_and_act(&p);
 	}
 	PG_CATCH();
 	{
 		ErrorData  *edata = worker_abort_xact(cxt);
 
 		ereport(WARNING,
-				(errmsg("could not watch backfill \"%s\" for drift: %s", w->name, edata->message),
-				 errhint("Its watch tries again after its interval.")));
-		worker_begin_xact("pg_backfill scheduler: counting a failed probe");
-		watch_count_probe(w->name, -1);
+				(errmsg("could not probe backfill \"%s\" for drift: %s", p.name, edata->message),
+				 errhint("The error is recorded in backfill.probe; backfill_pending shows it.")));
+		worker_begin_xact("pg_backfill probe: recording a failed probe");
+		if (kind != DRIFT_MIGRATION)
+			record_probe(p.name, kind, -1, edata);
+		if (kind == DRIFT_WATCH)
+			watch_count_probe(p.name, -1);
 	}
 	PG_END_TRY();
 	worker_commit_xact();
-}
-
-long
-drift_watch(MemoryContext cxt)
-{
-	ListCell   *lc;
-	long		next_ms = -1;
-
-	foreach(lc, read_watched(cxt))
-	{
-		Watched    *w = lfirst(lc);
-
-		if (w->due_in_ms <= 0)
-		{
-			watch_one(w, cxt);
-			continue;			/* its next look comes after the pass, or the interval */
-		}
-		if (next_ms < 0 || w->due_in_ms < next_ms)
-			next_ms = (long) w->due_in_ms;
-	}
-	return next_ms;
 }

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * drift.h
- *	  Reopening a required backfill whose predicate matches rows again.
+ *	  Drift: probes of a completed backfill's predicate, recorded; the
+ *	  watch's catch-up passes; reopening a required backfill that drifted.
  *
  *-------------------------------------------------------------------------
  */
@@ -10,16 +11,51 @@
 
 #include "postgres.h"
 
+#include "nodes/pg_list.h"
 #include "utils/memutils.h"
 
-extern bool drift_reopen_required(int64 waiting_run_id);
+/* why a probe runs (backfill.probe.kind: asked, watch, required, requires) */
+typedef enum DriftKind
+{
+	DRIFT_ASKED = 0,			/* backfill_probe(name) */
+	DRIFT_WATCH = 1,			/* a watch that is due */
+	DRIFT_REQUIRED = 2,			/* a pass waits for the backfill it requires */
+	DRIFT_MIGRATION = 3			/* a pass waits for the migration it requires: no predicate */
+} DriftKind;
+
+/* a backfill to probe, and the role its probe logs in as */
+typedef struct DriftTarget
+{
+	char	   *name;
+	Oid			run_as;
+} DriftTarget;
+
+/* the hash of a backfill's name a probe worker is started with */
+extern int64 drift_name_hash(const char *name);
 
 /*
- * One look at the watched backfills: probe those due (as their role,
- * bounded), count the probes, enqueue a catch-up pass where rows match
- * again.  Returns the milliseconds until the next is due, or -1 for none.
- * Runs transactions of its own; cxt outlives them.
+ * The watched backfills whose probe is due (DriftTarget, in cxt), and in
+ * *next_ms the milliseconds until the next one is (-1: none).  Reads the
+ * catalogs only, in a transaction of its own.
  */
-extern long drift_watch(MemoryContext cxt);
+extern List *drift_watch_due(MemoryContext cxt, long *next_ms);
+
+/*
+ * The backfill that a waiting pass's declaration requires, to probe
+ * before the pass starts; false when there is none to check.  Reads the
+ * catalogs only, in a transaction of its own.
+ */
+extern bool drift_required_target(int64 waiting_run_id, DriftTarget *target,
+								  MemoryContext cxt);
+
+/*
+ * In a probe worker logged in as the backfill's run_as role: read the
+ * migration it requires into backfill.requirement, then (but for
+ * DRIFT_MIGRATION) probe it (name_hash; for DRIFT_REQUIRED run_id is the
+ * waiting pass), record the answer or the error in backfill.probe, and
+ * heal (watch) or reopen (required) on drift.  Runs transactions of its own; cxt outlives them.
+ */
+extern void drift_probe_worker(DriftKind kind, int64 name_hash, int64 run_id,
+							   MemoryContext cxt);
 
 #endif							/* BACKFILL_DRIFT_H */

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * pacing.c
- *	  How fast a lane goes: the declared rate, the adaptive batch size and
- *	  the health throttle.
+ *	  How fast a lane goes: the declared rate, the WAL budgets, the adaptive
+ *	  batch size, the health throttle and the switches that pause all.
  *
  * Rate: the pass's, whatever its lanes.  Before each batch (each attempt
  * of one too) a lane asks the pass's pacer in shared memory (shmem.c):
@@ -23,13 +23,27 @@
  * a batch that hits its timeout halves it at once.  Sparse key ranges thus
  * get bigger batches and slow rows smaller ones.
  *
+ * WAL budgets: the pass's max_wal_rate and backfill.max_wal_rate for the
+ * cluster.  After each batch (committed or not) the lane charges the WAL
+ * its process wrote since it last charged (pgWalUsage: the batch, its
+ * checkpoint, its commit) to the pass's pacer and the cluster's account
+ * (shmem.c); before each batch the pacer answers for the rate and both
+ * budgets together, and a wait for WAL is what the next checkpoint writes
+ * as the throttle ('wal: 4.9 MB/s of 5 MB/s ...'; a wait longer than
+ * throttle_delay is written at once).
+ *
  * Health (health.c): a batch reads, before it commits and at most once
  * per backfill.throttle_delay, how many sessions wait on its locks, how
- * far the furthest standby's replay is behind, and the table's dead
- * tuples.  A lane that blocked someone yields for backfill.throttle_delay;
- * a lane that finds a standby too far behind or the table too full of dead
- * tuples holds until that clears, reading the health again after each
- * throttle_delay.  Either way it says why in backfill_status
+ * far the furthest standby's replay is behind, the table's dead tuples,
+ * the archiver's and the slots' backlog and whether its role is paused
+ * for all.  A lane that blocked someone yields for backfill.throttle_delay;
+ * a lane that finds any other signal over its limit (or backfill.pause_all
+ * on) holds until that clears, reading the health again after each
+ * throttle_delay, keeping its partition, marking nothing in the ledger.
+ * It holds after a batch and again before the next one (a reload taken in
+ * first, and the first batch of a claim after a fresh reading), so a
+ * switch for all stops it at a batch boundary and a lane that starts
+ * during a hold holds too.  Either way it says why in backfill_status
  * (partition.throttle).
  *
  * Foreground (backfill.foreground_throttle): every batch samples how many
@@ -49,8 +63,11 @@
 
 #include <unistd.h>
 
+#include "executor/instrument.h"
 #include "miscadmin.h"
+#include "postmaster/interrupt.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "config.h"
@@ -68,10 +85,17 @@ pacing_start(Pass *pass, Claim *claim)
 	claim->health.blocking = 0;
 	claim->health.lag_bytes = 0;
 	claim->health.dead_tuples = 0;
+	claim->health.archive_ready = 0;
+	claim->health.slot_retained = 0;
+	claim->health.slot_name[0] = '\0';
+	claim->health.role_paused[0] = '\0';
 	claim->health.foreground = 0;
 	claim->health.foreground_fresh = false;
 	claim->foreground_share = 1.0;
 	claim->foreground_reason[0] = '\0';
+	claim->pace_reason[0] = '\0';
+	claim->wal_seen = pgWalUsage.wal_bytes;
+	claim->health_fresh = false;
 }
 
 /* the foreground throttle's bounds and steps (see the header) */
@@ -230,27 +254,66 @@ read_pass_state(Pass *pass, bool reread)
 }
 
 /*
- * Read the health again while holding back.  Returns false when the pass
- * is no longer running (or is paused): stop holding, the next checkpoint
- * will tell the lane what to do.  Who waits on the lane's locks stays as
- * the last batch read it: a lane holding back holds none.
+ * Read the health again (holding back, or before the first batch of a
+ * claim).  Returns BATCH_PAUSED or BATCH_STOP when the pass is no longer
+ * running or is paused: stop holding.  Who waits on the lane's locks
+ * stays as the last batch read it: a lane holding back holds none.
  */
-static bool
+static BatchOutcome
 read_health(Pass *pass, Claim *claim)
 {
 	CatalogScope scope;
 	Health		now;
 	BatchOutcome outcome;
 
-	worker_begin_xact("pg_backfill lane: throttled, reading the server's health");
+	worker_begin_xact("pg_backfill lane: reading the server's health");
 	catalog_enter(&scope);
 	outcome = read_pass_state(pass, false);
-	health_read(&now, pass->relid);
+	health_read(&now, pass->relid, pass->name);
 	catalog_leave(&scope);
 	worker_commit_xact();
 	claim->health.lag_bytes = now.lag_bytes;
 	claim->health.dead_tuples = now.dead_tuples;
-	return outcome == BATCH_DONE;
+	claim->health.archive_ready = now.archive_ready;
+	claim->health.slot_retained = now.slot_retained;
+	memcpy(claim->health.slot_name, now.slot_name, NAMEDATALEN);
+	memcpy(claim->health.role_paused, now.role_paused, NAMEDATALEN);
+	claim->health_fresh = true;
+	return outcome;
+}
+
+/*
+ * Hold back while the health, or a switch for all, says so: the reason in
+ * backfill_status (and the log when it changes), the reading taken again
+ * after each backfill.throttle_delay.  *said is what the lane said last.
+ * BATCH_DONE once it may go on, else BATCH_PAUSED / BATCH_STOP.
+ */
+static BatchOutcome
+hold_while_unhealthy(Pass *pass, Claim *claim, char **said)
+{
+	char	   *reason;
+
+	while ((reason = health_reason(&claim->health, pass->relation)) != NULL)
+	{
+		BatchOutcome outcome;
+
+		if (*said == NULL || strcmp(*said, reason) != 0)
+		{
+			ereport(LOG,
+					(errmsg("backfill \"%s\" run " INT64_FORMAT " holds back: %s",
+							pass->name, pass->run_id, reason)));
+			pacing_say_throttle(pass, claim, reason);
+			*said = reason;
+		}
+		(void) backoff_sleep_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															   backfill_throttle_delay));
+		if (backfill_lane_stop_requested() || backfill_lane_yield_requested())
+			return BATCH_DONE;	/* work_partition stops or yields */
+		outcome = read_health(pass, claim);
+		if (outcome != BATCH_DONE)
+			return outcome;
+	}
+	return BATCH_DONE;
 }
 
 /*
@@ -295,23 +358,59 @@ wait_for_rate(Pass *pass, TimestampTz started, TimestampTz not_before)
 	}
 }
 
+/* What the lane says while it waits for a WAL budget (pacing_before_batch). */
+static void
+say_wal_wait(Pass *pass, Claim *claim, const PaceWait *wait)
+{
+	bool		was_said = claim->pace_reason[0] != '\0';
+
+	snprintf(claim->pace_reason, sizeof(claim->pace_reason), "wal: %s/s of %s/s (%s)",
+			 health_size_text(wait->wal_rate), health_size_text((double) wait->wal_budget),
+			 wait->signal == PACE_WAL_PASS ? "its max_wal_rate" : "backfill.max_wal_rate");
+	/* a long wait is shown at once; a short one by the next checkpoint */
+	if (!was_said &&
+		wait->until > TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backfill_throttle_delay))
+		pacing_say_throttle(pass, claim, claim->pace_reason);
+}
+
 /*
- * Before a batch: wait until the pass's rate lets one of its batches start
- * (the pacer, shmem.c), whoever started the last.  A wake reads the pass
- * and the rate again.  BATCH_DONE to go on (also when the lane is asked to
- * stop or yield: the caller looks), else BATCH_PAUSED / BATCH_STOP.
+ * Before a batch: hold while a switch for all or the health says so (the
+ * first batch of a claim reads the health first; a reload is taken in
+ * first, so backfill.pause_all stops a lane at this boundary), then wait
+ * until the pass's rate and the WAL budgets (the pass's and the
+ * cluster's, the pacers of shmem.c) let one of its batches start,
+ * whoever started the last.  A wake reads the pass and the rate again.
+ * BATCH_DONE to go on (also when the lane is asked to stop or yield: the
+ * caller looks), else BATCH_PAUSED / BATCH_STOP.
  */
 BatchOutcome
-pacing_before_batch(Pass *pass)
+pacing_before_batch(Pass *pass, Claim *claim)
 {
+	char	   *said = NULL;
+
+	claim->pace_reason[0] = '\0';
 	for (;;)
 	{
-		TimestampTz next = backfill_pace_claim(pass->run_id, pass->rate);
-		BatchOutcome outcome;
+		PaceWait	wait;
+		BatchOutcome outcome = BATCH_DONE;
 
-		if (next == 0)
-			return BATCH_DONE;
-		if (!backoff_sleep_until(next))
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (!claim->health_fresh)
+			outcome = read_health(pass, claim);
+		if (outcome == BATCH_DONE)
+			outcome = hold_while_unhealthy(pass, claim, &said);
+		if (outcome != BATCH_DONE)
+			return outcome;
+		backfill_pace_claim(pass->run_id, pass->rate, pass->max_wal_rate, &wait);
+		if (wait.until == 0)
+			break;
+		if (wait.signal == PACE_WAL_PASS || wait.signal == PACE_WAL_CLUSTER)
+			say_wal_wait(pass, claim, &wait);
+		if (!backoff_sleep_until(wait.until))
 			continue;			/* its time: ask again */
 		if (backfill_lane_stop_requested() || backfill_lane_yield_requested())
 			return BATCH_DONE;
@@ -319,6 +418,25 @@ pacing_before_batch(Pass *pass)
 		if (outcome != BATCH_DONE)
 			return outcome;
 	}
+	/* held for a switch or the health: say it no longer holds */
+	if (said != NULL)
+		pacing_say_throttle(pass, claim, claim->pace_reason[0] ? claim->pace_reason : NULL);
+	return BATCH_DONE;
+}
+
+/*
+ * After a batch (committed or not): the WAL this process wrote since it
+ * last charged some, charged to the pass's and the cluster's budgets as
+ * of the batch's start (shmem.c).
+ */
+void
+pacing_charge_wal(Pass *pass, Claim *claim, TimestampTz started)
+{
+	uint64		now = pgWalUsage.wal_bytes;
+
+	backfill_pace_wal(pass->run_id, pass->rate, pass->max_wal_rate, started,
+					  (int64) (now - claim->wal_seen));
+	claim->wal_seen = now;
 }
 
 /*
@@ -343,8 +461,8 @@ BatchOutcome
 pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started)
 {
 	TimestampTz not_before = 0;
-	char	   *reason;
 	char	   *said = NULL;
+	char	   *held;
 	BatchOutcome outcome;
 
 	adapt_batch_size(pass, claim);
@@ -361,23 +479,11 @@ pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started)
 	outcome = wait_for_rate(pass, started, not_before);
 	if (outcome != BATCH_DONE)
 		return outcome;
-
-	while ((reason = health_reason(&claim->health, pass->relation)) != NULL)
-	{
-		if (said == NULL || strcmp(said, reason) != 0)
-		{
-			ereport(LOG,
-					(errmsg("backfill \"%s\" run " INT64_FORMAT " holds back: %s",
-							pass->name, pass->run_id, reason)));
-			pacing_say_throttle(pass, claim, reason);
-			said = reason;
-		}
-		(void) backoff_sleep_until(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-															   backfill_throttle_delay));
-		if (!read_health(pass, claim))
-			break;
-	}
-	if (said != NULL && reason == NULL && claim->health.blocking == 0)
+	held = said;
+	outcome = hold_while_unhealthy(pass, claim, &said);
+	if (outcome != BATCH_DONE)
+		return outcome;
+	if (said != held && claim->health.blocking == 0)
 		pacing_say_throttle(pass, claim, claim->foreground_reason[0] ? claim->foreground_reason : NULL);
 	return BATCH_DONE;
 }

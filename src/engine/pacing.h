@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * pacing.h
- *	  How fast a lane goes: the pass's rate, adaptive batch size, health
- *	  (pacing.c).
+ *	  How fast a lane goes: the pass's rate, WAL budgets, adaptive batch
+ *	  size, health and the switches that pause all (pacing.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -16,7 +16,8 @@
 #include "pass.h"
 
 extern void pacing_start(Pass *pass, Claim *claim);
-extern BatchOutcome pacing_before_batch(Pass *pass);
+extern BatchOutcome pacing_before_batch(Pass *pass, Claim *claim);
+extern void pacing_charge_wal(Pass *pass, Claim *claim, TimestampTz started);
 extern BatchOutcome pacing_after_attempt(Pass *pass, TimestampTz started);
 extern BatchOutcome pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started);
 extern void pacing_after_timeout(Pass *pass, Claim *claim);

@@ -42,6 +42,7 @@
 #include "config.h"
 #include "declaration.h"
 #include "errors.h"
+#include "estimate.h"
 #include "identity.h"
 #include "keyset.h"
 #include "pass.h"
@@ -171,6 +172,7 @@ pass_take_declaration(Pass *pass, const Declaration *d, bool reverting)
 	pass->counted = !reverting || d->revert_predicate != NULL;
 	pass->batch_size = d->batch_size;
 	pass->rate = d->rate;
+	pass->max_wal_rate = d->max_wal_rate;
 	pass->max_attempts = d->max_attempts;
 	pass->backoff_base_ms = d->backoff_base_ms;
 	pass->backoff_cap_ms = d->backoff_cap_ms;
@@ -823,6 +825,21 @@ plan_per_shard(Pass *pass, PassPlan *plan, const char **why)
 	return false;
 }
 
+/* the rows to do (estimate.c): the planner's, or a sample's, which plan_method then names */
+static void
+plan_estimate_rows(Pass *pass, PassPlan *plan)
+{
+	int64		rows;
+	char	   *note;
+
+	plan->has_estimate = estimate_pass_rows(pass->name, pass->relid, pass->relation,
+											pass->predicate, &rows, &note);
+	if (plan->has_estimate)
+		plan->estimate = Int64GetDatum(rows);
+	if (note != NULL)
+		plan->method = psprintf("%s; %s", plan->method, note);
+}
+
 /*
  * A table: bounds about four partitions per lane (a composite key's from
  * keyset.c), and the planner's estimate of the rows the predicate
@@ -852,13 +869,17 @@ plan_table(Pass *pass, PassPlan *plan)
 		plan->method = psprintf("coordinator-side (%s); %s", not_per_shard, plan->method);
 	plan->bound = plan_upper_bound(pass);
 
-	evalues[0] = CStringGetTextDatum(pass->relation);
-	evalues[1] = CStringGetTextDatum(pass->predicate);
-	if (SPI_execute_with_args("SELECT backfill.estimate_rows($1, $2)", 2, etypes, evalues,
-							  NULL, false, 1) == SPI_OK_SELECT && SPI_processed == 1)
-		plan_take_estimate(plan);
 	if (pass->citus_remote)
+	{
+		evalues[0] = CStringGetTextDatum(pass->relation);
+		evalues[1] = CStringGetTextDatum(pass->predicate);
+		if (SPI_execute_with_args("SELECT backfill.estimate_rows($1, $2)", 2, etypes, evalues,
+								  NULL, false, 1) == SPI_OK_SELECT && SPI_processed == 1)
+			plan_take_estimate(plan);
 		plan_citus_estimate(pass, plan);
+	}
+	else
+		plan_estimate_rows(pass, plan);
 }
 
 /* how many partitions plan_store inserts: one a leaf piece, a shard, or a range */

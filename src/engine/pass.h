@@ -44,6 +44,7 @@ typedef struct Pass
 	int			batch_size;
 	int			max_parallel;
 	double		rate;			/* batches per second */
+	int64		max_wal_rate;	/* WAL bytes per second of the pass's lanes together, 0: none */
 	int			max_attempts;
 	int			backoff_base_ms;
 	int			backoff_cap_ms;
@@ -113,8 +114,11 @@ typedef struct Claim
 	int64		last_keys;		/* keys in the last batch */
 	double		last_batch_ms;	/* how long its key scan and action took */
 	Health		health;			/* as the last batch read it (health.c) */
+	bool		health_fresh;	/* read since the claim (pacing.c) */
 	double		foreground_share;	/* of its time the lane works (1: all) */
 	char		foreground_reason[128]; /* why it works less, or "" */
+	char		pace_reason[128];	/* the WAL budget it waited for before this batch, or "" */
+	uint64		wal_seen;		/* the process's WAL bytes when last charged (pgWalUsage) */
 
 	/* isolating a row that fails alone (poison.c) */
 	int			bisect_size;	/* 0: not bisecting; else the batch size while halving */

@@ -455,7 +455,7 @@ typedef struct SplitChild
 
 /*
  * The shards of the pass's table that cover [min, max] now, in hash order;
- * BF038 unless they cover exactly that range (a split makes them so).
+ * BF040 unless they cover exactly that range (a split makes them so).
  */
 static int
 split_children(Pass *pass, Claim *claim, int32 min, int32 max, SplitChild **out)

@@ -48,6 +48,40 @@ work_must_stop(void)
 }
 
 /*
+ * The scheduler cancelled this lane's batch for another role's pass
+ * (backfill.preempt_after): the lane leaves, so a cancel's signal still on
+ * its way must not hit what it does before it goes.
+ */
+static bool
+work_preempted(void)
+{
+	if (!backfill_lane_preempted())
+		return false;
+	pqsignal(SIGINT, SIG_IGN);
+	QueryCancelPending = false;
+	return true;
+}
+
+/*
+ * A preempted batch rolled back with its checkpoint: the partition goes back
+ * to pending there, for a lane later, and nothing is recorded against it (no
+ * failed attempt: the batch did nothing wrong).
+ */
+static bool
+leave_preempted(Pass *pass, Claim *claim, TimestampTz started)
+{
+	pass_release(pass, claim);
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT ": the batch on partition %d was cancelled "
+					"after %ld ms for another role's pass and rolled back; the partition is "
+					"pending at its checkpoint", pass->name, pass->run_id, claim->part_no,
+					(long) ((GetCurrentTimestamp() - started) / 1000)),
+			 errdetail("backfill.preempt_after bounds how long a role holding more than its "
+					   "share of the lanes keeps a lane another role's pass waits for.")));
+	return false;
+}
+
+/*
  * A backend working the pass itself: a cancel (the caller's, or a
  * statement timeout) ends its call with that error, never a retry; so does
  * BF032 (the declarer's SQL released an advisory lock of the caller's),
@@ -294,17 +328,48 @@ work_set_deadline(TimestampTz deadline)
 }
 
 
-/* The lane gives its partition back at its checkpoint for another role's pass (false). */
+/* another role's pass waits for a lane: give this one up at its checkpoint */
 static bool
-leave_for_another_role(Pass *pass, Claim *claim)
+yield_for_fair_share(Pass *pass, Claim *claim)
 {
+	if (!backfill_lane_yield_requested())
+		return false;
 	pass_release(pass, claim);
 	ereport(LOG,
 			(errmsg("backfill \"%s\" run " INT64_FORMAT ": lane leaves partition %d at "
 					"its checkpoint for another role's pass", pass->name, pass->run_id,
 					claim->part_no),
 			 errdetail("backfill.max_workers lanes are shared fairly between roles.")));
+	return true;
+}
+
+/* cancelled: the batch in flight rolled back, nothing of it recorded (false) */
+static bool
+leave_cancelled(Pass *pass, Claim *claim)
+{
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT " was cancelled: the batch in "
+					"flight on partition %d rolled back",
+					pass->name, pass->run_id, claim->part_no)));
 	return false;
+}
+
+/*
+ * Must the lane leave before its next batch: cancelled, past the deadline of
+ * a backend working for a bounded time, or yielding for another role's pass
+ * (the partition given back at its checkpoint in the last two)?
+ */
+static bool
+leave_before_batch(Pass *pass, Claim *claim)
+{
+	if (work_must_stop())
+		return true;
+	if (work_deadline != 0 && GetCurrentTimestamp() >= work_deadline)
+	{
+		pass_release(pass, claim);
+		return true;
+	}
+	return yield_for_fair_share(pass, claim);
 }
 
 /*
@@ -329,26 +394,19 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		volatile BatchOutcome outcome = BATCH_DONE;
 		volatile bool failed = false;
 		bool		stopping;
+		bool		preempted;
 
 		CHECK_FOR_INTERRUPTS();
 		MemoryContextReset(scratch);
 		MemoryContextSwitchTo(scratch);
 
 		/* the pass's rate, shared by all its lanes */
-		outcome = pacing_before_batch(pass);
+		outcome = pacing_before_batch(pass, claim);
 		if (outcome != BATCH_DONE)
 			return outcome == BATCH_PAUSED ? leave_paused(pass, claim) : false;
 		started = GetCurrentTimestamp();
-		if (work_must_stop())
+		if (leave_before_batch(pass, claim))
 			return false;
-		if (work_deadline != 0 && GetCurrentTimestamp() >= work_deadline)
-		{
-			pass_release(pass, claim);
-			return false;
-		}
-		/* another role's pass waits for a lane: give this one up */
-		if (backfill_lane_yield_requested())
-			return leave_for_another_role(pass, claim);
 
 		/* backfill_cancel cancels a batch only while this says so (shmem.c) */
 		backfill_lane_set_in_batch(true);
@@ -367,6 +425,10 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		backfill_lane_set_in_batch(false);
 		/* cancelled: before anything that could take the cancel's signal */
 		stopping = work_must_stop();
+		preempted = !stopping && work_preempted();
+
+		/* the WAL it wrote, committed or not, against the WAL budgets */
+		pacing_charge_wal(pass, claim, started);
 
 		if (failed)
 		{
@@ -380,12 +442,14 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 			/* cancelled: the batch rolled back, nothing of it is recorded */
 			if (stopping)
 			{
-				ereport(LOG,
-						(errmsg("backfill \"%s\" run " INT64_FORMAT " was cancelled: the batch in "
-								"flight on partition %d rolled back",
-								pass->name, pass->run_id, claim->part_no)));
 				FreeErrorData(edata);
-				return false;
+				return leave_cancelled(pass, claim);
+			}
+			/* cancelled for another role's pass: rolled back, not a failed attempt */
+			if (preempted)
+			{
+				FreeErrorData(edata);
+				return leave_preempted(pass, claim, started);
 			}
 			next = batch_error(pass, claim, edata, &failures, started);
 			FreeErrorData(edata);

@@ -51,6 +51,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
+#include "action.h"
 #include "compat.h"
 #include "config.h"
 #include "catalog.h"
@@ -722,6 +723,30 @@ refuse_null_option(const DeclareArgs *a, const char *name, const char *argument)
 						 declaration_column_of_argument(argument)->argdefault)));
 }
 
+/*
+ * max_wal_rate: WAL bytes per second, written as PostgreSQL sizes are
+ * ('20MB', '512kB', bytes without a unit); NULL: no budget of its own.
+ */
+static int64
+read_wal_budget(const DeclareArgs *a, const char *name)
+{
+	char	   *given;
+	int			bytes;
+	const char *hint = NULL;
+
+	if (arg_isnull(a, "max_wal_rate"))
+		return 0;
+	given = arg_text(a, "max_wal_rate");
+	if (!parse_int(given, &bytes, GUC_UNIT_BYTE, &hint) || bytes < 1024)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("max_wal_rate of backfill \"%s\" is not a size from 1kB to 2GB", name),
+				 errdetail("It was given as \"%s\"%s%s.", given, hint ? ": " : "", hint ? hint : ""),
+				 errhint("Give the WAL bytes per second as PostgreSQL sizes are written, "
+						 "for example max_wal_rate => '20MB' (units B, kB, MB, GB).")));
+	return bytes;
+}
+
 /* batch size, rate, lanes, attempts, and how a batch commits */
 static void
 read_batch_options(const DeclareArgs *a, Declaration *d)
@@ -743,6 +768,7 @@ read_batch_options(const DeclareArgs *a, Declaration *d)
 				 errdetail("The rate is batches per second; pacing cannot be switched off."),
 				 errhint("Pass rate => 0.5 for one batch every two seconds, or rate => 50 to go fast.")));
 
+	d->max_wal_rate = read_wal_budget(a, name);
 	d->max_parallel = arg_int_or_default(a, "max_parallel");
 	check_int_option(name, "max_parallel", d->max_parallel, 1, 64,
 					 "The number of lanes that may work on the backfill at once.");
@@ -978,26 +1004,25 @@ key_column_list(const KeyResolved *key)
  * composite key of k columns $1..$k and $k+1..$2k, every one of them used
  * (key.c).  one_column_hint: the hint for a key of one column.
  */
-static void
+static SPIPlanPtr
 check_batch_statement(const Declaration *d, const char *what, const char *sql,
 					  const char *one_column_hint)
 {
 	Oid			types[2 * DECLARATION_MAX_KEY_COLUMNS] = {d->key_type, d->key_type};
 	KeyResolved key;
+	SPIPlanPtr	plan;
 
 	if (d->key_columns == NULL)
-	{
-		check_statement(d->name, what, sql, types, 2, NULL, one_column_hint);
-		return;
-	}
+		return check_statement(d->name, what, sql, types, 2, NULL, one_column_hint);
 	key_from_declaration(d, &key);
 	for (int i = 0; i < 2 * key.nkeys; i++)
 		types[i] = key.types[i % key.nkeys];
-	check_statement(d->name, what, sql, types, 2 * key.nkeys, NULL,
-					psprintf("Write one DML statement over the batch's range, %s; wrap anything "
-							 "else in a function and SELECT it.",
-							 key_action_form(key.nkeys, key.columns)));
+	plan = check_statement(d->name, what, sql, types, 2 * key.nkeys, NULL,
+						   psprintf("Write one DML statement over the batch's range, %s; wrap "
+									"anything else in a function and SELECT it.",
+									key_action_form(key.nkeys, key.columns)));
 	key_check_action(d->name, what, sql, &key);
+	return plan;
 }
 
 /*
@@ -1065,16 +1090,17 @@ check_statements(const Declaration *d)
 {
 	Oid			jsonb_type[1] = {JSONBOID};
 	StringInfoData sql;
+	SPIPlanPtr	predicate_plan = NULL;
 
 	if (!OidIsValid(d->pages_fn))
 	{
 		initStringInfo(&sql);
 		appendStringInfo(&sql, "SELECT 1 FROM %s WHERE (\n%s\n)", d->relation, d->predicate);
-		check_predicate_not_volatile(d->name, "predicate",
-									 check_statement(d->name, "the predicate", sql.data, NULL,
-													 0, d->predicate,
-													 "Write a boolean SQL expression over the "
-													 "table's columns, such as 'c IS NULL'."));
+		predicate_plan = check_statement(d->name, "the predicate", sql.data, NULL, 0,
+										 d->predicate,
+										 "Write a boolean SQL expression over the table's "
+										 "columns, such as 'c IS NULL'.");
+		check_predicate_not_volatile(d->name, "predicate", predicate_plan);
 	}
 	if (d->scope != NULL)
 	{
@@ -1089,9 +1115,11 @@ check_statements(const Declaration *d)
 		check_statement(d->name, "the action", d->action, jsonb_type, 1, NULL,
 						"Write one DML statement; $1 is the page's rows as a jsonb array.");
 	else
-		check_batch_statement(d, "the action", d->action,
-							  "Write one DML statement; $1 and $2 are the first and last key of "
-							  "the batch; wrap anything else in a function and SELECT it.");
+		action_check_guard(d, predicate_plan,
+						   check_batch_statement(d, "the action", d->action,
+												 "Write one DML statement; $1 and $2 are the "
+												 "first and last key of the batch; wrap anything "
+												 "else in a function and SELECT it."));
 	check_revert_statements(d);
 }
 
@@ -1174,6 +1202,53 @@ check_redeclaration(const Declaration *d)
 }
 
 /*
+ * What runs per batch: an action as written, or set => / delete => for the
+ * engine to write (action.c), exactly one; guard => false lets a
+ * hand-written UPDATE or DELETE of the relation leave the predicate out
+ * (catalogs older than 0.6, whose signature cannot say it, are not
+ * guarded: the guard comes with ALTER EXTENSION ... UPDATE).
+ */
+static void
+read_action_options(const DeclareArgs *a, Declaration *d)
+{
+	int			given;
+
+	d->action = arg_text(a, "action");
+	d->action_set = arg_text(a, "set");
+	d->action_delete = !arg_isnull(a, "delete") && DatumGetBool(arg_datum(a, "delete"));
+	/* under catalogs older than 0.6 no signature can say guard => false: not guarded */
+	d->guard = arg_isnull(a, "guard") ? catalog_has_column("declaration", "guard") :
+		DatumGetBool(arg_datum(a, "guard"));
+	given = (d->action != NULL) + (d->action_set != NULL) + d->action_delete;
+	if (given > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" declares more than one of action, set and delete",
+						d->name),
+				 errdetail("set and delete declare the statement the engine writes; action is "
+						   "one written by hand."),
+				 errhint("Pass set => 'c = a * 2' (an UPDATE), delete => true (a DELETE of the "
+						 "rows that match the predicate), or action => '...', only one.")));
+	if ((d->action == NULL && given == 0) || (d->action != NULL && d->action[0] == '\0') ||
+		(d->action_set != NULL && d->action_set[0] == '\0'))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" has no action", d->name),
+				 errdetail("Each batch runs the action over its key range."),
+				 errhint("Pass set => 'c = a * 2' and the engine writes the UPDATE (the batch's "
+						 "range AND the predicate), delete => true for a DELETE, or action => "
+						 "'...' for a statement of your own.")));
+	if (d->action == NULL && !arg_isnull(a, "pages"))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" has a pages source and %s", d->name,
+						d->action_set ? "set" : "delete"),
+				 errdetail("The engine writes a statement over a relation's key range; a pages "
+						   "source has neither."),
+				 errhint("Write the action for the page's rows ($1, jsonb) by hand.")));
+}
+
+/*
  * backfill_declare(name, relation, predicate, action, ...): everything is
  * resolved and checked as the caller, in the steps above, before the row
  * is written as the extension's owner.
@@ -1201,18 +1276,15 @@ backfill_declare(PG_FUNCTION_ARGS)
 	read_lifecycle_options(&args, &decl);
 	run_as_name = read_trust_options(&args, &decl);
 
-	decl.action = arg_text(&args, "action");
-	if (decl.action == NULL || decl.action[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-				 errmsg("backfill \"%s\" has no action", decl.name),
-				 errhint("Pass action => 'UPDATE t SET c = a * 2 WHERE id BETWEEN $1 AND $2 AND c IS NULL'.")));
+	read_action_options(&args, &decl);
 
 	/* the source: a local relation or a pages function, exactly one */
 	if (!arg_isnull(&args, "pages"))
 		resolve_pages_source(&args, &decl);
 	else
 		resolve_table_source(&args, &decl, run_as_name);
+	if (decl.action == NULL)
+		decl.action = action_generate(&decl);
 
 	check_role_can_login(decl.name, decl.run_as);
 	decl.checksum = declaration_checksum(&decl);

@@ -2,31 +2,40 @@
  *
  * finalize.c
  *	  CALL backfill_finalize(name, timeout): return once the backfill is
- *	  complete with its current definition, working the pass in the calling
- *	  session when no lane does.
+ *	  complete with its current definition; the lanes work the pass, or a
+ *	  session of the lanes' own role works it itself when no lane does.
  *
  * What a schema migration calls before it drops the old column.  The
  * newest pass of the backfill decides:
  *	  completed, with the declaration's checksum     returns at once
  *	  running, with a live lane                      waits (lanes work it)
- *	  running, no live lane for 2 s (no worker       works it here, beside any
- *	    slot free, lanes not started yet)            lane that starts meanwhile
+ *	  running, no live lane for 2 s (no worker       the lanes' role's own session:
+ *	    slot free, lanes not started yet)            works it here, beside any lane
+ *	                                                 that starts meanwhile; any other
+ *	                                                 session waits for the lanes, or
+ *	                                                 raises BF038 when the scheduler
+ *	                                                 finds no worker slot for one
  *	  never run, or completed with another checksum  backfill_run (forced when
- *	                                                 changed), then works it here
+ *	                                                 changed), then as above
  *	  failed, cancelled, completed_with_failures     raises its SQLSTATE
  *	  a revert (running or ended)                    BF008: it undoes the backfill
  * and when the pass ends, completed returns, anything else raises its code.
  * The timeout passing first is BF019; the pass goes on.
+ *
+ * The declarer's SQL never runs in another role's session: a superuser's
+ * or a member's session holds cursors, prepared statements, temporary
+ * objects, advisory locks and LISTEN channels that SQL could reach, rolled
+ * back or not (asrole_own_session).  Such a caller only waits.
  *
  * Working the pass here reuses the lane's engine (work.c, batch.c,
  * pass.c): the same leases (this backend's pid and start time), batches
  * committed one by one with their checkpoints, pacing and the convergence
  * count.  Each transaction of work runs as the role a lane logs in as,
  * under SECURITY_RESTRICTED_OPERATION with the declaration's search_path
- * (xact.c), never as the caller.  A backfill with settings or a scope is
- * left to its lanes (their settings hold for a whole session).  Killed
- * mid-way, this backend leaves leases held by a dead backend, which a lane
- * reclaims and resumes from the checkpoints.
+ * (xact.c), with none of the session's settings.  A backfill with settings
+ * or a scope is left to its lanes (their settings hold for a whole
+ * session).  Killed mid-way, this backend leaves leases held by a dead
+ * backend, which a lane reclaims and resumes from the checkpoints.
  *
  *-------------------------------------------------------------------------
  */
@@ -44,12 +53,14 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "asrole.h"
 #include "batch.h"
 #include "catalog.h"
 #include "errors.h"
 #include "pacing.h"
 #include "pass.h"
 #include "shards.h"
+#include "shmem.h"
 #include "work.h"
 #include "xact.h"
 
@@ -79,6 +90,7 @@ typedef struct Final
 	char	   *unmet;			/* what it requires that is not done, or NULL */
 	bool		revert;			/* the newest pass is a revert */
 	bool		worked;			/* this call has said that it works the pass */
+	bool		waited;			/* this call has said that it waits for the lanes */
 } Final;
 
 #define FINAL_SQL \
@@ -302,6 +314,54 @@ work_in_session(Final *f, TimestampTz deadline)
 	MemoryContextDelete(cxt);
 }
 
+/*
+ * May this session work the pass itself?  Only when it is a session of the
+ * role its lanes log in as: logged in as that role, and still it (no SET
+ * SESSION AUTHORIZATION).  Any other session (a superuser's, a member's,
+ * one inside a SECURITY DEFINER function of the declarer's) holds what the
+ * declarer's SQL must not reach: its cursors, prepared statements, temporary
+ * objects, advisory locks, LISTEN channels.  Such a caller only waits for the
+ * lanes, which run that SQL in sessions of their own.
+ */
+static bool
+session_is_lanes(const Final *f)
+{
+	return asrole_own_session(f->run_as);
+}
+
+/*
+ * No live lane holds a partition of the pass, and this session may not work
+ * it: wait for the scheduler's lanes, unless it has found no worker slot to
+ * start one in (BF038).
+ */
+static void
+wait_for_lanes(Final *f)
+{
+	TimestampTz no_slot = backfill_shmem_no_worker_slot_since(MyDatabaseId);
+	const char *role = GetUserNameFromId(f->run_as, true);
+
+	if (no_slot != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_NO_WORKER),
+				 errmsg("backfill \"%s\" cannot be finalized: no background worker slot is free "
+						"for its lanes", f->name),
+				 errdetail("Run " INT64_FORMAT " has no live lane, and the scheduler has found no "
+						   "free worker slot since %s.  This session does not work the pass itself: "
+						   "its SQL runs as role %s, and only in that role's own sessions.",
+						   f->run_id, timestamptz_to_str(no_slot), role ? role : "(dropped)"),
+				 errhint("Raise max_worker_processes (a restart is needed), or stop other background "
+						 "workers, then call backfill_finalize('%s') again; or call it in a session "
+						 "logged in as role %s, which works the pass itself.", f->name,
+						 role ? quote_identifier(role) : "(dropped)")));
+	if (!f->waited)
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\": this session waits for the lanes of run " INT64_FORMAT,
+						f->name, f->run_id),
+				 errdetail("No lane holds any of its partitions yet; its SQL runs as role %s, in "
+						   "the lanes' sessions, never in this one.", role ? role : "(dropped)")));
+	f->waited = true;
+}
+
 /* Refuse a call that cannot commit: finalize commits every batch. */
 static void
 check_call_context(FunctionCallInfo fcinfo, const char *name)
@@ -355,7 +415,7 @@ final_step(Final *f, TimestampTz deadline, TimestampTz *no_lane_since)
 		final_enqueue(f, f->run_id != 0 && strcmp(f->status, "completed") == 0);
 		final_read(f);
 		*no_lane_since = 0;
-		if (!f->has_settings && strcmp(f->status, "running") == 0)
+		if (!f->has_settings && strcmp(f->status, "running") == 0 && session_is_lanes(f))
 			work_in_session(f, deadline);
 		return false;
 	}
@@ -366,7 +426,10 @@ final_step(Final *f, TimestampTz deadline, TimestampTz *no_lane_since)
 	else if (TimestampDifferenceExceeds(*no_lane_since, GetCurrentTimestamp(),
 										FINALIZE_JOIN_AFTER_MS))
 	{
-		work_in_session(f, deadline);
+		if (session_is_lanes(f))
+			work_in_session(f, deadline);
+		else
+			wait_for_lanes(f);
 		*no_lane_since = 0;
 	}
 	return false;

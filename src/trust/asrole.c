@@ -4,12 +4,13 @@
  *	  Evaluating a role's SQL from a session that is not that role's,
  *	  leaving nothing of it behind.
  *
- * Some of a declaration's SQL is evaluated outside its lanes: the
- * scheduler (a superuser session) asks a required backfill's predicate
- * whether it drifted, requires reads the application's migrations table
- * (the scheduler, backfill_run, backfill_pending), and backfill_run
- * evaluates a scoped backfill's input casts and scope expression in the
- * caller's session.  That SQL can reach the declarer's objects: functions,
+ * Some of a declaration's SQL is evaluated outside its lanes: a probe
+ * worker (workers/probe.c) probes a predicate for drift and reads the
+ * application's migrations table for requires (so does backfill_run in
+ * the caller's session), and backfill_run evaluates a scoped backfill's
+ * input casts and scope expression in the caller's session.  A probe
+ * worker logs in as the backfill's run_as; the migrations table is read as
+ * the owner, and the caller of backfill_run may be a superuser.  That SQL can reach the declarer's objects: functions,
  * views, casts, domains, policies.  Run with the session's role, one of
  * them would run with the privileges of whoever is calling (a superuser);
  * and a setting it changed with set_config(..., false) would outlive it,
@@ -26,6 +27,20 @@
  * call the session's are counted and kept as they were (advisory.c), and
  * SQL that released one of them raises BF032.
  *
+ * Rolled back or not, SQL evaluated in a session reaches what the session
+ * holds: its cursors, prepared statements, temporary objects, advisory
+ * locks.  asrole_own_session() says whether the session is the role's own;
+ * in any other client session no SQL the role controls may run
+ * (requires.c reads the migrations table there only when no user code can
+ * run; finalize leaves the pass to the lanes).
+ *
+ * Every such evaluation is bounded: lock_timeout backfill.probe_lock_timeout
+ * (1 s) for its lock waits, and a statement timeout of
+ * backfill.probe_timeout (60 s), never later than the caller's own
+ * statement_timeout, armed around it (a statement timeout set by SQL only
+ * takes effect at the next top-level statement, so it is armed here).  In
+ * a report none of this runs: reports read the catalogs only.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -37,10 +52,41 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
+#include "utils/timeout.h"
+#include "utils/timestamp.h"
 
 #include "advisory.h"
 #include "asrole.h"
+#include "config.h"
 #include "searchpath.h"
+
+/*
+ * Arm the statement timeout of a declarer's SQL: backfill.probe_timeout
+ * from now, or the caller's own end when that comes first.  Returns the
+ * caller's end (0: none), for bound_end.
+ */
+static TimestampTz
+bound_begin(void)
+{
+	TimestampTz caller_end = get_timeout_active(STATEMENT_TIMEOUT) ?
+		get_timeout_finish_time(STATEMENT_TIMEOUT) : 0;
+	TimestampTz end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												  backfill_probe_timeout);
+
+	if (caller_end != 0 && caller_end < end)
+		end = caller_end;
+	enable_timeout_at(STATEMENT_TIMEOUT, end);
+	return caller_end;
+}
+
+/* the caller's statement timeout as it was before bound_begin */
+static void
+bound_end(TimestampTz caller_end)
+{
+	disable_timeout(STATEMENT_TIMEOUT, false);
+	if (caller_end != 0)
+		enable_timeout_at(STATEMENT_TIMEOUT, caller_end);
+}
 
 ErrorData *
 asrole_call(const char *name, Oid role, const char *search_path, AsRoleFunc fn, void *arg,
@@ -51,6 +97,7 @@ asrole_call(const char *name, Oid role, const char *search_path, AsRoleFunc fn, 
 	Oid			save_user;
 	int			save_sec;
 	ErrorData  *volatile error = NULL;
+	TimestampTz caller_end;
 	/* inside CALL backfill_finalize's work, its own guard holds */
 	bool		guard = !advisory_guard_on();
 
@@ -59,6 +106,7 @@ asrole_call(const char *name, Oid role, const char *search_path, AsRoleFunc fn, 
 	GetUserIdAndSecContext(&save_user, &save_sec);
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
+	caller_end = bound_begin();
 
 	PG_TRY();
 	{
@@ -68,6 +116,8 @@ asrole_call(const char *name, Oid role, const char *search_path, AsRoleFunc fn, 
 							   SECURITY_RESTRICTED_OPERATION);
 		nest = NewGUCNestLevel();
 		searchpath_apply(search_path, GUC_ACTION_SAVE);
+		(void) set_config_option("lock_timeout", psprintf("%d", backfill_probe_lock_timeout),
+								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 		fn(arg);
 		MemoryContextSwitchTo(cxt);
 		/* discard every setting fn changed, whatever its scope */
@@ -81,6 +131,7 @@ asrole_call(const char *name, Oid role, const char *search_path, AsRoleFunc fn, 
 		FlushErrorState();
 	}
 	PG_END_TRY();
+	bound_end(caller_end);
 
 	/* success or not: nothing the SQL did survives the subtransaction */
 	RollbackAndReleaseCurrentSubTransaction();
@@ -151,4 +202,10 @@ asrole_query(const char *name, Oid role, const char *search_path, const char *sq
 	if (error != NULL)
 		*error = caught;
 	return caught ? NULL : q.result;
+}
+
+bool
+asrole_own_session(Oid role)
+{
+	return GetAuthenticatedUserId() == role && GetSessionUserId() == role;
 }

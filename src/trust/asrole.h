@@ -39,4 +39,12 @@ extern char *asrole_query(const char *name, Oid role, const char *search_path, c
 						  int nargs, Oid *types, Datum *values, const char *nulls,
 						  ErrorData **error);
 
+/*
+ * Is this a client session of role itself: logged in as it, and still it
+ * (no SET SESSION AUTHORIZATION)?  Only such a session may run that role's
+ * SQL with what it holds (cursors, prepared statements, temporary objects,
+ * advisory locks, LISTEN channels) in reach: they are the role's own.
+ */
+extern bool asrole_own_session(Oid role);
+
 #endif							/* BACKFILL_ASROLE_H */

@@ -8,15 +8,17 @@
  * it may be a view, its column's type may have a cast to text of its
  * owner's, it may have row-level security with policies that call
  * functions.  Reading it as the extension's owner, or as a superuser who
- * happens to call backfill_pending(), would run those objects with that
- * privilege.  backfill.migration_unapplied() reads it as the declaring
+ * happens to call backfill_run() for another role, would run those objects
+ * with that privilege.  backfill.migration_unapplied() reads it as the declaring
  * role instead, through asrole.c: restricted, with search_path
- * pg_catalog, pg_temp, its settings rolled back.  A declarer that may not
- * read the table is blocked, and told why.
+ * pg_catalog, pg_temp, its settings rolled back, bounded (probe timeouts).
+ * A declarer that may not read the table is blocked, and told why.  The
+ * scheduler and backfill_pending read no migrations table: a probe worker
+ * reads it and records the answer (backfill.requirement, drift.c).
  *
  * requires_backfill may name only a backfill whose owner the declaring
  * role is a member of (at declaration, at every run, and in
- * backfill.unmet_requirement for the scheduler): otherwise one role could
+ * backfill.unmet_required_backfill for the scheduler): otherwise one role could
  * learn whether another's backfill completed, and have the scheduler
  * reopen it on drift.
  *
@@ -56,7 +58,11 @@ static const char *role_name(Oid role);
  * read run its functions with the reader's privileges: through a view, a
  * row-level security policy, or the output function of a column type of
  * its own.  Such a relation must be a plain table, without row-level
- * security, whose column has a built-in type.  NULL when it may be read,
+ * security, whose column has a built-in type.  So must the role's own
+ * relation when the read happens in a client session that is not the
+ * role's (a superuser's backfill_run of the role's backfill, say): its
+ * view, policies or type would run there, beside that session's cursors,
+ * prepared statements and temporary objects.  NULL when it may be read,
  * else why not.
  */
 static char *
@@ -65,6 +71,8 @@ migrations_relation_refusal(Oid relid, const char *column, Oid role)
 	HeapTuple	tuple;
 	Form_pg_class form;
 	char	   *refusal = NULL;
+	char	   *distrust;
+	bool		owned;
 	AttrNumber	attnum;
 
 	/* no SELECT: the read itself says so, before anything of it runs */
@@ -75,19 +83,22 @@ migrations_relation_refusal(Oid relid, const char *column, Oid role)
 	if (!HeapTupleIsValid(tuple))
 		return pstrdup("it no longer exists");
 	form = (Form_pg_class) GETSTRUCT(tuple);
-	if (has_privs_of_role(form->relowner, role))
+	owned = has_privs_of_role(form->relowner, role);
+	/* the role's own relation: its code runs only in its own session, or a worker's */
+	if (owned && (IsBackgroundWorker || asrole_own_session(role)))
 	{
 		ReleaseSysCache(tuple);
 		return NULL;
 	}
+	distrust = owned ?
+		psprintf("this session is not role %s's own (reading it here could run that role's "
+				 "code beside what the session holds)", role_name(role)) :
+		psprintf("its owner %s is not one that role %s trusts (reading it could run that "
+				 "owner's code)", role_name(form->relowner), role_name(role));
 	if (form->relkind != RELKIND_RELATION && form->relkind != RELKIND_PARTITIONED_TABLE)
-		refusal = psprintf("it is not a table, and its owner %s is not one that role %s trusts "
-						   "(reading it could run that owner's code)",
-						   role_name(form->relowner), role_name(role));
+		refusal = psprintf("it is not a table, and %s", distrust);
 	else if (form->relrowsecurity)
-		refusal = psprintf("it has row-level security, and its owner %s is not one that role %s "
-						   "trusts (its policies could run that owner's code)",
-						   role_name(form->relowner), role_name(role));
+		refusal = psprintf("it has row-level security, and %s", distrust);
 	ReleaseSysCache(tuple);
 	if (refusal != NULL)
 		return refusal;
@@ -96,8 +107,7 @@ migrations_relation_refusal(Oid relid, const char *column, Oid role)
 	if (attnum == InvalidAttrNumber)
 		return NULL;			/* the read itself says the column is missing */
 	if (get_atttype(relid, attnum) >= FirstNormalObjectId)
-		return psprintf("its column %s has a type that is not built in, and the table's owner "
-						"is not one that role %s trusts", column, role_name(role));
+		return psprintf("its column %s has a type that is not built in, and %s", column, distrust);
 	return NULL;
 }
 

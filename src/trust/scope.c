@@ -13,14 +13,26 @@
  *
  * Input values travel as parameters, never as SQL text.  The input's casts
  * and the scope expression run as the declaration's owner, restricted and
- * rolled back (asrole.c), whoever calls backfill_run.
+ * rolled back (asrole.c), whoever calls backfill_run; for a caller whose
+ * session is not the owner's own, in a worker logged in as the owner
+ * (backfill_scope_main), never in the caller's session.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "storage/dsm.h"
+#include "storage/ipc.h"
+#include "tcop/tcopprot.h"
+#include "utils/acl.h"
+#include "utils/guc.h"
+#include "utils/snapmgr.h"
 #include "parser/parse_type.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -32,6 +44,7 @@
 #include "errors.h"
 #include "jsonobj.h"
 #include "scope.h"
+#include "worker.h"
 
 #define SHAPE_HINT	"Map each input key to a SQL type name: '{\"tenant_id\": \"integer\"}'."
 
@@ -258,21 +271,47 @@ scope_evaluate(void *arg)
 	SPI_finish();
 }
 
-char *
-scope_ledger_name(const char *name, Jsonb *shape, const char *scope, Jsonb *input,
-				  Oid owner, const char *search_path)
+/*
+ * The scope's evaluation in a worker of its own: a caller whose session is
+ * not the owner's (a superuser's, a member's) must not have the owner's
+ * casts and scope expression run beside what its session holds (cursors,
+ * prepared statements, temporary objects, advisory locks).  A dynamic
+ * background worker logs in as the owner, evaluates them as above (its
+ * session is the owner's own and holds nothing of the caller's), and
+ * answers through a shared memory segment: the ledger name, or the error.
+ * The caller waits for it; with no worker slot free it refuses (BF038).
+ */
+#define SCOPE_TEXT_MAX		8192
+#define SCOPE_WORKER_TIMEOUT "30s"
+
+typedef struct ScopeRequest
+{
+	Oid			dboid;
+	Oid			owner;
+	bool		has_search_path;
+	int			state;			/* 0: no answer, 1: ledger name, 2: error */
+	int			sqlerrcode;
+	char		name[NAMEDATALEN * 4];
+	char		search_path[SCOPE_TEXT_MAX];
+	char		shape[SCOPE_TEXT_MAX];
+	char		scope[SCOPE_TEXT_MAX];
+	char		input[SCOPE_TEXT_MAX];
+	char		answer[SCOPE_TEXT_MAX]; /* the ledger name, or the error's message */
+	char		detail[SCOPE_TEXT_MAX];
+	char		hint[SCOPE_TEXT_MAX];
+} ScopeRequest;
+
+static void
+copy_text(char *to, const char *from)
+{
+	strlcpy(to, from ? from : "", SCOPE_TEXT_MAX);
+}
+
+static char *
+scope_evaluate_here(const char *name, Jsonb *shape, const char *scope, Jsonb *input,
+					Oid owner, const char *search_path)
 {
 	ScopeEval	e;
-
-	if (shape == NULL)
-	{
-		if (input != NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-					 errmsg("backfill \"%s\" is not scoped: its runs take no input", name),
-					 errhint("Leave input out, or declare the backfill with input and scope.")));
-		return pstrdup(name);
-	}
 
 	/*
 	 * The casts (the type may be the declarer's domain, with a CHECK that
@@ -284,4 +323,144 @@ scope_ledger_name(const char *name, Jsonb *shape, const char *scope, Jsonb *inpu
 	.result_cxt = CurrentMemoryContext};
 	(void) asrole_call(name, owner, search_path, scope_evaluate, &e, false);
 	return e.ledger_name;
+}
+
+static Jsonb *
+jsonb_from_text(const char *text)
+{
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
+}
+
+/* the worker's evaluation, its answer written into the request */
+static void
+scope_worker_answer(ScopeRequest *req)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		char	   *ledger = scope_evaluate_here(req->name, jsonb_from_text(req->shape),
+												 req->scope, jsonb_from_text(req->input),
+												 req->owner,
+												 req->has_search_path ? req->search_path : NULL);
+
+		copy_text(req->answer, ledger);
+		req->state = 1;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata = backfill_take_error(cxt);
+
+		req->sqlerrcode = edata->sqlerrcode;
+		copy_text(req->answer, edata->message);
+		copy_text(req->detail, edata->detail);
+		copy_text(req->hint, edata->hint);
+		req->state = 2;
+	}
+	PG_END_TRY();
+}
+
+void
+backfill_scope_main(Datum main_arg)
+{
+	dsm_segment *seg;
+	ScopeRequest *req;
+
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	seg = dsm_attach(DatumGetUInt32(main_arg));
+	if (seg == NULL)
+		proc_exit(0);
+	req = (ScopeRequest *) dsm_segment_address(seg);
+	BackgroundWorkerInitializeConnectionByOid(req->dboid, req->owner, 0);
+	worker_own_identity(PGC_S_OVERRIDE);
+	pgstat_report_appname("pg_backfill scope");
+	SetConfigOption("statement_timeout", SCOPE_WORKER_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", SCOPE_WORKER_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "evaluating a backfill's scope");
+	scope_worker_answer(req);
+	PopActiveSnapshot();
+	/* nothing of it stays: the evaluation was rolled back already */
+	AbortCurrentTransaction();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	dsm_detach(seg);
+	proc_exit(0);
+}
+
+/* the caller's side: start the worker, wait for it, take its answer */
+static char *
+scope_evaluate_in_worker(const char *name, Jsonb *shape, const char *scope, Jsonb *input,
+						 Oid owner, const char *search_path)
+{
+	dsm_segment *seg = dsm_create(sizeof(ScopeRequest), 0);
+	ScopeRequest *req = (ScopeRequest *) dsm_segment_address(seg);
+	BackgroundWorkerHandle *handle;
+	const char *role = GetUserNameFromId(owner, true);
+
+	memset(req, 0, sizeof(ScopeRequest));
+	req->dboid = MyDatabaseId;
+	req->owner = owner;
+	strlcpy(req->name, name, sizeof(req->name));
+	req->has_search_path = search_path != NULL;
+	copy_text(req->search_path, search_path);
+	copy_text(req->shape, JsonbToCString(NULL, &shape->root, VARSIZE(shape)));
+	copy_text(req->scope, scope);
+	copy_text(req->input, JsonbToCString(NULL, &input->root, VARSIZE(input)));
+
+	handle = worker_start("backfill_scope_main", "pg_backfill scope", "pg_backfill scope",
+						  UInt32GetDatum(dsm_segment_handle(seg)), &owner, sizeof(Oid),
+						  CurrentMemoryContext);
+	if (handle == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_NO_WORKER),
+				 errmsg("the scope of backfill \"%s\" cannot be evaluated: no background worker "
+						"slot is free", name),
+				 errdetail("Its input casts and scope expression run as role %s, in a worker "
+						   "logged in as that role, never in another role's session.",
+						   role ? role : "(dropped)"),
+				 errhint("Raise max_worker_processes (a restart is needed), or call it again "
+						 "later, or in a session logged in as role %s.",
+						 role ? quote_identifier(role) : "(dropped)")));
+	if (WaitForBackgroundWorkerShutdown(handle) == BGWH_POSTMASTER_DIED)
+		proc_exit(1);
+	if (req->state == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
+				 errmsg("the scope of backfill \"%s\" could not be evaluated as role %s", name,
+						role ? role : "(dropped)"),
+				 errdetail("The worker that logs in as that role to evaluate it ended without "
+						   "an answer (a role without LOGIN cannot have one); the server log "
+						   "says why."),
+				 errhint("Let role %s log in, or call it in a session logged in as that role.",
+						 role ? quote_identifier(role) : "(dropped)")));
+	if (req->state == 2)
+		ereport(ERROR,
+				(errcode(req->sqlerrcode),
+				 errmsg("%s", req->answer),
+				 req->detail[0] ? errdetail("%s", req->detail) : 0,
+				 req->hint[0] ? errhint("%s", req->hint) : 0));
+	return pstrdup(req->answer);
+}
+
+char *
+scope_ledger_name(const char *name, Jsonb *shape, const char *scope, Jsonb *input,
+				  Oid owner, const char *search_path)
+{
+	if (shape == NULL)
+	{
+		if (input != NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+					 errmsg("backfill \"%s\" is not scoped: its runs take no input", name),
+					 errhint("Leave input out, or declare the backfill with input and scope.")));
+		return pstrdup(name);
+	}
+	/* another role's client session: evaluated in a worker logged in as the owner */
+	if (input != NULL && !IsBackgroundWorker && !asrole_own_session(owner))
+		return scope_evaluate_in_worker(name, shape, scope, input, owner, search_path);
+	return scope_evaluate_here(name, shape, scope, input, owner, search_path);
 }

@@ -19,9 +19,17 @@ extern void scope_check_declaration(const char *name, Jsonb *shape, const char *
 /*
  * At run: check the input against the shape and evaluate the scope, as the
  * declaration's owner with its search_path (restricted, rolled back), never
- * as the caller.  Returns the ledger name "name:scope".
+ * as the caller, and never in another role's session (there: in a worker
+ * logged in as the owner; BF038 with no worker slot free).  Returns the
+ * ledger name "name:scope".
  */
 extern char *scope_ledger_name(const char *name, Jsonb *shape, const char *scope,
 							   Jsonb *input, Oid owner, const char *search_path);
+
+/*
+ * The worker that evaluates a scope for a caller whose session is another
+ * role's (logs in as the owner; main_arg: its request's shared memory).
+ */
+extern PGDLLEXPORT void backfill_scope_main(Datum main_arg);
 
 #endif							/* BACKFILL_SCOPE_H */

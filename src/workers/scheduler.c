@@ -26,6 +26,13 @@
  * that a wake from then on reaches the launcher, which starts it again at
  * once, looks one last time, and says so in the slot.
  *
+ * The scheduler runs no declarer's SQL in its loop: a drift probe (a watch
+ * that is due; the backfill a queued pass requires, probed before the pass
+ * starts) runs in a probe worker it starts (probe.c), as the declarer, and
+ * only the backfill probed waits for it.  So is the read of the migrations
+ * table that `requires` names: a queued pass waits for a probe worker to
+ * record its migration applied (backfill.requirement).
+ *
  * Lanes never restart by themselves.  A lane that dies quickly is started
  * again only after a doubling delay, so a pass that cannot start never
  * floods the log.  See src/README.md for the state machine.
@@ -35,7 +42,9 @@
  * is started again does not forget its predecessor's.  Lanes are handed
  * out round robin, the next to the waiting pass whose role holds the
  * fewest; when all are taken and a role holds less than its share, a lane
- * of the role holding the most gives its place up after its batch.
+ * of the role holding the most gives its place up after its batch, or at
+ * once when that batch has run longer than backfill.preempt_after (the
+ * batch is cancelled and rolled back).
  *
  *-------------------------------------------------------------------------
  */
@@ -69,6 +78,7 @@
 #include "errors.h"
 #include "pass.h"
 #include "launcher.h"
+#include "probe.h"
 #include "relay.h"
 #include "scheduler.h"
 #include "shmem.h"
@@ -93,6 +103,7 @@ typedef struct RunMemo
 	int			quick_exits;	/* lanes that died soon after starting, in a row */
 	TimestampTz next_start;		/* no lane for this pass before then */
 	bool		seen;			/* still running at the last tick */
+	bool		drift_checked;	/* the backfill it requires was probed (probe.c) */
 } RunMemo;
 
 /* a running pass as one tick sees it */
@@ -103,6 +114,7 @@ typedef struct RunNeed
 	int			lanes_wanted;
 	int			lanes_live;
 	bool		check_drift;	/* queued, and requires another backfill */
+	bool		check_migration;	/* queued, its migration not yet read applied since */
 	char	   *name;			/* the declaration's name */
 	char	   *login_problem;	/* why its lanes could not log in, or NULL */
 	int			have;			/* lanes it has, by the lane table or its leases */
@@ -247,6 +259,7 @@ need_from_row(uint64 i, MemoryContext result_cxt)
 	need->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
 	need->lanes_live = live;
 	need->check_drift = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
+	need->check_migration = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
 	need->name = MemoryContextStrdup(result_cxt, SPI_getvalue(tup, desc, 8));
 	problem = tenancy_login_problem(need->owner);
 	need->login_problem = problem ? MemoryContextStrdup(result_cxt, problem) : NULL;
@@ -352,6 +365,32 @@ database_has_work(void)
 }
 
 /*
+ * A queued pass whose declaration requires a migration waits for a probe
+ * worker (probe.c) to read it applied, after the pass was enqueued
+ * (backfill.requirement): the scheduler's look reads no migrations table.
+ * Catalogs older than 0.6 have no such record: read there as before.
+ */
+static const char *
+migration_unread_sql(void)
+{
+	if (!catalog_has_column("requirement", "unmet"))
+		return "false";
+	return "r.phase = 'queued' AND d.requires IS NOT NULL"
+		"  AND NOT coalesce((SELECT q.unmet IS NULL AND q.checked_at >= l.started_at"
+		"                      FROM backfill.requirement q"
+		"                     WHERE q.declaration = l.declaration), false)";
+}
+
+/* what keeps a queued pass from starting, read from the catalogs (0.6) */
+static const char *
+required_unmet_sql(void)
+{
+	if (!catalog_has_column("requirement", "unmet"))
+		return "backfill.unmet_requirement(l.declaration)";
+	return "backfill.unmet_required_backfill(l.declaration)";
+}
+
+/*
  * Read the running passes and how many lanes each wants.  Runs in its own
  * transaction; the result is allocated in the caller's memory context.
  */
@@ -371,13 +410,14 @@ read_running_passes(MemoryContext result_cxt)
 		fail_unbound_passes();
 		if (database_refusal != NULL)
 			pause_unserved_passes(database_refusal);
-		rc = SPI_execute("SELECT l.run_id, coalesce(d.run_as, l.owner), coalesce(d.max_parallel, 1),"
+		rc = SPI_execute(psprintf("SELECT l.run_id, coalesce(d.run_as, l.owner), coalesce(d.max_parallel, 1),"
 						 "  r.phase,"
 						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'running' AND p.alive),"
 						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'pending'"
 						 "                     OR (p.state = 'running' AND NOT p.alive AND NOT p.cooling)),"
 						 "  r.phase = 'queued' AND d.requires_backfill IS NOT NULL, l.declaration,"
-						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'running' AND NOT p.alive AND p.cooling)"
+						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'running' AND NOT p.alive AND p.cooling),"
+						 "  %s"
 						 " FROM backfill.ledger l"
 						 " JOIN backfill.run r ON r.run_id = l.run_id"
 						 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
@@ -393,10 +433,10 @@ read_running_passes(MemoryContext result_cxt)
 						 "     FROM backfill.partition q WHERE q.run_id = l.run_id) p ON true"
 						 " WHERE l.status = 'running' AND NOT r.paused"
 						 "   AND (r.phase <> 'queued'"
-						 "        OR backfill.unmet_requirement(l.declaration) IS NULL)"
+						 "        OR %s IS NULL)"
 						 " GROUP BY l.run_id, l.owner, d.run_as, d.max_parallel, r.phase,"
-						 "   d.requires_backfill, l.declaration"
-						 " ORDER BY l.run_id",
+						 "   d.requires_backfill, l.declaration, d.requires, l.started_at"
+						 " ORDER BY l.run_id", migration_unread_sql(), required_unmet_sql()),
 						 false, 0);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "could not read the running passes: SPI code %d", rc);
@@ -433,6 +473,8 @@ start_child(const char *function, const char *name, const char *type, LaneArgs *
 
 	handle = worker_start(function, name, type, (Datum) 0, args, sizeof(LaneArgs),
 						  scheduler_cxt);
+	/* a backend waiting for lanes (finalize) reads whether there was a slot */
+	backfill_shmem_note_worker_slot(handle != NULL);
 	if (handle != NULL)
 		return handle;
 
@@ -637,10 +679,94 @@ add_role(Oid *roles, int *nroles, Oid role)
 }
 
 /*
+ * The roles that hold lanes or have a pass here waiting for one, in roles;
+ * true when such a pass's role holds less than its share (*share).
+ */
+static bool
+fair_share_starved(List *needs, LaneCensus *census, Oid *roles, int *nroles, int *share)
+{
+	bool		starved = false;
+	ListCell   *lc;
+
+	for (int i = 0; i < census->n; i++)
+		add_role(roles, nroles, census->lanes[i].roleoid);
+	foreach(lc, needs)
+	{
+		RunNeed    *need = lfirst(lc);
+
+		if (!need->eligible || need->have >= need->lanes_wanted)
+			continue;
+		add_role(roles, nroles, need->owner);
+	}
+	*share = Max(1, backfill_max_workers / Max(*nroles, 1));
+	foreach(lc, needs)
+	{
+		RunNeed    *need = lfirst(lc);
+
+		if (need->eligible && need->have < need->lanes_wanted &&
+			census_count(census, InvalidOid, need->owner, 0) < Min(*share, role_cap()))
+			starved = true;
+	}
+	return starved;
+}
+
+/*
+ * Of the victim role's lanes, the one to give its place up: the one whose
+ * batch has run longest, else one of the pass with the most lanes.
+ */
+static int
+pick_yielding_lane(LaneCensus *census, Oid victim)
+{
+	int			pick = -1;
+	int			pick_run_lanes = 0;
+
+	for (int i = 0; i < census->n; i++)
+	{
+		LaneInfo   *l = &census->lanes[i];
+		int			run_lanes;
+
+		if (l->roleoid != victim || l->index < 0)
+			continue;
+		run_lanes = census_count(census, l->dboid, InvalidOid, l->run_id);
+		if (pick < 0 ||
+			(l->in_batch && (!census->lanes[pick].in_batch ||
+							 l->batch_since < census->lanes[pick].batch_since)) ||
+			(!l->in_batch && !census->lanes[pick].in_batch && run_lanes > pick_run_lanes))
+		{
+			pick = i;
+			pick_run_lanes = run_lanes;
+		}
+	}
+	return pick;
+}
+
+/*
+ * The lane asked to give its place up is still in a batch that has run
+ * longer than backfill.preempt_after: cancel that batch.  It rolls back
+ * with its checkpoint, its partition goes back to pending (not counted as
+ * a failed attempt: work.c), and the lane leaves.
+ */
+static void
+preempt_if_overdue(LaneInfo *lane)
+{
+	if (backfill_preempt_after <= 0 || !lane->in_batch ||
+		!TimestampDifferenceExceeds(lane->batch_since, GetCurrentTimestamp(),
+									backfill_preempt_after))
+		return;
+	if (backfill_lane_preempt(lane->index, lane->batch_since))
+		ereport(LOG,
+				(errmsg("pg_backfill: the batch of a lane of run " INT64_FORMAT " is cancelled for a "
+						"waiting pass of another role", lane->run_id),
+				 errdetail("It has run longer than backfill.preempt_after (%d ms) while its role "
+						   "holds more than its share of the lanes.", backfill_preempt_after)));
+}
+
+/*
  * Fair share: when every lane is taken and a pass here waits whose role
  * holds less than its share (backfill.max_workers divided among the roles
  * that hold or want lanes), ask one lane of the role that holds the most,
- * above its share, to give its lane up after its batch.  One at a time: no
+ * above its share, to give its lane up after its batch; a batch of it that
+ * runs longer than backfill.preempt_after is cancelled.  One at a time: no
  * new request while a lane is still leaving.
  */
 static void
@@ -649,40 +775,21 @@ ask_for_fair_share(List *needs, LaneCensus *census)
 	Oid			roles[BACKFILL_MAX_LANES + 64];
 	int			nroles = 0;
 	int			share;
-	bool		starved = false;
 	Oid			victim = InvalidOid;
 	int			victim_lanes = 0;
-	int			pick = -1;
-	int			pick_run_lanes = 0;
-	ListCell   *lc;
+	int			pick;
 
-	if (census->n < backfill_max_workers)
+	if (census->n < backfill_max_workers ||
+		!fair_share_starved(needs, census, roles, &nroles, &share))
 		return;
 	for (int i = 0; i < census->n; i++)
 	{
 		if (census->lanes[i].yield)
+		{
+			preempt_if_overdue(&census->lanes[i]);
 			return;
-		add_role(roles, &nroles, census->lanes[i].roleoid);
+		}
 	}
-	foreach(lc, needs)
-	{
-		RunNeed    *need = lfirst(lc);
-
-		if (!need->eligible || need->have >= need->lanes_wanted)
-			continue;
-		add_role(roles, &nroles, need->owner);
-	}
-	share = Max(1, backfill_max_workers / Max(nroles, 1));
-	foreach(lc, needs)
-	{
-		RunNeed    *need = lfirst(lc);
-
-		if (need->eligible && need->have < need->lanes_wanted &&
-			census_count(census, InvalidOid, need->owner, 0) < Min(share, role_cap()))
-			starved = true;
-	}
-	if (!starved)
-		return;
 
 	for (int k = 0; k < nroles; k++)
 	{
@@ -697,27 +804,34 @@ ask_for_fair_share(List *needs, LaneCensus *census)
 	if (!OidIsValid(victim))
 		return;
 
-	/* of that role, a lane of the pass with the most lanes */
-	for (int i = 0; i < census->n; i++)
-	{
-		LaneInfo   *l = &census->lanes[i];
-		int			run_lanes;
+	pick = pick_yielding_lane(census, victim);
+	if (pick < 0 || !backfill_lane_request_yield(census->lanes[pick].index))
+		return;
+	ereport(LOG,
+			(errmsg("pg_backfill: a lane of run " INT64_FORMAT " gives its place to a waiting pass",
+					census->lanes[pick].run_id),
+			 errdetail("Its role holds %d of the %d lanes (backfill.max_workers); "
+					   "%d roles share them.", victim_lanes, backfill_max_workers, nroles)));
+	preempt_if_overdue(&census->lanes[pick]);
+}
 
-		if (l->roleoid != victim || l->index < 0)
-			continue;
-		run_lanes = census_count(census, l->dboid, InvalidOid, l->run_id);
-		if (pick < 0 || run_lanes > pick_run_lanes)
-		{
-			pick = i;
-			pick_run_lanes = run_lanes;
-		}
-	}
-	if (pick >= 0 && backfill_lane_request_yield(census->lanes[pick].index))
-		ereport(LOG,
-				(errmsg("pg_backfill: a lane of run " INT64_FORMAT " gives its place to a waiting pass",
-						census->lanes[pick].run_id),
-				 errdetail("Its role holds %d of the %d lanes (backfill.max_workers); "
-						   "%d roles share them.", victim_lanes, backfill_max_workers, nroles)));
+/*
+ * Has the backfill this queued pass requires been probed since the pass
+ * was first seen?  The probe (a worker of its own, probe.c) reopens it if
+ * it drifted, and the pass waits for that; until the probe ends the pass
+ * stays queued, and only it: a slow or blocked probe delays no other pass.
+ */
+static bool
+required_probed(RunNeed *need, RunMemo *memo)
+{
+	DriftTarget target;
+
+	if (memo->drift_checked)
+		return true;
+	if (!drift_required_target(need->run_id, &target, CurrentMemoryContext) ||
+		probe_done(DRIFT_REQUIRED, &target, need->run_id, scheduler_cxt))
+		memo->drift_checked = true;
+	return memo->drift_checked;
 }
 
 /*
@@ -755,8 +869,16 @@ mark_eligible(List *needs, LaneCensus *census, TimestampTz now, long *sleep_ms)
 				fail_pass_cannot_login(need);
 			continue;
 		}
+		/* its migration is read by a probe worker; this pass waits for the record */
+		if (need->check_migration)
+		{
+			DriftTarget target = {need->name, need->owner};
+
+			(void) probe_done(DRIFT_MIGRATION, &target, need->run_id, scheduler_cxt);
+			continue;
+		}
 		/* a required backfill that drifted is reopened first; this pass waits */
-		if (need->check_drift && drift_reopen_required(need->run_id))
+		if (need->check_drift && !required_probed(need, memo))
 			continue;
 		if (memo->next_start > now)
 		{
@@ -848,10 +970,13 @@ scheduler_tick(MemoryContext scratch)
 	if (outbox_pending && relay == NULL)
 		sleep_ms = Min(sleep_ms, 1000L);
 
-	/* completed backfills with a watch: probe those due, wake for the next */
+	/* completed backfills with a watch: a probe worker for each due, wake for the next */
 	{
-		long		watch_ms = drift_watch(scratch);
+		long		watch_ms;
+		ListCell   *lc;
 
+		foreach(lc, drift_watch_due(scratch, &watch_ms))
+			(void) probe_done(DRIFT_WATCH, lfirst(lc), 0, scheduler_cxt);
 		if (watch_ms >= 0)
 			sleep_ms = Min(sleep_ms, Max(watch_ms, 50L));
 	}
@@ -913,7 +1038,8 @@ note_idle(bool busy, TimestampTz *idle_since, const char *dbname, int slot, long
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz leave_at;
 
-	if (busy || lanes != NIL || relay != NULL || backfill_scheduler_idle_exit <= 0)
+	if (busy || lanes != NIL || relay != NULL || probes_reap() ||
+		backfill_scheduler_idle_exit <= 0)
 	{
 		*idle_since = 0;
 		return sleep_ms;
@@ -1014,6 +1140,7 @@ backfill_scheduler_main(Datum main_arg)
 		MemoryContextReset(scratch);
 		MemoryContextSwitchTo(scratch);
 		reap_lanes();
+		(void) probes_reap();
 
 		/*
 		 * A failed look (the extension being dropped or upgraded under us,

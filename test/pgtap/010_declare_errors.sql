@@ -21,7 +21,7 @@ SELECT * FROM no_plan();
 
 -- one valid declaration, so "nothing left behind" compares against a non-empty catalog
 SELECT ok(backfill_declare('bf010_ok', 'bf010_t', 'c IS NULL',
-          'UPDATE bf010_t SET c = a WHERE id BETWEEN $1 AND $2') ~ '^[0-9a-f]{64}$',
+          'UPDATE bf010_t SET c = a WHERE id BETWEEN $1 AND $2 AND (c IS NULL)') ~ '^[0-9a-f]{64}$',
           'a valid declaration is accepted');
 SELECT count(*) AS decl_before FROM backfill.declaration \gset
 SELECT isnt(:decl_before::bigint, 0::bigint, 'the catalog holds the valid declaration');
@@ -92,14 +92,14 @@ SELECT throws_ok($$SELECT backfill_declare('bad_act_null', 'bf010_t', 'c IS NULL
                  'BF001', NULL, 'NULL action: BF001');
 SELECT throws_ok($$SELECT backfill_declare('bad_act_empty', 'bf010_t', 'c IS NULL', '')$$,
                  'BF001', NULL, 'empty action: BF001');
-SELECT throws_ok($$SELECT backfill_declare('bad_act_parse', 'bf010_t', 'c IS NULL', 'UPDATE bf010_t SE')$$,
+SELECT throws_ok($$SELECT backfill_declare('bad_act_parse', 'bf010_t', 'c IS NULL', 'UPDATE bf010_t SE WHERE (c IS NULL)')$$,
                  'BF001', 'the action of backfill "bad_act_parse" is not valid',
                  'action that does not parse: BF001');
 SELECT throws_ok($$SELECT backfill_declare('bad_act_two', 'bf010_t', 'c IS NULL',
                     'UPDATE bf010_t SET c = 1 WHERE id BETWEEN $1 AND $2; SELECT 2')$$,
                  'BF001', NULL, 'two statements in the action: BF001');
 SELECT throws_ok($$SELECT backfill_declare('bad_act_col', 'bf010_t', 'c IS NULL',
-                    'UPDATE bf010_t SET nope = 1 WHERE id BETWEEN $1 AND $2')$$,
+                    'UPDATE bf010_t SET nope = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$$,
                  'BF001', NULL, 'action referencing a missing column: BF001');
 SELECT throws_ok($$SELECT backfill_declare('bad_act_param', 'bf010_t', 'c IS NULL', 'SELECT $3')$$,
                  'BF001', NULL, 'action using a parameter beyond $2: BF001');

@@ -63,12 +63,12 @@ SELECT matches(:'sum2'::text, '^[0-9a-f]{64}$', 'the changed declaration returns
 SELECT isnt(:'sum2'::text, :'sum1'::text, 'a different action changes the checksum');
 SELECT isnt(backfill_declare('bf020', 'bf020_t', 'c IS NULL OR c < 0',
     'UPDATE bf020_t SET c = a * 3 WHERE ident BETWEEN $1 AND $2 AND c IS NULL',
-    batch_size => 100, rate => 20), :'sum2'::text,
+    batch_size => 100, rate => 20, guard => false), :'sum2'::text,
     'a different predicate changes the checksum');
 SELECT isnt(backfill_declare('bf020_lit', 'bf020_t', 'c IS NULL',
-              $$UPDATE bf020_t SET c = length('a  b') WHERE ident BETWEEN $1 AND $2$$),
+              $$UPDATE bf020_t SET c = length('a  b') WHERE ident BETWEEN $1 AND $2 AND c IS NULL$$),
             backfill_declare('bf020_lit', 'bf020_t', 'c IS NULL',
-              $$UPDATE bf020_t SET c = length('a b') WHERE ident BETWEEN $1 AND $2$$),
+              $$UPDATE bf020_t SET c = length('a b') WHERE ident BETWEEN $1 AND $2 AND c IS NULL$$),
             'white space inside a string literal is part of the checksum');
 
 -- the key
@@ -77,12 +77,12 @@ SELECT is((SELECT key_column::text FROM backfill.declaration WHERE name = 'bf020
 SELECT is((SELECT key_type FROM backfill.declaration WHERE name = 'bf020'), 'integer'::regtype,
           'the key type is recorded');
 SELECT backfill_declare('bf020_code', 'bf020_t', 'c IS NULL',
-    'UPDATE bf020_t SET c = a WHERE code BETWEEN $1 AND $2', key => 'code') AS sum_code \gset
+    'UPDATE bf020_t SET c = a WHERE code BETWEEN $1 AND $2 AND (c IS NULL)', key => 'code') AS sum_code \gset
 SELECT matches(:'sum_code'::text, '^[0-9a-f]{64}$', 'an explicit unique NOT NULL key is accepted');
 SELECT is((SELECT key_column::text FROM backfill.declaration WHERE name = 'bf020_code'), 'code',
           'the explicit key is recorded');
 SELECT isnt(backfill_declare('bf020_code2', 'bf020_t', 'c IS NULL',
-    'UPDATE bf020_t SET c = a WHERE code BETWEEN $1 AND $2', key => 'ident'), :'sum_code'::text,
+    'UPDATE bf020_t SET c = a WHERE code BETWEEN $1 AND $2 AND (c IS NULL)', key => 'ident'), :'sum_code'::text,
     'the key is part of the checksum');
 SELECT is((SELECT relation FROM backfill.declaration WHERE name = 'bf020'), 'public.bf020_t',
           'the relation is stored schema-qualified');
@@ -90,7 +90,7 @@ SELECT is((SELECT relation FROM backfill.declaration WHERE name = 'bf020'), 'pub
 -- the default rate
 SET backfill.default_rate = 2.5;
 SELECT lives_ok($$SELECT backfill_declare('bf020_rate', 'bf020_t', 'c IS NULL',
-    'UPDATE bf020_t SET c = a WHERE ident BETWEEN $1 AND $2')$$, 'declared without a rate');
+    'UPDATE bf020_t SET c = a WHERE ident BETWEEN $1 AND $2 AND (c IS NULL)')$$, 'declared without a rate');
 SELECT is((SELECT rate FROM backfill.declaration WHERE name = 'bf020_rate'),
           current_setting('backfill.default_rate')::float8,
           'the rate defaults to backfill.default_rate');
@@ -108,7 +108,7 @@ SELECT results_eq(
 SELECT count(*) AS decl_before FROM backfill.declaration \gset
 SET ROLE bf020_reader;
 SELECT throws_ok($$SELECT backfill_declare('bf020_ro', 'bf020_t', 'c IS NULL',
-                    'UPDATE bf020_t SET c = a WHERE ident BETWEEN $1 AND $2')$$,
+                    'UPDATE bf020_t SET c = a WHERE ident BETWEEN $1 AND $2 AND (c IS NULL)')$$,
                  'BF016', NULL, 'a role without UPDATE on the table is refused with BF016');
 SELECT throws_ok($$INSERT INTO backfill.declaration (name, relid, relation, key_column, key_type,
                       predicate, action, batch_size, rate, max_attempts, backoff_base_ms,
@@ -125,14 +125,14 @@ SELECT throws_ok($$UPDATE backfill.declaration SET action = 'SELECT 1'$$,
 RESET ROLE;
 SET ROLE bf020_nologin;
 SELECT throws_ok($$SELECT backfill_declare('bf020_nl', 'bf020_t', 'c IS NULL',
-                    'UPDATE bf020_t SET c = a WHERE ident BETWEEN $1 AND $2')$$,
+                    'UPDATE bf020_t SET c = a WHERE ident BETWEEN $1 AND $2 AND (c IS NULL)')$$,
                  'BF016', NULL, 'a NOLOGIN role is refused with BF016 (lanes log in as it)');
 RESET ROLE;
 SELECT is((SELECT count(*) FROM backfill.declaration), :decl_before::bigint,
           'the refused roles left no declaration');
 SET ROLE bf020_writer;
 SELECT matches(backfill_declare('bf020_w', 'bf020_t', 'c IS NULL',
-                 'UPDATE bf020_t SET c = a WHERE ident BETWEEN $1 AND $2'),
+                 'UPDATE bf020_t SET c = a WHERE ident BETWEEN $1 AND $2 AND (c IS NULL)'),
                '^[0-9a-f]{64}$', 'a LOGIN role with SELECT and UPDATE may declare');
 RESET ROLE;
 SELECT is((SELECT owner FROM backfill.declaration WHERE name = 'bf020_w'),

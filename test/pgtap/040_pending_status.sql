@@ -20,7 +20,7 @@ SELECT * FROM no_plan();
 
 -- never run: pending
 SELECT backfill_declare('bf040_never', 'bf040_never', 'c IS NULL',
-    'UPDATE bf040_never SET c = a WHERE id BETWEEN $1 AND $2') AS never_checksum \gset
+    'UPDATE bf040_never SET c = a WHERE id BETWEEN $1 AND $2 AND (c IS NULL)') AS never_checksum \gset
 SELECT results_eq(
     $$SELECT state, checksum, completed_checksum, changed, last_run_id, last_completed_run_id
         FROM backfill_pending() WHERE name = 'bf040_never'$$,
@@ -77,7 +77,7 @@ SELECT results_eq(
 
 -- not in this environment
 SELECT backfill_declare('bf040_env', 'bf040_never', 'c IS NULL',
-    'UPDATE bf040_never SET c = a WHERE id BETWEEN $1 AND $2',
+    'UPDATE bf040_never SET c = a WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     environments => '{bf040_nowhere}') AS env_checksum \gset
 SELECT results_eq(
     $$SELECT state, environments FROM backfill_pending() WHERE name = 'bf040_env'$$,
@@ -90,7 +90,7 @@ RESET backfill.environment;
 
 -- stalled: the action only fills even ids
 SELECT backfill_declare('bf040_stall', 'bf040_stall', 'c IS NULL',
-    'UPDATE bf040_stall SET c = a WHERE id BETWEEN $1 AND $2 AND id % 2 = 0',
+    'UPDATE bf040_stall SET c = a WHERE id BETWEEN $1 AND $2 AND id % 2 = 0 AND (c IS NULL)',
     batch_size => 100, rate => 1000) AS stall_checksum \gset
 SELECT backfill_run('bf040_stall') AS stall_run \gset
 SELECT is(backfill_wait(:stall_run, '300 s'), 'failed', 'a pass that leaves matching rows fails');

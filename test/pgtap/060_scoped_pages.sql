@@ -75,7 +75,7 @@ SELECT * FROM no_plan();
 -- ==================================================================
 SELECT lives_ok($$SELECT backfill_declare(name => 'bf060_x', relation => 'bf060_orders',
     predicate => 'total IS NULL AND tenant = (backfill_input()->>''tenant'')::int',
-    action => 'UPDATE bf060_orders SET total = amount * 2 WHERE id BETWEEN $1 AND $2'
+    action => 'UPDATE bf060_orders SET total = amount * 2 WHERE id BETWEEN $1 AND $2 AND (total IS NULL AND tenant = (backfill_input()->>''tenant'')::int)'
               ' AND tenant = (backfill_input()->>''tenant'')::int',
     batch_size => 4, rate => 1000,
     input => '{"tenant": "integer"}', scope => 'input->>''tenant''')$$,
@@ -164,26 +164,26 @@ SELECT is((SELECT count(*) FROM backfill.ledger WHERE declaration = 'bf060_x'), 
           'the refused runs wrote no ledger row');
 
 SELECT backfill_declare('bf060_plain', 'bf060_plain', 'c IS NULL',
-    'UPDATE bf060_plain SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000);
+    'UPDATE bf060_plain SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', rate => 1000);
 SELECT throws_ok($$SELECT backfill_run('bf060_plain', input => '{"tenant": 1}')$$, 'BF001', NULL,
                  'input given to an unscoped backfill: SOURCE_INVALID (BF001)');
 SELECT is_empty($$SELECT 1 FROM backfill.ledger WHERE declaration = 'bf060_plain'$$,
                 'the refused run wrote no ledger row');
 
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf060_bad', relation => 'bf060_orders',
-    predicate => 'total IS NULL', action => 'UPDATE bf060_orders SET total = 0 WHERE id BETWEEN $1 AND $2',
+    predicate => 'total IS NULL', action => 'UPDATE bf060_orders SET total = 0 WHERE id BETWEEN $1 AND $2 AND (total IS NULL)',
     input => '{"tenant": "integer"}')$$, 'BF001', NULL,
     'declaration with input but no scope: SOURCE_INVALID (BF001)');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf060_bad', relation => 'bf060_orders',
-    predicate => 'total IS NULL', action => 'UPDATE bf060_orders SET total = 0 WHERE id BETWEEN $1 AND $2',
+    predicate => 'total IS NULL', action => 'UPDATE bf060_orders SET total = 0 WHERE id BETWEEN $1 AND $2 AND (total IS NULL)',
     scope => 'input->>''tenant''')$$, 'BF001', NULL,
     'declaration with scope but no input: SOURCE_INVALID (BF001)');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf060_bad', relation => 'bf060_orders',
-    predicate => 'total IS NULL', action => 'UPDATE bf060_orders SET total = 0 WHERE id BETWEEN $1 AND $2',
+    predicate => 'total IS NULL', action => 'UPDATE bf060_orders SET total = 0 WHERE id BETWEEN $1 AND $2 AND (total IS NULL)',
     input => '{"tenant": "no_such_type"}', scope => 'input->>''tenant''')$$, 'BF001', NULL,
     'input shape naming an unknown type: SOURCE_INVALID (BF001)');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf060_bad', relation => 'bf060_orders',
-    predicate => 'total IS NULL', action => 'UPDATE bf060_orders SET total = 0 WHERE id BETWEEN $1 AND $2',
+    predicate => 'total IS NULL', action => 'UPDATE bf060_orders SET total = 0 WHERE id BETWEEN $1 AND $2 AND (total IS NULL)',
     input => '{}', scope => 'input->>''tenant''')$$, 'BF001', NULL,
     'input shape with no keys: SOURCE_INVALID (BF001)');
 SELECT is_empty($$SELECT 1 FROM backfill.declaration WHERE name = 'bf060_bad'$$,
@@ -304,7 +304,7 @@ SELECT throws_ok($$SELECT backfill_declare(name => 'bf060_bad', relation => NULL
     action => 'SELECT 1', pages => 'bf060_page', count_function => 'bf060_no_such_count')$$, 'BF001', NULL,
     'a count function that does not exist: SOURCE_INVALID (BF001)');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf060_bad', relation => 'bf060_plain',
-    predicate => 'c IS NULL', action => 'UPDATE bf060_plain SET c = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'c IS NULL', action => 'UPDATE bf060_plain SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     count_function => 'bf060_count')$$, 'BF001', NULL,
     'a count function with a relation: SOURCE_INVALID (BF001)');
 SELECT is_empty($$SELECT 1 FROM backfill.declaration WHERE name = 'bf060_bad'$$,

@@ -83,10 +83,15 @@ SELECT * FROM no_plan();
 SELECT is(current_setting('backfill.migrations_table'), 'schema_migrations(version)',
           'backfill.migrations_table defaults to schema_migrations(version)');
 SELECT backfill_declare(name => 'bf070_req', relation => 'bf070_a', predicate => 'c IS NULL',
-    action => 'UPDATE bf070_a SET c = 1 WHERE id BETWEEN $1 AND $2',
+    action => 'UPDATE bf070_a SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     requires => '20261201', rate => 1000);
 SELECT is((SELECT requires FROM backfill.declaration WHERE name = 'bf070_req'), '20261201',
           'the declaration stores requires');
+SELECT results_eq($$SELECT state, blocked_by FROM backfill_pending() WHERE name = 'bf070_req'$$,
+                  $$VALUES ('pending', NULL::text)$$,
+                  'backfill_pending reads no migrations table: before a probe the migration is not known');
+SELECT lives_ok($$SELECT backfill_probe('bf070_req')$$,
+                'backfill_probe reads it, in a probe worker as the declaring role');
 SELECT results_eq($$SELECT state, blocked_by ~ '20261201' AND blocked_by ~ 'does not exist'
                       FROM backfill_pending() WHERE name = 'bf070_req'$$,
                   $$VALUES ('blocked', true)$$,
@@ -94,6 +99,7 @@ SELECT results_eq($$SELECT state, blocked_by ~ '20261201' AND blocked_by ~ 'does
 
 CREATE TABLE public.schema_migrations (version text PRIMARY KEY);
 INSERT INTO public.schema_migrations VALUES ('20251231');
+SELECT lives_ok($$SELECT backfill_probe('bf070_req')$$, 'probed again');
 SELECT results_eq($$SELECT state, blocked_by FROM backfill_pending() WHERE name = 'bf070_req'$$,
                   $$VALUES ('blocked', 'migration 20261201 is not applied (no such version in public.schema_migrations)')$$,
                   'the table exists without the row: blocked, blocked_by says the migration is not applied');
@@ -129,16 +135,16 @@ SELECT lives_ok($$SELECT backfill_run('bf070_req', force => true, wait => false)
 SELECT is(backfill_wait((SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'bf070_req'), '300 s'),
           'completed', 'and that forced pass completes');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf070_bad', relation => 'bf070_a', predicate => 'c IS NULL',
-    action => 'UPDATE bf070_a SET c = 1 WHERE id BETWEEN $1 AND $2', requires => '')$$,
+    action => 'UPDATE bf070_a SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', requires => '')$$,
     'BF011', NULL, 'requires => '''' (empty migration id): OPTION_INVALID (BF011)');
 
 -- ==================================================================
 -- requires_backfill: another backfill must be completed first
 -- ==================================================================
 SELECT backfill_declare(name => 'bf070_first', relation => 'bf070_first', predicate => 'c IS NULL',
-    action => 'UPDATE bf070_first SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000);
+    action => 'UPDATE bf070_first SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', rate => 1000);
 SELECT backfill_declare(name => 'bf070_second', relation => 'bf070_second', predicate => 'c IS NULL',
-    action => 'UPDATE bf070_second SET c = 1 WHERE id BETWEEN $1 AND $2',
+    action => 'UPDATE bf070_second SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     requires_backfill => 'bf070_first', rate => 1000);
 SELECT results_eq($$SELECT state, blocked_by FROM backfill_pending() WHERE name = 'bf070_second'$$,
                   $$VALUES ('blocked', 'backfill bf070_first has not completed (its last pass: none)')$$,
@@ -146,7 +152,7 @@ SELECT results_eq($$SELECT state, blocked_by FROM backfill_pending() WHERE name 
 SELECT throws_ok($$SELECT backfill_run('bf070_second', wait => false)$$, 'BF005', NULL,
                  'run of the second with wait => false: REQUIRES (BF005)');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf070_self', relation => 'bf070_a', predicate => 'c IS NULL',
-    action => 'UPDATE bf070_a SET c = 1 WHERE id BETWEEN $1 AND $2', requires_backfill => 'bf070_self')$$,
+    action => 'UPDATE bf070_a SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', requires_backfill => 'bf070_self')$$,
     'BF011', NULL, 'a backfill that requires itself: OPTION_INVALID (BF011)');
 
 SELECT backfill_run('bf070_second') AS second_run \gset
@@ -167,25 +173,25 @@ SELECT is((SELECT count(*)::int FROM bf070_second WHERE c = 1), 20, 'the second 
 -- ==================================================================
 SET ROLE bf070_decl;
 SELECT lives_ok($$SELECT backfill_declare(name => 'bf070_runas', relation => 'bf070_who',
-    predicate => 'who IS NULL', action => 'UPDATE bf070_who SET who = current_user WHERE id BETWEEN $1 AND $2',
+    predicate => 'who IS NULL', action => 'UPDATE bf070_who SET who = current_user WHERE id BETWEEN $1 AND $2 AND (who IS NULL)',
     run_as => 'bf070_worker', rate => 1000)$$,
     'bf070_decl declares a backfill with run_as => bf070_worker (a LOGIN role it is a member of)');
 SELECT backfill_run('bf070_runas') AS runas_run \gset
 SELECT is(backfill_wait(:runas_run, '300 s'), 'completed', 'the run_as pass completes');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf070_bad', relation => 'bf070_who',
-    predicate => 'who IS NULL', action => 'UPDATE bf070_who SET who = current_user WHERE id BETWEEN $1 AND $2',
+    predicate => 'who IS NULL', action => 'UPDATE bf070_who SET who = current_user WHERE id BETWEEN $1 AND $2 AND (who IS NULL)',
     run_as => 'bf070_no_such_role')$$, 'BF011', NULL,
     'run_as a role that does not exist: OPTION_INVALID (BF011)');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf070_bad', relation => 'bf070_who',
-    predicate => 'who IS NULL', action => 'UPDATE bf070_who SET who = current_user WHERE id BETWEEN $1 AND $2',
+    predicate => 'who IS NULL', action => 'UPDATE bf070_who SET who = current_user WHERE id BETWEEN $1 AND $2 AND (who IS NULL)',
     run_as => 'bf070_stranger')$$, 'BF016', NULL,
     'run_as a role the declarer is not a member of: PRIVILEGE (BF016)');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf070_bad', relation => 'bf070_who',
-    predicate => 'who IS NULL', action => 'UPDATE bf070_who SET who = current_user WHERE id BETWEEN $1 AND $2',
+    predicate => 'who IS NULL', action => 'UPDATE bf070_who SET who = current_user WHERE id BETWEEN $1 AND $2 AND (who IS NULL)',
     run_as => 'bf070_nologin')$$, 'BF016', NULL,
     'run_as a role without LOGIN: PRIVILEGE (BF016)');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf070_bad', relation => 'bf070_who',
-    predicate => 'who IS NULL', action => 'UPDATE bf070_who SET who = current_user WHERE id BETWEEN $1 AND $2',
+    predicate => 'who IS NULL', action => 'UPDATE bf070_who SET who = current_user WHERE id BETWEEN $1 AND $2 AND (who IS NULL)',
     run_as => 'postgres')$$, 'BF016', NULL,
     'run_as the superuser: PRIVILEGE (BF016)');
 RESET ROLE;
@@ -201,7 +207,7 @@ SELECT results_eq($$SELECT pg_get_userbyid(owner), pg_get_userbyid(run_as) FROM 
 UPDATE bf070_who SET who = NULL;
 SET ROLE bf070_decl;
 SELECT backfill_declare(name => 'bf070_self_role', relation => 'bf070_who',
-    predicate => 'who IS NULL', action => 'UPDATE bf070_who SET who = current_user WHERE id BETWEEN $1 AND $2',
+    predicate => 'who IS NULL', action => 'UPDATE bf070_who SET who = current_user WHERE id BETWEEN $1 AND $2 AND (who IS NULL)',
     rate => 1000);
 SELECT backfill_run('bf070_self_role') AS self_run \gset
 SELECT is(backfill_wait(:self_run, '300 s'), 'completed', 'the pass without run_as completes');
@@ -226,22 +232,22 @@ SELECT results_eq($$SELECT count(*)::int, min(who), max(who) FROM bf070_who$$,
 -- ==================================================================
 SET ROLE bf070_tenant;
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf070_bad', relation => 'bf070_rls',
-    predicate => 'v IS NULL', action => 'UPDATE bf070_rls SET v = 1 WHERE id BETWEEN $1 AND $2')$$,
+    predicate => 'v IS NULL', action => 'UPDATE bf070_rls SET v = 1 WHERE id BETWEEN $1 AND $2 AND (v IS NULL)')$$,
     'BF011', NULL, 'a table with row-level security, neither settings nor tenant: OPTION_INVALID (BF011)');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf070_bad', relation => 'bf070_rls',
-    predicate => 'v IS NULL', action => 'UPDATE bf070_rls SET v = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'v IS NULL', action => 'UPDATE bf070_rls SET v = 1 WHERE id BETWEEN $1 AND $2 AND (v IS NULL)',
     tenant => 'none')$$,
     'BF016', NULL, 'tenant => ''none'' for a role row-level security filters: PRIVILEGE (BF016)');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf070_bad', relation => 'bf070_rls',
-    predicate => 'v IS NULL', action => 'UPDATE bf070_rls SET v = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'v IS NULL', action => 'UPDATE bf070_rls SET v = 1 WHERE id BETWEEN $1 AND $2 AND (v IS NULL)',
     tenant => 'all')$$,
     'BF011', NULL, 'tenant => ''all'' (neither NULL nor none): OPTION_INVALID (BF011)');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf070_bad', relation => 'bf070_rls',
-    predicate => 'v IS NULL', action => 'UPDATE bf070_rls SET v = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'v IS NULL', action => 'UPDATE bf070_rls SET v = 1 WHERE id BETWEEN $1 AND $2 AND (v IS NULL)',
     settings => '{"app.tenant_id": 1}')$$,
     'BF011', NULL, 'a setting whose value is not a string: OPTION_INVALID (BF011)');
 SELECT lives_ok($$SELECT backfill_declare(name => 'bf070_t1', relation => 'bf070_rls',
-    predicate => 'v IS NULL', action => 'UPDATE bf070_rls SET v = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'v IS NULL', action => 'UPDATE bf070_rls SET v = 1 WHERE id BETWEEN $1 AND $2 AND (v IS NULL)',
     settings => '{"app.tenant_id": "1"}', rate => 1000)$$,
     'bf070_tenant declares over the RLS table with settings => {"app.tenant_id": "1"}');
 SELECT backfill_run('bf070_t1') AS t1_run \gset
@@ -257,7 +263,7 @@ SELECT is((SELECT rows FROM backfill.ledger WHERE run_id = :t1_run), 10::bigint,
 -- a scoped backfill whose setting takes the input's key (":tenant")
 SET ROLE bf070_tenant;
 SELECT lives_ok($$SELECT backfill_declare(name => 'bf070_tn', relation => 'bf070_rls',
-    predicate => 'v IS NULL', action => 'UPDATE bf070_rls SET v = 2 WHERE id BETWEEN $1 AND $2',
+    predicate => 'v IS NULL', action => 'UPDATE bf070_rls SET v = 2 WHERE id BETWEEN $1 AND $2 AND (v IS NULL)',
     input => '{"tenant": "integer"}', scope => 'input->>''tenant''',
     settings => '{"app.tenant_id": ":tenant"}', rate => 1000)$$,
     'a scoped declaration with settings => {"app.tenant_id": ":tenant"}');
@@ -277,7 +283,7 @@ SELECT is((SELECT ledger_name FROM backfill.ledger WHERE run_id = :tn_run), 'bf0
 SET ROLE bf070_tenant;
 SELECT lives_ok($$SELECT backfill_declare(name => 'bf070_t1_partial', relation => 'bf070_rls2',
     predicate => 'v IS NULL',
-    action => 'UPDATE bf070_rls2 SET v = 1 WHERE id BETWEEN $1 AND $2 AND id < 20',
+    action => 'UPDATE bf070_rls2 SET v = 1 WHERE id BETWEEN $1 AND $2 AND id < 20 AND (v IS NULL)',
     settings => '{"app.tenant_id": "1"}', rate => 1000)$$,
     'a tenant-1 backfill whose action leaves ids 22, 25, 28 undone');
 SELECT backfill_run('bf070_t1_partial') AS partial_run \gset
@@ -293,7 +299,7 @@ SELECT is((SELECT count(*)::int FROM bf070_rls2 WHERE tenant = 1 AND v IS NULL),
 
 -- the superuser bypasses row-level security: tenant => 'none' is accepted
 SELECT lives_ok($$SELECT backfill_declare(name => 'bf070_all', relation => 'bf070_rls',
-    predicate => 'v IS NULL', action => 'UPDATE bf070_rls SET v = 3 WHERE id BETWEEN $1 AND $2',
+    predicate => 'v IS NULL', action => 'UPDATE bf070_rls SET v = 3 WHERE id BETWEEN $1 AND $2 AND (v IS NULL)',
     tenant => 'none', rate => 1000)$$,
     'tenant => ''none'' by a role that bypasses row-level security is accepted');
 

@@ -85,16 +85,16 @@ SELECT * FROM no_plan();
 -- ------------------------------------------------------------------
 SET ROLE bf080_alice;
 SELECT backfill_declare(name => 'bf080_alice', relation => 'bf080_a', predicate => 'c IS NULL',
-    action => 'UPDATE bf080_a SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000);
+    action => 'UPDATE bf080_a SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', rate => 1000);
 SELECT backfill_declare(name => 'bf080_alice_req', relation => 'bf080_a', predicate => 'c IS NULL',
-    action => 'UPDATE bf080_a SET c = 2 WHERE id BETWEEN $1 AND $2', rate => 1000,
+    action => 'UPDATE bf080_a SET c = 2 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', rate => 1000,
     requires => 'alice_secret_migration_42');
 SELECT backfill_run('bf080_alice') AS alice_run \gset
 SELECT is(backfill_wait(:alice_run, '300 s'), 'completed', 'alice''s pass completes');
 RESET ROLE;
 SET ROLE bf_mallory;
 SELECT lives_ok($$SELECT backfill_declare(name => 'bf080_mine', relation => 'bf080_m', predicate => 'c IS NULL',
-    action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000,
+    action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', rate => 1000,
     input => '{"tenant": "integer"}', scope => 'input->>''tenant''')$$,
     'mallory may declare a scoped backfill over a table she may update');
 RESET ROLE;
@@ -110,24 +110,24 @@ SELECT (SELECT count(*) FROM backfill.ledger) AS ledger_before,
 -- privileges over tables and roles
 -- ------------------------------------------------------------------
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_t',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_t SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+    predicate => 'c IS NULL', action => 'UPDATE bf080_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$$,
     'BF016', 'declaring over a table mallory may read but not UPDATE');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_none',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_none SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+    predicate => 'c IS NULL', action => 'UPDATE bf080_none SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$$,
     'BF016', 'declaring over a table mallory has no privilege on');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_alice', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$$,
     'BF003', 'redeclaring alice''s backfill under its name');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     run_as => 'postgres')$$,
     'BF016', 'run_as the superuser');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     run_as => 'bf080_alice')$$,
     'BF016', 'run_as a role mallory is not a member of');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     run_as => 'bf080_no_such_role')$$,
     'BF011', 'run_as a role that does not exist');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => NULL,
@@ -152,31 +152,31 @@ SELECT bf080_refused('bf_mallory', format($$SELECT backfill_wait(%s, '1 s')$$, :
 
 -- settings that would change who or where a batch runs
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     settings => '{"role": "postgres"}')$$,
     'BF011', 'settings => {"role": ...}');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     settings => '{"search_path": "evil, public"}')$$,
     'BF011', 'settings => {"search_path": ...}');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     settings => '{"session_authorization": "postgres"}')$$,
     'BF011', 'settings => {"session_authorization": ...}');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     settings => '{"backfill.input": "{\"tenant\": 1}"}')$$,
     'BF011', 'settings => {"backfill.input": ...}');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     settings => '{"backfill.environment": "production"}')$$,
     'BF011', 'settings => {"backfill.environment": ...}');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     settings => '{"app.tenant_id": {"nested": 1}}')$$,
     'BF011', 'a setting whose value is not a string');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     tenant => 'everyone')$$,
     'BF011', 'tenant => ''everyone''');
 SELECT bf080_denied('bf_mallory', $$SET backfill.input = '{"tenant": 1}'$$,
@@ -187,24 +187,24 @@ SELECT bf080_denied('bf_mallory', $$SET backfill.migrations_table = 'bf080_t(c)'
 -- injection through names, keys, relations, predicates, actions, scopes
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
     key => 'id; DROP TABLE bf080_m', predicate => 'c IS NULL',
-    action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+    action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$$,
     'BF001', 'key => ''id; DROP TABLE bf080_m''');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m; DROP TABLE bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$$,
     'BF001', 'relation => ''bf080_m; DROP TABLE bf080_m''');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
     predicate => 'true) ; DROP TABLE bf080_m; SELECT (1',
-    action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+    action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2', guard => false)$$,
     'BF001', 'predicate smuggling a DROP TABLE');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
     predicate => 'true) UNION SELECT 1 FROM bf080_m WHERE (true',
-    action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+    action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2', guard => false)$$,
     'BF001', 'predicate smuggling a UNION');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
-    predicate => 'true) --', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+    predicate => 'true) --', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (true) --)')$$,
     'BF001', 'predicate closing its parenthesis and commenting out the rest');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
-    predicate => 'true) ORDER BY 1 LIMIT 1 --', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+    predicate => 'true) ORDER BY 1 LIMIT 1 --', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (true) ORDER BY 1 LIMIT 1 --)')$$,
     'BF001', 'predicate smuggling an ORDER BY / LIMIT');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
     predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2; DROP TABLE bf080_m')$$,
@@ -222,17 +222,17 @@ SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', 
     predicate => 'c IS NULL', action => 'SET ROLE postgres')$$,
     'BF001', 'action SET ROLE');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     input => '{"tenant": "integer"}',
     scope => 'input->>''tenant'') IS NOT NULL); DROP TABLE bf080_m; SELECT ((1')$$,
     'BF001', 'scope smuggling a DROP TABLE');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     input => '{"tenant": "integer"}',
     scope => 'input->>''tenant'') IS NOT NULL) UNION SELECT 1 FROM bf080_m WHERE ((true')$$,
     'BF001', 'scope smuggling a UNION');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     input => '{"tenant": "integer; DROP TABLE bf080_m"}', scope => 'input->>''tenant''')$$,
     'BF001', 'BUG (scope.c shape_type: parseTypeString raises 42601 with no hint): input shape whose type name smuggles SQL');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080_x', relation => NULL,
@@ -243,13 +243,13 @@ SELECT bf080_refused('bf_mallory', $$SELECT backfill_run('bf080_mine', input => 
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_run('bf080_mine', input => '{"tenant": "1) OR (true"}')$$,
     'BF011', 'input value carrying a boolean smuggle for an integer key');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => 'bf080:x', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$$,
     'BF012', 'a name with '':'' (would forge a scope''s ledger name)');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => E'bf080_x\n; DROP TABLE bf080_m', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$$,
     'BF012', 'a name with a newline');
 SELECT bf080_refused('bf_mallory', $$SELECT backfill_declare(name => '', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$$,
     'BF012', 'an empty name');
 
 -- the catalogs themselves
@@ -335,7 +335,7 @@ RESET ROLE;
 -- ------------------------------------------------------------------
 SET ROLE bf_mallory;
 SELECT lives_ok($$SELECT backfill_declare(name => 'x''; DROP TABLE bf080_m; --', relation => 'bf080_m',
-    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 7 WHERE id BETWEEN $1 AND $2', rate => 1000)$$,
+    predicate => 'c IS NULL', action => 'UPDATE bf080_m SET c = 7 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', rate => 1000)$$,
     'a name with a quote and a semicolon is accepted as an ordinary name');
 SELECT backfill_run('x''; DROP TABLE bf080_m; --') AS quote_run \gset
 SELECT is(backfill_wait(:quote_run, '300 s'), 'completed', 'its pass completes');
@@ -354,7 +354,7 @@ SELECT results_eq($$SELECT count(*)::int, count(*) FILTER (WHERE c = 7)::int FRO
 -- ------------------------------------------------------------------
 SET ROLE bf_mallory;
 SELECT backfill_declare(name => 'bf080_slow', relation => 'bf080_slow', predicate => 'c IS NULL',
-    action => 'UPDATE bf080_slow SET c = 1 WHERE id BETWEEN $1 AND $2',
+    action => 'UPDATE bf080_slow SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     batch_size => 1, rate => 0.1, max_parallel => 2);
 SELECT backfill_run('bf080_slow') AS slow_run \gset
 RESET ROLE;

@@ -60,31 +60,31 @@ SELECT is((SELECT n FROM bf130_calls), 1,
 -- ==================================================================
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf130_random', relation => 'bf130_t',
     predicate => 'c IS NULL AND random() < 0.5',
-    action => 'UPDATE bf130_t SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+    action => 'UPDATE bf130_t SET c = 1 WHERE id BETWEEN $1 AND $2', guard => false)$$,
     'BF001', 'predicate of backfill "bf130_random" is volatile',
     'a predicate calling random() is refused (BF001)');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf130_clock', relation => 'bf130_t',
     predicate => 'at < clock_timestamp()',
-    action => 'UPDATE bf130_t SET at = now() WHERE id BETWEEN $1 AND $2')$$,
+    action => 'UPDATE bf130_t SET at = now() WHERE id BETWEEN $1 AND $2', guard => false)$$,
     'BF001', 'predicate of backfill "bf130_clock" is volatile',
     'a predicate calling clock_timestamp() is refused (BF001)');
 CREATE SEQUENCE bf130_seq;
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf130_seq', relation => 'bf130_t',
     predicate => 'c IS NULL AND nextval(''bf130_seq'') > 0',
-    action => 'UPDATE bf130_t SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+    action => 'UPDATE bf130_t SET c = 1 WHERE id BETWEEN $1 AND $2', guard => false)$$,
     'BF001', 'predicate of backfill "bf130_seq" is volatile',
     'a predicate calling nextval() is refused (BF001)');
 CREATE FUNCTION bf130_vol(int) RETURNS boolean LANGUAGE sql VOLATILE AS $$ SELECT $1 > 0 $$;
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf130_fn', relation => 'bf130_t',
     predicate => 'c IS NULL AND bf130_vol(id)',
-    action => 'UPDATE bf130_t SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+    action => 'UPDATE bf130_t SET c = 1 WHERE id BETWEEN $1 AND $2', guard => false)$$,
     'BF001', 'predicate of backfill "bf130_fn" is volatile',
     'a predicate calling a function declared VOLATILE is refused (BF001)');
 DO $$
 BEGIN
     PERFORM backfill_declare(name => 'bf130_fn2', relation => 'bf130_t',
         predicate => 'c IS NULL AND bf130_vol(id)',
-        action => 'UPDATE bf130_t SET c = 1 WHERE id BETWEEN $1 AND $2');
+        action => 'UPDATE bf130_t SET c = 1 WHERE id BETWEEN $1 AND $2', guard => false);
 EXCEPTION WHEN OTHERS THEN
     DECLARE
         h text;
@@ -100,7 +100,7 @@ SELECT is_empty($$SELECT 1 FROM backfill.declaration WHERE name LIKE 'bf130_%' A
                 'no volatile predicate was stored');
 SELECT lives_ok($$SELECT backfill_declare(name => 'bf130_stable', relation => 'bf130_t',
     predicate => 'at IS NULL OR at < now() - interval ''1 day''',
-    action => 'UPDATE bf130_t SET at = now() WHERE id BETWEEN $1 AND $2')$$,
+    action => 'UPDATE bf130_t SET at = now() WHERE id BETWEEN $1 AND $2', guard => false)$$,
     'a stable predicate (now()) is accepted');
 SELECT backfill_run('bf130_stable') AS stable_run \gset
 SELECT is(backfill_wait(:stable_run, '300 s'), 'completed', 'and its pass completes');
@@ -110,12 +110,12 @@ SELECT is(backfill_wait(:stable_run, '300 s'), 'completed', 'and its pass comple
 -- ==================================================================
 DO $$ BEGIN PERFORM 1; END $$;   -- plpgsql is loaded: its settings are defined
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf130_set', relation => 'bf130_t',
-    predicate => 'c IS NULL', action => 'UPDATE bf130_t SET c = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'c IS NULL', action => 'UPDATE bf130_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     settings => '{"plpgsql.print_strict_params": "maybe"}')$$,
     'BF011', 'setting "plpgsql.print_strict_params" of backfill "bf130_set" cannot be set to "maybe"',
     'a value the setting refuses is refused at declaration (BF011)');
 SELECT lives_ok($$SELECT backfill_declare(name => 'bf130_set', relation => 'bf130_t',
-    predicate => 'c IS NULL', action => 'UPDATE bf130_t SET c = 1 WHERE id BETWEEN $1 AND $2',
+    predicate => 'c IS NULL', action => 'UPDATE bf130_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
     settings => '{"plpgsql.print_strict_params": "on", "app.tenant": "7"}')$$,
     'values the settings accept are declared');
 SELECT is(current_setting('plpgsql.print_strict_params'), 'off',

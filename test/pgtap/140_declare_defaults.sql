@@ -34,20 +34,20 @@ SELECT is((SELECT count(*)::int FROM backfill.declaration WHERE name = 'bf140_pa
 -- a batch's action gets two: $3 is refused
 SELECT is((SELECT state FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_p3',
                  relation => 'bf140_t', predicate => 'c IS NULL',
-                 action => 'UPDATE bf140_t SET c = $3 WHERE id BETWEEN $1 AND $2')$q$)),
+                 action => 'UPDATE bf140_t SET c = $3 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$q$)),
           'BF001', 'a table action that uses $3 is refused (BF001)');
 
 -- async_commit: on unless declared off; NULL takes the default
 SELECT lives_ok(
     $$SELECT backfill_declare(name => 'bf140_sync', relation => 'bf140_t', predicate => 'c IS NULL',
-                              action => 'UPDATE bf140_t SET c = 1 WHERE id BETWEEN $1 AND $2',
+                              action => 'UPDATE bf140_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
                               async_commit => false)$$,
     'a backfill is declared with async_commit => false');
 SELECT is((SELECT async_commit FROM backfill.declaration WHERE name = 'bf140_sync'), false,
           'async_commit => false is stored');
 SELECT lives_ok(
     $$SELECT backfill_declare(name => 'bf140_sync', relation => 'bf140_t', predicate => 'c IS NULL',
-                              action => 'UPDATE bf140_t SET c = 1 WHERE id BETWEEN $1 AND $2',
+                              action => 'UPDATE bf140_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
                               async_commit => NULL)$$,
     're-declared with async_commit => NULL');
 SELECT is((SELECT async_commit FROM backfill.declaration WHERE name = 'bf140_sync'), true,
@@ -56,8 +56,8 @@ SELECT is((SELECT async_commit FROM backfill.declaration WHERE name = 'bf140_syn
 -- the signature: the name is the only argument without a default
 SELECT results_eq(
     $$SELECT pronargs::int, pronargdefaults::int FROM pg_proc WHERE proname = 'backfill_declare'$$,
-    $$VALUES (31, 30)$$,
-    'backfill_declare has 31 arguments, 30 of them with a default');
+    $$VALUES (35, 34)$$,
+    'backfill_declare has 35 arguments, 34 of them with a default');
 
 -- a pages source as the README declares it: no relation, no predicate
 SELECT lives_ok(
@@ -84,12 +84,12 @@ SELECT is((SELECT count_fn::regprocedure::text FROM backfill.declaration WHERE n
 -- a table source still takes its arguments by position and by name
 SELECT lives_ok(
     $$SELECT backfill_declare('bf140_table', 'bf140_t', 'c IS NULL',
-                              'UPDATE bf140_t SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+                              'UPDATE bf140_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$$,
     'a table source declared by position');
 SELECT lives_ok(
     $$SELECT backfill_declare(name => 'bf140_named', relation => 'bf140_t',
                               predicate => 'c IS NULL',
-                              action => 'UPDATE bf140_t SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+                              action => 'UPDATE bf140_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$$,
     'a table source declared by name');
 
 SELECT count(*) AS decl_before FROM backfill.declaration \gset
@@ -112,13 +112,13 @@ SELECT results_eq(
     $$SELECT state, message, hint FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_x',
         relation => 'bf140_t', predicate => 'c IS NULL')$q$)$$,
     $$VALUES ('BF001', 'backfill "bf140_x" has no action',
-              'Pass action => ''UPDATE t SET c = a * 2 WHERE id BETWEEN $1 AND $2 AND c IS NULL''.')$$,
+              'Pass set => ''c = a * 2'' and the engine writes the UPDATE (the batch''s range AND the predicate), delete => true for a DELETE, or action => ''...'' for a statement of your own.')$$,
     'a table source without an action: BF001, no action, with the hint');
 SELECT results_eq(
     $$SELECT state, message, hint FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_x',
         pages => 'bf140_page')$q$)$$,
     $$VALUES ('BF001', 'backfill "bf140_x" has no action',
-              'Pass action => ''UPDATE t SET c = a * 2 WHERE id BETWEEN $1 AND $2 AND c IS NULL''.')$$,
+              'Pass set => ''c = a * 2'' and the engine writes the UPDATE (the batch''s range AND the predicate), delete => true for a DELETE, or action => ''...'' for a statement of your own.')$$,
     'a pages source without an action: BF001, no action, with the hint');
 SELECT results_eq(
     $$SELECT state, message, hint FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf140_x',

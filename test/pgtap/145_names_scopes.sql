@@ -20,7 +20,7 @@ INSERT INTO bf145_t SELECT g, 't' || (g % 2), NULL FROM generate_series(1, 10) g
 SELECT * FROM no_plan();
 
 SELECT lives_ok($$SELECT backfill_declare('bf145_s', 'bf145_t', 'c IS NULL',
-    'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND tenant = (backfill_input()->>''tenant'')',
+    'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND tenant = (backfill_input()->>''tenant'') AND (c IS NULL)',
     input => '{"tenant": "text"}', scope => 'input->>''tenant''')$$,
     'a backfill scoped by a text value is declared');
 
@@ -71,15 +71,15 @@ SELECT backfill_cancel('bf145_s');
 SELECT results_eq(
     $$SELECT state, message LIKE '%white space%', hint IS NOT NULL
         FROM pg_temp.bf_error($q$SELECT backfill_declare(' ', 'bf145_t', 'c IS NULL',
-                 'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2')$q$)$$,
+                 'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$q$)$$,
     $$VALUES ('BF012', true, true)$$,
     'a name of one space is refused (BF012) with a hint');
 SELECT results_eq(
     $$SELECT state FROM pg_temp.bf_error($q$SELECT backfill_declare(' bf145_x', 'bf145_t', 'c IS NULL',
-                 'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2')$q$)
+                 'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$q$)
       UNION ALL
       SELECT state FROM pg_temp.bf_error($q$SELECT backfill_declare('bf145_x ', 'bf145_t', 'c IS NULL',
-                 'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2')$q$)$$,
+                 'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$q$)$$,
     $$VALUES ('BF012'), ('BF012')$$,
     'a leading or a trailing space is refused');
 SELECT results_eq(
@@ -93,10 +93,10 @@ SELECT results_eq(
     $$VALUES ('BF012'), ('BF012'), ('BF012'), ('BF012'), ('BF012'), ('BF012'), ('BF012')$$,
     'names with a C1 control, a bidi override or a Unicode space at an end are refused (BF012)');
 SELECT lives_ok($$SELECT backfill_declare(E'caf\u00e9 \u00fcber', 'bf145_t', 'c IS NULL',
-                 'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+                 'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$$,
     'a name with accented letters is accepted');
 SELECT lives_ok($$SELECT backfill_declare('bf145 x', 'bf145_t', 'c IS NULL',
-                 'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+                 'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$$,
     'a space inside a name is allowed');
 SELECT is((SELECT count(*) FROM backfill.declaration WHERE name LIKE '% %'), 2::bigint,
           'only the names with an inner space were stored');
@@ -105,12 +105,12 @@ SELECT is((SELECT count(*) FROM backfill.declaration WHERE name LIKE '% %'), 2::
 SELECT results_eq(
     $$SELECT state, message LIKE '%bf145_dep%bf145_later%not declared%', hint LIKE '%bf145_later%first%'
         FROM pg_temp.bf_error($q$SELECT backfill_declare('bf145_dep', 'bf145_t', 'c IS NULL',
-                 'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2',
+                 'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
                  requires_backfill => 'bf145_later')$q$)$$,
     $$VALUES ('BF002', true, true)$$,
     'requiring a backfill nobody has declared is refused (BF002): its name could be taken by anyone');
 SELECT lives_ok($$SELECT backfill_declare('bf145_dep', 'bf145_t', 'c IS NULL',
-                 'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2',
+                 'UPDATE bf145_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
                  requires_backfill => 'bf145 x')$$,
     'requiring a declared backfill of ones own is accepted');
 

@@ -19,7 +19,7 @@ INSERT INTO bf146_t SELECT g, NULL FROM generate_series(1, 20) g;
 SELECT * FROM no_plan();
 
 SELECT lives_ok($$SELECT backfill_declare('bf146_f', 'bf146_t', 'c IS NULL',
-                 'UPDATE bf146_t SET c = 1 WHERE id BETWEEN $1 AND $2')$$,
+                 'UPDATE bf146_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')$$,
     'under the 0.2 catalogs the library still declares');
 SELECT results_eq(
     $$SELECT state, message LIKE '%bf146_f%version 0.2%', hint LIKE '%ALTER EXTENSION pg_backfill UPDATE%'

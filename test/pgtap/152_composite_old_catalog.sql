@@ -36,12 +36,12 @@ SELECT results_eq(
 SELECT is((SELECT count(*) FROM backfill.declaration WHERE name = 'bf152_c'), 0::bigint,
     'nothing of it was stored');
 SELECT lives_ok($$SELECT backfill_declare(name => 'bf152_s', relation => 'bf152_s', predicate => 'n = 0',
-                 action => 'UPDATE bf152_s SET n = n + 1 WHERE id BETWEEN $1 AND $2')$$,
+                 action => 'UPDATE bf152_s SET n = n + 1 WHERE id BETWEEN $1 AND $2 AND n = 0')$$,
     'a key of one column still declares under the 0.4 catalogs');
 
 ALTER EXTENSION pg_backfill UPDATE;
 SELECT lives_ok($$SELECT backfill_declare(name => 'bf152_c', relation => 'bf152_c', predicate => 'n = 0',
-                 action => 'UPDATE bf152_c SET n = n + 1 WHERE (t, id) BETWEEN ($1, $2) AND ($3, $4)')$$,
+                 action => 'UPDATE bf152_c SET n = n + 1 WHERE (t, id) BETWEEN ($1, $2) AND ($3, $4)', guard => false)$$,
     'after the update the composite-key declaration is accepted');
 
 -- a declaration stored before the refusal existed: as the 0.4 catalogs kept it

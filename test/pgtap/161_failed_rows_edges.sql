@@ -39,7 +39,7 @@ SELECT * FROM no_plan();
 SET ROLE bf161_decl;
 SELECT length(backfill_declare(name => 'bf161_sk', relation => 'bf161_sk', predicate => 'n = 0',
     action => 'UPDATE bf161_sk SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-    batch_size => 1000, rate => 1000)) AS checksum_length;
+    batch_size => 1000, rate => 1000, guard => false)) AS checksum_length;
 SELECT backfill_run('bf161_sk') AS run1 \gset
 RESET ROLE;
 SELECT ok(bf_test_poll(format('SELECT status = %L FROM backfill.ledger WHERE run_id = %s',
@@ -49,7 +49,7 @@ SET ROLE bf161_decl;
 -- (100 batches at 0.1 a second: still running when it is cancelled)
 SELECT length(backfill_declare(name => 'bf161_sk', relation => 'bf161_sk', predicate => 'n = 0',
     action => 'UPDATE bf161_sk SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-    batch_size => 10, rate => 0.1)) AS checksum_length;
+    batch_size => 10, rate => 0.1, guard => false)) AS checksum_length;
 SELECT backfill_run('bf161_sk', force => true) AS run2 \gset
 SELECT ok(bf_test_poll(format('SELECT batches > 0 FROM backfill_status(%L)', 'bf161_sk'), 300),
           'the forced pass is at work');
@@ -62,7 +62,7 @@ SELECT isnt(:run3::bigint, :run1::bigint,
 SELECT cmp_ok(:run3::bigint, '>', :run2::bigint, 'it starts a new pass');
 SELECT length(backfill_declare(name => 'bf161_sk', relation => 'bf161_sk', predicate => 'n = 0',
     action => 'UPDATE bf161_sk SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-    batch_size => 1000, rate => 1000)) AS checksum_length;
+    batch_size => 1000, rate => 1000, guard => false)) AS checksum_length;
 RESET ROLE;
 SELECT ok(bf_test_poll(format('SELECT status = %L FROM backfill.ledger WHERE run_id = %s',
                               'completed', :run3), 300), 'the new pass completes');
@@ -82,7 +82,7 @@ SET ROLE bf161_decl;
 -- machine; the new declaration's rate wakes the lane)
 SELECT length(backfill_declare(name => 'bf161_mf', relation => 'bf161_mf', predicate => 'n = 0',
     action => 'UPDATE bf161_mf SET n = n + 1, c = c + 1 WHERE id BETWEEN $1 AND $2',
-    batch_size => 10, rate => 0.1, max_failed_rows => 5)) AS checksum_length;
+    batch_size => 10, rate => 0.1, max_failed_rows => 5, guard => false)) AS checksum_length;
 SELECT backfill_run('bf161_mf') AS run4 \gset
 RESET ROLE;
 SELECT ok(bf_test_poll(format('SELECT batches > 0 FROM backfill_status(%L)', 'bf161_mf'), 300),
@@ -90,7 +90,7 @@ SELECT ok(bf_test_poll(format('SELECT batches > 0 FROM backfill_status(%L)', 'bf
 SET ROLE bf161_decl;
 SELECT length(backfill_declare(name => 'bf161_mf', relation => 'bf161_mf', predicate => 'n = 0',
     action => 'UPDATE bf161_mf SET n = n + 1, c = c + 1 WHERE id BETWEEN $1 AND $2',
-    batch_size => 10, rate => 1000, max_failed_rows => 0)) AS checksum_length;
+    batch_size => 10, rate => 1000, max_failed_rows => 0, guard => false)) AS checksum_length;
 RESET ROLE;
 SELECT ok(bf_test_poll(format('SELECT status <> %L FROM backfill.ledger WHERE run_id = %s',
                               'running', :run4), 300), 'the pass ends');
@@ -102,7 +102,7 @@ SELECT is((SELECT status || ' ' || error_code FROM backfill.ledger WHERE run_id 
 -- ------------------------------------------------------------------
 SET ROLE bf161_decl;
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf161_vol', relation => 'bf161_mf',
-        predicate => 'n = 0', action => 'UPDATE bf161_mf SET n = 1 WHERE id BETWEEN $1 AND $2',
+        predicate => 'n = 0', action => 'UPDATE bf161_mf SET n = 1 WHERE id BETWEEN $1 AND $2 AND (n = 0)',
         revert => 'UPDATE bf161_mf SET n = 0 WHERE id BETWEEN $1 AND $2',
         revert_predicate => 'random() > 0.5')$$,
     'BF001', 'revert_predicate of backfill "bf161_vol" is volatile',
@@ -117,7 +117,7 @@ EXCEPTION WHEN OTHERS THEN
     RETURN d;
 END $f$;
 SELECT is(pg_temp.detail_of($$SELECT backfill_declare(name => 'bf161_ddl', relation => 'bf161_mf',
-        predicate => 'n = 0', action => 'UPDATE bf161_mf SET n = 1 WHERE id BETWEEN $1 AND $2',
+        predicate => 'n = 0', action => 'UPDATE bf161_mf SET n = 1 WHERE id BETWEEN $1 AND $2 AND (n = 0)',
         revert => 'TRUNCATE bf161_mf')$$),
     'the revert must be SELECT, INSERT, UPDATE, DELETE or MERGE',
     'a revert that is not DML: the detail names the revert');

@@ -48,7 +48,7 @@ SELECT length(backfill_declare(name => 'bf162', relation => 'bf162_t',
               ' AND tenant = (backfill_input()->>''tenant'')::int AND n = 1',
     revert_predicate => 'n = 1 AND tenant = (backfill_input()->>''tenant'')::int',
     batch_size => 50, rate => 1000,
-    input => '{"tenant": "integer"}', scope => 'input->>''tenant''')) AS checksum_length;
+    input => '{"tenant": "integer"}', scope => 'input->>''tenant''', guard => false)) AS checksum_length;
 SELECT backfill_run('bf162', input => '{"tenant": 1}') AS f1 \gset
 SELECT backfill_run('bf162', input => '{"tenant": 2}') AS f2 \gset
 RESET ROLE;

@@ -4,9 +4,9 @@
 -- status and pending), refused without a revert (BF021) and while a
 -- forward pass runs (BF022); a forward run is refused while a revert runs
 -- (BF022); drop needs a completed revert as the newest pass (BF009, whose
--- hint says to run it).  And drift (part 3): backfill.drift_probe counts
--- at most 1,000 matching rows as the declaring role (NULL for another
--- role, a pages source, an unknown name); a pass records its bound and
+-- hint says to run it).  And drift (part 3): backfill_probe counts
+-- at most 1,000 matching rows in a probe worker as the declaring role (refused
+-- to another role, for a pages source, an unknown name); a pass records its bound and
 -- what lies beyond it; backfill_pending says drifted, "at least 1,000 rows".
 \set ON_ERROR_STOP 1
 SET client_min_messages = warning;
@@ -35,40 +35,40 @@ SELECT * FROM no_plan();
 -- ------------------------------------------------------------------
 SELECT throws_like($$SELECT backfill_declare('bf170_bad', 'bf170_t', 'n = 0',
     'UPDATE bf170_t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-    revert_predicate => 'n = 1')$$,
+    revert_predicate => 'n = 1', guard => false)$$,
     '%revert_predicate but no revert%', 'a revert_predicate without a revert is refused');
 SELECT throws_ok($$SELECT backfill_declare('bf170_bad', 'bf170_t', 'n = 0',
     'UPDATE bf170_t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-    revert_predicate => 'n = 1')$$, 'BF001', NULL, '... with SOURCE_INVALID (BF001)');
+    revert_predicate => 'n = 1', guard => false)$$, 'BF001', NULL, '... with SOURCE_INVALID (BF001)');
 SELECT throws_ok($$SELECT backfill_declare('bf170_bad', 'bf170_t', 'n = 0',
     'UPDATE bf170_t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-    revert => 'UPDATE bf170_t SET n = n - 1 WHERE id BETWEEN $1 AND $3')$$, 'BF001', NULL,
+    revert => 'UPDATE bf170_t SET n = n - 1 WHERE id BETWEEN $1 AND $3', guard => false)$$, 'BF001', NULL,
     'a revert with a third parameter is refused (BF001): it gets the first and last key');
 SELECT throws_ok($$SELECT backfill_declare('bf170_bad', 'bf170_t', 'n = 0',
     'UPDATE bf170_t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-    revert => 'UPDATE bf170_t SET nope = 0 WHERE id BETWEEN $1 AND $2')$$, 'BF001', NULL,
+    revert => 'UPDATE bf170_t SET nope = 0 WHERE id BETWEEN $1 AND $2', guard => false)$$, 'BF001', NULL,
     'a revert that does not plan is refused (BF001)');
 SELECT throws_ok($$SELECT backfill_declare('bf170_bad', 'bf170_t', 'n = 0',
     'UPDATE bf170_t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-    revert => 'UPDATE bf170_t SET n = 0 WHERE id BETWEEN $1 AND $2; SELECT 1')$$, 'BF001', NULL,
+    revert => 'UPDATE bf170_t SET n = 0 WHERE id BETWEEN $1 AND $2; SELECT 1', guard => false)$$, 'BF001', NULL,
     'a revert of two statements is refused (BF001)');
 SELECT throws_ok($$SELECT backfill_declare('bf170_bad', 'bf170_t', 'n = 0',
     'UPDATE bf170_t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-    revert => 'VACUUM bf170_t')$$, 'BF001', NULL, 'a revert that is not DML is refused (BF001)');
+    revert => 'VACUUM bf170_t', guard => false)$$, 'BF001', NULL, 'a revert that is not DML is refused (BF001)');
 SELECT throws_ok($$SELECT backfill_declare('bf170_bad', 'bf170_t', 'n = 0',
     'UPDATE bf170_t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
     revert => 'UPDATE bf170_t SET n = n - 1 WHERE id BETWEEN $1 AND $2',
-    revert_predicate => 'n > random()')$$, 'BF001', NULL,
+    revert_predicate => 'n > random()', guard => false)$$, 'BF001', NULL,
     'a volatile revert_predicate is refused (BF001)');
 SELECT throws_ok($$SELECT backfill_declare('bf170_bad', 'bf170_t', 'n = 0',
     'UPDATE bf170_t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
     revert => 'UPDATE bf170_t SET n = n - 1 WHERE id BETWEEN $1 AND $2',
-    revert_predicate => 'n > 0) OR (true')$$, 'BF001', NULL,
+    revert_predicate => 'n > 0) OR (true', guard => false)$$, 'BF001', NULL,
     'a revert_predicate that closes a parenthesis it did not open is refused (BF001)');
 SELECT throws_ok($$SELECT backfill_declare('bf170_bad', 'bf170_t', 'n = 0',
     'UPDATE bf170_t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
     revert => 'UPDATE bf170_t SET n = n - 1 WHERE id BETWEEN $1 AND $2',
-    revert_predicate => '$1 > 0')$$, 'BF001', NULL,
+    revert_predicate => '$1 > 0', guard => false)$$, 'BF001', NULL,
     'a revert_predicate with a parameter is refused (BF001)');
 SELECT throws_ok($$SELECT backfill_declare(name => 'bf170_bad', pages => 'bf170_pages',
     action => 'SELECT pg_catalog.jsonb_array_length($1)',
@@ -88,19 +88,19 @@ SELECT is_empty($$SELECT 1 FROM backfill.declaration WHERE name = 'bf170_bad'$$,
 -- the revert is outside the checksum: declaring one keeps a completed pass current
 SELECT backfill_declare('bf170_t', 'bf170_t', 'n = 0',
     'UPDATE bf170_t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-    batch_size => 50, rate => 1000) AS sum_without \gset
+    batch_size => 50, rate => 1000, guard => false) AS sum_without \gset
 SELECT is(backfill_declare('bf170_t', 'bf170_t', 'n = 0',
     'UPDATE bf170_t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
     batch_size => 50, rate => 1000,
     revert => 'UPDATE bf170_t SET n = n - 1 WHERE id BETWEEN $1 AND $2 AND n > 0',
-    revert_predicate => 'n > 0'), :'sum_without',
+    revert_predicate => 'n > 0', guard => false), :'sum_without',
     'adding a revert and its predicate keeps the checksum');
 
 -- ------------------------------------------------------------------
 -- without a revert: BF021; before any forward pass: nothing to revert
 -- ------------------------------------------------------------------
 SELECT backfill_declare('bf170_norevert', 'bf170_t', 'n < 0',
-    'UPDATE bf170_t SET n = 0 WHERE id BETWEEN $1 AND $2');
+    'UPDATE bf170_t SET n = 0 WHERE id BETWEEN $1 AND $2 AND (n < 0)');
 SELECT throws_ok($$SELECT backfill_revert('bf170_norevert')$$, 'BF021', NULL,
                  'revert of a backfill that declares none: BF021');
 SELECT throws_ok($$SELECT backfill_revert('bf170_no_such')$$, 'BF002', NULL,
@@ -174,7 +174,7 @@ SELECT is((SELECT count(*) FROM backfill.ledger WHERE declaration = 'bf170_t'), 
 
 -- a backfill without a revert: the hint says to declare one
 SELECT backfill_declare('bf170_plain', 'bf170_t', 'n = 0',
-    'UPDATE bf170_t SET n = n + 1 WHERE id BETWEEN $1 AND $2', batch_size => 100, rate => 1000);
+    'UPDATE bf170_t SET n = n + 1 WHERE id BETWEEN $1 AND $2', batch_size => 100, rate => 1000, guard => false);
 SELECT backfill_run('bf170_plain') AS plain \gset
 SELECT is(backfill_wait(:plain, '300 s'), 'completed', 'a backfill without revert completes');
 DO $$
@@ -198,7 +198,7 @@ SELECT matches(current_setting('bf170.hint'), 'revert =>',
 SELECT backfill_declare('bf170_slow', 'bf170_slow', 'n = 0',
     'UPDATE bf170_slow SET n = n + 1 WHERE id BETWEEN $1 AND $2',
     revert => 'UPDATE bf170_slow SET n = n - 1 WHERE id BETWEEN $1 AND $2',
-    batch_size => 10, rate => 0.1);
+    batch_size => 10, rate => 0.1, guard => false);
 SELECT backfill_run('bf170_slow') AS slow \gset
 SELECT ok(bf_test_poll(format($$SELECT rows > 0 FROM backfill_status('bf170_slow')
                                  WHERE run_id = %s$$, :slow), 300),
@@ -236,26 +236,32 @@ CREATE ROLE bf170_other LOGIN;
 CREATE TABLE bf170_d (id int PRIMARY KEY, n int NOT NULL DEFAULT 0);
 INSERT INTO bf170_d (id) SELECT g FROM generate_series(1, 50) g;
 SELECT backfill_declare('bf170_d', 'bf170_d', 'n = 0',
-    'UPDATE bf170_d SET n = n + 1 WHERE id BETWEEN $1 AND $2', batch_size => 100, rate => 1000);
-SELECT is(backfill.drift_probe('bf170_d'), 50::bigint,
-          'drift_probe counts the rows the predicate matches (before any pass)');
+    'UPDATE bf170_d SET n = n + 1 WHERE id BETWEEN $1 AND $2', batch_size => 100, rate => 1000, guard => false);
+SELECT is(backfill_probe('bf170_d'), 50::bigint,
+          'backfill_probe counts the rows the predicate matches (before any pass)');
 SELECT backfill_run('bf170_d') AS drun \gset
 SELECT is(backfill_wait(:drun, '300 s'), 'completed', 'the drift backfill completes');
 SELECT results_eq($$SELECT bound, beyond_bound FROM backfill_status('bf170_d')$$,
                   $$VALUES ('50'::text, 0::bigint)$$,
                   'the pass was bounded to the largest key when planned, nothing beyond it');
-SELECT is(backfill.drift_probe('bf170_d'), 0::bigint, 'nothing matches after the pass');
+SELECT is(backfill_probe('bf170_d'), 0::bigint, 'nothing matches after the pass');
 INSERT INTO bf170_d (id) SELECT g FROM generate_series(51, 1200) g;
-SELECT is(backfill.drift_probe('bf170_d'), 1000::bigint,
+SELECT results_eq($$SELECT state, drift FROM backfill_pending() WHERE name = 'bf170_d'$$,
+                  $$VALUES ('completed', NULL::text)$$,
+                  'backfill_pending evaluates no predicate: no drift until a probe records it');
+SELECT is(backfill_probe('bf170_d'), 1000::bigint,
           'the probe stops at 1,000 rows (LIMIT), whatever matches');
 SELECT results_eq($$SELECT state, drift, drift_rows FROM backfill_pending() WHERE name = 'bf170_d'$$,
                   $$VALUES ('drifted', 'at least 1,000 rows', 1000::bigint)$$,
                   'backfill_pending: drifted, at least 1,000 rows');
 SET ROLE bf170_other;
-SELECT is(backfill.drift_probe('bf170_d'), NULL, 'another role''s probe answers NULL');
+SELECT throws_ok($$SELECT backfill_probe('bf170_d')$$, 'BF016', NULL,
+                 'another role may not probe it (BF016)');
 RESET ROLE;
-SELECT is(backfill.drift_probe('bf170_pg'), NULL, 'a pages source has no probe: NULL');
-SELECT is(backfill.drift_probe('bf170_no_such'), NULL, 'an unknown name: NULL');
+SELECT throws_ok($$SELECT backfill_probe('bf170_pg')$$, 'BF001', NULL,
+                 'a pages source has no probe (BF001)');
+SELECT throws_ok($$SELECT backfill_probe('bf170_no_such')$$, 'BF002', NULL,
+                 'an unknown name (BF002)');
 SELECT results_eq($$SELECT watch_probes, healed_rows, watch FROM backfill_status('bf170_d')$$,
                   $$VALUES (0::bigint, 0::bigint, false)$$,
                   'without watch: no probes by the scheduler, nothing healed');

@@ -43,7 +43,7 @@ sub redeclare
 	$node->safe_psql('postgres', qq{
 		SELECT backfill_declare(name => '$name', relation => '$tab', predicate => 'n = 0',
 			action => 'UPDATE $tab SET n = n + 1 WHERE id BETWEEN \$1 AND \$2',
-			batch_size => 1000, rate => $rate, async_commit => false)});
+			batch_size => 1000, rate => $rate, async_commit => false, guard => false)});
 	return;
 }
 

@@ -27,7 +27,7 @@ $node->safe_psql('postgres', q{
 		action => 'UPDATE tx SET v = id * 3 WHERE id BETWEEN $1 AND $2 AND v IS NULL',
 		batch_size => 200, rate => 50);
 	SELECT backfill_declare(name => 'stall_fill', relation => 'st', predicate => 'c IS NULL',
-		action => 'UPDATE st SET c = 1 WHERE id BETWEEN $1 AND $2 AND id % 2 = 0',
+		action => 'UPDATE st SET c = 1 WHERE id BETWEEN $1 AND $2 AND id % 2 = 0 AND (c IS NULL)',
 		batch_size => 100, rate => 50);
 });
 

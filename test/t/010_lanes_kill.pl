@@ -47,7 +47,7 @@ sub declare_lk
 	$node->safe_psql('postgres', qq{
 		SELECT backfill_declare(name => 'lk', relation => 't', predicate => 'n = 0',
 			action => 'UPDATE t SET n = n + 1 WHERE id BETWEEN \$1 AND \$2',
-			batch_size => 1000, rate => $rate, max_parallel => 2);
+			batch_size => 1000, rate => $rate, max_parallel => 2, guard => false);
 	});
 }
 

@@ -46,7 +46,7 @@ is( $node->safe_psql('postgres',
 $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'priv', relation => 'pa', predicate => 'c = 0',
 		action => 'UPDATE pa SET c = c + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 100, rate => 1);
+		batch_size => 100, rate => 1, guard => false);
 }, extra_params => [ '-U', 'lane_user' ]);
 my $run_a = $node->safe_psql('postgres', q{SELECT backfill_run('priv')},
 	extra_params => [ '-U', 'lane_user' ]);
@@ -95,7 +95,7 @@ $node->safe_psql('postgres', q{
 	ANALYZE db;
 	SELECT backfill_declare(name => 'dropped', relation => 'db', predicate => 'c = 0',
 		action => 'UPDATE db SET c = c + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 100, rate => 1);
+		batch_size => 100, rate => 1, guard => false);
 });
 my $run_b = $node->safe_psql('postgres', q{SELECT backfill_run('dropped')});
 ok( poll_until($node,
@@ -131,7 +131,7 @@ $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'boom', relation => 'ct', predicate => 'c = 0',
 		action => 'UPDATE ct SET c = c + 1 + ct_check($1, $2) WHERE id BETWEEN $1 AND $2',
 		batch_size => 100, rate => 50, max_parallel => 1, max_attempts => 2,
-		backoff_base => '10 ms', backoff_cap => '20 ms');
+		backoff_base => '10 ms', backoff_cap => '20 ms', guard => false);
 });
 my $run_c = $node->safe_psql('postgres', q{SELECT backfill_run('boom')});
 ok(pass_ended($node, $run_c, 180), '(c) the pass ended');
@@ -199,7 +199,7 @@ is($node->safe_psql('postgres', q{SELECT backfill_retry('boom')}),
 my $decl_pz = q{
 	SELECT backfill_declare(name => 'pz', relation => 'pz', predicate => 'c = 0',
 		action => 'UPDATE pz SET c = c + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 100, rate => %s, max_parallel => 2);
+		batch_size => 100, rate => %s, max_parallel => 2, guard => false);
 };
 $node->safe_psql('postgres', q{
 	CREATE TABLE pz (id int PRIMARY KEY, c int NOT NULL DEFAULT 0);

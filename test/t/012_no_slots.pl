@@ -26,7 +26,7 @@ sq($node, q{
 	INSERT INTO ns (id) SELECT g FROM generate_series(1, 2000) g;
 	SELECT backfill_declare(name => 'ns_fill', relation => 'ns', predicate => 'n = 0',
 		action => 'UPDATE ns SET n = n + 1 WHERE id BETWEEN $1 AND $2', batch_size => 500,
-		rate => 100);
+		rate => 100, guard => false);
 });
 ok(poll_until($node,
 	q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill scheduler'}, '1', 120),

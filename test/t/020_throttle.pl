@@ -82,7 +82,7 @@ ok($standby->poll_query_until('postgres',
 sq($node, q{
 	SELECT backfill_declare(name => 'lag', relation => 'tr', predicate => 'n = 0',
 		action => 'UPDATE tr SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 1000, rate => 10);
+		batch_size => 1000, rate => 10, guard => false);
 });
 my $run = sq($node, q{SELECT backfill_run('lag')});
 like($run, qr/^\d+$/, 'lag: backfill_run returned a run id');
@@ -210,7 +210,7 @@ sq($node, qq{
 sq($node, q{
 	SELECT backfill_declare(name => 'locks', relation => 'tl', predicate => 'n = 0',
 		action => 'UPDATE tl SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 100, rate => 4, batch_timeout => '10 minutes');
+		batch_size => 100, rate => 4, batch_timeout => '10 minutes', guard => false);
 });
 $run = sq($node, q{SELECT backfill_run('locks')});
 ok(poll_until($node, q{SELECT partitions_running FROM backfill_status('locks')}, '1', 180),
@@ -267,7 +267,7 @@ sq($node, q{
 	SELECT backfill_declare(name => 'lockto', relation => 'tk', predicate => 'n = 0',
 		action => 'UPDATE tk SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		batch_size => 100, rate => 20, lock_timeout => '100 ms',
-		max_attempts => 100, backoff_base => '100 ms', backoff_cap => '200 ms');
+		max_attempts => 100, backoff_base => '100 ms', backoff_cap => '200 ms', guard => false);
 });
 my $holder = $node->background_psql('postgres');
 $holder->query_safe('BEGIN; UPDATE tk SET app = app + 1 WHERE id = 1000;');
@@ -317,7 +317,7 @@ sq($node, q{
 	SELECT backfill_declare(name => 'grow', relation => 'ta', predicate => 'n = 0',
 		action => 'UPDATE ta SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		batch_size => 100, rate => 4, target_batch_time => '2 s',
-		min_batch_size => 50, max_batch_size => 20000);
+		min_batch_size => 50, max_batch_size => 20000, guard => false);
 });
 $run = sq($node, q{SELECT backfill_run('grow')});
 {
@@ -365,7 +365,7 @@ sq($node, q{
 	SELECT backfill_declare(name => 'cap', relation => 'tc', predicate => 'n = 0',
 		action => 'UPDATE tc SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		batch_size => 100, rate => 5, target_batch_time => '2 s',
-		min_batch_size => 50, max_batch_size => 400);
+		min_batch_size => 50, max_batch_size => 400, guard => false);
 });
 $run = sq($node, q{SELECT backfill_run('cap')});
 # at 5 batches a second the 54 batches take at least 10 s, 9 s of them at the cap
@@ -469,7 +469,7 @@ is(sq($node, q{SELECT pg_stat_get_dead_tuples('td'::regclass)}), '0', 'vacuum: t
 sq($node, q{
 	SELECT backfill_declare(name => 'dead', relation => 'td', predicate => 'n = 0',
 		action => 'UPDATE td SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 1000, rate => 5);
+		batch_size => 1000, rate => 5, guard => false);
 });
 $run = sq($node, q{SELECT backfill_run('dead')});
 ok( poll_until($node,

@@ -70,7 +70,7 @@ as_role_ok('app', q{
 	SELECT backfill_declare(name => 'mon_done', relation => 'mon_t',
 		predicate => 'c IS NULL AND mon_mark()',
 		action => 'UPDATE mon_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND c IS NULL',
-		batch_size => 100, rate => 100);
+		batch_size => 100, rate => 100, guard => false);
 	CREATE TABLE mon_slow_t (id int PRIMARY KEY, c int);
 	INSERT INTO mon_slow_t SELECT g FROM generate_series(1, 100000) g;
 	SELECT backfill_declare(name => 'mon_slow', relation => 'mon_slow_t', predicate => 'c IS NULL',
@@ -147,9 +147,16 @@ as_role_ok('mon', q{SELECT * FROM backfill_pending()});
 as_role_ok('mon', q{SELECT * FROM backfill_status('mon_done')});
 is(sq($node, q{SELECT last_value FROM mon_probes}), $probes,
 	'backfill_pending as pg_monitor evaluates no predicate (mon_mark not called)');
+# no report probes for anyone since 0.6 (issue 23): the owner's
+# backfill_probe, in a probe worker, shows the check above can see a probe
 as_role_ok('app', q{SELECT * FROM backfill_pending()});
+is(sq($node, q{SELECT last_value FROM mon_probes}), $probes,
+	'backfill_pending as the owner evaluates no predicate either');
+as_role_ok('app', q{SELECT backfill_probe('mon_done')});
 cmp_ok(sq($node, q{SELECT last_value FROM mon_probes}), '>', $probes,
-	'backfill_pending as the owner probes the predicate (the check above can see a probe)');
+	'backfill_probe as the owner probes the predicate (the check above can see a probe)');
+my ($prc) = as_role('mon', q{SELECT backfill_probe('mon_done')});
+isnt($prc, 0, 'pg_monitor may not call backfill_probe');
 
 # ------------------------------------------------------------------
 # (e) counters only go up
@@ -204,8 +211,9 @@ ok(poll_until($node, q{SELECT watch_probes > 0 FROM backfill_status('mon_watched
 	'the watch probed mon_watched after its pass');
 is(as_role_ok('mon', q{SELECT state || '|' || coalesce(drift_rows::text, 'none')
 	FROM backfill_pending() WHERE name IN ('mon_watched', 'mon_done') ORDER BY name}),
-	"completed|none\ncompleted|0",
-	'pg_monitor: no drift for mon_done (no watch), the recorded probe (0 rows) for mon_watched');
+	"completed|0\ncompleted|0",
+	'pg_monitor: mon_done shows what its pass found beyond its bound at its end (0 rows, no probe '
+	  . 'since), mon_watched the watch\'s recorded probe (0 rows)');
 
 $node->stop;
 done_testing();

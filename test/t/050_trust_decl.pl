@@ -85,7 +85,7 @@ $node->safe_psql('postgres', q{
 	CREATE TABLE tick_t (id int PRIMARY KEY, n int NOT NULL DEFAULT 0);
 	INSERT INTO tick_t (id) VALUES (1);
 	SELECT backfill_declare(name => 'tick', relation => 'tick_t', predicate => 'false',
-		action => 'UPDATE tick_t SET n = n + 1 WHERE id BETWEEN $1 AND $2', rate => 1000);
+		action => 'UPDATE tick_t SET n = n + 1 WHERE id BETWEEN $1 AND $2', rate => 1000, guard => false);
 });
 sub scheduler_tick
 {
@@ -121,9 +121,9 @@ as('mal1', q{
 		SELECT * FROM pg_catalog.pg_stat_activity WHERE mal1.esc();
 	SELECT backfill_declare(name => 'mal1_b', relation => 'mal1.b',
 		predicate => '(c IS NULL OR mal1.leak())',
-		action => 'UPDATE mal1.b SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000);
+		action => 'UPDATE mal1.b SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000, guard => false);
 	SELECT backfill_declare(name => 'mal1_a', relation => 'mal1.a', predicate => 'c IS NULL',
-		action => 'UPDATE mal1.a SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000,
+		action => 'UPDATE mal1.a SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', rate => 1000,
 		requires_backfill => 'mal1_b');
 });
 my $b1 = as('mal1', q{SELECT backfill_run('mal1_b')});
@@ -178,7 +178,7 @@ as('mal2', q{
 	CREATE TABLE mal2.r (id int PRIMARY KEY, c int);
 	INSERT INTO mal2.r (id) SELECT g FROM generate_series(1, 10) g;
 	SELECT backfill_declare(name => 'mal2_req', relation => 'mal2.r', predicate => 'c IS NULL',
-		action => 'UPDATE mal2.r SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000,
+		action => 'UPDATE mal2.r SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', rate => 1000,
 		requires => 'm1');
 });
 my $r2 = as('mal2', q{SELECT backfill_run('mal2_req', wait => false)});
@@ -186,17 +186,31 @@ is(rolsuper('mal2'), 'f', '(2) after mal2 itself ran it: mal2 is no superuser');
 is(wait_pass_end($node, $r2, 180), 'completed',
 	'(2) the requirement was met (the view was read) and the scheduler started the pass');
 is(rolsuper('mal2'), 'f', '(2) after the scheduler checked the requirement: no superuser');
+# since issue 23 no client session but mal2's own runs mal2's view: a
+# superuser's backfill_run and direct check are told why instead (before,
+# they read it in the superuser's session, as mal2), and backfill_pending
+# reads no migrations table at all, only what a probe worker (as mal2)
+# recorded
 is( $node->safe_psql('postgres',
-		q{SELECT state, blocked_by IS NULL FROM backfill_pending() WHERE name = 'mal2_req'}),
-	'completed|t', '(2) a superuser reads backfill_pending(): completed, nothing blocks it');
+		q{SELECT state || ': ' || coalesce(blocked_by, 'nothing') FROM backfill_pending()
+		   WHERE name = 'mal2_req'}),
+	'completed: nothing',
+	'(2) a superuser reads backfill_pending(): completed, as recorded; its session reads no view');
 is(rolsuper('mal2'), 'f', '(2) after the superuser read backfill_pending(): no superuser');
+like(refused('postgres', q{SELECT backfill_run('mal2_req', force => true, wait => false)}),
+	qr/ERROR:\s+BF005:.*this session is not role mal2's own/,
+	'(2) a superuser runs it again with wait => false: BF005, the view is not read here');
 my $r2b = $node->safe_psql('postgres',
-	q{SELECT backfill_run('mal2_req', force => true, wait => false)});
-is(wait_pass_end($node, $r2b, 180), 'completed', '(2) a superuser runs it again: completed');
+	q{SELECT backfill_run('mal2_req', force => true)});
+is(wait_pass_end($node, $r2b, 180), 'completed',
+	'(2) a superuser runs it again (wait => true): the scheduler reads the view, completed');
 is(rolsuper('mal2'), 'f', '(2) after the superuser ran it: no superuser');
 my (undef, $direct) = $node->psql('postgres',
 	q{SELECT coalesce(backfill.migration_unapplied('m1', 'mal2'::regrole), 'applied')});
-is($direct, 'applied', '(2) a superuser checks the migration as mal2: applied');
+like($direct, qr/cannot be checked as role mal2: .*this session is not role mal2's own/,
+	'(2) a superuser checks the migration as mal2: not here, and says why');
+is(as('mal2', q{SELECT coalesce(backfill.migration_unapplied('m1'), 'applied')}), 'applied',
+	'(2) mal2 checks it in its own session: applied');
 is(rolsuper('mal2'), 'f', '(2) after a direct call as mal2: no superuser');
 like(refused('mal2', q{SELECT backfill.migration_unapplied('m1', 'postgres'::regrole)}),
 	qr/ERROR:\s+BF016:.*\n(.*\n)*HINT:/,
@@ -210,8 +224,10 @@ $node->safe_psql('postgres', q{
 });
 as('app2', q{
 	SELECT backfill_declare(name => 'app2_req', relation => 'app2_t', predicate => 'c IS NULL',
-		action => 'UPDATE app2_t SET c = 1 WHERE id BETWEEN $1 AND $2', requires => 'm1');
+		action => 'UPDATE app2_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', requires => 'm1');
 });
+# backfill_pending reads no migrations table: a probe (a worker, as app2) records it
+as('app2', q{SELECT backfill_probe('app2_req')});
 like(as('app2', q{SELECT state || ': ' || blocked_by FROM backfill_pending() WHERE name = 'app2_req'}),
 	qr/^blocked: migration m1 cannot be checked as role app2: permission denied/,
 	'(2) app2 may not read mal2.schema_migrations: blocked, and blocked_by says why');
@@ -236,11 +252,11 @@ as('mal3', q{
 	INSERT INTO mal3.s (id, t) SELECT g, g % 2 FROM generate_series(1, 10) g;
 	SELECT backfill_declare(name => 'mal3_scope', relation => 'mal3.s',
 		predicate => 'c IS NULL AND t = (backfill_input()->>''t'')::int',
-		action => 'UPDATE mal3.s SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000,
+		action => 'UPDATE mal3.s SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL AND t = (backfill_input()->>''t'')::int)', rate => 1000,
 		input => '{"t": "integer"}', scope => 'mal3.scope_of(input)');
 	SELECT backfill_declare(name => 'mal3_cast', relation => 'mal3.s',
 		predicate => 'c IS NULL AND t = (backfill_input()->>''t'')::int',
-		action => 'UPDATE mal3.s SET c = 2 WHERE id BETWEEN $1 AND $2', rate => 1000,
+		action => 'UPDATE mal3.s SET c = 2 WHERE id BETWEEN $1 AND $2 AND (c IS NULL AND t = (backfill_input()->>''t'')::int)', rate => 1000,
 		input => '{"t": "mal3.tid"}', scope => 'input->>''t''');
 });
 my ($rc3, $out3) = $node->psql('postgres', q{
@@ -274,7 +290,7 @@ $node->safe_psql('postgres', q{
 });
 as('intruder', q{
 	SELECT backfill_declare(name => 'intr', relation => 'app_t', predicate => 'who IS NULL',
-		action => 'UPDATE app_t SET who = current_user WHERE id BETWEEN $1 AND $2',
+		action => 'UPDATE app_t SET who = current_user WHERE id BETWEEN $1 AND $2 AND (who IS NULL)',
 		run_as => 'app', rate => 1000);
 });
 # enqueued while a member, paused before any lane starts
@@ -327,13 +343,13 @@ $node->safe_psql('postgres', q{
 });
 as('app', q{
 	SELECT backfill_declare(name => 'app_b', relation => 'app_b', predicate => 'c IS NULL',
-		action => 'UPDATE app_b SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000);
+		action => 'UPDATE app_b SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', rate => 1000);
 });
 my $b5 = as('app', q{SELECT backfill_run('app_b')});
 is(wait_pass_end($node, $b5, 180), 'completed', '(5) app completes app_b');
 like(refused('mal5', q{
 	SELECT backfill_declare(name => 'mal5_a', relation => 'mal5_t', predicate => 'c IS NULL',
-		action => 'UPDATE mal5_t SET c = 1 WHERE id BETWEEN $1 AND $2',
+		action => 'UPDATE mal5_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
 		requires_backfill => 'app_b')}),
 	qr/ERROR:\s+BF016:.*\n(.*\n)*HINT:/,
 	'(5) mal5 declares a backfill requiring app\'s app_b: BF016 with a hint');
@@ -341,10 +357,10 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM backfill.declaration WHER
 	'0', '(5) nothing was declared');
 as('m2', q{
 	SELECT backfill_declare(name => 'm2_a', relation => 'm2_t', predicate => 'c IS NULL',
-		action => 'UPDATE m2_t SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000,
+		action => 'UPDATE m2_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', rate => 1000,
 		requires_backfill => 'app_b');
 	SELECT backfill_declare(name => 'm2_d', relation => 'm2_t', predicate => 'c IS NULL',
-		action => 'UPDATE m2_t SET c = 2 WHERE id BETWEEN $1 AND $2', rate => 1000,
+		action => 'UPDATE m2_t SET c = 2 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', rate => 1000,
 		requires_backfill => 'app_b');
 });
 $node->safe_psql('postgres', 'REVOKE app FROM m2');

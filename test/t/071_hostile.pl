@@ -282,7 +282,7 @@ ok_as('attacker', q{
 	    predicate => 'c IS NULL AND att.spwn(''predicate'') AND att.ssettle(''predicate'')',
 	    action => 'UPDATE att.items SET c = 1 WHERE id BETWEEN $1 AND $2 AND c IS NULL'
 	              ' AND att.pwn(''action'') AND att.settle(''action'')',
-	    batch_size => 20, rate => 1000, max_parallel => 2);}, 'lanes: the attacker declares');
+	    batch_size => 20, rate => 1000, max_parallel => 2, guard => false);}, 'lanes: the attacker declares');
 my $r1 = ok_as('attacker', q{SELECT backfill_run('a_fill')}, 'lanes: the attacker runs it');
 is(wait_pass_end($node, $r1, 180), 'completed', 'lanes: its own run completes');
 is(sq($node, qq{SELECT plan_method FROM backfill.run WHERE run_id = $r1}), 'histogram',
@@ -491,10 +491,10 @@ ok_as('attacker', q{
 	INSERT INTO att.b SELECT g FROM generate_series(1, 5) g;
 	SELECT backfill_declare(name => 'a_base', relation => 'att.b',
 	    predicate => 'c IS NULL AND att.ssettle(''drift predicate'')', rate => 1000,
-	    action => 'UPDATE att.b SET c = 1 WHERE id BETWEEN $1 AND $2 AND c IS NULL');
+	    action => 'UPDATE att.b SET c = 1 WHERE id BETWEEN $1 AND $2 AND c IS NULL', guard => false);
 	CREATE TABLE att.dep (id int PRIMARY KEY, c int);
 	SELECT backfill_declare(name => 'a_dep', relation => 'att.dep', predicate => 'c IS NULL',
-	    action => 'UPDATE att.dep SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000,
+	    action => 'UPDATE att.dep SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', rate => 1000,
 	    requires_backfill => 'a_base');}, 'drift: the attacker declares two backfills');
 my $b1 = ok_as('attacker', q{SELECT backfill_run('a_base')}, 'drift: the required one runs');
 wait_pass_end($node, $b1, 180);
@@ -520,7 +520,7 @@ $node->safe_psql('postgres', q{
 });
 ok_as('attacker', q{
 	SELECT backfill_declare(name => 'a_helper', relation => 'att.h', predicate => 'c IS NULL',
-	    action => 'UPDATE att.h SET c = 1 WHERE id BETWEEN $1 AND $2', run_as => 'helper',
+	    action => 'UPDATE att.h SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', run_as => 'helper',
 	    rate => 1000);}, 'run_as: the attacker declares as helper, a role it may use');
 $node->safe_psql('postgres', q{REVOKE helper FROM attacker});
 {
@@ -544,7 +544,7 @@ $node->safe_psql('postgres', q{UPDATE public.o_items SET c = NULL WHERE id = 1})
 		\set ON_ERROR_STOP 1
 		CREATE TABLE att.d2 (id int PRIMARY KEY, c int);
 		SELECT backfill_declare(name => 'a_dep2', relation => 'att.d2', predicate => 'c IS NULL',
-		    action => 'UPDATE att.d2 SET c = 1 WHERE id BETWEEN $1 AND $2', rate => 1000,
+		    action => 'UPDATE att.d2 SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)', rate => 1000,
 		    requires_backfill => 'o_fill');
 		SELECT backfill_run('a_dep2');});
 }

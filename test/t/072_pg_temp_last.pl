@@ -149,7 +149,7 @@ ok_as_user($node, q{
 	SELECT backfill_declare(name => 'tc', relation => 'tc',
 		predicate => 'c IS NULL AND id @@@ 0',
 		action => 'UPDATE tc SET c = pt_mark(id) WHERE id BETWEEN $1 AND $2 AND c IS NULL',
-		batch_size => 200, rate => 1000);
+		batch_size => 200, rate => 1000, guard => false);
 }, '(c) declared: the action calls pt_mark(id), the predicate id @@@ 0');
 $out = ok_as_user($node, q{
 	CREATE FUNCTION pg_temp.pt_mark(int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT 666';
@@ -174,7 +174,7 @@ ok_as_user($node, q{
 	INSERT INTO public.td_wanted SELECT g FROM generate_series(1, 300) g;
 	SELECT backfill_declare(name => 'td', relation => 'td',
 		predicate => 'c IS NULL AND id IN (SELECT w.id FROM td_wanted w)',
-		action => 'UPDATE td SET c = 1 WHERE id BETWEEN $1 AND $2 AND c IS NULL',
+		action => 'UPDATE td SET c = 1 WHERE id BETWEEN $1 AND $2 AND c IS NULL AND (c IS NULL AND id IN (SELECT w.id FROM td_wanted w))',
 		batch_size => 100, rate => 1000);
 	CALL backfill_finalize('td', '2 minutes');
 	INSERT INTO public.td (id) SELECT g FROM generate_series(301, 350) g;

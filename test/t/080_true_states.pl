@@ -167,7 +167,7 @@ sq($node, q{
 	SELECT backfill_declare(name => 'lt', relation => 'lt', predicate => 'n = 0',
 		action => 'UPDATE lt SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		batch_size => 100, rate => 1000, max_attempts => 100,
-		backoff_base => '20 ms', backoff_cap => '100 ms');
+		backoff_base => '20 ms', backoff_cap => '100 ms', guard => false);
 });
 my $holder = session('holder');
 $holder->query_safe('BEGIN; LOCK TABLE lt IN ACCESS EXCLUSIVE MODE');
@@ -314,7 +314,7 @@ sq($node, q{
 	SELECT backfill_declare(name => 'rf', relation => 'rf', predicate => 'n = 0',
 		action => 'UPDATE rf SET n = n + 1 + rf_check($1, $2) WHERE id BETWEEN $1 AND $2',
 		batch_size => 50, rate => 1000, max_parallel => 1, max_attempts => 2,
-		backoff_base => '10 ms', backoff_cap => '20 ms');
+		backoff_base => '10 ms', backoff_cap => '20 ms', guard => false);
 });
 $holder->query_safe('SELECT pg_advisory_lock(5001)');
 my $run_f = run_as_user('rf');

@@ -109,7 +109,7 @@ foreach my $c (@cases)
 		INSERT INTO fm_db_t (id) SELECT g FROM generate_series(1, 600) g;
 		SELECT backfill_declare(name => 'fm_db_fill', relation => 'fm_db_t', predicate => 'n = 0',
 			action => 'UPDATE fm_db_t SET n = n + 1 WHERE id BETWEEN $1 AND $2 AND fm_gate(7)',
-			batch_size => 200, rate => 100);
+			batch_size => 200, rate => 100, guard => false);
 	};
 	sq($node, 'CREATE DATABASE fm_db');
 	$node->safe_psql('fm_db', $setup);

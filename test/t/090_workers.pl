@@ -45,7 +45,7 @@ sq($node, q{
 my $decl_w1 = q{
 	SELECT backfill_declare(name => 'w1', relation => 'w1', predicate => 'n = 0',
 		action => 'UPDATE w1 SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 10, rate => %s)};
+		batch_size => 10, rate => %s, guard => false)};
 sq($node, sprintf($decl_w1, '0.002'));
 my $r1 = sq($node, q{SELECT backfill_run('w1')});
 ok(poll_until($node, "SELECT rows FROM backfill.partition WHERE run_id = $r1", '10', 120),
@@ -64,7 +64,7 @@ sq($node, q{
 	INSERT INTO w2 (id) SELECT g FROM generate_series(1, 30) g;
 	SELECT backfill_declare(name => 'w2', relation => 'w2', predicate => 'n = 0',
 		action => 'UPDATE w2 SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 10, rate => 0.002);
+		batch_size => 10, rate => 0.002, guard => false);
 });
 my $r2 = sq($node, q{SELECT backfill_run('w2')});
 ok(poll_until($node, "SELECT rows FROM backfill.partition WHERE run_id = $r2", '10', 120),
@@ -103,7 +103,7 @@ sq($node, q{
 	SELECT backfill_declare(name => 'w3', relation => 'w3', predicate => 'n = 0',
 		action => 'UPDATE w3 SET n = n + 1 + 0 * (SELECT count(*) FROM pg_sleep(0.2))'
 		       || ' WHERE id BETWEEN $1 AND $2',
-		batch_size => 5, rate => 100, max_parallel => 4);
+		batch_size => 5, rate => 100, max_parallel => 4, guard => false);
 });
 my $r3 = sq($node, q{SELECT backfill_run('w3')});
 ok(poll_until($node, $LANES, '2', 120), 'w3 (max_parallel 4) gets backfill.max_workers = 2 lanes');
@@ -153,7 +153,7 @@ sq($node, q{
 my ($rc, $out, $err) = $node->psql('postgres', q{
 	SELECT backfill_declare(name => 'w5bad', relation => 'w5', predicate => 'n = 0',
 		action => 'UPDATE w5 SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		settings => '{"auto_explain.log_format": "bogus"}')});
+		settings => '{"auto_explain.log_format": "bogus"}', guard => false)});
 like($err, qr/BF011|cannot be set to "bogus"/,
 	'declare refuses a value the setting refuses (auto_explain.log_format = bogus)');
 # the value comes from the scoped run's input: known only when the lane starts
@@ -161,7 +161,7 @@ sq($node, q{
 	SELECT backfill_declare(name => 'w5', relation => 'w5', predicate => 'n = 0',
 		action => 'UPDATE w5 SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		input => '{"fmt": "text"}', scope => 'input->>''fmt''',
-		settings => '{"auto_explain.log_format": ":fmt"}', rate => 100);
+		settings => '{"auto_explain.log_format": ":fmt"}', rate => 100, guard => false);
 });
 my $r5 = sq($node, q{SELECT backfill_run('w5', input => '{"fmt": "bogus"}')});
 is(wait_pass_end($node, $r5, 120), 'failed', 'the pass with the refused value fails');

@@ -49,7 +49,7 @@ for my $i (1 .. 4)
 		SELECT backfill_declare(name => 'a$i', relation => 'a$i', predicate => 'n = 0',
 			action => 'UPDATE a$i SET n = n + 1 + 0 * (SELECT count(*) FROM pg_sleep(0.5))'
 			       || ' WHERE id BETWEEN \$1 AND \$2',
-			batch_size => 1, rate => 100);
+			batch_size => 1, rate => 100, guard => false);
 	});
 	push @alice_runs, $node->safe_psql('postgres', "SET ROLE alice; SELECT backfill_run('a$i')");
 }
@@ -65,7 +65,7 @@ $node->safe_psql('postgres', q{
 	SET ROLE bob;
 	SELECT backfill_declare(name => 'b1', relation => 'b1', predicate => 'n = 0',
 		action => 'UPDATE b1 SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 5, rate => 100);
+		batch_size => 5, rate => 100, guard => false);
 });
 my $rb = $node->safe_psql('postgres', q{SET ROLE bob; SELECT backfill_run('b1')});
 is(wait_pass_end($node, $rb, 180), 'completed', "bob's pass gets a lane and completes");
@@ -101,7 +101,7 @@ sq($node, q{
 		action => 'UPDATE c1 SET n = n + 1'
 		       || ' + 0 * (SELECT count(*) FROM pg_sleep(CASE WHEN $1 > 10 THEN 300 ELSE 0 END))'
 		       || ' WHERE id BETWEEN $1 AND $2',
-		batch_size => 10, rate => 100, batch_timeout => '10 minutes');
+		batch_size => 10, rate => 100, batch_timeout => '10 minutes', guard => false);
 });
 my $rc = sq($node, q{SELECT backfill_run('c1')});
 ok(poll_until($node,

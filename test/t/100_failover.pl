@@ -82,7 +82,7 @@ sub start_pass
 		SELECT backfill_declare('fill_t', 't', 'NOT done',
 			'UPDATE t SET n = n + 1, done = true WHERE id BETWEEN \$1 AND \$2',
 			batch_size => 1000, rate => 100000, max_parallel => 2,
-			lock_timeout => '1 hour', batch_timeout => '1 hour');
+			lock_timeout => '1 hour', batch_timeout => '1 hour', guard => false);
 	});
 	$node->safe_psql('postgres', qq{BEGIN; SELECT id FROM t WHERE id = $rows FOR UPDATE;
 		PREPARE TRANSACTION 'gate';});
@@ -172,7 +172,7 @@ for my $call (
 	q{SELECT backfill_cancel('fill_t')},
 	q{SELECT backfill_retry('fill_t')},
 	q{SELECT backfill_drop('fill_t')},
-	q{SELECT backfill_declare('fill_t2', 't', 'NOT done', 'UPDATE t SET done = true WHERE id BETWEEN $1 AND $2')},
+	q{SELECT backfill_declare('fill_t2', 't', 'NOT done', 'UPDATE t SET done = true WHERE id BETWEEN $1 AND $2 AND (NOT done)')},
 	q{SELECT backfill_outbox_emit('topic', 'k', '{}')},
 	q{SELECT backfill_outbox_sink('topic', 'notify', 'chan')},
 	q{SELECT backfill_outbox_grant('topic', 'postgres')},

@@ -65,7 +65,7 @@ $node->safe_psql('postgres', qq{
 		action => \$\$UPDATE t SET n = n + 1, sc = pg_catalog.current_setting('synchronous_commit')
 		            WHERE id BETWEEN \$1 AND \$2\$\$,
 		batch_size => 200, rate => 100, max_parallel => 1,
-		lock_timeout => '1 hour', batch_timeout => '1 hour');
+		lock_timeout => '1 hour', batch_timeout => '1 hour', guard => false);
 });
 
 # a gate: a prepared transaction holding the row lock of $id in $table; the
@@ -239,7 +239,7 @@ $node->safe_psql('postgres', q{
 		action => $$WITH u AS (UPDATE e SET n = n + 1 WHERE id BETWEEN $1 AND $2 RETURNING id)
 		           SELECT backfill_outbox_emit('e.done', u.id::text, '{}') FROM u$$,
 		batch_size => 100, rate => 50, max_parallel => 1,
-		lock_timeout => '1 hour', batch_timeout => '1 hour');
+		lock_timeout => '1 hour', batch_timeout => '1 hour', guard => false);
 });
 # gates before rows 1,001 and 3,001
 gate('e1k', 'e', 1_001);
@@ -281,7 +281,7 @@ $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'sync', relation => 's', predicate => 'n = 0',
 		action => $$UPDATE s SET n = n + 1, sc = pg_catalog.current_setting('synchronous_commit')
 		           WHERE id BETWEEN $1 AND $2$$,
-		batch_size => 100, rate => 100, async_commit => false);
+		batch_size => 100, rate => 100, async_commit => false, guard => false);
 });
 my $run3 = $node->safe_psql('postgres', q{SELECT backfill_run('sync')});
 ok(pass_ended($node, $run3, 300), 'the synchronous pass ended');

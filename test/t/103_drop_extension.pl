@@ -66,7 +66,7 @@ for my $round (1 .. $ROUNDS)
 		UPDATE t SET n = 0;
 		SELECT backfill_declare('d', 't', 'n = 0', 'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		                        batch_size => 100, rate => 20,
-		                        lock_timeout => '1 hour', batch_timeout => '1 hour');
+		                        lock_timeout => '1 hour', batch_timeout => '1 hour', guard => false);
 	});
 	$holder->query_safe('BEGIN; SELECT id FROM t WHERE id = 1 FOR UPDATE;');
 	$node->safe_psql('postgres', q{SELECT backfill_run('d', wait => false)});
@@ -104,7 +104,7 @@ until_done(q{SET client_min_messages = warning;
 	DROP EXTENSION IF EXISTS pg_backfill CASCADE; CREATE EXTENSION pg_backfill});
 $node->safe_psql('postgres', q{UPDATE t SET n = 0;
 	SELECT backfill_declare('d', 't', 'n = 0', 'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-	                        batch_size => 5000)});
+	                        batch_size => 5000, guard => false)});
 my $run = $node->safe_psql('postgres', q{SELECT backfill_run('d', wait => false)});
 is($node->safe_psql('postgres', qq{SELECT backfill_wait($run, '600 s')}),
 	'completed', 'after the last drop a new pass completes');

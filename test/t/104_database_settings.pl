@@ -34,9 +34,9 @@ $node->safe_psql('dbo_db', q{
 });
 $node->safe_psql('dbo_db', q{
 	SELECT backfill_declare('ro', 't', 'n = 0', 'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-	                        batch_size => 200);
+	                        batch_size => 200, guard => false);
 	SELECT backfill_declare('st', 't', 'n = 0', 'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-	                        batch_size => 200);
+	                        batch_size => 200, guard => false);
 }, extra_params => [ '-U', 'dbo' ]);
 
 sub dbq { return $node->safe_psql('dbo_db', $_[0], extra_params => [ '-U', 'dbo' ]) }
@@ -91,7 +91,7 @@ $node->safe_psql('dbo_db', q{
 	INSERT INTO su (id) SELECT g FROM generate_series(1, 500) g;
 	SELECT backfill_declare('su', 'su', 'n = 0',
 	    'UPDATE su SET n = n + 1, who = current_user WHERE id BETWEEN $1 AND $2',
-	    batch_size => 100, rate => 100);
+	    batch_size => 100, rate => 100, guard => false);
 });
 dbq(q{SET statement_timeout = 0; ALTER DATABASE dbo_db RESET statement_timeout});
 # the test's own superuser sessions take those settings too: undone first

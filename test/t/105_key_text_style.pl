@@ -42,7 +42,7 @@ $node->safe_psql('postgres', q{
 $node->safe_psql('postgres', q{
 	SELECT backfill_declare('dk', 'dk', 'n = 0', 'UPDATE dk SET n = n + 1 WHERE d BETWEEN $1 AND $2',
 	                        batch_size => 5, rate => 20,
-	                        lock_timeout => '1 hour', batch_timeout => '1 hour');
+	                        lock_timeout => '1 hour', batch_timeout => '1 hour', guard => false);
 }, extra_params => [ '-U', 'dk_owner' ]);
 
 # the session whose row lock holds a batch of the lane
@@ -109,10 +109,10 @@ $node->safe_psql('postgres', q{
 	SELECT backfill_declare('dk2', 'dk2', 'n = 0',
 		'UPDATE dk2 SET n = n + 1, style = pg_catalog.current_setting(''DateStyle'')
 		  WHERE d BETWEEN $1 AND $2 AND public.restyle(false)',
-		batch_size => 5, rate => 20, lock_timeout => '1 hour', batch_timeout => '1 hour');
+		batch_size => 5, rate => 20, lock_timeout => '1 hour', batch_timeout => '1 hour', guard => false);
 	SELECT backfill_declare('dk3', 'dk3', 'n = 0',
 		'UPDATE dk3 SET n = n + 1 WHERE (d, i) BETWEEN ($1, $2) AND ($3, $4) AND public.restyle(true)',
-		batch_size => 5, rate => 20, lock_timeout => '1 hour', batch_timeout => '1 hour');
+		batch_size => 5, rate => 20, lock_timeout => '1 hour', batch_timeout => '1 hour', guard => false);
 }, extra_params => [ '-U', 'dk_owner' ]);
 # paused after 70 rows: dk2's cursor 2026-05-09 (09/05/2026 under SQL, DMY),
 # dk3's (2026-04-04,1)

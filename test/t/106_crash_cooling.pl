@@ -38,7 +38,7 @@ sq($node, q{
 	INSERT INTO t (id) SELECT g FROM generate_series(1, 60) g;
 	SELECT backfill_declare('cool', 't', 'n = 0', 'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 	                        batch_size => 1, rate => 20, max_parallel => 1, async_commit => false,
-	                        lock_timeout => '1 hour', batch_timeout => '1 hour');
+	                        lock_timeout => '1 hour', batch_timeout => '1 hour', guard => false);
 	-- the gate: the first batch (id 1) waits on it, across crash restarts
 	BEGIN;
 	SELECT id FROM t WHERE id = 1 FOR UPDATE;

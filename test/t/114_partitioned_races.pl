@@ -78,7 +78,7 @@ $node->safe_psql('postgres', q{
 	INSERT INTO t15 (id) SELECT 1500 + i FROM generate_series(0, 49) i;
 	SELECT backfill_declare(name => 'races', relation => 't', predicate => 'todo(n)',
 		action => 'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 100, rate => 50);
+		batch_size => 100, rate => 50, guard => false);
 });
 
 # 1. the count holds on the advisory lock; the leaf is attached meanwhile
@@ -217,10 +217,10 @@ $node->safe_psql('postgres', q{
 	ANALYZE lv, dv;
 	SELECT backfill_declare(name => 'lv', relation => 'lv', predicate => 'n = 0',
 		action => 'UPDATE lv SET n = n + 1 WHERE (tenant, id) BETWEEN ($1, $2) AND ($3, $4)',
-		batch_size => 1000, rate => 100, max_parallel => 1);
+		batch_size => 1000, rate => 100, max_parallel => 1, guard => false);
 	SELECT backfill_declare(name => 'dv', relation => 'dv', predicate => 'n = 0',
 		action => 'UPDATE dv SET n = n + 1 WHERE (day, id) BETWEEN ($1, $2) AND ($3, $4)',
-		batch_size => 20, rate => 100, max_parallel => 2);
+		batch_size => 20, rate => 100, max_parallel => 2, guard => false);
 });
 my $lv = $node->safe_psql('postgres', q{SELECT backfill_run('lv')});
 is(wait_pass_end($node, $lv, 300), 'completed', '400 interleaved LIST values: the pass completed');

@@ -66,7 +66,7 @@ $node->safe_psql('postgres', qq{
 $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'pr', relation => 'pr', predicate => 'v IS NULL',
 		action => 'UPDATE pr SET v = src::int, n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 1000, rate => 1000, max_parallel => 2, max_failed_rows => 3);
+		batch_size => 1000, rate => 1000, max_parallel => 2, max_failed_rows => 3, guard => false);
 });
 # run through the CLI, which follows the pass and lists the rows it skipped
 my ($cli_rc, $cli_out, $cli_err) = ('', '', '');
@@ -158,7 +158,7 @@ $node->safe_psql('postgres', q{
 	ANALYZE p0;
 	SELECT backfill_declare(name => 'p0', relation => 'p0', predicate => 'v IS NULL',
 		action => 'UPDATE p0 SET v = src::int, n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 500, rate => 1000);
+		batch_size => 500, rate => 1000, guard => false);
 });
 my $run0 = $node->safe_psql('postgres', q{SELECT backfill_run('p0')});
 is(wait_pass_end($node, $run0, 300), 'failed', '(c) the pass fails');
@@ -183,7 +183,7 @@ $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'pl', relation => 'pl', predicate => 'v IS NULL',
 		action => 'UPDATE pl SET v = 1, n = n + 1 WHERE id BETWEEN $1 AND $2',
 		batch_size => 500, rate => 1000, lock_timeout => '100ms', max_attempts => 100,
-		backoff_base => '200ms', backoff_cap => '200ms');
+		backoff_base => '200ms', backoff_cap => '200ms', guard => false);
 });
 my $locker = $node->background_psql('postgres');
 $locker->set_query_timer_restart();

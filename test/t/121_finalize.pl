@@ -6,15 +6,22 @@
 #  (a) a completed backfill: returns at once, no new pass (also through
 #      pg_backfill finalize);
 #  (b) a running backfill with lanes: waits for it, runs no batch itself;
-#  (c) a never-run backfill: starts it and works it in the calling session,
-#      every row once; the caller is the superuser, the batches ran as the
-#      declarer, and the session is the superuser again afterwards;
+#  (c) a never-run backfill, finalized by the superuser: started, and
+#      worked by lanes, never in the superuser's session (issue 23: the
+#      declarer's SQL does not run in another role's session; this test
+#      had the superuser's session work it before); finalized in a session
+#      of the declarer (fin_user logged in): worked in that session, every
+#      row once, its leases held by that backend;
 #  (d) a failed backfill (a row that fails alone, max_failed_rows 0): the
 #      pass's code, BF018; in a transaction block: BF015; the timeout
 #      passing first: BF019, the pass goes on;
-#  (e) max_worker_processes exhausted (no lane can start): finalize works
-#      the pass in the session and it completes;
-#  (f) kill -9 of the finalizing session mid-way: the pass stays running
+#  (e) max_worker_processes exhausted (no lane can start): the superuser's
+#      finalize fails with BF038 (it runs none of fin_user's SQL itself);
+#      fin_user's own finalize works the pass in its session, which completes;
+#      the superuser's backfill_run of a scoped backfill of fin_user's:
+#      BF038 (its scope is evaluated only in a worker logged in as fin_user),
+#      fin_user's own run evaluates it in its session;
+#  (f) kill -9 of the finalizing session (fin_user's) mid-way: the pass stays running
 #      with a dead lease; once lanes can start, one resumes it and every
 #      row is done exactly once.
 # Where a pass stands when the test acts is made, not hoped for: in (b) and
@@ -53,7 +60,7 @@ sub declare_fill
 		SELECT backfill_declare(name => '$name', relation => '$name', predicate => 'v IS NULL',
 			action => 'UPDATE $name SET v = 1, n = n + 1 WHERE id BETWEEN \$1 AND \$2'
 			       || ' AND current_user = ''fin_user''',
-			batch_size => $batch, rate => $rate$more);
+			batch_size => $batch, rate => $rate$more, guard => false);
 	});
 	return;
 }
@@ -82,8 +89,9 @@ my $wait_long = q{lock_timeout => '1 hour', batch_timeout => '1 hour'};
 
 sub finalize
 {
-	my ($node, $sql) = @_;
-	my ($rc, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n$sql");
+	my ($node, $sql, @role) = @_;
+	my ($rc, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\n$sql",
+		@role ? (extra_params => [ '-U', $role[0] ]) : ());
 	return ($rc, $out, $err);
 }
 
@@ -157,21 +165,36 @@ is( $node->safe_psql('postgres',
 each_row_done_once($node, 'fb', 3000, $run_b);
 
 # ------------------------------------------------------------------
-# (c) never run: started and worked in the session
+# (c) never run: started; worked by lanes for the superuser, in the
+#     session for fin_user
 # ------------------------------------------------------------------
 declare_fill($node, 'fc', 3000, 250, 1000);
 ($rc, $out, $err) = finalize($node,
 	q{CALL backfill_finalize('fc'); SELECT pg_backend_pid() || '|' || current_user});
-is($rc, 0, '(c) finalize of a never-run backfill succeeds');
-like($err, qr/this session works run \d+ itself/, '(c) the session worked the pass');
+is($rc, 0, '(c) the superuser\'s finalize of a never-run backfill succeeds');
+unlike($err, qr/this session works/, '(c) the superuser\'s session did not work the pass');
 my ($pid_c, $user_c) = split /\|/, $out;
-is($user_c, 'postgres', '(c) the session is the caller again afterwards');
+is($user_c, 'postgres', '(c) the session is the caller afterwards');
 my $run_c = $node->safe_psql('postgres', q{SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'fc'});
 is(ledger($node, $run_c, 'status'), 'completed', '(c) the pass completed');
-cmp_ok( $node->safe_psql('postgres',
+is( $node->safe_psql('postgres',
 		qq{SELECT count(*) FROM backfill.partition WHERE run_id = $run_c AND holder_pid = $pid_c}),
-	'>', 0, '(c) the session held its partition lease');
+	'0', '(c) the superuser\'s session held no partition lease: lanes did');
 each_row_done_once($node, 'fc', 3000, $run_c);
+
+declare_fill($node, 'fc2', 3000, 250, 1000);
+($rc, $out, $err) = finalize($node,
+	q{CALL backfill_finalize('fc2'); SELECT pg_backend_pid() || '|' || current_user}, 'fin_user');
+is($rc, 0, '(c) fin_user\'s finalize of a never-run backfill succeeds');
+like($err, qr/this session works run \d+ itself/, '(c) the declarer\'s own session worked the pass');
+my ($pid_c2, $user_c2) = split /\|/, $out;
+is($user_c2, 'fin_user', '(c) the session is fin_user\'s');
+my $run_c2 = $node->safe_psql('postgres', q{SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'fc2'});
+is(ledger($node, $run_c2, 'status'), 'completed', '(c) the pass completed');
+cmp_ok( $node->safe_psql('postgres',
+		qq{SELECT count(*) FROM backfill.partition WHERE run_id = $run_c2 AND holder_pid = $pid_c2}),
+	'>', 0, '(c) the declarer\'s session held its partition lease');
+each_row_done_once($node, 'fc2', 3000, $run_c2);
 
 # ------------------------------------------------------------------
 # (d) failed; in a transaction block; the timeout
@@ -207,8 +230,8 @@ $node->safe_psql('postgres', q{
 	GRANT SELECT, UPDATE ON fr TO fin_user;
 	SET ROLE fin_user;
 	SELECT backfill_declare(name => 'fr', relation => 'fr', predicate => 'v IS NULL',
-		action => 'UPDATE fr SET v = 1 WHERE id BETWEEN $1 AND $2',
-		revert => 'UPDATE fr SET v = NULL WHERE id BETWEEN $1 AND $2', rate => 1000);
+		action => 'UPDATE fr SET v = 1 WHERE id BETWEEN $1 AND $2 AND (v IS NULL)',
+		revert => 'UPDATE fr SET v = NULL WHERE id BETWEEN $1 AND $2', rate => 1000, guard => false);
 });
 my $run_r = $node->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('fr')});
 is(wait_pass_end($node, $run_r, 300), 'completed', '(d) fr completed');
@@ -220,7 +243,8 @@ like($err, qr/ERROR:  BF008: backfill "fr" is not complete: its newest pass, run
 $node->stop;
 
 # ------------------------------------------------------------------
-# (e) no worker slot for a lane: the session works the pass
+# (e) no worker slot for a lane: the superuser's finalize says so (BF038);
+#     the declarer's own session works the pass
 # ------------------------------------------------------------------
 # the launcher, the logical replication launcher and the scheduler fill it
 my $tight = BackfillTest::node('finalize_tight', crash_restart => 1,
@@ -232,14 +256,44 @@ ok( poll_until($tight,
 	'(e) the scheduler runs, and takes the last worker slot');
 declare_fill($tight, 'fe', 3000, 250, 1000);
 my $run_e = $tight->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('fe')});
-($rc, $out, $err) = finalize($tight, q{CALL backfill_finalize('fe', '10 minutes'); SELECT pg_backend_pid()});
-is($rc, 0, '(e) finalize returns with every worker slot taken');
-like($err, qr/this session works run $run_e itself/, '(e) the session worked the pass');
+($rc, $out, $err) = finalize($tight, q{CALL backfill_finalize('fe', '10 minutes')});
+isnt($rc, 0, '(e) the superuser\'s finalize fails with every worker slot taken');
+like($err, qr/ERROR:  BF038: backfill "fe" cannot be finalized: no background worker slot is free/,
+	'(e) with BF038');
+like($err, qr/HINT:  Raise max_worker_processes/, '(e) and a hint');
+unlike($err, qr/this session works/, '(e) it worked no batch itself');
+is(ledger($tight, $run_e, 'status'), 'running', '(e) the pass is still running');
+is($tight->safe_psql('postgres', 'SELECT count(*) FROM fe WHERE n > 0'), '0',
+	'(e) no row was done');
+($rc, $out, $err) = finalize($tight, q{CALL backfill_finalize('fe', '10 minutes'); SELECT pg_backend_pid()},
+	'fin_user');
+is($rc, 0, '(e) the declarer\'s finalize returns with every worker slot taken');
+like($err, qr/this session works run $run_e itself/, '(e) its session worked the pass');
 is(ledger($tight, $run_e, 'status'), 'completed', '(e) the pass completed');
 is( $tight->safe_psql('postgres',
 		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_backfill lane'}),
 	'0', '(e) no lane ran');
 each_row_done_once($tight, 'fe', 3000, $run_e);
+
+# a scoped backfill of fin_user's run by the superuser: its scope is
+# evaluated in a worker logged in as fin_user, for which no slot is free
+$tight->safe_psql('postgres', q{
+	CREATE TABLE fs (id int PRIMARY KEY, v int);
+	GRANT SELECT, UPDATE ON fs TO fin_user;
+	SET ROLE fin_user;
+	SELECT backfill_declare(name => 'fs', relation => 'fs', predicate => 'v IS NULL',
+		action => 'UPDATE fs SET v = 1 WHERE id BETWEEN $1 AND $2',
+		input => '{"t": "integer"}', scope => 'input->>''t''', guard => false);
+});
+($rc, $out, $err) = finalize($tight, q{SELECT backfill_run('fs', input => '{"t": 1}')});
+like($err, qr/ERROR:  BF038: the scope of backfill "fs" cannot be evaluated: no background worker slot is free/,
+	'(e) the superuser\'s run of a scoped backfill of fin_user\'s: BF038');
+is($tight->safe_psql('postgres', q{SELECT count(*) FROM backfill.ledger WHERE declaration = 'fs'}),
+	'0', '(e) no pass was enqueued');
+($rc, $out, $err) = finalize($tight, q{SELECT backfill_run('fs', input => '{"t": 1}')}, 'fin_user');
+is($rc, 0, '(e) fin_user\'s own session evaluates it') or diag($err);
+is($tight->safe_psql('postgres', "SELECT ledger_name FROM backfill.ledger WHERE run_id = $out"),
+	'fs:1', '(e) as scope fs:1');
 
 # ------------------------------------------------------------------
 # (f) kill -9 of the finalizing session mid-way; a lane resumes once
@@ -247,7 +301,8 @@ each_row_done_once($tight, 'fe', 3000, $run_e);
 declare_fill($tight, 'ff', 3000, 100, 10, $wait_long);
 my ($lock_f, $lock_f_pid) = hold_row($tight, 'ff', 1501);
 my $run_f = $tight->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('ff')});
-my $caller = $tight->background_psql('postgres', on_error_stop => 0);
+my $caller = $tight->background_psql('postgres', on_error_stop => 0,
+	extra_params => [ '-U', 'fin_user' ]);
 $caller->set_query_timer_restart();
 $caller->query_until(qr/started/, "\\echo started\nCALL backfill_finalize('ff', '30 minutes');\n");
 ok(waits_on($tight, $lock_f_pid, 'client backend'),

@@ -35,7 +35,7 @@ $node->safe_psql('postgres', qq{
 	ANALYZE bq;
 	SELECT backfill_declare(name => 'bq', relation => 'bq', predicate => 'n = 0',
 		action => 'UPDATE bq SET n = n + 1, c = c + 1 WHERE id BETWEEN \$1 AND \$2',
-		batch_size => 100, rate => 20, max_failed_rows => 3, max_parallel => 4);
+		batch_size => 100, rate => 20, max_failed_rows => 3, max_parallel => 4, guard => false);
 });
 my $run = $node->safe_psql('postgres', q{SELECT backfill_run('bq')});
 is(wait_pass_end($node, $run, 300), 'failed', 'the pass fails');

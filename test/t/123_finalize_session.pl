@@ -5,7 +5,10 @@
 # with nothing of the declarer's SQL left in it.  No lane can start here
 # (max_worker_processes is taken by the launcher, the logical replication
 # launcher and the scheduler), so every batch runs in the finalizing
-# session.
+# session, which is the declarer's own (fs_user logged in): since issue 23
+# no other role's session works a pass (121 (e): a superuser's finalize is
+# refused with BF038 here), so this test, whose finalizing sessions were
+# the superuser's, now logs in as fs_user.
 #  (a) F3: a NULL name (BF012) or a NULL timeout (BF011) is refused, as an
 #      unprivileged role, and the server does not crash;
 #  (b) F1, F2: an action that sets search_path, statement_timeout, a custom
@@ -40,6 +43,7 @@ $node->safe_psql('postgres', q{
 	CREATE EXTENSION pg_backfill;
 	CREATE ROLE fs_user LOGIN;
 	CREATE ROLE fs_nobody LOGIN;
+	GRANT CREATE ON SCHEMA public TO fs_user;
 	CREATE SCHEMA fs_evil AUTHORIZATION fs_user;
 	-- what a caller's unqualified now() would find first on the declarer's search_path
 	CREATE FUNCTION fs_evil.now() RETURNS timestamptz LANGUAGE sql AS $$SELECT 'epoch'::timestamptz$$;
@@ -124,7 +128,7 @@ my $after = q{
 	    || '|' || (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid IN (77, 78)
 	                AND pid = pg_backend_pid());
 };
-my $caller_state = 'after|postgres|public, pg_catalog|0|mine|ISO, MDY|off|true';
+my $caller_state = 'after|fs_user|public, pg_catalog|0|mine|ISO, MDY|off|true';
 
 sub after_line
 {
@@ -166,7 +170,7 @@ declare_evil('fb', 600, 100, 0);
 	CREATE TABLE fb_written_after (x int);
 	ROLLBACK;
 	SELECT 'after|ok';
-});
+}, extra_params => [ '-U', 'fs_user' ]);
 like($err, qr/this session works run \d+ itself/, '(b) the session worked the pass');
 unlike($err, qr/ERROR|FATAL/, '(b) no error') or diag($err);
 is(after_line($out), "$caller_state|0|0",
@@ -189,7 +193,7 @@ declare_evil('fc', 300, 100, 0);
 	$after
 	SELECT 'after|unlock ' || pg_advisory_unlock(77) || ' ' || (SELECT count(*) FROM pg_locks
 		WHERE locktype = 'advisory' AND pid = pg_backend_pid());
-});
+}, extra_params => [ '-U', 'fs_user' ]);
 unlike($err, qr/ERROR|FATAL/, '(b) no error with a lock of the caller\'s') or diag($err);
 is(after_line($out), "$caller_state|0|1",
 	'(b) the caller\'s advisory lock is kept, the declarer\'s are released');
@@ -216,7 +220,7 @@ my $script_file = PostgreSQL::Test::Utils::tempdir() . '/fd.sql';
 PostgreSQL::Test::Utils::append_to_file($script_file, $script);
 ($out, $err) = ('', '');
 my $h = IPC::Run::start(
-	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-f', $script_file ],
+	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-U', 'fs_user', '-f', $script_file ],
 	'<', \undef, '>', \$out, '2>', \$err,
 	IPC::Run::timeout(4 * $PostgreSQL::Test::Utils::timeout_default));
 ok(session_waits(), '(c) the session works the pass: its batch waits on a row lock');
@@ -236,7 +240,7 @@ is(ledger($node, $run_d, 'status'), 'running', '(c) the pass goes on');
 	SET app.tenant = 'mine';
 	CALL backfill_finalize('fd', '10 minutes');
 	$after
-});
+}, extra_params => [ '-U', 'fs_user' ]);
 is($rc, 0, '(c) a later finalize completes it') or diag($err);
 is(after_line($out), "$caller_state|0|0", '(c) and leaves the session the caller\'s');
 each_row_done_once($node, 'fd', 400, $run_d);
@@ -255,7 +259,7 @@ PostgreSQL::Test::Utils::append_to_file($script_file, q{
 });
 ($out, $err) = ('', '');
 $h = IPC::Run::start(
-	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-f', $script_file ],
+	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-U', 'fs_user', '-f', $script_file ],
 	'<', \undef, '>', \$out, '2>', \$err,
 	IPC::Run::timeout(4 * $PostgreSQL::Test::Utils::timeout_default));
 ok(session_waits(), '(d) the session works the pass: its batch waits on a row lock');
@@ -281,7 +285,7 @@ $script_file = PostgreSQL::Test::Utils::tempdir() . '/fe.sql';
 PostgreSQL::Test::Utils::append_to_file($script_file, $script);
 ($out, $err) = ('', '');
 $h = IPC::Run::start(
-	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-f', $script_file ],
+	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-U', 'fs_user', '-f', $script_file ],
 	'<', \undef, '>', \$out, '2>', \$err,
 	IPC::Run::timeout(4 * $PostgreSQL::Test::Utils::timeout_default));
 ok(session_waits(), '(d) the session works the pass again: its batch waits on a row lock');

@@ -44,7 +44,7 @@ $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'rv', relation => 't', predicate => 'n = 0',
 		action => 'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		revert => 'UPDATE t SET n = n - 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 2000, rate => 100, max_parallel => 2);
+		batch_size => 2000, rate => 100, max_parallel => 2, guard => false);
 });
 my $fwd = sq($node, q{SELECT backfill_run('rv')});
 is(wait_pass_end($node, $fwd, 300), 'completed', 'the forward pass completed');
@@ -61,7 +61,7 @@ sq($node, q{
 		action => 'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		revert => 'UPDATE t SET n = n - 1 WHERE id BETWEEN $1 AND $2',
 		batch_size => 250, rate => 10, max_parallel => 2,
-		lock_timeout => '1 hour', batch_timeout => '1 hour')});
+		lock_timeout => '1 hour', batch_timeout => '1 hour', guard => false)});
 my $holder = $node->background_psql('postgres');
 $holder->set_query_timer_restart();
 my $holder_pid = $holder->query_safe('SELECT pg_backend_pid()');

@@ -2,11 +2,14 @@
 #
 # Drift noticed and healed (issue 14, part 3).
 #  (a) A completed backfill whose predicate matches rows again: 100 rows
-#      inserted after completion make backfill_pending() say drifted, with
-#      "100 rows"; 2,000 more say "at least 1,000 rows" (the probe stops at
-#      1,000: a LIMIT, not a count).  The probe runs as the declaring role:
-#      a declarer who cannot read the table (its grant revoked) shows no
-#      drift rather than the superuser's answer.
+#      inserted after completion, then a probe (backfill_probe, run by a
+#      probe worker), make backfill_pending() say drifted, with "100 rows"
+#      and when it was probed; 2,000 more say "at least 1,000 rows" (the
+#      probe stops at 1,000: a LIMIT, not a count).  backfill_pending
+#      evaluates nothing itself: before the probe it still says completed.
+#      The probe runs as the declaring role: a declarer who cannot read the
+#      table (its grant revoked) finds no drift rather than the superuser's
+#      answer, and the probe's error is recorded (BF039 to the caller).
 #  (b) watch => '1 s': the scheduler probes a completed backfill at that
 #      interval (watch_probes grows, no pass starts while nothing drifted);
 #      100 rows inserted are healed by one catch-up pass (ledger: watch,
@@ -64,23 +67,32 @@ $node->safe_psql('postgres', q{
 	SET ROLE dw_owner;
 	SELECT backfill_declare(name => 'dd', relation => 'd', predicate => 'n = 0',
 		action => 'UPDATE d SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 500, rate => 100);
+		batch_size => 500, rate => 100, guard => false);
 });
 my $run = sq($node, q{SET ROLE dw_owner; SELECT backfill_run('dd')});
 is(wait_pass_end($node, $run, 300), 'completed', '(a) the pass completed');
 is(sq($node, q{SELECT state, drift IS NULL, drift_rows > 0 FROM backfill_pending() WHERE name = 'dd'}),
 	'completed|t|f', '(a) pending right after: completed, no drift');
 sq($node, q{INSERT INTO d (n) SELECT 0 FROM generate_series(1, 100)});
-is(sq($node, q{SELECT state, drift, drift_rows FROM backfill_pending() WHERE name = 'dd'}),
-	'drifted|100 rows|100', '(a) 100 rows inserted after completion: drifted, "100 rows"');
+is(sq($node, q{SELECT state FROM backfill_pending() WHERE name = 'dd'}), 'completed',
+	'(a) backfill_pending evaluates no predicate: before a probe it still says completed');
+is(sq($node, q{SELECT backfill_probe('dd')}), '100', '(a) backfill_probe: 100 rows');
+is(sq($node, q{SELECT state, drift, drift_rows, drift_probed_at > now() - interval '1 hour'
+		FROM backfill_pending() WHERE name = 'dd'}),
+	'drifted|100 rows|100|t', '(a) 100 rows inserted after completion: drifted, "100 rows", with the probe\'s time');
 is(sq($node, q{SET ROLE dw_owner; SELECT state FROM backfill_pending() WHERE name = 'dd'}),
 	'drifted', '(a) the declaring role sees the same');
 sq($node, q{INSERT INTO d (n) SELECT 0 FROM generate_series(1, 2000)});
+is(sq($node, q{SET ROLE dw_owner; SELECT backfill_probe('dd')}), '1000',
+	'(a) the declaring role probes it too: at most 1,000');
 is(sq($node, q{SELECT state, drift, drift_rows FROM backfill_pending() WHERE name = 'dd'}),
 	'drifted|at least 1,000 rows|1000', '(a) 2,100 rows: "at least 1,000 rows" (the probe stops at 1,000)');
 sq($node, q{REVOKE SELECT, UPDATE ON d FROM dw_owner});
-is(sq($node, q{SELECT state, drift IS NULL FROM backfill_pending() WHERE name = 'dd'}),
-	'completed|t', '(a) the probe runs as the declaring role: without its grant it finds no drift');
+my ($rc, $out, $err) = $node->psql('postgres', q{SELECT backfill_probe('dd')});
+like($err, qr/probe of backfill "dd" failed.*42501/s,
+	'(a) the probe runs as the declaring role: without its grant it fails (BF039, the error 42501)');
+is(sq($node, q{SELECT state, drift IS NULL, probe_error LIKE '42501:%' FROM backfill_pending() WHERE name = 'dd'}),
+	'completed|t|t', '(a) and finds no drift: pending shows the probe\'s error instead');
 sq($node, q{GRANT SELECT, UPDATE ON d TO dw_owner});
 is(sq($node, q{SELECT count(*) FROM backfill.ledger WHERE declaration = 'dd'}), '1',
 	'(a) without watch, drift starts no pass');
@@ -91,7 +103,7 @@ is(sq($node, q{SELECT count(*) FROM backfill.ledger WHERE declaration = 'dd'}), 
 $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'ww', relation => 'w', predicate => 'n = 0',
 		action => 'UPDATE w SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 500, rate => 100, watch => '1 s');
+		batch_size => 500, rate => 100, watch => '1 s', guard => false);
 });
 my $first = sq($node, q{SELECT backfill_run('ww')});
 is(wait_pass_end($node, $first, 300), 'completed', '(b) the watched backfill completed');
@@ -132,7 +144,7 @@ is(sq($node, q{SELECT count(*) FROM backfill.ledger WHERE declaration = 'ww'}), 
 $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'bb', relation => 'b', predicate => 'n = 0',
 		action => 'UPDATE b SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-		batch_size => 500, rate => 4);
+		batch_size => 500, rate => 4, guard => false);
 });
 my ($wout, $werr) = ('', '');
 my $writer = IPC::Run::start(
@@ -187,7 +199,7 @@ $node->safe_psql('postgres', q{
 	SELECT backfill_declare(name => 'cbb', relation => 'cb', predicate => 'n = 0',
 		action => 'UPDATE cb SET n = n + 1 WHERE (tenant, id) >= ($1, $2)
 		           AND (tenant < $3 OR (tenant = $3 AND id <= $4))',
-		batch_size => 500, rate => 4);
+		batch_size => 500, rate => 4, guard => false);
 });
 my $cwriter = IPC::Run::start(
 	[ 'psql', '-X', '-d', $node->connstr('postgres'), '-c', 'CALL cwriter(500, 3600)' ],

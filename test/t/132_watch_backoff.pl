@@ -1,9 +1,10 @@
 # 132_watch_backoff.pl
 #
 # Catch-up passes back off (issue 23, point 3).  The attacker's finding: a
-# predicate true only in the scheduler's session
-# (current_setting('application_name') = 'pg_backfill scheduler') with
-# watch => '1 ms' made 319 catch-up passes in 25 s, each healing no row.
+# predicate true only in the session that probes it (then the scheduler's,
+# now a probe worker's: current_setting('application_name') =
+# 'pg_backfill probe') with watch => '1 ms' made 319 catch-up passes in
+# 25 s, each healing no row.
 # Now a catch-up pass that heals no row doubles the watch's interval in
 # force (up to a day), shown by backfill_status.watch_interval; a pass that
 # heals rows, or a re-declaration, sets it back to the declared one.
@@ -35,9 +36,9 @@ my $node = BackfillTest::node('watch_backoff');
 my $declare = q{
 	SELECT backfill_declare(name => 'hx', relation => 'h',
 		predicate => 'c IS NULL OR (pg_catalog.current_setting(''application_name'')
-		              = ''pg_backfill scheduler'' AND EXISTS (SELECT 1 FROM public.hostile_on))',
+		              = ''pg_backfill probe'' AND EXISTS (SELECT 1 FROM public.hostile_on))',
 		action => 'UPDATE h SET c = 1 WHERE id BETWEEN $1 AND $2 AND c IS NULL',
-		batch_size => 500, rate => 1000, watch => '10 ms');
+		batch_size => 500, rate => 1000, watch => '10 ms', guard => false);
 };
 $node->safe_psql('postgres', qq{
 	CREATE EXTENSION pg_backfill;

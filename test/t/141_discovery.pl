@@ -99,7 +99,7 @@ in_db('app', q{
 	INSERT INTO items (id) SELECT g FROM generate_series(1, 200) g;
 	SELECT backfill_declare(name => 'fill', relation => 'items', predicate => 'n = 0',
 	    action => 'UPDATE items SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-	    batch_size => 50, rate => 100);
+	    batch_size => 50, rate => 100, guard => false);
 });
 my $run = in_db('app', q{SELECT backfill_run('fill')});
 is(pass_end_in('app', $run, 300), 'completed',
@@ -113,10 +113,10 @@ ok(poll_until($node, schedulers_in('app'), '1', 120), 'app has one resident sche
 # --- templates and databases that refuse connections are never served
 in_db('tmpl', q{CREATE EXTENSION pg_backfill; CREATE TABLE t (id int PRIMARY KEY, c int);
 	SELECT backfill_declare(name => 'tfill', relation => 't', predicate => 'c IS NULL',
-	    action => 'UPDATE t SET c = 1 WHERE id BETWEEN $1 AND $2')});
+	    action => 'UPDATE t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')});
 in_db('noconn', q{CREATE EXTENSION pg_backfill; CREATE TABLE t (id int PRIMARY KEY, c int);
 	SELECT backfill_declare(name => 'nfill', relation => 't', predicate => 'c IS NULL',
-	    action => 'UPDATE t SET c = 1 WHERE id BETWEEN $1 AND $2')});
+	    action => 'UPDATE t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')});
 # both served first (a run wakes the launcher for its database): the
 # ALTERs below then meet a resident scheduler, which must go
 in_db('tmpl', q{SELECT backfill_run('tfill')});
@@ -162,7 +162,7 @@ in_db('app', q{
 	UPDATE items SET n = 0;
 	SELECT backfill_declare(name => 'fill', relation => 'items', predicate => 'n = 0',
 	    action => 'UPDATE items SET n = n + 1 WHERE id BETWEEN $1 AND $2',
-	    batch_size => 50, rate => 100);
+	    batch_size => 50, rate => 100, guard => false);
 });
 $run = in_db('app', q{SELECT backfill_run('fill')});
 is(pass_end_in('app', $run, 300), 'completed', 'after CREATE EXTENSION again, a pass completes');
@@ -217,7 +217,7 @@ my $listed = BackfillTest::node('discovery_listed');
 sq($listed, q{CREATE DATABASE other});
 $listed->safe_psql('other', q{CREATE EXTENSION pg_backfill; CREATE TABLE t (id int PRIMARY KEY, c int);
 	SELECT backfill_declare(name => 'ofill', relation => 't', predicate => 'c IS NULL',
-	    action => 'UPDATE t SET c = 1 WHERE id BETWEEN $1 AND $2')});
+	    action => 'UPDATE t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')});
 ($rc, $out, $err) = $listed->psql('other', "\\set VERBOSITY verbose\nSELECT backfill_run('ofill')");
 like($err, qr/ERROR:\s+BF013: backfill "ofill" cannot run in database "other"/,
 	'allow-list: backfill_run in a database it does not name is BF013');

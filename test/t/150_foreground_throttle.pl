@@ -66,10 +66,11 @@ $node->safe_psql('postgres', qq{
 	ANALYZE t; ANALYZE t2;
 	SELECT backfill_declare(name => 'fg', relation => 't', predicate => 'n = 0',
 		action => \$\$UPDATE t SET n = n + 1 WHERE id BETWEEN \$1 AND \$2\$\$,
-		batch_size => 50, rate => 20, lock_timeout => '1 hour', batch_timeout => '1 hour');
+		batch_size => 50, rate => 20, lock_timeout => '1 hour', batch_timeout => '1 hour',
+		guard => false);
 	SELECT backfill_declare(name => 'fg_off', relation => 't2', predicate => 'n = 0',
 		action => \$\$UPDATE t2 SET n = n + 1 WHERE id BETWEEN \$1 AND \$2\$\$,
-		batch_size => 50, rate => 20);
+		batch_size => 50, rate => 20, guard => false);
 });
 
 # $LOAD sessions running busy() until load_ctl.stop
@@ -176,7 +177,7 @@ sq($node, q{ALTER SYSTEM RESET backfill.foreground_throttle; SELECT pg_reload_co
 	ANALYZE t3;
 	SELECT backfill_declare(name => 'fg_lock', relation => 't3', predicate => 'n = 0',
 		action => $$UPDATE t3 SET n = n + 1 WHERE id BETWEEN $1 AND $2$$,
-		batch_size => 50, rate => 20);});
+		batch_size => 50, rate => 20, guard => false);});
 my $holder = $node->background_psql('postgres', extra_params => [ '-U', 'parker' ], timeout => 3600);
 $holder->query_safe('SELECT pg_advisory_lock(4242)');
 my @parked;

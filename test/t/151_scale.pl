@@ -48,7 +48,7 @@ $node->safe_psql('postgres', qq{
 		action => \$\$UPDATE t SET n = n + 1, j = pg_catalog.current_setting('jit')
 		            WHERE id BETWEEN \$1 AND \$2\$\$,
 		batch_size => $BATCH, rate => 150, max_parallel => 1,
-		lock_timeout => '1 hour', batch_timeout => '1 hour');
+		lock_timeout => '1 hour', batch_timeout => '1 hour', guard => false);
 });
 
 # the gates: sessions holding the row locks of the first rows of batches

@@ -107,7 +107,7 @@ my $shard = sq($workers[0], qq{
 	 ORDER BY s.shardid LIMIT 1});
 my ($rc, $out, $err) = $workers[0]->psql('postgres', qq{\\set VERBOSITY verbose
 	SELECT backfill_declare('fill_shard', 't_$shard', 'n = 0',
-		'UPDATE t_$shard SET n = n + 1 WHERE id BETWEEN \$1 AND \$2')});
+		'UPDATE t_$shard SET n = n + 1 WHERE id BETWEEN \$1 AND \$2', guard => false)});
 like($err, qr/ERROR:\s+BF030: backfill "fill_shard" may not rewrite shard "t_$shard"/,
 	'a shard table on a worker is refused with BF030, naming the backfill and the shard');
 like($err, qr/DETAIL:\s+"t_$shard" is shard $shard of Citus distributed table public.t\b/,
@@ -116,7 +116,7 @@ like($err, qr/HINT:\s+Declare the backfill on the Citus coordinator, against pub
 	'the hint says to declare it on the coordinator against the distributed table');
 ($rc, $out, $err) = $workers[0]->psql('postgres', q{\set VERBOSITY verbose
 	SELECT backfill_declare('fill_w', 't', 'n = 0',
-		'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2')});
+		'UPDATE t SET n = n + 1 WHERE id BETWEEN $1 AND $2', guard => false)});
 like($err, qr/ERROR:\s+BF031: .*"fill_w".*coordinator only/,
 	'the distributed table itself is refused on a worker with BF031');
 like($err, qr/HINT:\s+Connect to the Citus coordinator/, 'its hint names the coordinator');
@@ -129,9 +129,9 @@ $workers[0]->safe_psql('postgres', qq{
 	CREATE TABLE other_$shard (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
 	CREATE TABLE elsewhere.t_$shard (id bigint PRIMARY KEY, n int NOT NULL DEFAULT 0);
 	SELECT backfill_declare('fill_other', 'other_$shard', 'n = 0',
-		'UPDATE other_$shard SET n = n + 1 WHERE id BETWEEN \$1 AND \$2');
+		'UPDATE other_$shard SET n = n + 1 WHERE id BETWEEN \$1 AND \$2', guard => false);
 	SELECT backfill_declare('fill_elsewhere', 'elsewhere.t_$shard', 'n = 0',
-		'UPDATE elsewhere.t_$shard SET n = n + 1 WHERE id BETWEEN \$1 AND \$2');
+		'UPDATE elsewhere.t_$shard SET n = n + 1 WHERE id BETWEEN \$1 AND \$2', guard => false);
 });
 is(sq($workers[0], 'SELECT string_agg(name, \',\' ORDER BY name) FROM backfill.declaration'),
 	'fill_elsewhere,fill_other',
@@ -149,7 +149,7 @@ my $long_shard = sq($workers[0], qq{
 	 WHERE s.logicalrelid = '$long'::regclass AND n.nodeport = $port1 LIMIT 1});
 ($rc, $out, $err) = $workers[0]->psql('postgres', qq{\\set VERBOSITY verbose
 	SELECT backfill_declare('fill_long', '$long_shard', 'n = 0',
-		'UPDATE $long_shard SET n = n + 1 WHERE id BETWEEN \$1 AND \$2')});
+		'UPDATE $long_shard SET n = n + 1 WHERE id BETWEEN \$1 AND \$2', guard => false)});
 like($err, qr/ERROR:\s+BF030: .*DETAIL:\s+"\Q$long_shard\E" is shard \d+ of Citus distributed table public\.$long\b/s,
 	"the shard $long_shard of a table whose name Citus truncated is refused too");
 
@@ -169,7 +169,7 @@ sub start_pass
 			'UPDATE t SET n = n + 1 WHERE id BETWEEN \$1 AND \$2',
 			batch_size => 200, rate => 25, max_parallel => 2, max_attempts => 100,
 			backoff_base => '100 ms', backoff_cap => '3 s',
-			lock_timeout => '1 hour', batch_timeout => '1 hour')});
+			lock_timeout => '1 hour', batch_timeout => '1 hour', guard => false)});
 	return sq($coord, q{SELECT backfill_run('fill_t', force => true)});
 }
 
@@ -342,7 +342,7 @@ $coord->safe_psql('postgres', q{
 	INSERT INTO one (id) SELECT g FROM generate_series(1, 2000) g;
 	SELECT backfill_declare('fill_one', 'one', 'n = 0',
 		'UPDATE one SET n = n + 1 WHERE id BETWEEN $1 AND $2', batch_size => 500,
-		rate => 100);
+		rate => 100, guard => false);
 });
 my @offsets;
 for my $w (@workers)
@@ -371,7 +371,7 @@ $coord->safe_psql('postgres', q{
 	INSERT INTO ref (id) SELECT g FROM generate_series(1, 2000) g;
 	SELECT backfill_declare('fill_ref', 'ref', 'n = 0',
 		'UPDATE ref SET n = n + 1 WHERE id BETWEEN $1 AND $2', batch_size => 500,
-		rate => 100);
+		rate => 100, guard => false);
 });
 $run_id = sq($coord, q{SELECT backfill_run('fill_ref')});
 is(wait_pass_end($coord, $run_id, $LONG), 'completed', 'reference table: the pass completed');

@@ -564,7 +564,7 @@ $coord->safe_psql('postgres', q{
 	SELECT backfill_declare('fill_retry', 'small', 'n = 0',
 		'UPDATE small SET n = n + 1 WHERE id BETWEEN $1 AND $2',
 		batch_size => 100, rate => 20, max_attempts => 2, backoff_base => '10 ms',
-		backoff_cap => '20 ms', lock_timeout => '1 hour', batch_timeout => '1 hour')});
+		backoff_cap => '20 ms', lock_timeout => '1 hour', batch_timeout => '1 hour', guard => false)});
 my ($retry_gate, $before_gate) = (undef, 0);
 for my $row (split /\n/, sq($coord, qq{
 	SELECT s.shardid, d.nodeport, coalesce(c.n, 0)

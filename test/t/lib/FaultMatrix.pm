@@ -105,7 +105,7 @@ sub new_case
 			action => 'UPDATE $table SET n = n + 1 WHERE id BETWEEN \$1 AND \$2 AND fm_gate($key)$o{action_extra}',
 			batch_size => $batch, rate => 100, max_parallel => $par, max_attempts => 5,
 			backoff_base => '200 ms', backoff_cap => '1 s',
-			lock_timeout => '10 min', batch_timeout => '10 min'$extra);
+			lock_timeout => '10 min', batch_timeout => '10 min'$extra, guard => false);
 	});
 	return { name => $name, table => $table, key => $key, rows => $rows,
 		role => $o{role} };

@@ -1,0 +1,190 @@
+/*-------------------------------------------------------------------------
+ *
+ * probe.c
+ *	  The probe worker: a declarer's SQL outside a batch, evaluated in a
+ *	  short-lived background process of its own, as the declarer.
+ *
+ * A drift probe (engine/drift.c) runs a backfill's predicate.  Run in the
+ * scheduler's loop it let one role's lock, or one slow predicate, hold
+ * every other role's passes queued; run in a report it ran in the caller's
+ * session, where the caller's cursors and temporary objects are within
+ * reach.  So a probe is a "pg_backfill probe" dynamic background worker,
+ * started like a lane (BGW_NEVER_RESTART, bgw_notify_pid = its starter),
+ * that logs in as the backfill's run_as role, evaluates the predicate
+ * under backfill.probe_lock_timeout and backfill.probe_timeout (asrole.c),
+ * records the answer in backfill.probe and exits.  A slow or blocked probe
+ * delays only the backfill it probes.
+ *
+ * Starters: the scheduler, for watches that are due and for a pass about
+ * to start that requires another backfill (it keeps the pass queued until
+ * the probe has ended) or a migration (the probe reads only the migrations
+ * table; the pass waits until one has recorded it applied); backfill_probe(name) (sql/probe.c), which waits
+ * for the answer.  The scheduler's probes are kept here: at most
+ * PROBE_MAX at once, one per backfill and kind, and one that ended is not
+ * started again for PROBE_RESTART_MS (a worker that died without an answer
+ * is not restarted at every look).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "config.h"
+#include "drift.h"
+#include "probe.h"
+#include "worker.h"
+
+/* the scheduler's probes running at once, at most */
+#define PROBE_MAX			4
+/* a probe of the scheduler's that ended is not started again sooner */
+#define PROBE_RESTART_MS	1000
+
+/* a probe the scheduler started */
+typedef struct ProbeChild
+{
+	DriftKind	kind;
+	int64		name_hash;
+	int64		run_id;
+	BackgroundWorkerHandle *handle;
+	TimestampTz stopped_at;		/* 0 while it runs */
+} ProbeChild;
+
+static List *children = NIL;
+
+BackgroundWorkerHandle *
+probe_start(DriftKind kind, DriftTarget *target, int64 run_id, MemoryContext cxt)
+{
+	ProbeArgs	args;
+
+	memset(&args, 0, sizeof(args));
+	args.dboid = MyDatabaseId;
+	args.roleoid = target->run_as;
+	args.kind = (int32) kind;
+	args.name_hash = drift_name_hash(target->name);
+	args.run_id = run_id;
+	return worker_start("backfill_probe_main", "pg_backfill probe", "pg_backfill probe",
+						(Datum) 0, &args, sizeof(args), cxt);
+}
+
+static ProbeChild *
+child_for(DriftKind kind, int64 name_hash, int64 run_id)
+{
+	ListCell   *lc;
+
+	foreach(lc, children)
+	{
+		ProbeChild *c = lfirst(lc);
+
+		if (c->kind == kind && c->name_hash == name_hash && c->run_id == run_id)
+			return c;
+	}
+	return NULL;
+}
+
+bool
+probes_reap(void)
+{
+	ListCell   *lc;
+	TimestampTz now = GetCurrentTimestamp();
+	bool		running = false;
+
+	foreach(lc, children)
+	{
+		ProbeChild *c = lfirst(lc);
+		pid_t		pid;
+
+		if (c->stopped_at == 0 && GetBackgroundWorkerPid(c->handle, &pid) == BGWH_STOPPED)
+			c->stopped_at = now;
+		if (c->stopped_at == 0)
+		{
+			running = true;
+			continue;
+		}
+		if (TimestampDifferenceExceeds(c->stopped_at, now, PROBE_RESTART_MS))
+		{
+			pfree(c->handle);
+			pfree(c);
+			children = foreach_delete_current(children, lc);
+		}
+	}
+	return running;
+}
+
+static int
+probes_running(void)
+{
+	ListCell   *lc;
+	int			n = 0;
+
+	foreach(lc, children)
+		if (((ProbeChild *) lfirst(lc))->stopped_at == 0)
+			n++;
+	return n;
+}
+
+bool
+probe_done(DriftKind kind, DriftTarget *target, int64 run_id, MemoryContext cxt)
+{
+	int64		name_hash = drift_name_hash(target->name);
+	ProbeChild *c = child_for(kind, name_hash, run_id);
+	BackgroundWorkerHandle *handle;
+	MemoryContext old;
+
+	if (c != NULL)
+		return c->stopped_at != 0;
+	if (probes_running() >= PROBE_MAX)
+		return false;
+	handle = probe_start(kind, target, run_id, cxt);
+	if (handle == NULL)
+		return false;
+	old = MemoryContextSwitchTo(cxt);
+	c = palloc0(sizeof(ProbeChild));
+	c->kind = kind;
+	c->name_hash = name_hash;
+	c->run_id = run_id;
+	c->handle = handle;
+	children = lappend(children, c);
+	MemoryContextSwitchTo(old);
+	return false;
+}
+
+void
+backfill_probe_main(Datum main_arg)
+{
+	ProbeArgs	args;
+	MemoryContext cxt;
+
+	memcpy(&args, MyBgworkerEntry->bgw_extra, sizeof(ProbeArgs));
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	/* as the backfill's role, as its lanes: never more privilege than it has */
+	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.roleoid, 0);
+	worker_own_identity(PGC_S_SESSION);
+	SetConfigOption("application_name", "pg_backfill probe", PGC_USERSET, PGC_S_OVERRIDE);
+	pgstat_report_appname("pg_backfill probe");
+	SetConfigOption("jit", "off", PGC_USERSET, PGC_S_SESSION);
+	/* it records its answer, whatever the role's sessions default to */
+	SetConfigOption("default_transaction_read_only", "off", PGC_USERSET, PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_isolation", "read committed", PGC_USERSET,
+					PGC_S_OVERRIDE);
+	/* its own statements (a catch-up pass's enqueue) wait no longer than the probe */
+	SetConfigOption("lock_timeout", psprintf("%d", backfill_probe_lock_timeout), PGC_USERSET,
+					PGC_S_OVERRIDE);
+
+	cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill probe", ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(cxt);
+	drift_probe_worker((DriftKind) args.kind, args.name_hash, args.run_id, cxt);
+	proc_exit(0);
+}
