@@ -378,97 +378,15 @@ $$;
  * the checksum covers, so neither new column enters it.  guard => false
  * lets a hand-written UPDATE or DELETE of the relation leave the predicate
  * out.  A new argument is a new signature: the function of 0.5 is dropped
- * and created again with the new options last, its privileges carried
- * over as in the update to 0.5.
+ * and created again with the new options last (with issue 27's
+ * max_wal_rate, below), its privileges carried over as in the update to 0.5.
  */
 ALTER TABLE backfill.declaration
     ADD COLUMN action_set text,
     ADD COLUMN action_delete boolean NOT NULL DEFAULT false,
     ADD COLUMN guard boolean NOT NULL DEFAULT true;
 
-SELECT pg_catalog.set_config('pg_backfill.upgrade_declare_acl_24', coalesce(p.proacl::text, ''), true)
-  FROM pg_catalog.pg_proc p
- WHERE p.oid = 'backfill_declare(text, text, text, text, text, integer, double precision,
-                integer, integer, interval, text[], interval, interval, interval, interval,
-                integer, integer, jsonb, text, text, text, text, text, text, jsonb,
-                text, boolean, text, text, integer, interval)'::pg_catalog.regprocedure;
-
-DROP FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
-                               integer, integer, interval, text[], interval, interval,
-                               interval, interval, integer, integer, jsonb, text, text,
-                               text, text, text, text, jsonb, text, boolean, text, text,
-                               integer, interval);
-
-CREATE FUNCTION backfill_declare(
-    name             text,
-    relation         text DEFAULT NULL,
-    predicate        text DEFAULT NULL,
-    action           text DEFAULT NULL,
-    key              text DEFAULT NULL,
-    batch_size       integer DEFAULT 1000,
-    rate             double precision DEFAULT NULL,
-    max_parallel     integer DEFAULT 1,
-    max_attempts     integer DEFAULT 5,
-    batch_timeout    interval DEFAULT '1 minute',
-    environments     text[] DEFAULT NULL,
-    backoff_base     interval DEFAULT '1 second',
-    backoff_cap      interval DEFAULT '1 minute',
-    lock_timeout     interval DEFAULT '2 seconds',
-    target_batch_time interval DEFAULT NULL,
-    min_batch_size   integer DEFAULT NULL,
-    max_batch_size   integer DEFAULT NULL,
-    input            jsonb DEFAULT NULL,
-    scope            text DEFAULT NULL,
-    pages            text DEFAULT NULL,
-    count_function   text DEFAULT NULL,
-    requires         text DEFAULT NULL,
-    requires_backfill text DEFAULT NULL,
-    run_as           text DEFAULT NULL,
-    settings         jsonb DEFAULT NULL,
-    tenant           text DEFAULT NULL,
-    async_commit     boolean DEFAULT true,
-    revert           text DEFAULT NULL,
-    revert_predicate text DEFAULT NULL,
-    max_failed_rows  integer DEFAULT 0,
-    watch            interval DEFAULT NULL,
-    set              text DEFAULT NULL,
-    delete           boolean DEFAULT false,
-    guard            boolean DEFAULT true)
-RETURNS text
-LANGUAGE C CALLED ON NULL INPUT VOLATILE
-AS 'MODULE_PATHNAME', 'backfill_declare';
-
-COMMENT ON FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
-                                     integer, integer, interval, text[], interval, interval,
-                                     interval, interval, integer, integer, jsonb, text, text,
-                                     text, text, text, text, jsonb, text, boolean, text, text,
-                                     integer, interval, text, boolean, boolean) IS
-'declare (or update) a backfill; returns the checksum of its definition';
-
-DO $$
-DECLARE
-    acl pg_catalog.aclitem[] :=
-        NULLIF(pg_catalog.current_setting('pg_backfill.upgrade_declare_acl_24', true), '');
-    fn text := 'backfill_declare(text, text, text, text, text, integer, double precision, '
-               'integer, integer, interval, text[], interval, interval, interval, interval, '
-               'integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean, '
-               'text, text, integer, interval, text, boolean, boolean)';
-    item record;
-BEGIN
-    IF acl IS NULL THEN
-        RETURN;
-    END IF;
-    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', fn);
-    FOR item IN SELECT a.grantee, a.is_grantable FROM pg_catalog.aclexplode(acl) a
-                 WHERE a.privilege_type = 'EXECUTE'
-    LOOP
-        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', fn,
-            CASE WHEN item.grantee = 0 THEN 'PUBLIC'
-                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(item.grantee)) END,
-            CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-    END LOOP;
-END
-$$;
+/* the three arguments come with max_wal_rate's below: one new signature */
 
 /*
  * The rows a pass has to do when the statistics cannot say (a column of
@@ -814,19 +732,23 @@ $$;
 ALTER TABLE backfill.declaration ADD COLUMN max_wal_rate bigint
     CHECK (max_wal_rate IS NULL OR max_wal_rate >= 1024);
 
-/* backfill_declare gains max_wal_rate (last), its privileges carried over */
+/*
+ * backfill_declare of 0.5 gains set, delete, guard (issue 24, above) and
+ * max_wal_rate, last: dropped and created again once, its privileges
+ * carried over
+ */
 SELECT pg_catalog.set_config('pg_backfill.upgrade_declare_acl', coalesce(p.proacl::text, ''), true)
   FROM pg_catalog.pg_proc p
  WHERE p.oid = 'backfill_declare(text, text, text, text, text, integer, double precision,
                 integer, integer, interval, text[], interval, interval, interval, interval,
                 integer, integer, jsonb, text, text, text, text, text, text, jsonb,
-                text, boolean, text, text, integer, interval, text, boolean, boolean)'::pg_catalog.regprocedure;
+                text, boolean, text, text, integer, interval)'::pg_catalog.regprocedure;
 
 DROP FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
                                integer, integer, interval, text[], interval, interval,
                                interval, interval, integer, integer, jsonb, text, text,
                                text, text, text, text, jsonb, text, boolean, text, text,
-                               integer, interval, text, boolean, boolean);
+                               integer, interval);
 
 CREATE FUNCTION backfill_declare(
     name             text,
