@@ -15,10 +15,12 @@
 #   tap        prove test/t/*.pl (PostgreSQL::Test::Cluster; own clusters, as postgres)
 #   isolation  pg_isolation_regress test/specs/*.spec (expected output in
 #              test/expected/) in database isolation_regression, which
-#              pg_isolation_regress creates and no launcher serves; the
+#              pg_isolation_regress creates and no launcher serves (the test
+#              cluster keeps an allow-list, BACKFILL_DATABASE_NAMES below,
+#              while scripts/cluster.sh alone serves every database); the
 #              specs named states_*.spec call backfill_run and friends, which
 #              need a served database: they run in backfill_iso (created by
-#              scripts/cluster.sh, in backfill.database_names)
+#              scripts/cluster.sh, in that allow-list)
 #   package    (root) dpkg-buildpackage of debian/, dpkg -i, then the
 #              pg_regress suite against the installed package
 # The last line is "N passed, M failed" (individual tests); the exit status
@@ -118,7 +120,10 @@ run_layers() {
     PG_ISOLATION_REGRESS="$PGXS_DIR/../../src/test/isolation/pg_isolation_regress"
     PERL_LIB="$PGXS_DIR/../../src/test/perl"
     echo "== test.sh: fresh cluster in $PGBASE (port $PGPORT)"
-    if ! scripts/cluster.sh init; then
+    # the test cluster serves the layers' databases only: isolation_regression,
+    # which pg_isolation_regress drops and creates, stays unserved
+    if ! BACKFILL_DATABASE_NAMES=postgres,backfill_regress,backfill_test,backfill_iso \
+        scripts/cluster.sh init; then
         echo "test.sh: could not start the test cluster"
         layer_failed+=(cluster)
         return
