@@ -145,6 +145,28 @@ def reference_complete(rep):
     rep.check(rc == 0 and len(names) > 20, f'the extension has {len(names)} functions and views', out)
     missing = [f for f in names if not re.search(r'`' + re.escape(f) + r'[`(]', ref)]
     rep.check(not missing, 'doc/reference.md names every SQL function and view', 'missing: ' + ' '.join(missing))
+    # every argument and result column of the functions and views in the extension's schema
+    out, rc = psql('doc_reference', """\\pset tuples_only on
+\\pset format unaligned
+SELECT p.proname || ' ' || a.name
+  FROM pg_extension e
+  JOIN pg_depend d ON d.refobjid = e.oid AND d.deptype = 'e' AND d.classid = 'pg_proc'::regclass
+  JOIN pg_proc p ON p.oid = d.objid AND p.pronamespace = e.extnamespace
+ CROSS JOIN LATERAL unnest(p.proargnames) AS a(name)
+ WHERE e.extname = 'pg_backfill' AND a.name <> ''
+UNION
+SELECT c.relname || ' ' || att.attname
+  FROM pg_extension e
+  JOIN pg_depend d ON d.refobjid = e.oid AND d.deptype = 'e' AND d.classid = 'pg_class'::regclass
+  JOIN pg_class c ON c.oid = d.objid AND c.relkind = 'v' AND c.relnamespace = e.extnamespace
+  JOIN pg_attribute att ON att.attrelid = c.oid AND att.attnum > 0
+ WHERE e.extname = 'pg_backfill'
+ ORDER BY 1;""")
+    pairs = [l.split(' ', 1) for l in out.split('\n') if ' ' in l.strip()]
+    missing = [f'{f}.{a}' for f, a in pairs if '`' + a + '`' not in ref]
+    rep.check(rc == 0 and len(pairs) > 100 and not missing,
+              f'doc/reference.md names every argument and column of them ({len(pairs)})',
+              'missing: ' + ' '.join(missing) + ('' if rc == 0 else out))
     gucs = set()
     for f in glob.glob(os.path.join(ROOT, 'src/**/*.c'), recursive=True):
         gucs |= set(re.findall(r'DefineCustom\w+Variable\(\s*"([\w.]+)"', open(f).read()))
