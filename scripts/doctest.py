@@ -25,8 +25,10 @@ error ends the block and is part of its output, "ERROR:  ..." as psql prints
 it.  Trailing white space is ignored; everything else must match.
 
 It also checks that doc/reference.md names every SQL function and view of
-the extension, every backfill.* setting (src/: DefineCustom...Variable) and
-every BF error code (src/errors.h).
+the extension with each of their arguments and columns, every backfill.*
+setting (src/: DefineCustom...Variable) and every BF error code
+(src/errors.h); and that README.md stays under 400 lines, its quick start
+at most 40, with its two commands (the demo, every test as .ci/run runs it).
 
 Env: PGHOST/PGPORT/PGUSER as for psql, PGBIN (psql's directory),
 DOCTEST_FILES (default README.md doc/*.md), DOCTEST_MATCH (a regex over the
@@ -181,6 +183,21 @@ SELECT c.relname || ' ' || att.attname
               'missing: ' + ' '.join(missing))
 
 
+def readme_shape(rep):
+    """The README stays what a DBA reads in ten minutes (issue 26)."""
+    text = open(os.path.join(ROOT, 'README.md'), encoding='utf-8').read()
+    lines = text.split('\n')
+    rep.check(len(lines) < 400, f'README.md is under 400 lines ({len(lines)})')
+    m = re.search(r'^## Quick start\n(.*?)(?=^## )', text, re.M | re.S)
+    n = len(m.group(0).rstrip('\n').split('\n')) if m else 0
+    rep.check(0 < n <= 40, f'its quick start is at most 40 lines ({n})')
+    m = re.search(r'^## Try it.*?```sh\n(.*?)```', text, re.M | re.S)
+    cmds = [l.split('#')[0].strip() for l in (m.group(1) if m else '').split('\n') if l.strip()]
+    ci = open(os.path.join(ROOT, '.ci/run')).read()
+    rep.check(cmds == ['sudo scripts/demo.sh', 'bash scripts/test.sh'] and 'bash scripts/test.sh' in ci,
+              'its two commands: the demo and every test, as CI runs them', 'found: ' + repr(cmds))
+
+
 def main():
     t0 = time.time()
     files = os.environ.get('DOCTEST_FILES', '').split() or \
@@ -193,6 +210,8 @@ def main():
     n = sum(run_file(rep, f) for f in files)
     if any(f.endswith('doc/reference.md') for f in files):
         reference_complete(rep)
+    if any(f.endswith('/README.md') and os.path.dirname(f) == ROOT for f in files):
+        readme_shape(rep)
     print(f'1..{rep.n}')
     print(f'doctest: {n} examples, {rep.n} checks, {rep.failed} failed in {time.time() - t0:.1f} s')
     return 1 if rep.failed else 0
