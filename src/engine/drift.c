@@ -674,7 +674,13 @@ drift_probe_here(const char *name)
 	memset(&p, 0, sizeof(Probe));
 	if (!read_asked(&p, drift_name_hash(name), false, CurrentMemoryContext) ||
 		strcmp(p.name, name) != 0)
-		elog(ERROR, "backfill \"%s\" is not a plain table backfill to count", name);
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PROBE_FAILED),
+				 errmsg("backfill \"%s\" could not be counted", name),
+				 errdetail("It is no plain table backfill whose table and roles carry the names "
+						   "it was declared with."),
+				 errhint("backfill_status('%s') shows what became of its table and roles.",
+						 name)));
 	found = probe_rows(p.name, p.run_as, p.search_path, p.relation, p.predicate);
 	record_probe(p.name, DRIFT_FINALIZE, found, NULL);
 	return found;

@@ -25,6 +25,8 @@
 #      retry, revert, re-declaration and probe refused with BF041; finalize
 #      and ensure_complete take it as complete; backfill_pending shows
 #      retired and the CLI's pending gate exits 0.
+#  (g) declared again since its pass: ensure_complete BF007, retire BF044;
+#      a reverted backfill: retire BF044, hint backfill_drop.
 #  (f) a retired backfill's watch stops: no probe and no catch-up pass
 #      while its predicate matches new rows.
 use strict;
@@ -235,6 +237,29 @@ IPC::Run::run([ $cli, '-d', $node->connstr('postgres'), 'pending' ],
 	'<', \undef, '>', \$co, '2>', \$ce, IPC::Run::timeout(60));
 is($? >> 8, 0, '(e) the CLI pending gate exits 0');
 like($co, qr/^fd\s+retired\s/m, '(e) pending lists fd as retired');
+
+# ------------------------------------------------------------------
+# (g) declared again since its pass: ensure_complete BF007, retire BF044;
+#     reverted: retire BF044 (hint: drop)
+# ------------------------------------------------------------------
+declare_fill('fc', 100);
+run_and_complete('fc');
+$node->safe_psql('postgres', q{SET ROLE dep_user;
+	SELECT backfill_declare(name => 'fc', relation => 'fc', predicate => 'v IS NULL',
+		action => 'UPDATE fc SET v = 2 WHERE id BETWEEN $1 AND $2 AND v IS NULL')});
+($rc, $out, $err) = psql_verbose(q{BEGIN; SELECT backfill_ensure_complete('fc'); ROLLBACK;});
+like($err, qr/BF007.*declared again since run/s, '(g) declared again: ensure_complete BF007');
+($rc, $out, $err) = psql_verbose(q{SET ROLE dep_user; SELECT backfill_retire('fc')});
+like($err, qr/BF044.*never completed/s, '(g) declared again: retire BF044');
+
+declare_fill('fv', 100, q{revert => 'UPDATE fv SET v = NULL WHERE id BETWEEN $1 AND $2 AND v IS NOT NULL',
+	revert_predicate => 'v IS NOT NULL'});
+run_and_complete('fv');
+my $rev = $node->safe_psql('postgres', q{SET ROLE dep_user; SELECT backfill_revert('fv')});
+is(wait_pass_end($node, $rev, 120), 'completed', '(g) fv reverted');
+($rc, $out, $err) = psql_verbose(q{SET ROLE dep_user; SELECT backfill_retire('fv')});
+like($err, qr/BF044.*run $rev reverted it/s, '(g) reverted: retire BF044');
+like($err, qr/backfill_drop\('fv'\)/, '(g) the hint: drop it');
 
 # ------------------------------------------------------------------
 # (f) a retired backfill's watch stops
