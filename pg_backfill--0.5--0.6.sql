@@ -878,6 +878,8 @@ CREATE TABLE backfill.retired (
 );
 REVOKE ALL ON backfill.retired FROM PUBLIC;
 GRANT SELECT ON backfill.retired TO PUBLIC;
+-- dumped with the declarations and the ledger: a restored backfill stays retired
+SELECT pg_catalog.pg_extension_config_dump('backfill.retired', '');
 ALTER TABLE backfill.retired ENABLE ROW LEVEL SECURITY;
 CREATE POLICY retired_member ON backfill.retired FOR SELECT
     USING (EXISTS (SELECT 1 FROM backfill.declaration d WHERE d.name = retired.declaration));
