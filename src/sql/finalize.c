@@ -412,13 +412,13 @@ final_probe(Final *f, TimestampTz deadline)
 
 /*
  * The newest pass completed: count the rows its predicate matches now (at
- * most 1,000; drift.c), in this session when it is the lanes' role's own,
- * with none of its settings, else in a probe worker; either records the count in backfill.probe (kind
- * finalize).  None: complete, true.  Some (rows inserted or changed since
- * the pass so that they match again): a catch-up pass, enqueued as the
- * watch enqueues one (ledger: forced, watch, after the completed pass),
- * committed, and worked like any pass; false.  A pages source's pass
- * ended on its own count: true.
+ * most 1,000; drift.c), in this session when it is the lanes' role's own
+ * and the backfill has no settings, else in a probe worker; either records
+ * the count in backfill.probe (kind finalize).  None: complete, true.
+ * Some (rows inserted or changed since the pass so that they match
+ * again): a catch-up pass, enqueued as the watch enqueues one (ledger:
+ * forced, watch, after the completed pass), committed, and worked like
+ * any pass; false.  A pages source's pass ended on its own count: true.
  */
 static bool
 final_count(Final *f, TimestampTz deadline, TimestampTz *no_lane_since)
