@@ -892,8 +892,9 @@ AS 'MODULE_PATHNAME', 'backfill_retire';
 COMMENT ON FUNCTION backfill_retire(text) IS
 'end a completed backfill''s life: its ledger stays, later runs, retries and reverts are refused (BF041); returns the completed run it keeps';
 
+-- not STRICT: a NULL name must raise (BF012), never pass a deploy check as NULL
 CREATE FUNCTION backfill_ensure_complete(name text) RETURNS text
-LANGUAGE C VOLATILE STRICT
+LANGUAGE C VOLATILE CALLED ON NULL INPUT
 AS 'MODULE_PATHNAME', 'backfill_ensure_complete';
 COMMENT ON FUNCTION backfill_ensure_complete(text) IS
 'a deploy check for a migration''s transaction, from the catalogs only: raises unless the newest pass completed with the current checksum and the newest recorded count after it found no row left';

@@ -228,6 +228,9 @@ backfill_ensure_complete(PG_FUNCTION_ARGS)
 	text	   *result;
 	MemoryContext caller = CurrentMemoryContext;
 
+	/* not STRICT: a NULL name raises (BF012) rather than passing as NULL */
+	if (PG_ARGISNULL(0))
+		check_backfill_name(NULL);
 	memset(&e, 0, sizeof(e));
 	e.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	check_backfill_name(e.name);
