@@ -50,6 +50,7 @@
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
@@ -574,6 +575,40 @@ same_text(const char *a, const char *b)
 }
 
 /*
+ * Where the WAL inserted so far ends, as a flush request may name it: a
+ * position up to which every commit the coordinator has seen is in WAL.
+ *
+ * Not GetXLogInsertRecPtr() as it is: it names where the next record will
+ * start, and when the last one ended exactly at the end of a WAL page that
+ * is after the next page's header, on a page nobody has written yet
+ * (XLogBytePosToRecPtr skips the header).  XLogFlush then cuts the request
+ * back to the end of what was inserted (the page boundary), flushes that,
+ * finds its request not met and fails: XX000 "xlog flush request ... is not
+ * satisfied --- flushed only to ...", one batch in about every 8 kB / (WAL
+ * per batch) at random.  This transaction's own last record (the row lock
+ * of its checkpoint row, which assigned it an xid) ends after every commit
+ * before it, and XactLastRecEnd is an end position (XLogBytePosToEndRecPtr:
+ * at a boundary it names the boundary).  Without a record of its own, the
+ * insert position is moved back from just past a page header to that
+ * page's start, which is where the WAL inserted so far ends.
+ */
+static XLogRecPtr
+shard_wal_end(void)
+{
+	XLogRecPtr	end = XactLastRecEnd;
+	uint32		in_page;
+
+	if (end != InvalidXLogRecPtr)
+		return end;
+	end = GetXLogInsertRecPtr();
+	in_page = (uint32) (end % XLOG_BLCKSZ);
+	if (in_page == (XLogSegmentOffset(end, wal_segment_size) < XLOG_BLCKSZ ?
+					SizeOfXLogLongPHD : SizeOfXLogShortPHD))
+		end -= in_page;
+	return end;
+}
+
+/*
  * backfill.shard_batch(origin, run_id, part_no, shardid, relation, key,
  * at_cursor, at_rows, hi, batch_size, predicate, action, path,
  * async_commit, lock_timeout_ms): one batch of the shard's partition.
@@ -642,7 +677,7 @@ backfill_shard_batch(PG_FUNCTION_ARGS)
 		 * batches, committed without waiting for disk, must not be lost in
 		 * a crash of this node after it (their rows would never be done).
 		 */
-		XLogFlush(GetXLogInsertRecPtr());
+		XLogFlush(shard_wal_end());
 		SPI_finish();
 		return shard_result(fcinfo, "done", &row, 0, true);
 	}
