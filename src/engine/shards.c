@@ -704,52 +704,43 @@ rebalance_tag(Pass *pass, LOCKTAG *tag)
 /*
  * No batch overlaps a move or split in its table's colocation group: Citus
  * holds its rebalance lock of the group (an advisory lock, class 13,
- * ExclusiveLock) on the coordinator for the whole operation, and the lane
- * holds it in ShareLock for the batch, waiting (however long the move
- * takes) while a move runs.  A batch that committed on the old placement
- * while a move with logical replication ran was measured lost on the new
- * one though its checkpoint counted it.  Citus takes its lock without
- * waiting; a move or split in a session of a server with pg_backfill
- * preloaded first waits for it behind the batches that hold it (moves.c),
- * and shards_make_way keeps the next batches from starting meanwhile.
+ * ExclusiveLock) on the coordinator for the whole operation, and a batch
+ * holds it in ShareLock from its start to its commit.  A batch that
+ * committed on the old placement while a move with logical replication ran
+ * was measured lost on the new one though its checkpoint counted it.
+ * Citus takes its lock without waiting; a move or split in a session of a
+ * server with pg_backfill preloaded first waits for it behind the batches
+ * that hold it (moves.c).  The batch asks for it without waiting: a
+ * request that conflicts with a waiting ExclusiveLock is refused too, so a
+ * move that waits is seen, and no batch starts until it is over.
  */
-static void
-wait_out_moves(Pass *pass)
+bool
+shards_fence_moves(Pass *pass)
 {
 	LOCKTAG		tag;
 
 	(void) rebalance_tag(pass, &tag);
-	(void) set_config_option("lock_timeout", "0", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_LOCAL, true, 0, false);
-	(void) LockAcquire(&tag, ShareLock, false, false);
-	(void) set_config_option("lock_timeout", psprintf("%d", pass->lock_timeout_ms), PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	return LockAcquire(&tag, ShareLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
 }
 
 /*
- * Before a batch, outside any transaction: a move or split of the group
- * that waits for the rebalance lock (moves.c), or holds it, goes first.
- * The lock is asked for without waiting (a request queued behind a waiting
- * ExclusiveLock conflicts with it, so a waiting move is seen); if it is
- * not free the lane says so (backfill_status: "a shard move of group N"),
- * waits until the move is over, holding nothing, and goes on.  True when
- * it waited: the shard may have moved or been split meanwhile.
+ * A move or split of the group holds or awaits the rebalance lock, and the
+ * batch did not start (its transaction ended): the lane says so
+ * (backfill_status: "a shard move of group N"), waits until the move is
+ * over in a transaction of its own that holds nothing else, queued behind
+ * the move's request, and goes on.  Its caller then does what comes before
+ * any batch again (the pass paused, cancelled or held by a switch since:
+ * no batch), and reads where the shard is now: it may have moved or been
+ * split meanwhile.  A cancel interrupts the wait.
  */
-bool
-shards_make_way(Pass *pass, Claim *claim)
+void
+shards_wait_out_move(Pass *pass, Claim *claim)
 {
 	LOCKTAG		tag;
 	int64		group;
-	bool		free_now;
-	TimestampTz since;
+	TimestampTz since = GetCurrentTimestamp();
 
-	worker_begin_xact("pg_backfill lane: looking for a shard move");
 	group = rebalance_tag(pass, &tag);
-	free_now = LockAcquire(&tag, ShareLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
-	worker_commit_xact();
-	if (free_now)
-		return false;
-	since = GetCurrentTimestamp();
 	pacing_say_throttle(pass, claim, psprintf("a shard move of group " INT64_FORMAT, group));
 	worker_begin_xact(psprintf("pg_backfill lane: backfill \"%s\" waiting out a shard move of "
 							   "group " INT64_FORMAT, pass->name, group));
@@ -763,7 +754,6 @@ shards_make_way(Pass *pass, Claim *claim)
 					"shard move or split of colocation group " INT64_FORMAT, pass->name,
 					pass->run_id, claim->part_no,
 					(long) ((GetCurrentTimestamp() - since) / 1000), group)));
-	return true;
 }
 
 void
@@ -772,8 +762,6 @@ shards_batch(Pass *pass, Claim *claim, int limit, ShardAnswer *answer)
 	const char *params[15];
 	PGresult   *res;
 	const char *status;
-
-	wait_out_moves(pass);
 
 	params[0] = origin_text();
 	params[1] = psprintf(INT64_FORMAT, claim->shard_run);
