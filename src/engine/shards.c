@@ -263,10 +263,20 @@ node_wait(NodeConn *node)
 	return last;
 }
 
+/* a field of the node's error, copied (NULL: none) */
+static char *
+node_error_field(PGresult *res, int field)
+{
+	char	   *value = res ? PQresultErrorField(res, field) : NULL;
+
+	return value ? pstrdup(value) : NULL;
+}
+
 /*
  * Run sql on the node of group and return its one row (PQclear it); a
- * failure there is raised here with the node's SQLSTATE and message.  A
- * cancel or any error while waiting closes the connection.
+ * failure there is raised here with the node's SQLSTATE, message (the
+ * backfill's name before it: the node does not know it), detail and hint.
+ * A cancel or any error while waiting closes the connection.
  */
 static PGresult *
 node_query(const char *name, int group, const char *sql, int nparams, const char *const *params)
@@ -274,6 +284,9 @@ node_query(const char *name, int group, const char *sql, int nparams, const char
 	NodeConn   *node = node_of(group);
 	PGresult   *volatile res = NULL;
 	char	   *message;
+	char	   *detail;
+	char	   *hint;
+	char	   *where;
 	const char *state;
 
 	PG_TRY();
@@ -291,17 +304,24 @@ node_query(const char *name, int group, const char *sql, int nparams, const char
 	PG_END_TRY();
 	if (res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 		return res;
-	message = pchomp(res ? PQresultErrorMessage(res) : PQerrorMessage(node->conn));
-	state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-	state = state ? pstrdup(state) : "08006";
+	message = node_error_field(res, PG_DIAG_MESSAGE_PRIMARY);
+	if (message == NULL)
+		message = pchomp(res ? PQresultErrorMessage(res) : PQerrorMessage(node->conn));
+	detail = node_error_field(res, PG_DIAG_MESSAGE_DETAIL);
+	hint = node_error_field(res, PG_DIAG_MESSAGE_HINT);
+	state = node_error_field(res, PG_DIAG_SQLSTATE);
+	state = state ? state : "08006";
+	where = node->where;		/* the slot goes with the connection */
 	if (res)
 		PQclear(res);
 	if (PQstatus(node->conn) != CONNECTION_OK || PQtransactionStatus(node->conn) != PQTRANS_IDLE)
 		node_drop(node);
 	ereport(ERROR,
 			(errcode(MAKE_SQLSTATE(state[0], state[1], state[2], state[3], state[4])),
-			 errmsg("%s", message),
-			 errcontext("backfill \"%s\": a batch on Citus group %d", name, group)));
+			 errmsg("backfill \"%s\": %s", name, message),
+			 detail ? errdetail("%s", detail) : 0,
+			 hint ? errhint("%s", hint) : 0,
+			 errcontext("a batch on Citus group %d (%s)", group, where)));
 	return NULL;
 }
 
@@ -468,6 +488,21 @@ split_children(Pass *pass, Claim *claim, int32 min, int32 max, SplitChild **out)
 	bool		covered = true;
 	SplitChild *c;
 
+	/* no split: the table itself is gone, dropped or replaced (alter_distributed_table) */
+	if (catalog_exec_latest("SELECT 1 FROM pg_catalog.pg_dist_partition d"
+							" WHERE d.logicalrelid = $1::pg_catalog.regclass",
+							1, types, values, NULL) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\": table %s is no longer the distributed table the pass "
+						"started on", pass->name, pass->relation),
+				 errdetail("Shard " INT64_FORMAT " of partition %d is gone from pg_dist_shard, "
+						   "and so is the table (oid %u) from pg_dist_partition: it was dropped, "
+						   "undistributed or replaced by a new table of its name "
+						   "(alter_distributed_table).", claim->shardid, claim->part_no,
+						   pass->relid),
+				 errhint("Declare the backfill again if the table was replaced, then start a "
+						 "new pass with backfill_run(name, force => true).")));
 	n = catalog_exec_latest("SELECT s.shardid, s.shardminvalue, s.shardmaxvalue"
 							"  FROM pg_catalog.pg_dist_shard s"
 							"  JOIN pg_catalog.pg_dist_partition d ON d.logicalrelid = s.logicalrelid"
