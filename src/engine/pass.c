@@ -785,8 +785,10 @@ plan_citus_estimate(Pass *pass, PassPlan *plan)
 	plan->method = psprintf("%s, rows from %d Citus shard%s", plan->method, shards,
 								shards == 1 ? "" : "s");
 	if (sampled > 0)
-		plan->method = psprintf("%s (%d by a sample: statistics missing or stale)", plan->method,
-								sampled);
+		ereport(LOG,
+				(errmsg("backfill \"%s\": the rows to do in %d of the %d Citus shards counted in "
+						"a sample of their pages (statistics missing or stale)",
+						pass->name, sampled, shards)));
 }
 
 /*

@@ -466,12 +466,8 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		}
 
 		/* no batch ran (it waited out a shard move): the checks before a batch again */
-		if (outcome == BATCH_AGAIN)
-		{
-			if (stopping)
-				return false;
+		if (outcome == BATCH_AGAIN && !stopping)
 			continue;
-		}
 		failures = 0;
 		poison_after_batch(claim, claim->last_keys);
 		if (outcome == BATCH_STOP || stopping)
