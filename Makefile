@@ -16,6 +16,7 @@ OBJS = \
 	src/sql/control.o \
 	src/sql/finalize.o \
 	src/sql/shard.o \
+	src/sql/shardmap.o \
 	src/sql/probe.o \
 	src/sql/ensure.o \
 	src/sql/retire.o \

@@ -306,6 +306,11 @@ SELECT action, action_set FROM backfill.declaration WHERE name = 'upgrade_set';
 SELECT backfill_drop('upgrade_set');
 SELECT to_regprocedure('backfill.estimate_rows_sampled(regclass, text, integer)') IS NOT NULL
        AS has_sampled_estimate;
+-- a Citus table's estimate samples shards whose statistics are stale (issue 30)
+SELECT to_regprocedure('backfill.estimate_rows_checked(regclass, text, integer)') IS NOT NULL
+       AS has_checked_estimate,
+       pg_get_function_arguments('backfill.citus_estimate_rows(regclass, text)'::regprocedure)
+       AS citus_estimate_arguments;
 
 -- 0.6 (issue 24, points 3 to 5): backfill_ensure_complete, a deploy check
 -- that reads the catalogs only; backfill_retire, recorded in

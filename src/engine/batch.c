@@ -817,9 +817,6 @@ batch_run_shard(Pass *pass, Claim *claim)
 	TimestampTz batch_start;
 	int64		rows_before;
 
-	/* a move or split went first: where the shard is now is read again */
-	if (shards_make_way(pass, claim))
-		claim->shard_ready = false;
 	if (!claim->shard_ready && !shards_open(pass, claim))
 	{
 		/* split: its new shards' partitions go on from its checkpoint (shards.c) */
@@ -830,6 +827,21 @@ batch_run_shard(Pass *pass, Claim *claim)
 	}
 	batch_start = GetCurrentTimestamp();
 	begin_batch(pass, claim);
+	if (!shards_fence_moves(pass))
+	{
+		/*
+		 * A move or split of the group goes first, and no batch starts
+		 * after it before the lane has looked again at what comes before
+		 * a batch (a pause, a cancel, a switch for all) and where the
+		 * shard is now.
+		 */
+		worker_statement_timeout_end();
+		worker_commit_xact();
+		shards_wait_out_move(pass, claim);
+		claim->shard_ready = false;
+		claim->health_fresh = false;
+		return BATCH_AGAIN;
+	}
 	claim->scanned_keys = -1;
 	claim->shard_ready = false;
 	shards_batch(pass, claim, CLAIM_BATCH_LIMIT(claim), &answer);

@@ -152,7 +152,8 @@ typedef enum BatchOutcome
 	BATCH_DONE,					/* committed; more may follow */
 	BATCH_PARTITION_DONE,		/* nothing left in the partition */
 	BATCH_PAUSED,				/* committed; the pass is paused: release and stop */
-	BATCH_STOP					/* the pass is no longer running: stop */
+	BATCH_STOP,					/* the pass is no longer running: stop */
+	BATCH_AGAIN					/* no batch ran (a shard move went first): look again */
 } BatchOutcome;
 
 /* the lane's backend identity, which a lease records */
