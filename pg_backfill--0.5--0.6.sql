@@ -1021,6 +1021,8 @@ AS $$
      WHERE NOT EXISTS (SELECT 1 FROM backfill.declaration d
                         WHERE d.name = last.declaration)
     ORDER BY 1;
+$$;
+
 /* ==== issue 30 (a tester's findings 4 and 5): a failed pass's partitions end; shard estimates from samples ==== */
 
 /*

@@ -306,12 +306,6 @@ SELECT action, action_set FROM backfill.declaration WHERE name = 'upgrade_set';
 SELECT backfill_drop('upgrade_set');
 SELECT to_regprocedure('backfill.estimate_rows_sampled(regclass, text, integer)') IS NOT NULL
        AS has_sampled_estimate;
--- a Citus table's estimate samples shards whose statistics are stale (issue 30)
-SELECT to_regprocedure('backfill.estimate_rows_checked(regclass, text, integer)') IS NOT NULL
-       AS has_checked_estimate,
-       pg_get_function_arguments('backfill.citus_estimate_rows(regclass, text)'::regprocedure)
-       AS citus_estimate_arguments;
-
 -- 0.6 (issue 24, points 3 to 5): backfill_ensure_complete, a deploy check
 -- that reads the catalogs only; backfill_retire, recorded in
 -- backfill.retired (runs refused with BF041, pending shows retired); the
@@ -325,6 +319,11 @@ SELECT state FROM backfill_pending() WHERE name = 'upgrade_fill';
 SELECT backfill_ensure_complete('upgrade_fill');
 SELECT backfill_retire('upgrade_fill');
 \set VERBOSITY default
+-- a Citus table's estimate samples shards whose statistics are stale (issue 30)
+SELECT to_regprocedure('backfill.estimate_rows_checked(regclass, text, integer)') IS NOT NULL
+       AS has_checked_estimate,
+       pg_get_function_arguments('backfill.citus_estimate_rows(regclass, text)'::regprocedure)
+       AS citus_estimate_arguments;
 
 -- a fresh install gets the same objects as the upgraded one
 SET client_min_messages = warning;
