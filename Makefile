@@ -18,6 +18,7 @@ OBJS = \
 	src/sql/shard.o \
 	src/sql/probe.o \
 	src/sql/pauseall.o \
+	src/sql/rehearse.o \
 	src/catalogs/catalog.o \
 	src/catalogs/declaration.o \
 	src/catalogs/identity.o \
@@ -32,6 +33,8 @@ OBJS = \
 	src/engine/pass.o \
 	src/engine/estimate.o \
 	src/engine/batch.o \
+	src/engine/history.o \
+	src/engine/rehearse.o \
 	src/engine/pagecycle.o \
 	src/engine/poison.o \
 	src/engine/work.o \
@@ -45,6 +48,7 @@ OBJS = \
 	src/workers/scheduler.o \
 	src/workers/lane.o \
 	src/workers/probe.o \
+	src/workers/rehearsal.o \
 	src/xact.o \
 	src/advisory.o \
 	src/worker.o \
