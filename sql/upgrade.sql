@@ -307,6 +307,17 @@ SELECT backfill_drop('upgrade_set');
 SELECT to_regprocedure('backfill.estimate_rows_sampled(regclass, text, integer)') IS NOT NULL
        AS has_sampled_estimate;
 
+-- 0.6 also keeps the last batches of each pass (backfill.batch_history) and
+-- rehearses a backfill (issue 28)
+SELECT to_regclass('backfill.batch') IS NOT NULL AS has_batch_history,
+       to_regprocedure('backfill_batches(text, bigint)') IS NOT NULL AS has_batches,
+       to_regprocedure('backfill_rehearse(text, integer)') IS NOT NULL AS has_rehearse,
+       current_setting('backfill.batch_history') AS batch_history;
+\set VERBOSITY default
+SELECT * FROM backfill_rehearse('upgrade_fill', 0);
+SELECT * FROM backfill_rehearse('upgrade_fill', 101);
+SELECT * FROM backfill_rehearse('upgrade_nothing');
+
 -- a fresh install gets the same objects as the upgraded one
 SET client_min_messages = warning;
 DROP EXTENSION pg_backfill CASCADE;
@@ -315,4 +326,6 @@ RESET client_min_messages;
 SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
 SELECT count(*) AS outbox_objects FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'backfill' AND c.relname LIKE 'outbox%';
+SELECT count(*) AS batch_objects FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'backfill' AND c.relname LIKE 'batch%';
 DROP TABLE upgrade_items;
