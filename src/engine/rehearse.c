@@ -18,7 +18,8 @@
  * Where the batches start: the keys of a small sample of the table
  * (TABLESAMPLE SYSTEM, about REHEARSAL_SAMPLE rows) in key order; the
  * first batch at the start of the key space, the last about one batch
- * before its end, the others evenly between.  What each measures: the
+ * before its end, the others evenly between (labelled start, middle, end
+ * or the share of that walk, "25%").  What each measures: the
  * keys found, the time of the key scan and the action, the WAL they
  * wrote and the shared buffers they hit and read (pgWalUsage,
  * pgBufferUsage), the relations it holds locks on before the rollback
@@ -70,7 +71,7 @@
 #include "xact.h"
 
 /* rows of the table the sample of batch starts aims at */
-#define REHEARSAL_SAMPLE			2000
+#define REHEARSAL_SAMPLE			20000
 /* what a batch's checkpoint and commit add to its key scan and action */
 #define REHEARSAL_CHECKPOINT_MS		0.5
 
@@ -328,7 +329,7 @@ choose_starts(Pass *pass, int n, Starts *s)
 		else if (2 * i == s->n - 1)
 			strlcpy(s->label[i], "middle", 16);
 		else
-			snprintf(s->label[i], 16, "%d%%", (int) rint(100.0 * at / Max(m - 1, 1)));
+			snprintf(s->label[i], 16, "%d%%", (int) rint(100.0 * i / (s->n - 1)));
 	}
 }
 
@@ -534,9 +535,10 @@ rehearse_run(Rehearsal *r)
 	choose_starts(&pass, r->batches, starts);
 	rehearse_rollback(cxt, sec);
 
+	/* before the batches, whose rolled-back row versions grow the table */
+	estimate_rows(&pass, r, &note);
 	r->nbatches = starts->n;
 	for (int i = 0; i < starts->n; i++)
 		rehearse_batch(&pass, starts, i, &r->batch[i]);
-	estimate_rows(&pass, r, &note);
 	project(&pass, r, note);
 }
