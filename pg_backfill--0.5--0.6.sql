@@ -867,7 +867,9 @@ ALTER TABLE backfill.partition
  * The last backfill.batch_history batches of each pass (100 by default; 0
  * records none): written by the batch's own transaction, with its
  * checkpoint, so it is exactly as durable as the checkpoint; older rows of
- * the pass are pruned by the same statement.  seq orders a pass's batches
+ * the pass are pruned in the same transaction every 16th batch of a lane
+ * (history.c), and backfill_batches shows the newest batch_history.  seq
+ * orders a pass's batches
  * (one sequence for every pass).  Read by whoever may read the pass's
  * ledger row (the owner's members, pg_monitor).
  */
@@ -911,17 +913,25 @@ RETURNS TABLE (
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT b.run_id, b.seq, b.part_no, b.first_key, b.last_key, b.rows, b.ms, b.wal_bytes,
-           b.batch_size, b.throttle, b.at
-      FROM backfill.batch b
-     WHERE b.run_id = coalesce($2, (SELECT max(l.run_id) FROM backfill.ledger l
-                                     WHERE l.declaration = $1))
-       AND EXISTS (SELECT 1 FROM backfill.ledger l
-                    WHERE l.run_id = b.run_id AND l.declaration = $1)
-     ORDER BY b.seq;
+    WITH r AS (
+        SELECT coalesce($2, (SELECT max(l.run_id) FROM backfill.ledger l
+                              WHERE l.declaration = $1)) AS run_id
+    ),
+    k AS (
+        SELECT b.* FROM backfill.batch b, r
+         WHERE b.run_id = r.run_id
+           AND EXISTS (SELECT 1 FROM backfill.ledger l
+                        WHERE l.run_id = b.run_id AND l.declaration = $1)
+         ORDER BY b.seq DESC
+         LIMIT (SELECT NULLIF(greatest(pg_catalog.current_setting('backfill.batch_history',
+                                                                   true)::integer, 0), 0))
+    )
+    SELECT k.run_id, k.seq, k.part_no, k.first_key, k.last_key, k.rows, k.ms, k.wal_bytes,
+           k.batch_size, k.throttle, k.at
+      FROM k ORDER BY k.seq;
 $$;
 COMMENT ON FUNCTION backfill_batches(text, bigint) IS
-'the recorded batches (backfill.batch_history, the newest first kept) of a backfill''s newest pass, or of run_id';
+'the newest backfill.batch_history recorded batches of a backfill''s newest pass, or of run_id, oldest first';
 
 /*
  * backfill_rehearse(name, batches): up to that many real batches of the

@@ -5,19 +5,20 @@
  *	  with its partition, key range, rows, time, WAL, batch size and
  *	  throttle; the last backfill.batch_history of the pass kept.
  *
- * The row is written by the statement after the checkpoint, in the
- * batch's own transaction: a batch that rolls back leaves no row, one
- * that commits leaves its row exactly when its checkpoint stays.  The
- * same statement prunes the pass's older rows: it walks the pass's index
- * entries down from the newest, past the batch_history - 1 it keeps, and
- * deletes the next one (the one the new row replaces), and stops there:
- * it does not walk on over the dead index entries of the rows pruned
- * before, which pile up while something holds back the xmin horizon.
- * Two lanes of a pass pruning at the same moment see each other's new
- * row only after their commits, so both keep one row too many; every
- * HISTORY_CATCH_UP-th record of a lane deletes up to HISTORY_CATCH_UP
- * rows, which brings the pass back to batch_history (that walk, one in
- * HISTORY_CATCH_UP, may pass the dead entries).
+ * The row is written by a statement after the checkpoint, in the batch's
+ * own transaction: a batch that rolls back leaves no row, one that
+ * commits leaves its row exactly when its checkpoint stays.  Pruning in
+ * every batch would walk the pass's newest batch_history rows each time
+ * (their heap tuples, a hot page is never all-visible): a measurable
+ * share of a small batch.  So every HISTORY_PRUNE_EVERY-th record of a
+ * lane, in the same transaction, deletes the pass's rows beyond the
+ * newest batch_history (at most HISTORY_PRUNE_LIMIT of them: more than
+ * every lane adds in between); the table holds at most batch_history +
+ * HISTORY_PRUNE_EVERY rows of a pass per lane, and backfill_batches
+ * shows the newest batch_history.  The walk stops once it has deleted
+ * what was beyond, or at the end of the pass's index entries: past the
+ * dead ones of rows pruned before, which pile up while something holds
+ * back the xmin horizon, once every HISTORY_PRUNE_EVERY batches only.
  *
  *-------------------------------------------------------------------------
  */
@@ -31,27 +32,45 @@
 #include "config.h"
 #include "history.h"
 
-/* every this many records a lane also deletes up to this many rows beyond the kept ones */
-#define HISTORY_CATCH_UP	8
+/* every this many records a lane prunes the pass's rows beyond batch_history ... */
+#define HISTORY_PRUNE_EVERY		16
+/* ... at most this many */
+#define HISTORY_PRUNE_LIMIT		256
 
 static SPIPlanPtr record_plan = NULL;
+static SPIPlanPtr prune_plan = NULL;
 static uint64 records = 0;
 
 #define HISTORY_SQL \
-	"WITH n AS (INSERT INTO backfill.batch (run_id, part_no, first_key, last_key, rows, ms," \
-	"    wal_bytes, batch_size, throttle) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9))" \
-	" DELETE FROM backfill.batch b WHERE b.run_id = $1 AND b.seq IN (" \
-	"   SELECT o.seq FROM backfill.batch o WHERE o.run_id = $1" \
-	"    ORDER BY o.seq DESC OFFSET $10 LIMIT $11)"
+	"INSERT INTO backfill.batch (run_id, part_no, first_key, last_key, rows, ms," \
+	"    wal_bytes, batch_size, throttle) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+
+#define PRUNE_SQL \
+	"DELETE FROM backfill.batch b WHERE b.run_id = $1 AND b.seq IN (" \
+	"  SELECT o.seq FROM backfill.batch o WHERE o.run_id = $1" \
+	"   ORDER BY o.seq DESC OFFSET $2 LIMIT $3)"
+
+/* the pass's rows beyond the newest batch_history, deleted */
+static void
+history_prune(int64 run_id)
+{
+	Oid			types[3] = {INT8OID, INT8OID, INT8OID};
+	Datum		values[3];
+
+	values[0] = Int64GetDatum(run_id);
+	values[1] = Int64GetDatum((int64) backfill_batch_history);
+	values[2] = Int64GetDatum(HISTORY_PRUNE_LIMIT);
+	(void) catalog_exec_cached(&prune_plan, PRUNE_SQL, 3, types, values, NULL, SPI_OK_DELETE);
+}
 
 void
 history_record(Pass *pass, Claim *claim, const char *first_key, const char *last_key,
 			   int64 rows, const char *throttle)
 {
-	Oid			types[11] = {INT8OID, INT4OID, TEXTOID, TEXTOID, INT8OID, FLOAT8OID, INT8OID,
-	INT4OID, TEXTOID, INT8OID, INT8OID};
-	Datum		values[11];
-	char		nulls[11] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[9] = {INT8OID, INT4OID, TEXTOID, TEXTOID, INT8OID, FLOAT8OID, INT8OID,
+	INT4OID, TEXTOID};
+	Datum		values[9];
+	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	/* catalogs older than 0.6 (the library updated first) have no history to write */
 	if (backfill_batch_history <= 0 || !catalog_has_column("batch", "throttle"))
@@ -69,9 +88,8 @@ history_record(Pass *pass, Claim *claim, const char *first_key, const char *last
 	values[7] = Int32GetDatum(CLAIM_BATCH_LIMIT(claim));
 	values[8] = (throttle && throttle[0]) ? CStringGetTextDatum(throttle) : (Datum) 0;
 	nulls[8] = (throttle && throttle[0]) ? ' ' : 'n';
-	/* the newest batch_history - 1 stay, with the new row */
-	values[9] = Int64GetDatum((int64) backfill_batch_history - 1);
-	values[10] = Int64GetDatum(++records % HISTORY_CATCH_UP == 0 ? HISTORY_CATCH_UP : 1);
-	(void) catalog_exec_cached(&record_plan, HISTORY_SQL, 11, types, values, nulls,
-							   SPI_OK_DELETE);
+	(void) catalog_exec_cached(&record_plan, HISTORY_SQL, 9, types, values, nulls,
+							   SPI_OK_INSERT);
+	if (++records % HISTORY_PRUNE_EVERY == 0)
+		history_prune(pass->run_id);
 }

@@ -7,10 +7,11 @@
 #      committed checkpoint (as many as the ledger's batches, their rows
 #      summing to the ledger's), contiguous key ranges from 1 to 2000, each
 #      with its partition, time, WAL and batch size.
-#  (b) batch_history = 5, a pass of 20 batches by one lane: exactly the
-#      last 5 (keys 1501..2000); by two lanes: at most 5 plus one per
-#      other lane, and the newest batch among them; the first pass's rows
-#      stay as they were.
+#  (b) batch_history = 5, a pass of 20 batches by one lane: backfill_batches
+#      shows exactly the last 5 (keys 1501..2000), the table holds at most
+#      16 more (a lane prunes every 16th batch); by two lanes: the last 5,
+#      at most 16 more per lane in the table, the newest batch among them;
+#      the first pass's rows stay as they were.
 #  (c) batch_history = 0: a pass writes none.
 #  (d) Who reads them: the owner's members, pg_monitor and superusers; a
 #      stranger sees no row.
@@ -86,16 +87,19 @@ my $run2 = run_pass('fill', 'true');
 is(sq($node, "SELECT string_agg(first_key || '-' || last_key, ',' ORDER BY seq) FROM backfill_batches('fill')"),
 	'1501-1600,1601-1700,1701-1800,1801-1900,1901-2000',
 	'(b) one lane: exactly the last 5 batches');
-is(sq($node, "SELECT count(*) FROM backfill_batches('fill', $run1)"), '20',
-	'(b) the first pass keeps its 20');
+is(sq($node, "SELECT count(*) FROM backfill.batch WHERE run_id = $run1"), '20',
+	'(b) the first pass keeps its 20 rows (a pass prunes only its own)');
+ok(sq($node, "SELECT count(*) FROM backfill.batch WHERE run_id = $run2") <= 5 + 16,
+	'(b) the table holds at most 16 more of the second pass (pruned every 16th batch)');
 
 sq($node, q{SET ROLE ann; SELECT backfill_declare(name => 'fill', relation => 'items',
 	predicate => 'c IS NULL', set => 'c = a * 2', batch_size => 50, rate => 1000,
 	max_parallel => 2)});
 sq($node, q{UPDATE items SET c = NULL});
 my $run3 = run_pass('fill', 'true');
-my $n3 = sq($node, "SELECT count(*) FROM backfill_batches('fill')");
-ok($n3 >= 5 && $n3 <= 6, "(b) two lanes: 5, or one more from a lane pruning at the same moment ($n3)");
+is(sq($node, "SELECT count(*) FROM backfill_batches('fill')"), '5', '(b) two lanes: the last 5');
+my $n3 = sq($node, "SELECT count(*) FROM backfill.batch WHERE run_id = $run3");
+ok($n3 >= 5 && $n3 <= 5 + 2 * 16, "(b) the table holds at most 16 more per lane ($n3 rows)");
 is(sq($node, qq{SELECT max(seq) = (SELECT max(seq) FROM backfill.batch) FROM backfill_batches('fill', $run3)}),
 	't', '(b) the newest batch is among them');
 
