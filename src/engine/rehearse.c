@@ -505,12 +505,12 @@ project(Pass *pass, Rehearsal *r, const char *note)
 	r->wal_bytes = (int64) (r->batches_to_do * batch_wal);
 	snprintf(r->assumptions, sizeof(r->assumptions),
 			 "rows to do: the planner's estimate%s%s; %d rows a batch (the declared size); "
-			 "%.2f ms a batch (the %d rehearsed batches that found rows, per row, plus %.1f ms "
+			 "%.2f ms a batch (the %d rehearsed batch%s that found rows, per row, plus %.1f ms "
 			 "for its checkpoint and commit); %.0f bytes of WAL a batch; batches start no "
 			 "faster than %s; leaves out the lanes' start, the plan, the convergence count "
-			 "at the end, other passes sharing the lanes, and holds for the server's health",
+			 "at the end, other passes sharing the lanes, and any hold for the server's health",
 			 note ? ", " : "", note ? note : "", pass->batch_size, batch_ms, used,
-			 REHEARSAL_CHECKPOINT_MS, batch_wal, bound);
+			 used > 1 ? "es" : "", REHEARSAL_CHECKPOINT_MS, batch_wal, bound);
 }
 
 void
