@@ -12,7 +12,9 @@
 # and the ratio projected / real; the target is within 30% (0.77 to 1.30).
 # History: the same pass with backfill.batch_history = 100 and = 0, REPS times each, in turns,
 # each on a fresh items; rows/s from the ledger's duration; prints the medians and the cost of
-# the history (1 - rows/s at 100 / rows/s at 0); the target is at most 3%.
+# the history (1 - rows/s at 100 / rows/s at 0), and the same for the best run of each (the one
+# other load slowed least: on a shared machine the spread between runs is larger than 3%); the
+# target is at most 3%.
 #
 # env:
 #   N=1000000  BATCH=1000  LANES=1  REPS=3  HISTORY=100
@@ -118,8 +120,13 @@ for rep in $(seq 1 "$REPS"); do
 done
 R100=$(median <"$PGBASE/h100"); R0=$(median <"$PGBASE/h0")
 COST=$(echo "(1 - $R100 / $R0) * 100" | bc -l)
+# the best run of each: the one other load on the machine slowed least
+B100=$(sort -g "$PGBASE/h100" | tail -1); B0=$(sort -g "$PGBASE/h0" | tail -1)
+BCOST=$(echo "(1 - $B100 / $B0) * 100" | bc -l)
 say "$(printf 'median rows/s: batch_history = %s %.0f, = 0 %.0f; the history costs %.1f%% (target <= 3%%): %s' \
     "$HISTORY" "$R100" "$R0" "$COST" "$([ "$(echo "$COST <= 3" | bc -l)" = 1 ] && echo MET || echo 'NOT MET')")"
+say "$(printf 'best rows/s: batch_history = %s %.0f, = 0 %.0f; the history costs %.1f%%' \
+    "$HISTORY" "$B100" "$B0" "$BCOST")"
 
 mkdir -p "$(dirname "$CSV")"
 [ -s "$CSV" ] || echo "date,commit,n,batch,lanes,projected_s,real_s,ratio,history,reps,rows_s_history,rows_s_none,history_cost_pct" >"$CSV"

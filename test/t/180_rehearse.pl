@@ -21,6 +21,8 @@
 #  (d) Refusals: batches 0 and 101 are BF043 with a hint; an unknown
 #      backfill BF002; a role not a member of the owner BF016; the CLI's
 #      `pg_backfill rehearse NAME` prints the batches and the projection.
+#  (f) A partitioned table with a composite key: three batches at the
+#      start, middle and end, each a leaf's, nothing stays.
 #  (e) No background worker slot free (max_worker_processes = 3): BF038.
 use strict;
 use warnings;
@@ -194,6 +196,31 @@ SKIP:
 	  or diag("$stdout\n$stderr");
 	like($stdout, qr/projection|projected/i, '(d) and the projection');
 }
+
+# ------------------------------------------------------------------
+# (f) a partitioned table with a composite key
+# ------------------------------------------------------------------
+$node->safe_psql('postgres', q{
+	CREATE TABLE events (tenant_id int, id bigint, n int NOT NULL DEFAULT 0,
+	                     PRIMARY KEY (tenant_id, id)) PARTITION BY RANGE (tenant_id);
+	CREATE TABLE events_1 PARTITION OF events FOR VALUES FROM (1) TO (2);
+	CREATE TABLE events_2 PARTITION OF events FOR VALUES FROM (2) TO (3);
+	CREATE TABLE events_3 PARTITION OF events FOR VALUES FROM (3) TO (4);
+	INSERT INTO events (tenant_id, id) SELECT t, i FROM generate_series(1, 3) t,
+	       generate_series(1, 3000) i;
+	ANALYZE events;
+	SELECT backfill_declare(name => 'ev', relation => 'events', predicate => 'n = 0',
+		set => 'n = 1', batch_size => 500);
+});
+my $ev_before = sq($node, q{SELECT count(*) FROM events WHERE n <> 0});
+$out = sq($node, q{
+	SELECT position, first_key, rows, error IS NULL,
+	       (SELECT count(*) FROM unnest(locks) k WHERE k LIKE 'public.events_% RowExclusiveLock') > 0
+	  FROM backfill_rehearse('ev', 3) WHERE kind = 'batch' ORDER BY batch});
+like($out, qr/^start\|\(1,1\)\|500\|t\|t\nmiddle\|\(2,\d+\)\|500\|t\|t\nend\|\(3,\d+\)\|500\|t\|t$/,
+	'(f) a composite key over leaves: start, middle, end, each 500 rows, a leaf written and locked')
+  or diag($out);
+is(sq($node, q{SELECT count(*) FROM events WHERE n <> 0}), $ev_before, '(f) and nothing stays');
 
 # ------------------------------------------------------------------
 # (e) no worker slot: BF038
