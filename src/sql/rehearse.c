@@ -6,8 +6,8 @@
  *	  and shows the answer.
  *
  * The caller's session runs none of the backfill's SQL: it checks that
- * the caller may act for the backfill's owner and that its run_as can log
- * in, starts a "pg_backfill rehearsal" worker (workers/rehearsal.c) with
+ * the caller may act for the backfill's owner, that the owner is still a
+ * member of its run_as (BF016) and that run_as can log in, starts a "pg_backfill rehearsal" worker (workers/rehearsal.c) with
  * a shared memory segment to answer in, waits for it to stop, and
  * returns one row per rehearsed batch and a last row, kind
  * 'projection', for the whole pass (engine/rehearse.c).  No free
@@ -67,6 +67,8 @@ rehearse_target(const char *name)
 				 errmsg("backfill \"%s\" is not declared", name),
 				 errhint("backfill_pending() lists the declared backfills.")));
 	check_backfill_member(name, owner);
+	/* a REVOKE since the declaration takes effect here too, as at a lane's start */
+	tenancy_check_run_as(name, owner, run_as);
 	check_role_can_login(name, run_as);
 	return run_as;
 }

@@ -19,7 +19,9 @@
 #      temporary table nor its cursor; the caller's WITH HOLD cursor goes
 #      on from where it was.
 #  (d) Refusals: batches 0 and 101 are BF043 with a hint; an unknown
-#      backfill BF002; a role not a member of the owner BF016; the CLI's
+#      backfill BF002; a role not a member of the owner BF016; an owner no
+#      longer a member of its run_as BF016 (rehearsed as run_as before the
+#      REVOKE); the CLI's
 #      `pg_backfill rehearse NAME` prints the batches and the projection.
 #  (f) A partitioned table with a composite key: three batches at the
 #      start, middle and end, each a leaf's, nothing stays.
@@ -179,6 +181,24 @@ $node->safe_psql('postgres', q{CREATE ROLE stranger LOGIN});
 ($rc, $out, $err) = $node->psql('postgres', q{\set VERBOSITY verbose
 	SET ROLE stranger; SELECT * FROM backfill_rehearse('fill')});
 like($err, qr/BF016|BF002/, '(d) a role that may not act for the owner is refused');
+
+# the owner no longer a member of its run_as: refused as a lane's start would be
+$node->safe_psql('postgres', q{
+	CREATE ROLE lanes LOGIN;
+	CREATE ROLE ann LOGIN IN ROLE lanes;
+	GRANT SELECT, UPDATE ON items TO lanes;
+	SET ROLE ann;
+	SELECT backfill_declare(name => 'ann_fill', relation => 'items', predicate => 'c IS NULL',
+		set => 'c = a * 2', run_as => 'lanes');
+	RESET ROLE;
+});
+is(sq($node, q{SELECT count(*) FROM backfill_rehearse('ann_fill', 1) WHERE kind = 'batch' AND error IS NULL}),
+	'1', '(d) ann\'s backfill rehearsed as role lanes');
+$node->safe_psql('postgres', q{REVOKE lanes FROM ann});
+($rc, $out, $err) = $node->psql('postgres', q{\set VERBOSITY verbose
+	SELECT * FROM backfill_rehearse('ann_fill')});
+like($err, qr/BF016: permission denied to run backfill "ann_fill" as role "lanes"/,
+	'(d) once ann is no longer a member of lanes: BF016');
 
 my $cli = $ENV{PG_BACKFILL_CLI};
 if (!defined $cli || $cli eq '')
