@@ -103,6 +103,24 @@ ok($n3 >= 5 && $n3 <= 5 + 2 * 16, "(b) the table holds at most 16 more per lane 
 is(sq($node, qq{SELECT max(seq) = (SELECT max(seq) FROM backfill.batch) FROM backfill_batches('fill', $run3)}),
 	't', '(b) the newest batch is among them');
 
+# the CLI's status --batches
+my $cli = $ENV{PG_BACKFILL_CLI};
+if (!defined $cli || $cli eq '')
+{
+	my $rel = "$FindBin::RealBin/../../cli/pg_backfill";
+	$cli = -x $rel ? $rel : '/usr/lib/postgresql/15/bin/pg_backfill';
+}
+SKIP:
+{
+	skip 'no pg_backfill CLI built', 1 unless -x $cli;
+	my ($stdout, $stderr) = ('', '');
+	IPC::Run::run([ $cli, '-d', $node->connstr('postgres'), 'status', 'fill', '--batches' ],
+		'>', \$stdout, '2>', \$stderr);
+	like($stdout, qr/^status: +completed\n.*last 5 recorded batches.*FIRST KEY/ms,
+		'(b) pg_backfill status --batches prints the status, then the recorded batches')
+	  or diag("$stdout\n$stderr");
+}
+
 # ------------------------------------------------------------------
 # (c) batch_history = 0: none
 # ------------------------------------------------------------------
