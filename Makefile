@@ -17,6 +17,8 @@ OBJS = \
 	src/sql/finalize.o \
 	src/sql/shard.o \
 	src/sql/probe.o \
+	src/sql/ensure.o \
+	src/sql/retire.o \
 	src/sql/pauseall.o \
 	src/sql/rehearse.o \
 	src/catalogs/catalog.o \

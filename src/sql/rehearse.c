@@ -10,7 +10,8 @@
  * member of its run_as (BF016) and that run_as can log in, starts a "pg_backfill rehearsal" worker (workers/rehearsal.c) with
  * a shared memory segment to answer in, waits for it to stop, and
  * returns one row per rehearsed batch and a last row, kind
- * 'projection', for the whole pass (engine/rehearse.c).  No free
+ * 'projection', for the whole pass (engine/rehearse.c).  A retired
+ * backfill is refused (BF041), as its runs are.  No free
  * background worker slot is BF038; batches outside 1..100 are BF043.  A
  * cancel of the caller stops the worker.
  *
@@ -67,6 +68,7 @@ rehearse_target(const char *name)
 				 errmsg("backfill \"%s\" is not declared", name),
 				 errhint("backfill_pending() lists the declared backfills.")));
 	check_backfill_member(name, owner);
+	check_not_retired(name, "be rehearsed");
 	/* a REVOKE since the declaration takes effect here too, as at a lane's start */
 	tenancy_check_run_as(name, owner, run_as);
 	check_role_can_login(name, run_as);
