@@ -21,7 +21,7 @@
 #  (d) Refusals: batches 0 and 101 are BF043 with a hint; an unknown
 #      backfill BF002; a role not a member of the owner BF016; an owner no
 #      longer a member of its run_as BF016 (rehearsed as run_as before the
-#      REVOKE); the CLI's
+#      REVOKE); a retired backfill BF041; the CLI's
 #      `pg_backfill rehearse NAME` prints the batches and the projection.
 #  (f) A partitioned table with a composite key: three batches at the
 #      start, middle and end, each a leaf's, nothing stays.
@@ -199,6 +199,20 @@ $node->safe_psql('postgres', q{REVOKE lanes FROM ann});
 	SELECT * FROM backfill_rehearse('ann_fill')});
 like($err, qr/BF016: permission denied to run backfill "ann_fill" as role "lanes"/,
 	'(d) once ann is no longer a member of lanes: BF016');
+
+# a retired backfill: refused as its runs are (BF041)
+$node->safe_psql('postgres', q{
+	CREATE TABLE tiny (id int PRIMARY KEY, c int);
+	INSERT INTO tiny SELECT g, NULL FROM generate_series(1, 10) g;
+	SELECT backfill_declare(name => 'tiny', relation => 'tiny', predicate => 'c IS NULL',
+		set => 'c = 1', rate => 100);
+});
+my $tiny_run = sq($node, q{SELECT backfill_run('tiny')});
+is(wait_pass_end($node, $tiny_run, 60), 'completed', '(d) tiny completed');
+sq($node, q{SELECT backfill_retire('tiny')});
+($rc, $out, $err) = $node->psql('postgres', q{\set VERBOSITY verbose
+	SELECT * FROM backfill_rehearse('tiny')});
+like($err, qr/BF041/, '(d) a retired backfill: BF041');
 
 my $cli = $ENV{PG_BACKFILL_CLI};
 if (!defined $cli || $cli eq '')
