@@ -21,6 +21,7 @@ OBJS = \
 	src/sql/ensure.o \
 	src/sql/retire.o \
 	src/sql/pauseall.o \
+	src/sql/rehearse.o \
 	src/catalogs/catalog.o \
 	src/catalogs/declaration.o \
 	src/catalogs/identity.o \
@@ -35,6 +36,8 @@ OBJS = \
 	src/engine/pass.o \
 	src/engine/estimate.o \
 	src/engine/batch.o \
+	src/engine/history.o \
+	src/engine/rehearse.o \
 	src/engine/pagecycle.o \
 	src/engine/poison.o \
 	src/engine/work.o \
@@ -48,6 +51,7 @@ OBJS = \
 	src/workers/scheduler.o \
 	src/workers/lane.o \
 	src/workers/probe.o \
+	src/workers/rehearsal.o \
 	src/xact.o \
 	src/advisory.o \
 	src/worker.o \

@@ -1171,3 +1171,109 @@ EXCEPTION WHEN OTHERS THEN
     sampled := NULL;
 END
 $$;
+
+/* ---- issue 28: a rehearsal that rolls back (point 1), a batch history (point 3) ---- */
+
+/*
+ * The last backfill.batch_history batches of each pass (100 by default; 0
+ * records none): written by the batch's own transaction, with its
+ * checkpoint, so it is exactly as durable as the checkpoint; older rows of
+ * the pass are pruned in the same transaction every 16th batch of a lane
+ * (history.c), and backfill_batches shows the newest batch_history.  seq
+ * orders a pass's batches
+ * (one sequence for every pass).  Read by whoever may read the pass's
+ * ledger row (the owner's members, pg_monitor).
+ */
+CREATE TABLE backfill.batch (
+    run_id      bigint NOT NULL,
+    seq         bigint NOT NULL,
+    part_no     integer NOT NULL,
+    first_key   text,                    -- the batch's first key (a page: the cursor it was asked after)
+    last_key    text,                    -- its last key: the cursor its checkpoint wrote
+    rows        bigint NOT NULL,
+    ms          double precision NOT NULL,   -- key scan and action
+    wal_bytes   bigint NOT NULL,             -- WAL its lane wrote since the last batch
+    batch_size  integer NOT NULL,
+    throttle    text,                        -- why the lane held back before it, or NULL
+    at          timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (run_id, seq)
+);
+CREATE SEQUENCE backfill.batch_seq;
+ALTER TABLE backfill.batch ALTER COLUMN seq SET DEFAULT pg_catalog.nextval('backfill.batch_seq');
+REVOKE ALL ON backfill.batch FROM PUBLIC;
+GRANT SELECT ON backfill.batch TO PUBLIC;
+ALTER TABLE backfill.batch ENABLE ROW LEVEL SECURITY;
+CREATE POLICY batch_member ON backfill.batch FOR SELECT
+    USING (EXISTS (SELECT 1 FROM backfill.ledger l WHERE l.run_id = batch.run_id));
+COMMENT ON TABLE backfill.batch IS
+'the last backfill.batch_history batches of each pass: partition, key range, rows, ms, WAL, batch size, throttle';
+
+CREATE FUNCTION backfill_batches(name text, run_id bigint DEFAULT NULL)
+RETURNS TABLE (
+    run_id      bigint,
+    seq         bigint,
+    part_no     integer,
+    first_key   text,
+    last_key    text,
+    rows        bigint,
+    ms          double precision,
+    wal_bytes   bigint,
+    batch_size  integer,
+    throttle    text,
+    at          timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH r AS (
+        SELECT coalesce($2, (SELECT max(l.run_id) FROM backfill.ledger l
+                              WHERE l.declaration = $1)) AS run_id
+    ),
+    k AS (
+        SELECT b.* FROM backfill.batch b, r
+         WHERE b.run_id = r.run_id
+           AND EXISTS (SELECT 1 FROM backfill.ledger l
+                        WHERE l.run_id = b.run_id AND l.declaration = $1)
+         ORDER BY b.seq DESC
+         LIMIT (SELECT NULLIF(greatest(pg_catalog.current_setting('backfill.batch_history',
+                                                                   true)::integer, 0), 0))
+    )
+    SELECT k.run_id, k.seq, k.part_no, k.first_key, k.last_key, k.rows, k.ms, k.wal_bytes,
+           k.batch_size, k.throttle, k.at
+      FROM k ORDER BY k.seq;
+$$;
+COMMENT ON FUNCTION backfill_batches(text, bigint) IS
+'the newest backfill.batch_history recorded batches of a backfill''s newest pass, or of run_id, oldest first';
+
+/*
+ * backfill_rehearse(name, batches): up to that many real batches of the
+ * declaration, spread over its key space, each rolled back, run in a
+ * "pg_backfill rehearsal" worker logged in as its run_as role (restricted,
+ * the lanes' settings); nothing persists.  One row per batch (kind
+ * 'batch'), then one row (kind 'projection') for the whole pass at the
+ * declared rate, lanes and batch size: rows is the estimate of the rows
+ * to do, batch the batches, ms the duration, wal_bytes the WAL, and
+ * assumptions what the projection assumes.
+ */
+CREATE FUNCTION backfill_rehearse(name text, batches integer DEFAULT 5)
+RETURNS TABLE (
+    kind           text,
+    batch          integer,
+    "position"     text,
+    first_key      text,
+    last_key       text,
+    rows           bigint,
+    ms             double precision,
+    wal_bytes      bigint,
+    shared_hit     bigint,
+    shared_read    bigint,
+    locks          text[],
+    key_scan_index boolean,
+    action_index   boolean,
+    key_scan_plan  text,
+    action_plan    text,
+    error          text,
+    assumptions    text)
+LANGUAGE C VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'backfill_rehearse';
+COMMENT ON FUNCTION backfill_rehearse(text, integer) IS
+'run up to batches real batches of a backfill, spread over its key space, each rolled back, in a worker as its role; per batch its rows, time, WAL, buffers, locks and plans, then a projection of the whole pass';

@@ -324,6 +324,16 @@ SELECT to_regprocedure('backfill.estimate_rows_checked(regclass, text, integer)'
        AS has_checked_estimate,
        pg_get_function_arguments('backfill.citus_estimate_rows(regclass, text)'::regprocedure)
        AS citus_estimate_arguments;
+-- 0.6 also keeps the last batches of each pass (backfill.batch_history) and
+-- rehearses a backfill (issue 28)
+SELECT to_regclass('backfill.batch') IS NOT NULL AS has_batch_history,
+       to_regprocedure('backfill_batches(text, bigint)') IS NOT NULL AS has_batches,
+       to_regprocedure('backfill_rehearse(text, integer)') IS NOT NULL AS has_rehearse,
+       current_setting('backfill.batch_history') AS batch_history;
+\set VERBOSITY default
+SELECT * FROM backfill_rehearse('upgrade_fill', 0);
+SELECT * FROM backfill_rehearse('upgrade_fill', 101);
+SELECT * FROM backfill_rehearse('upgrade_nothing');
 
 -- a fresh install gets the same objects as the upgraded one
 SET client_min_messages = warning;
@@ -333,4 +343,6 @@ RESET client_min_messages;
 SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
 SELECT count(*) AS outbox_objects FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'backfill' AND c.relname LIKE 'outbox%';
+SELECT count(*) AS batch_objects FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'backfill' AND c.relname LIKE 'batch%';
 DROP TABLE upgrade_items;

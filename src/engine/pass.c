@@ -450,6 +450,72 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 	return ok;
 }
 
+/*
+ * The declaration as it is now, loaded into a Pass of no run (run_id 0),
+ * for a rehearsal (rehearse.c), in a process logged in as its run_as:
+ * its statements, pacing and settings, the relation's name now and the
+ * key's I/O, the search_path applied for the process.  Raises what the
+ * reason it cannot be rehearsed is: not declared (BF002), a pages source
+ * (BF001), scoped (BF028), the relation dropped (42P01).
+ */
+void
+pass_load_declared(Pass *pass, const char *name, MemoryContext cxt)
+{
+	CatalogScope scope;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+	Declaration decl;
+	bool		found;
+
+	memset(pass, 0, sizeof(Pass));
+	pass->cxt = cxt;
+	worker_begin_xact("pg_backfill rehearsal: loading the declaration");
+	catalog_enter(&scope);
+	found = catalog_exec(psprintf("SELECT %s FROM backfill.declaration d WHERE d.name = $1",
+								  declaration_select_list("d")),
+						 1, types, values, NULL, SPI_OK_SELECT) == 1 &&
+		declaration_read(0, &decl, cxt);
+	catalog_leave(&scope);
+	if (!found)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_UNKNOWN),
+				 errmsg("backfill \"%s\" is not declared", name),
+				 errhint("backfill_pending() lists the declared backfills.")));
+	if (OidIsValid(decl.pages_fn))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" reads a pages source, which is not rehearsed", name),
+				 errdetail("A page's cursor comes from the page before it: its batches cannot "
+						   "be spread over a key space."),
+				 errhint("Rehearse a backfill over a table.")));
+	if (decl.scope != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SCOPED),
+				 errmsg("backfill \"%s\" is scoped, which is not rehearsed", name),
+				 errdetail("Its predicate and action read the input of a run."),
+				 errhint("Rehearse a backfill that is not scoped.")));
+	if (get_rel_name(decl.relid) == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("the relation of backfill \"%s\" was dropped", name),
+				 errhint("Declare the backfill again over the table.")));
+	pass->name = pass_strdup(pass, name);
+	pass->ledger_name = pass->name;
+	pass->checksum = pass_strdup(pass, decl.checksum);
+	pass_take_declaration(pass, &decl, false);
+	(void) pass_resolve_source(pass);
+	pass->keyset.nkeys = 1;
+	if (decl.key_columns != NULL)
+	{
+		pass->keyset.name = pass->name;
+		pass->keyset.relid = pass->relid;
+		pass->keyset.relation = pass->relation;
+		keyset_resolve(&pass->keyset, decl.key_columns, decl.key_types, pass->cxt);
+	}
+	worker_commit_xact();
+	searchpath_apply(decl.search_path, GUC_ACTION_SET);
+}
+
 /* what planning a pass found: its partitions' bounds and the rows to do */
 typedef struct PassPlan
 {

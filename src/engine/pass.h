@@ -161,6 +161,7 @@ typedef enum BatchOutcome
 #define LANE_START()	MyStartTimestamp
 
 extern bool pass_load(Pass *pass, int64 run_id, MemoryContext cxt);
+extern void pass_load_declared(Pass *pass, const char *name, MemoryContext cxt);
 extern void pass_plan(Pass *pass);
 extern bool pass_claim(Pass *pass, Claim *claim);
 extern void pass_claim_read_keys(Pass *pass, Claim *claim);
