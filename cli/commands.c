@@ -39,8 +39,9 @@ cmd_pending(void)
 		"       array_to_string(environments, ',') AS environments,"
 		"       left(checksum, 12) AS checksum, blocked_by"
 		"  FROM %s.backfill_pending() ORDER BY name");
-	static const char *const gate[] = {"pending", "blocked", "failed", "stalled", "changed",
-	"completed_with_failures", "drifted", "reverting", "reverted", NULL};
+	/* done: every other state (running included) keeps the gate red */
+	static const char *const done[] = {"completed", "retired", "not-in-this-environment",
+	"orphaned", NULL};
 	PGresult   *res = must_query(sql, 0, NULL);
 	int			not_done = 0;
 
@@ -51,14 +52,15 @@ cmd_pending(void)
 	for (int r = 0; r < PQntuples(res); r++)
 	{
 		const char *state = PQgetvalue(res, r, 1);
+		bool		is_done = false;
 
-		for (int g = 0; gate[g]; g++)
-			if (strcmp(state, gate[g]) == 0)
-			{
-				if (not_done++ == 0)
-					fprintf(stderr, "%s: not done:", progname);
-				fprintf(stderr, " %s (%s)", PQgetvalue(res, r, 0), state);
-			}
+		for (int d = 0; done[d]; d++)
+			is_done |= (strcmp(state, done[d]) == 0);
+		if (is_done)
+			continue;
+		if (not_done++ == 0)
+			fprintf(stderr, "%s: not done:", progname);
+		fprintf(stderr, " %s (%s)", PQgetvalue(res, r, 0), state);
 	}
 	if (not_done > 0)
 		fputc('\n', stderr);

@@ -585,6 +585,8 @@ check_dropped_after_revert(Target *t, int64 rows)
 
 	if (!has_unreverted_rows(t->name))
 		return;
+	/* a retired backfill keeps its declaration: its record, never reverted */
+	check_not_retired(t->name, "be dropped: its declaration stays as the record of its work");
 	catalog_enter(&scope);
 	has_revert = declaration_lock(t->name, &decl) && decl.revert != NULL;
 	catalog_leave(&scope);

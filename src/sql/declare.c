@@ -741,7 +741,7 @@ read_wal_budget(const DeclareArgs *a, const char *name)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
 				 errmsg("max_wal_rate of backfill \"%s\" is not a size from 1kB to 2GB", name),
-				 errdetail("It was given as \"%s\"%s%s.", given, hint ? ": " : "", hint ? hint : ""),
+				 errdetail("It was given as \"%s\"%s%s", given, hint ? ": " : ".", hint ? hint : ""),
 				 errhint("Give the WAL bytes per second as PostgreSQL sizes are written, "
 						 "for example max_wal_rate => '20MB' (units B, kB, MB, GB).")));
 	return bytes;
@@ -1013,7 +1013,15 @@ check_batch_statement(const Declaration *d, const char *what, const char *sql,
 	SPIPlanPtr	plan;
 
 	if (d->key_columns == NULL)
-		return check_statement(d->name, what, sql, types, 2, NULL, one_column_hint);
+	{
+		plan = check_statement(d->name, what, sql, types, 2, NULL, one_column_hint);
+		key.nkeys = 1;
+		key.columns = (char **) palloc(sizeof(char *));
+		key.columns[0] = d->key_column;
+		key.types[0] = d->key_type;
+		key_check_action(d->name, what, sql, &key);
+		return plan;
+	}
 	key_from_declaration(d, &key);
 	for (int i = 0; i < 2 * key.nkeys; i++)
 		types[i] = key.types[i % key.nkeys];
@@ -1114,6 +1122,12 @@ check_statements(const Declaration *d)
 	if (OidIsValid(d->pages_fn))
 		check_statement(d->name, "the action", d->action, jsonb_type, 1, NULL,
 						"Write one DML statement; $1 is the page's rows as a jsonb array.");
+	else if (d->action_set != NULL)
+		action_check_guard(d, predicate_plan,
+						   check_batch_statement(d, "set", d->action,
+												 "Pass only what follows SET, assignments over "
+												 "the table's columns, such as set => "
+												 "'total_cents = total * 100'."));
 	else
 		action_check_guard(d, predicate_plan,
 						   check_batch_statement(d, "the action", d->action,

@@ -372,8 +372,16 @@ key_check_action(const char *name, const char *what, const char *action,
 			ereport(ERROR,
 					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
 					 errmsg("%s of backfill \"%s\" does not use $%d", what, name, i + 1),
+					 k == 1 ?
+					 errdetail("A batch gets its first key as $1 and its last as $2: a statement "
+							   "that does not bound itself by both would do rows outside its "
+							   "batch, which the ledger would not count.") :
 					 errdetail("The key (%s) has %d columns: the action gets the batch's first "
 							   "key as %s and its last as %s.", key_list(k, key->columns), k,
 							   param_list(k, 1), param_list(k, k + 1)),
+					 k == 1 ?
+					 errhint("Write the range as WHERE %s BETWEEN $1 AND $2 (and repeat the "
+							 "predicate), or declare set => '...' and let the engine write the "
+							 "statement.", quote_identifier(key->columns[0])) :
 					 errhint("Write the range as %s.", key_action_form(k, key->columns))));
 }

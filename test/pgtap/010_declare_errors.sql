@@ -37,7 +37,7 @@ SELECT throws_ok($$SELECT backfill_declare(E'bad\tname', 'bf010_t', 'c IS NULL',
                  'BF012', NULL, 'name with a control character: BF012');
 SELECT throws_ok($$SELECT backfill_declare(repeat('b', 201), 'bf010_t', 'c IS NULL', 'SELECT 1')$$,
                  'BF012', NULL, 'name of 201 bytes: BF012');
-SELECT lives_ok($$SELECT backfill_declare(repeat('b', 200), 'bf010_t', 'c IS NULL', 'SELECT 1')$$,
+SELECT lives_ok($$SELECT backfill_declare(repeat('b', 200), 'bf010_t', 'c IS NULL', 'SELECT $1, $2')$$,
                 'name of 200 bytes is accepted (the limit is inclusive)');
 SELECT lives_ok($$DELETE FROM backfill.declaration WHERE name = repeat('b', 200)$$,
                 'remove the 200-byte declaration again');
@@ -195,6 +195,31 @@ SELECT throws_ok($$SELECT backfill_declare('bad_act_commit', 'bf010_t', 'c IS NU
                  'BF001', NULL, 'transaction control as the action: BF001');
 SELECT is((SELECT count(*) FROM backfill.declaration WHERE name IN ('bad_pred_comment', 'bad_act_commit')),
           0::bigint, 'neither was stored');
+
+-- an action that does not bound itself by the batch's range ($1 and $2) is
+-- refused: it would do rows outside its batch, which the ledger would not
+-- count (a new user's UPDATE ... WHERE (c IS NULL) did every row in one batch)
+SELECT results_eq(
+    $$SELECT state, message LIKE '%does not use $1%', hint LIKE '%BETWEEN $1 AND $2%'
+        FROM pg_temp.bf_error($q$SELECT backfill_declare('bad_norange', 'bf010_t', 'c IS NULL',
+                                    'UPDATE bf010_t SET c = 1 WHERE (c IS NULL)')$q$)$$,
+    $$VALUES ('BF001', true, true)$$,
+    'an action with no key range: BF001, the hint writes the range');
+SELECT results_eq(
+    $$SELECT state, message LIKE '%does not use $2%'
+        FROM pg_temp.bf_error($q$SELECT backfill_declare('bad_halfrange', 'bf010_t', 'c IS NULL',
+                                    'UPDATE bf010_t SET c = 1 WHERE id >= $1 AND (c IS NULL)')$q$)$$,
+    $$VALUES ('BF001', true)$$,
+    'an action with only $1: BF001 names $2');
+SELECT results_eq(
+    $$SELECT state, message LIKE '%does not use $1%'
+        FROM pg_temp.bf_error($q$SELECT backfill_declare('bad_revert_range', 'bf010_t', 'c IS NULL',
+                                    'UPDATE bf010_t SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
+                                    revert => 'UPDATE bf010_t SET c = NULL')$q$)$$,
+    $$VALUES ('BF001', true)$$,
+    'a revert with no key range: BF001');
+SELECT is((SELECT count(*) FROM backfill.declaration WHERE name LIKE 'bad_%range%'), 0::bigint,
+          'none of them stored');
 
 SELECT * FROM finish();
 

@@ -318,6 +318,10 @@ is("$rc $out", "0 unchanged\n", 'pause again: unchanged');
 ($rc, $out, $err) = cli('status', 'steer');
 like($out, qr/^paused:\s+true$/m, 'status: paused');
 like($out, qr/^status:\s+running$/m, 'status: still running');
+# a deploy gate is red while a pass runs (paused or not): running is not done
+($rc, $out, $err) = cli('pending');
+is($rc, 3, 'pending exits 3 while a pass runs');
+like($err, qr/not done:.* steer \(running\)/, 'pending names the running backfill');
 
 ($rc, $out, $err) = cli('resume', 'steer');
 is("$rc $out", "0 changed\n", 'resume: changed');

@@ -230,6 +230,12 @@ like($node->safe_psql('postgres', q{BEGIN; SELECT backfill_ensure_complete('fd')
 is($node->safe_psql('postgres', q{SELECT state FROM backfill_pending() WHERE name = 'fd'}), 'retired',
 	'(e) pending: retired');
 
+# a retired backfill that wrote rows is not dropped: BF041, not BF009 with a
+# hint to revert what cannot be reverted
+($rc, $out, $err) = psql_verbose(q{SELECT backfill_drop('fd')});
+like($err, qr/BF041.*is retired: it cannot be dropped/s, '(e) drop of a retired backfill: BF041');
+unlike($err, qr/backfill_revert/, '(e) its hint does not send to backfill_revert');
+
 # the gate: fe never ran (dropped), fr wrote no row (dropped), fd retired
 $node->safe_psql('postgres', q{SELECT backfill_drop('fe'), backfill_drop('fr')});
 my ($co, $ce) = ('', '');
