@@ -73,9 +73,11 @@
 #include "config.h"
 #include "backoff.h"
 #include "catalog.h"
+#include "condition.h"
 #include "health.h"
 #include "pacing.h"
 #include "shmem.h"
+#include "windows.h"
 #include "xact.h"
 
 void
@@ -282,8 +284,39 @@ read_health(Pass *pass, Claim *claim)
 	return outcome;
 }
 
+/* why the lane holds back: a switch for all or the health first, then throttle_when */
+static char *
+hold_reason(Pass *pass, Claim *claim)
+{
+	char	   *reason = health_reason(&claim->health, pass->relation);
+
+	return reason ? reason : condition_reason(pass);
+}
+
 /*
- * Hold back while the health, or a switch for all, says so: the reason in
+ * Outside every window of the pass (windows.c): the lane gives its
+ * partition back at its checkpoint and ends (true); the scheduler starts
+ * lanes again at the next window's start, and backfill_status says when.
+ */
+static bool
+leave_outside_windows(Pass *pass, Claim *claim)
+{
+	TimestampTz next;
+
+	if (pass->windows == NULL || windows_inside(pass->windows, GetCurrentTimestamp(), &next))
+		return false;
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT ": outside its windows, the lane gives "
+					"partition %d back at its checkpoint", pass->name, pass->run_id,
+					claim->part_no),
+			 errdetail("The next window starts at %s.", timestamptz_to_str(next))));
+	pacing_say_throttle(pass, claim, NULL);
+	pass_release(pass, claim);
+	return true;
+}
+
+/*
+ * Hold back while the health, a switch for all or throttle_when says so: the reason in
  * backfill_status (and the log when it changes), the reading taken again
  * after each backfill.throttle_delay.  *said is what the lane said last.
  * BATCH_DONE once it may go on, else BATCH_PAUSED / BATCH_STOP.
@@ -293,9 +326,12 @@ hold_while_unhealthy(Pass *pass, Claim *claim, char **said)
 {
 	char	   *reason;
 
-	while ((reason = health_reason(&claim->health, pass->relation)) != NULL)
+	while ((reason = hold_reason(pass, claim)) != NULL)
 	{
 		BatchOutcome outcome;
+
+		if (leave_outside_windows(pass, claim))
+			return BATCH_STOP;
 
 		if (*said == NULL || strcmp(*said, reason) != 0)
 		{
@@ -399,6 +435,8 @@ pacing_before_batch(Pass *pass, Claim *claim)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
+		if (leave_outside_windows(pass, claim))
+			return BATCH_STOP;
 		if (!claim->health_fresh)
 			outcome = read_health(pass, claim);
 		if (outcome == BATCH_DONE)

@@ -67,6 +67,14 @@ typedef struct Pass
 	struct PageCycle *page_cycle;	/* the cursors of this claim's pages (pagecycle.c) */
 	int			page_cycle_claim;	/* the claim page_cycle is of */
 
+	/* when its lanes may work (condition.c, windows.c) */
+	Oid			run_as;			/* the lanes' role */
+	char	   *search_path;	/* the declaration's */
+	char	   *throttle_when;	/* the user's condition, or NULL */
+	struct Windows *windows;	/* the time windows, or NULL: always */
+	TimestampTz condition_at;	/* when this lane last evaluated throttle_when */
+	char	   *condition_said; /* why it held then, or NULL */
+
 	/* key type I/O, to store cursors as text */
 	Oid			key_input;
 	Oid			key_ioparam;
