@@ -46,6 +46,15 @@
  * during a hold holds too.  Either way it says why in backfill_status
  * (partition.throttle).
  *
+ * The user's condition (condition.c): the declaration's throttle_when,
+ * true or failing, holds the lane as the health does, read with it; its
+ * answer is the pass's, at most once a second.  Time windows (windows.c):
+ * before each batch, and while holding, a lane outside every window gives
+ * its partition back at its checkpoint and ends (BATCH_STOP, the pass
+ * still running); the scheduler starts lanes again at the next window's
+ * start.  Both are read again at every hold and wake, so a new declaration
+ * applies to running lanes.
+ *
  * Foreground (backfill.foreground_throttle): every batch samples how many
  * client sessions are at work (health.c).  While they are as many as half
  * the cores (at least one), each fresh sample halves the share of its time
@@ -223,6 +232,54 @@ pacing_say_throttle(Pass *pass, Claim *claim, const char *reason)
 	" LEFT JOIN backfill.declaration d ON d.name = l.declaration" \
 	" WHERE l.run_id = $1"
 
+/* two texts alike, NULL alike */
+static bool
+text_alike(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/*
+ * The declaration's throttle_when and windows as they are now (in a
+ * transaction, inside a catalog scope, under catalogs that have them): a
+ * new declaration applies to a lane at its next wake or hold.
+ */
+static void
+reread_when(Pass *pass)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(pass->name)};
+	char	   *condition;
+	char	   *windows_said;
+	bool		isnull;
+	Datum		windows;
+	MemoryContext old;
+
+	if (!catalog_has_column("declaration", "windows") ||
+		catalog_exec("SELECT throttle_when, windows::text || ' in ' || window_time_zone, windows,"
+					 "  window_time_zone FROM backfill.declaration WHERE name = $1",
+					 1, types, values, NULL, SPI_OK_SELECT) == 0)
+		return;
+	condition = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	windows_said = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	/* only what changed is taken again: a held lane reads this every throttle_delay */
+	old = MemoryContextSwitchTo(pass->cxt);
+	if (!text_alike(condition, pass->throttle_when))
+	{
+		pass->throttle_when = condition ? pstrdup(condition) : NULL;
+		pass->condition_at = 0;
+	}
+	if (!text_alike(windows_said, pass->windows_said))
+	{
+		windows = catalog_getdatum(0, 3, &isnull);
+		pass->windows_said = windows_said ? pstrdup(windows_said) : NULL;
+		pass->windows = isnull ? NULL :
+			windows_parse(pass->name, DatumGetArrayTypeP(windows),
+						  SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4));
+	}
+	MemoryContextSwitchTo(old);
+}
+
 /*
  * The pass as it is now (in a transaction, inside a catalog scope):
  * BATCH_DONE while it runs, else BATCH_PAUSED or BATCH_STOP.  With
@@ -250,6 +307,7 @@ read_pass_state(Pass *pass, bool reread)
 	d = catalog_getdatum(0, 4, &isnull);
 	if (reread && !isnull)
 		pass->batch_size = DatumGetInt32(d);
+	reread_when(pass);
 	if (!running)
 		return BATCH_STOP;
 	return paused ? BATCH_PAUSED : BATCH_DONE;

@@ -196,6 +196,7 @@ pass_take_declaration(Pass *pass, const Declaration *d, bool reverting)
 		MemoryContext old = MemoryContextSwitchTo(pass->cxt);
 
 		pass->windows = windows_parse(d->name, d->windows, d->window_time_zone);
+		pass->windows_said = NULL;	/* read again at the first hold or wake */
 		MemoryContextSwitchTo(old);
 	}
 }

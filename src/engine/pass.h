@@ -72,6 +72,7 @@ typedef struct Pass
 	char	   *search_path;	/* the declaration's */
 	char	   *throttle_when;	/* the user's condition, or NULL */
 	struct Windows *windows;	/* the time windows, or NULL: always */
+	char	   *windows_said;	/* as the lane last read them, "{...} in zone" */
 	TimestampTz condition_at;	/* when this lane last evaluated throttle_when */
 	char	   *condition_said; /* why it held then, or NULL */
 
@@ -160,7 +161,8 @@ typedef enum BatchOutcome
 	BATCH_DONE,					/* committed; more may follow */
 	BATCH_PARTITION_DONE,		/* nothing left in the partition */
 	BATCH_PAUSED,				/* committed; the pass is paused: release and stop */
-	BATCH_STOP					/* the pass is no longer running: stop */
+	BATCH_STOP					/* the pass is no longer running, or the lane gave its
+								 * partition back outside the time windows: stop */
 } BatchOutcome;
 
 /* the lane's backend identity, which a lease records */

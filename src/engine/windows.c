@@ -14,7 +14,9 @@
  *
  * The lanes (pacing.c) and the scheduler ask windows_inside before work;
  * backfill_status asks backfill.window_at for the next start.  Nothing here
- * runs SQL: the scheduler's loop and reports may call it.
+ * runs SQL: the scheduler's loop and reports may call it.  A test moves
+ * the clock windows are judged by with backfill.windows_clock_offset
+ * (seconds; 0 in production), for every caller at once.
  *
  *-------------------------------------------------------------------------
  */
@@ -30,6 +32,7 @@
 #include "utils/datetime.h"
 #include "utils/timestamp.h"
 
+#include "config.h"
 #include "errors.h"
 #include "windows.h"
 
@@ -258,6 +261,8 @@ windows_inside(const Windows *windows, TimestampTz t, TimestampTz *next_start)
 	*next_start = 0;
 	if (windows->n == 0)
 		return true;
+	/* a test's clock (backfill.windows_clock_offset), given back in next_start */
+	t += (TimestampTz) backfill_windows_clock_offset * USECS_PER_SEC;
 	local_day_minute(t, windows->tz, &julian, &minute);
 	for (int i = 0; i < windows->n; i++)
 	{
@@ -282,6 +287,7 @@ windows_inside(const Windows *windows, TimestampTz t, TimestampTz *next_start)
 			start = local_to_timestamptz(julian + ahead, w->start_min, windows->tz);
 			if (start > t)
 			{
+				start -= (TimestampTz) backfill_windows_clock_offset * USECS_PER_SEC;
 				if (*next_start == 0 || start < *next_start)
 					*next_start = start;
 				break;
