@@ -46,9 +46,14 @@ SELECT (backfill.window_at(NULL, 'UTC', '2026-12-05 03:00+00')).*;
 
 -- refusals: BF011 with the accepted form in the hint
 CREATE TABLE win_t (id int PRIMARY KEY, c int);
-\set VERBOSITY verbose
+-- the SQLSTATEs first, then the messages with their hints
+\set VERBOSITY sqlstate
 SELECT backfill_declare('win_bad', 'win_t', 'c IS NULL', set => 'c = 1', windows => '{"Mon-Fri 22-6"}');
+SELECT backfill_declare('win_bad', 'win_t', 'c IS NULL', set => 'c = 1', windows => '{"Sat-Sun"}',
+                        window_time_zone => 'Mars/Olympus_Mons');
+SELECT backfill_declare('win_bad', 'win_t', 'c IS NULL', set => 'c = 1', throttle_when => '1 + 1');
 \set VERBOSITY default
+SELECT backfill_declare('win_bad', 'win_t', 'c IS NULL', set => 'c = 1', windows => '{"Mon-Fri 22-6"}');
 SELECT backfill_declare('win_bad', 'win_t', 'c IS NULL', set => 'c = 1', windows => '{"Mon-Fry"}');
 SELECT backfill_declare('win_bad', 'win_t', 'c IS NULL', set => 'c = 1', windows => '{"Mon 10:00-10:00"}');
 SELECT backfill_declare('win_bad', 'win_t', 'c IS NULL', set => 'c = 1', windows => '{"25:00-26:00"}');
