@@ -23,6 +23,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -41,6 +42,7 @@
 #include "utils/acl.h"
 #include "utils/regproc.h"
 #include "utils/array.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "parser/parse_func.h"
@@ -1222,6 +1224,16 @@ check_throttle_when(const Declaration *d)
 	PG_END_TRY();
 }
 
+/* two text[] alike, NULL alike */
+static bool
+text_array_alike(ArrayType *a, ArrayType *b)
+{
+	if (a == NULL || b == NULL)
+		return a == NULL && b == NULL;
+	return DatumGetBool(OidFunctionCall2Coll(F_ARRAY_EQ, DEFAULT_COLLATION_OID,
+											 PointerGetDatum(a), PointerGetDatum(b)));
+}
+
 /* two texts alike, NULL alike */
 static bool
 text_equal(const char *a, const char *b)
@@ -1264,6 +1276,9 @@ check_redeclaration(const Declaration *d)
 				 errhint("Choose another name, or re-declare it as a member of that role.")));
 	if (running)
 		backfill_wake_lanes_at_commit(0, false);
+	/* new windows: the scheduler looks again at once (it may sleep until a window's start) */
+	if (running && !text_array_alike(old.windows, d->windows))
+		backfill_wake_scheduler_at_commit();
 	if (running && strcmp(old.checksum, d->checksum) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_CHANGED),

@@ -289,6 +289,16 @@ is(sq($node, qq{SELECT l.status, r.paused, l.error_code IS NULL, r.last_error IS
 is(sq($node, qq{SELECT count(*) FROM backfill.partition WHERE run_id = $win_run AND state = 'failed'}),
 	'0', 'window: no partition failed');
 
+# declared again as it was (the windows compared, unchanged): still waiting
+sq($node, q{
+	SELECT backfill_declare(name => 'win', relation => 'wt', predicate => 'n = 0',
+		action => 'UPDATE wt SET n = n + 1 WHERE id BETWEEN $1 AND $2',
+		batch_size => 50, rate => 4, max_parallel => 2, guard => false, run_as => 'lane_r',
+		windows => '{"03:00-03:01", "03:03-06:00"}', window_time_zone => 'UTC');
+});
+like(sq($node, q{SELECT throttle FROM backfill_status('win')}),
+	qr/^window: waiting for a window \(next at /, 'window: declared again, still waiting');
+
 # the client follows the waiting pass: its progress line says why
 SKIP:
 {
