@@ -11,7 +11,9 @@
 #      evaluations: an upper bound only);
 #  (2) an error holds and is shown ('error'); the hostile ones are bounded
 #      and run as run_as, restricted: one that loops is ended by
-#      backfill.probe_timeout (57014), one that reads a table of another
+#      backfill.probe_timeout (57014), so is one that sleeps, one that waits
+#      for a lock a session holds is ended by backfill.probe_lock_timeout
+#      (55P03), one that reads a table of another
 #      role is refused (42501, so it runs as run_as, not as the superuser
 #      who declared it), one that creates a temporary table is refused
 #      (security-restricted), one that says who it runs as names run_as;
@@ -50,6 +52,7 @@ if (!defined $cli || $cli eq '')
 my $node = BackfillTest::node('pace_when', crash_restart => 1,
 	extra_conf => "backfill.throttle_delay = 200\n"
 	  . "backfill.probe_timeout = 500\n"
+	  . "backfill.probe_lock_timeout = 200\n"
 	  . "autovacuum = off\n");
 $BackfillTest::poll_interval = 0.1;
 sq($node, 'CREATE EXTENSION pg_backfill');
@@ -116,6 +119,8 @@ sq($node, q{
 	GRANT SELECT ON bf_ops.mode TO lane_r;
 	CREATE SEQUENCE bf_ops.calls;
 	GRANT USAGE ON SEQUENCE bf_ops.calls TO lane_r;
+	CREATE TABLE bf_ops.locked (x int);
+	GRANT SELECT ON bf_ops.locked TO lane_r;
 	CREATE TABLE bf_ops.secret (x int);
 	ALTER TABLE bf_ops.secret OWNER TO other_r;
 	CREATE FUNCTION bf_ops.check() RETURNS boolean LANGUAGE plpgsql AS $$
@@ -127,6 +132,8 @@ sq($node, q{
 	    WHEN 'hold' THEN RETURN true;
 	    WHEN 'error' THEN RAISE EXCEPTION 'ops says no';
 	    WHEN 'loop' THEN LOOP PERFORM 1; END LOOP;
+	    WHEN 'sleep' THEN PERFORM pg_sleep(30);
+	    WHEN 'lock' THEN PERFORM count(*) FROM bf_ops.locked;
 	    WHEN 'secret' THEN PERFORM count(*) FROM bf_ops.secret;
 	    WHEN 'temp' THEN CREATE TEMP TABLE bf_ops_tmp (i int);
 	    WHEN 'whoami' THEN RAISE EXCEPTION 'evaluated as %', current_user;
@@ -189,12 +196,30 @@ my @hostile = (
 		'an error in the condition' ],
 	[ 'loop', qr/^condition: throttle_when failed: canceling statement due to statement timeout \(SQLSTATE 57014\)/,
 		'a condition that loops (statement timeout)' ],
+	[ 'sleep', qr/^condition: throttle_when failed: canceling statement due to statement timeout \(SQLSTATE 57014\)/,
+		'a condition that sleeps (statement timeout)' ],
+	[ 'lock', qr/^condition: throttle_when failed: canceling statement due to lock timeout \(SQLSTATE 55P03\)/,
+		'a condition that waits for a lock a session holds (lock timeout)' ],
 	[ 'secret', qr/^condition: throttle_when failed: permission denied for table secret \(SQLSTATE 42501\)/,
 		'a condition that reads another role\'s table' ],
 	[ 'temp', qr/^condition: throttle_when failed: cannot create temporary table within security-restricted operation/,
 		'a condition that creates a temporary table' ],
 	[ 'whoami', qr/^condition: throttle_when failed: evaluated as lane_r \(SQLSTATE P0001\)/,
 		'a condition that says who evaluates it' ]);
+# a session holds bf_ops.locked for the 'lock' condition, all along
+my ($lock_in, $lock_out) = ('', '');
+my $locker = IPC::Run::start([ $node->installed_command('psql'), '-X', '-A', '-t',
+		'-d', $node->connstr('postgres') ], '<', \$lock_in, '>', \$lock_out, '2>', \$lock_out);
+$lock_in .= "BEGIN; LOCK TABLE bf_ops.locked; SELECT 'locked';\n";
+{
+	my $deadline = time() + 60;
+	while ($lock_out !~ /locked/ && time() < $deadline)
+	{
+		$locker->pump_nb;
+		usleep(50_000);
+	}
+	like($lock_out, qr/locked/, 'a session holds bf_ops.locked');
+}
 for my $h (@hostile)
 {
 	my ($mode, $pattern, $what) = @$h;
@@ -212,6 +237,8 @@ for my $h (@hostile)
 }
 is(sq($node, qq{SELECT status FROM backfill.ledger WHERE run_id = $cond_run}), 'running',
 	'condition: errors in the condition fail nothing');
+$lock_in .= "COMMIT;\n\\q\n";
+$locker->finish;
 
 # ------------------------------------------------------------------
 # (3) a lane killed while the condition holds it
