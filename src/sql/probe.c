@@ -62,6 +62,7 @@ probe_target(const char *name, DriftTarget *target)
 				 errmsg("backfill \"%s\" is not declared", name),
 				 errhint("backfill_pending() lists the declared backfills.")));
 	check_backfill_member(name, owner);
+	check_not_retired(name, "be probed");
 	if (!plain)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
@@ -86,75 +87,6 @@ timeout_ms_of(const char *name, Interval *timeout)
 				 errmsg("timeout to probe backfill \"%s\" must not be negative", name),
 				 errhint("Pass an interval such as '30 seconds'.")));
 	return ms;
-}
-
-/* Wait for the probe worker to stop, at most until deadline (BF039 then). */
-static void
-wait_for_probe(const char *name, BackgroundWorkerHandle *handle, TimestampTz deadline)
-{
-	pid_t		pid = 0;
-
-	while (GetBackgroundWorkerPid(handle, &pid) != BGWH_STOPPED)
-	{
-		TimestampTz now = GetCurrentTimestamp();
-		long		left_ms;
-
-		if (now >= deadline)
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_PROBE_FAILED),
-					 errmsg("the probe of backfill \"%s\" did not answer in time", name),
-					 errdetail("Its worker (PID %d) goes on, bounded by backfill.probe_timeout "
-							   "(%d ms) and backfill.probe_lock_timeout (%d ms), and records "
-							   "its answer in backfill.probe.", (int) pid,
-							   backfill_probe_timeout, backfill_probe_lock_timeout),
-					 errhint("backfill_pending() shows the answer once it is taken; or call "
-							 "backfill_probe with a longer timeout.")));
-		left_ms = (long) Min((deadline - now) / 1000 + 1, 1000);
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, left_ms,
-						 PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-}
-
-/* the probe recorded since `since`: its rows, or BF039 with its error */
-static int64
-probe_answer(const char *name, TimestampTz since)
-{
-	CatalogScope scope;
-	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
-	Datum		values[2] = {CStringGetTextDatum(name), TimestampTzGetDatum(since)};
-	bool		found;
-	char	   *code = NULL;
-	char	   *message = NULL;
-	int64		rows = 0;
-
-	catalog_enter(&scope);
-	found = catalog_exec_latest("SELECT p.found, p.error_code, p.error_message"
-								" FROM backfill.probe p"
-								" WHERE p.declaration = $1 AND p.taken_at >= $2",
-								2, types, values, NULL) == 1;
-	if (found)
-	{
-		code = catalog_gettext(0, 2);
-		message = catalog_gettext(0, 3);
-		if (code == NULL)
-			rows = catalog_getint64(0, 1);
-	}
-	catalog_leave(&scope);
-	if (!found || code != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_PROBE_FAILED),
-				 errmsg("the probe of backfill \"%s\" failed", name),
-				 found ? errdetail("It ended with SQLSTATE %s: %s (recorded in backfill.probe; "
-								   "lock_timeout %d ms, statement timeout %d ms).", code, message,
-								   backfill_probe_lock_timeout, backfill_probe_timeout) :
-				 errdetail("Its worker ended without recording an answer (the backfill was "
-						   "dropped or declared again meanwhile, or the worker failed: see "
-						   "the server log)."),
-				 errhint("Release what the predicate waits for, or make it cheaper (an index "
-						 "on the predicate), then call backfill_probe again.")));
-	return rows;
 }
 
 /*
@@ -188,8 +120,7 @@ backfill_probe(PG_FUNCTION_ARGS)
 						   "backfill's role; every slot (max_worker_processes) is in use."),
 				 errhint("Call backfill_probe again later, or raise max_worker_processes "
 						 "(a restart is needed).")));
-	wait_for_probe(name, handle, TimestampTzPlusMilliseconds(since, timeout_ms));
-	rows = probe_answer(name, since);
+	rows = probe_wait_answer(name, handle, since, TimestampTzPlusMilliseconds(since, timeout_ms));
 	SPI_finish();
 	PG_RETURN_INT64(rows);
 }

@@ -215,6 +215,30 @@ lanes_of_run(int64 run_id)
 }
 
 /*
+ * The passes fail_unbound_passes has just failed (their ledger rows end
+ * at this transaction's start) may still have lanes, started before
+ * their table or roles changed: at commit they are told to stop, as the
+ * lanes of a pass a lane fails (a batch in flight is cancelled), instead
+ * of retrying what can no longer work until their attempts run out.
+ */
+static void
+stop_lanes_of_failed_passes(void)
+{
+	if (SPI_execute("SELECT l.run_id FROM backfill.ledger l"
+					" WHERE l.status = 'failed' AND l.finished_at = pg_catalog.now()",
+					true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the passes that failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		backfill_wake_lanes_at_commit(DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+																  SPI_tuptable->tupdesc, 1,
+																  &isnull)), true);
+	}
+}
+
+/*
  * A pass whose declaration is gone, or no longer names its table and
  * roles (identity.c), gets no lane: it fails here, so no lane ever logs in
  * as a role the declaration does not name.  Versions before 0.3 lack the
@@ -232,11 +256,13 @@ fail_unbound_passes(void)
 	if (SPI_execute("SELECT backfill.fail_unbound_passes()", false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not fail the passes that cannot start");
 	if (DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
-									&isnull)) > 0)
-		ereport(LOG,
-				(errmsg("pg_backfill: failed passes whose declaration is gone or no longer "
-						"names its table and roles"),
-				 errhint("backfill_ledger shows why (BF007, BF016 or BF001).")));
+									&isnull)) == 0)
+		return;
+	stop_lanes_of_failed_passes();
+	ereport(LOG,
+			(errmsg("pg_backfill: failed passes whose declaration is gone or no longer "
+					"names its table and roles"),
+			 errhint("backfill_ledger shows why (BF007, BF016 or BF001).")));
 }
 
 /*
@@ -376,9 +402,11 @@ database_has_work(void)
 					"SELECT EXISTS (SELECT 1 FROM backfill.ledger WHERE status = 'running')",
 					0, NULL, NULL))
 		return true;
+	/* a retired backfill is watched no more */
 	if (catalog_has_column("declaration", "watch_ms") &&
 		catalog_ask("look for watched backfills",
-					"SELECT EXISTS (SELECT 1 FROM backfill.declaration WHERE watch_ms IS NOT NULL)",
+					psprintf("SELECT EXISTS (SELECT 1 FROM backfill.declaration d"
+							 " WHERE d.watch_ms IS NOT NULL AND NOT %s)", retired_sql("d")),
 					0, NULL, NULL))
 		return true;
 	return catalog_has_column("outbox", "state") &&
