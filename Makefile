@@ -44,6 +44,8 @@ OBJS = \
 	src/engine/keyset.o \
 	src/engine/leaves.o \
 	src/engine/pacing.o \
+	src/engine/windows.o \
+	src/engine/condition.o \
 	src/engine/health.o \
 	src/engine/backoff.o \
 	src/engine/drift.o \
@@ -64,7 +66,7 @@ PGFILEDESC = "pg_backfill - paced, checkpointed data backfills"
 
 # pg_regress runs in an existing database that backfill.database_names serves
 # (a launcher stays connected to it, so pg_regress must not drop it).
-REGRESS = declare run upgrade
+REGRESS = declare run windows upgrade
 REGRESS_OPTS = --use-existing
 
 # isolation specs run in their own database, which no launcher serves, so

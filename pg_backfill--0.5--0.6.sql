@@ -1277,3 +1277,242 @@ LANGUAGE C VOLATILE STRICT
 AS 'MODULE_PATHNAME', 'backfill_rehearse';
 COMMENT ON FUNCTION backfill_rehearse(text, integer) IS
 'run up to batches real batches of a backfill, spread over its key space, each rolled back, in a worker as its role; per batch its rows, time, WAL, buffers, locks and plans, then a projection of the whole pass';
+
+/* ==== the user's own condition and time windows (issue 27, points 3 and 4) ==== */
+
+/*
+ * throttle_when: one SQL boolean expression, true while the pass's lanes
+ * must hold back; a lane evaluates it (engine/condition.c) as run_as,
+ * restricted, with timeouts, at most once a second per pass.  windows: the
+ * times the lanes may work ("Mon-Fri 22:00-06:00", "Sat-Sun"), in
+ * window_time_zone (stored; backfill_declare fills in the server's
+ * TimeZone).  Tuning: none of them enters the checksum.
+ */
+ALTER TABLE backfill.declaration
+    ADD COLUMN throttle_when text,
+    ADD COLUMN windows text[],
+    ADD COLUMN window_time_zone text;
+
+/*
+ * Whether a time is inside one of the windows, and the next start after
+ * it: what the scheduler, the lanes and backfill_status ask (C, no SQL of
+ * anyone's); refuses what backfill_declare refuses (BF011).
+ */
+CREATE FUNCTION backfill.window_at(windows text[], time_zone text, at timestamptz,
+                                   OUT inside boolean, OUT next_start timestamptz)
+LANGUAGE C STABLE CALLED ON NULL INPUT
+AS 'MODULE_PATHNAME', 'backfill_window_at';
+COMMENT ON FUNCTION backfill.window_at(text[], text, timestamptz) IS
+'is a time inside one of the windows (in time_zone), and when the next one starts after it';
+
+/* backfill_declare gains throttle_when, windows and window_time_zone, last */
+SELECT pg_catalog.set_config('pg_backfill.upgrade_declare_acl', coalesce(p.proacl::text, ''), true)
+  FROM pg_catalog.pg_proc p
+ WHERE p.oid = 'backfill_declare(text, text, text, text, text, integer, double precision,
+                integer, integer, interval, text[], interval, interval, interval, interval,
+                integer, integer, jsonb, text, text, text, text, text, text, jsonb,
+                text, boolean, text, text, integer, interval, text, boolean, boolean,
+                text)'::pg_catalog.regprocedure;
+
+DROP FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
+                               integer, integer, interval, text[], interval, interval,
+                               interval, interval, integer, integer, jsonb, text, text,
+                               text, text, text, text, jsonb, text, boolean, text, text,
+                               integer, interval, text, boolean, boolean, text);
+
+CREATE FUNCTION backfill_declare(
+    name             text,
+    relation         text DEFAULT NULL,
+    predicate        text DEFAULT NULL,
+    action           text DEFAULT NULL,
+    key              text DEFAULT NULL,
+    batch_size       integer DEFAULT 1000,
+    rate             double precision DEFAULT NULL,
+    max_parallel     integer DEFAULT 1,
+    max_attempts     integer DEFAULT 5,
+    batch_timeout    interval DEFAULT '1 minute',
+    environments     text[] DEFAULT NULL,
+    backoff_base     interval DEFAULT '1 second',
+    backoff_cap      interval DEFAULT '1 minute',
+    lock_timeout     interval DEFAULT '2 seconds',
+    target_batch_time interval DEFAULT NULL,
+    min_batch_size   integer DEFAULT NULL,
+    max_batch_size   integer DEFAULT NULL,
+    input            jsonb DEFAULT NULL,
+    scope            text DEFAULT NULL,
+    pages            text DEFAULT NULL,
+    count_function   text DEFAULT NULL,
+    requires         text DEFAULT NULL,
+    requires_backfill text DEFAULT NULL,
+    run_as           text DEFAULT NULL,
+    settings         jsonb DEFAULT NULL,
+    tenant           text DEFAULT NULL,
+    async_commit     boolean DEFAULT true,
+    revert           text DEFAULT NULL,
+    revert_predicate text DEFAULT NULL,
+    max_failed_rows  integer DEFAULT 0,
+    watch            interval DEFAULT NULL,
+    set              text DEFAULT NULL,
+    delete           boolean DEFAULT false,
+    guard            boolean DEFAULT true,
+    max_wal_rate     text DEFAULT NULL,
+    throttle_when    text DEFAULT NULL,
+    windows          text[] DEFAULT NULL,
+    window_time_zone text DEFAULT NULL)
+RETURNS text
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_declare';
+
+COMMENT ON FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
+                                     integer, integer, interval, text[], interval, interval,
+                                     interval, interval, integer, integer, jsonb, text, text,
+                                     text, text, text, text, jsonb, text, boolean, text, text,
+                                     integer, interval, text, boolean, boolean, text, text,
+                                     text[], text) IS
+'declare (or update) a backfill; returns the checksum of its definition';
+
+DO $$
+DECLARE
+    acl pg_catalog.aclitem[] :=
+        NULLIF(pg_catalog.current_setting('pg_backfill.upgrade_declare_acl', true), '');
+    fn text := 'backfill_declare(text, text, text, text, text, integer, double precision, '
+               'integer, integer, interval, text[], interval, interval, interval, interval, '
+               'integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean, '
+               'text, text, integer, interval, text, boolean, boolean, text, text, text[], text)';
+    item record;
+BEGIN
+    IF acl IS NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', fn);
+    FOR item IN SELECT a.grantee, a.is_grantable FROM pg_catalog.aclexplode(acl) a
+                 WHERE a.privilege_type = 'EXECUTE'
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', fn,
+            CASE WHEN item.grantee = 0 THEN 'PUBLIC'
+                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(item.grantee)) END,
+            CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
+
+/*
+ * backfill_status: as above, its throttle saying "window: waiting for a
+ * window (next at ...)" while a running pass is outside its windows
+ * (its lanes gave their partitions back).  Same columns: replaced in
+ * place, its privileges kept.
+ */
+CREATE OR REPLACE FUNCTION backfill_status(name text)
+RETURNS TABLE (
+    name          text,
+    run_id        bigint,
+    status        text,
+    phase         text,
+    rows          bigint,
+    batches       bigint,
+    rows_per_sec  double precision,
+    estimate      bigint,
+    progress      double precision,
+    eta           interval,
+    partitions    integer,
+    partitions_pending integer,
+    partitions_running integer,
+    partitions_done    integer,
+    partitions_failed  integer,
+    live_leases   integer,
+    paused        boolean,
+    batch_size    integer,
+    throttle      text,
+    plan_method   text,
+    started_at    timestamptz,
+    finished_at   timestamptz,
+    last_error    text,
+    failed_rows   bigint,
+    direction     text,
+    watch         boolean,
+    watch_probes  bigint,
+    watch_drifts  bigint,
+    last_probe_at timestamptz,
+    healed_rows   bigint,
+    bound         text,
+    beyond_bound  bigint,
+    watch_interval interval,
+    rate          double precision)
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH d AS (
+        SELECT d.name FROM backfill.declaration d WHERE d.name = $1
+        UNION
+        SELECT l.declaration FROM backfill.ledger l WHERE l.declaration = $1
+    ),
+    l AS (
+        SELECT l.* FROM backfill.ledger l
+         WHERE l.declaration = $1
+         ORDER BY l.run_id DESC LIMIT 1
+    ),
+    p AS (
+        SELECT coalesce(sum(p.rows), 0)::bigint AS rows,
+               coalesce(sum(p.batches), 0)::bigint AS batches,
+               count(*)::integer AS partitions,
+               (count(*) FILTER (WHERE p.state = 'pending'))::integer AS pending,
+               (count(*) FILTER (WHERE p.state = 'running'))::integer AS running,
+               (count(*) FILTER (WHERE p.state = 'done'))::integer AS done,
+               (count(*) FILTER (WHERE p.state = 'failed'))::integer AS failed,
+               (count(*) FILTER (WHERE p.holder_pid IS NOT NULL AND p.state = 'running'
+                   AND EXISTS (SELECT 1 FROM pg_stat_activity a
+                                WHERE a.pid = p.holder_pid
+                                  AND a.backend_start = p.holder_start)))::integer AS live,
+               min(p.started_at) AS first_start,
+               (avg(p.batch_size) FILTER (WHERE p.state = 'running'))::integer AS batch_size,
+               string_agg(DISTINCT p.throttle, '; ') FILTER (WHERE p.state = 'running') AS throttle
+          FROM backfill.partition p, l
+         WHERE p.run_id = l.run_id
+    ),
+    s AS (
+        SELECT l.run_id, l.status, r.phase, r.plan_method, r.estimate, r.paused,
+               coalesce(l.rows, p.rows) AS rows,
+               coalesce(l.batches, p.batches) AS batches,
+               p.partitions, p.pending, p.running, p.done, p.failed, p.live,
+               p.batch_size, p.throttle,
+               l.started_at, l.finished_at,
+               coalesce(l.error_code || ': ' || l.error_message, r.last_error) AS last_error,
+               extract(epoch FROM coalesce(l.finished_at, now())
+                                  - coalesce(p.first_start, l.started_at)) AS secs,
+               (SELECT count(*) FROM backfill.failed_row f WHERE f.run_id = l.run_id) AS failed_rows,
+               l.direction, l.watch, r.bound, r.beyond
+          FROM l LEFT JOIN backfill.run r USING (run_id), p
+    ),
+    w AS (
+        SELECT w.probes, w.drifts, w.last_probe_at,
+               (SELECT coalesce(sum(h.rows), 0)::bigint FROM backfill.ledger h
+                 WHERE h.declaration = $1 AND h.watch AND h.status = 'completed') AS healed
+          FROM (SELECT 1) one LEFT JOIN backfill.watch w ON w.declaration = $1
+    )
+    SELECT d.name, s.run_id,
+           coalesce(s.status, 'never run'),
+           s.phase, coalesce(s.rows, 0), coalesce(s.batches, 0),
+           CASE WHEN s.secs > 0 THEN s.rows / s.secs END,
+           s.estimate,
+           CASE WHEN s.status IN ('completed', 'completed_with_failures') THEN 1.0
+                WHEN s.estimate > 0 THEN least(1.0, s.rows::float8 / s.estimate) END,
+           CASE WHEN s.status = 'running' AND s.secs > 0 AND s.rows > 0 AND s.estimate IS NOT NULL
+                THEN make_interval(secs => greatest(s.estimate - s.rows, 0) / (s.rows / s.secs)) END,
+           s.partitions, s.pending, s.running, s.done, s.failed,
+           s.live, s.paused, s.batch_size,
+           coalesce((SELECT 'window: waiting for a window (next at ' || wa.next_start || ')'
+                       FROM backfill.declaration dd,
+                            backfill.window_at(dd.windows, dd.window_time_zone, now()) wa
+                      WHERE dd.name = $1 AND dd.windows IS NOT NULL AND NOT wa.inside
+                        AND s.status = 'running' AND NOT coalesce(s.paused, false)),
+                    s.throttle),
+           s.plan_method,
+           s.started_at, s.finished_at, s.last_error, coalesce(s.failed_rows, 0), s.direction,
+           s.watch, coalesce(w.probes, 0), coalesce(w.drifts, 0), w.last_probe_at, w.healed,
+           s.bound, s.beyond,
+           make_interval(secs => backfill.watch_interval_ms($1) / 1000.0),
+           (SELECT dd.rate FROM backfill.declaration dd WHERE dd.name = $1)
+      FROM d LEFT JOIN s ON true CROSS JOIN w;
+$$;
+COMMENT ON FUNCTION backfill_status(text) IS
+'status, progress, rows/s and ETA of the newest pass of a backfill, its direction, bound, watch (with the interval in force), and the rate its lanes share';

@@ -226,6 +226,18 @@ SELECT backfill_declare(name => 'upgrade_fill', relation => 'upgrade_items', pre
        action => 'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
        max_wal_rate => '20MB') = :'checksum_before' AS same_checksum_with_wal_budget;
 SELECT max_wal_rate FROM backfill.declaration WHERE name = 'upgrade_fill';
+-- and on the user's own condition and time windows (issue 27): three more
+-- arguments, last, the grants carried over; none enters the checksum
+SELECT p.pronargs, p.pronargdefaults,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_can_execute,
+       (p.proargnames)[36:38] AS last_arguments
+  FROM pg_proc p WHERE p.proname = 'backfill_declare';
+SELECT backfill_declare(name => 'upgrade_fill', relation => 'upgrade_items', predicate => 'c IS NULL',
+       action => 'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
+       throttle_when => 'false', windows => '{"Mon-Fri 22:00-06:00", "Sat-Sun"}',
+       window_time_zone => 'UTC') = :'checksum_before' AS same_checksum_with_windows;
+SELECT throttle_when, windows, window_time_zone FROM backfill.declaration WHERE name = 'upgrade_fill';
+SELECT * FROM backfill.window_at('{"Mon-Fri 22:00-06:00"}', 'UTC', '2026-12-05 05:00+00');
 SELECT to_regclass('backfill.paused_role') IS NOT NULL AS has_paused_role,
        to_regprocedure('backfill_pause_all(text)') IS NOT NULL AS has_pause_all,
        to_regprocedure('backfill_resume_all(text)') IS NOT NULL AS has_resume_all;

@@ -31,6 +31,7 @@ int			backfill_probe_lock_timeout = 1000;	/* ms */
 int			backfill_max_replication_lag = 1024 * 1024;	/* kB */
 int			backfill_max_dead_tuples = -1;
 int			backfill_throttle_delay = 1000;	/* ms */
+int			backfill_windows_clock_offset = 0;	/* s */
 int			backfill_max_wal_rate = -1;	/* kB/s */
 int			backfill_max_archive_backlog = -1;	/* segments */
 int			backfill_max_slot_retained = -1;	/* kB */
@@ -106,6 +107,16 @@ define_health_settings(void)
 							&backfill_throttle_delay,
 							1000, 10, 600000,
 							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.windows_clock_offset",
+							"Seconds added to the clock that time windows are judged by (for tests).",
+							"Lets a test put the clock of the windows (the scheduler's, the lanes' "
+							"and backfill_status's) just before a window ends or starts; 0 in "
+							"production.",
+							&backfill_windows_clock_offset,
+							0, -315360000, 315360000,
+							PGC_SUSET, GUC_NOT_IN_SAMPLE,
 							NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("backfill.foreground_throttle",

@@ -39,6 +39,7 @@ extern int	backfill_probe_lock_timeout;
 extern int	backfill_max_replication_lag;
 extern int	backfill_max_dead_tuples;
 extern int	backfill_throttle_delay;
+extern int	backfill_windows_clock_offset;
 extern int	backfill_max_wal_rate;
 extern int	backfill_max_archive_backlog;
 extern int	backfill_max_slot_retained;

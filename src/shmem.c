@@ -129,6 +129,8 @@ typedef struct BackfillPacer
 	TimestampTz last_start;		/* the start of the pass's last batch */
 	double		rate;			/* the rate it started at */
 	BackfillWalMeter wal;		/* the pass's WAL, against its max_wal_rate */
+	TimestampTz condition_at;	/* when a lane last began evaluating throttle_when */
+	char		condition[BACKFILL_CONDITION_LEN];	/* its last answer: why it holds, or "" */
 } BackfillPacer;
 
 /* pacers: a pass needs one while it has a live lane, or just had one */
@@ -831,7 +833,8 @@ pacer_find(Oid dboid, int64 run_id, TimestampTz now)
 		if (p->run_id == run_id && p->dboid == dboid)
 			return p;
 		if (free_one == NULL &&
-			(p->run_id == 0 || (pacer_next(p) <= now && p->wal.paid_until <= now)))
+			(p->run_id == 0 || (pacer_next(p) <= now && p->wal.paid_until <= now &&
+								p->condition_at + USECS_PER_SEC <= now)))
 			free_one = p;
 	}
 	if (free_one != NULL)
@@ -959,6 +962,59 @@ backfill_pace_wal(int64 run_id, double rate, int64 wal_budget, TimestampTz start
 	}
 	if (p != NULL)
 		meter_charge(&p->wal, wal_budget, started, bytes, now);
+	LWLockRelease(shared->lane_lock);
+}
+
+/*
+ * The pass's throttle_when, evaluated at most once a second per pass:
+ * true when it is due (this process evaluates it now and records the
+ * answer); else answer receives the last one ("": go on).  With no pacer
+ * free, it is due: the lane bounds itself (condition.c).
+ */
+bool
+backfill_condition_claim(int64 run_id, char *answer, size_t len)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	BackfillPacer *p;
+	bool		due = true;
+
+	answer[0] = '\0';
+	if (shared == NULL)
+		return true;
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	p = pacer_find(MyDatabaseId, run_id, now);
+	if (p != NULL && p->run_id == 0)
+	{
+		/* taken for the condition alone: no batch of the pass to wait for yet */
+		p->dboid = MyDatabaseId;
+		p->run_id = run_id;
+		p->rate = 1;
+	}
+	if (p != NULL)
+	{
+		due = p->condition_at + USECS_PER_SEC <= now;
+		if (due)
+			p->condition_at = now;
+		else
+			strlcpy(answer, p->condition, len);
+	}
+	LWLockRelease(shared->lane_lock);
+	return due;
+}
+
+/* the answer of the evaluation backfill_condition_claim gave (NULL: go on) */
+void
+backfill_condition_record(int64 run_id, const char *reason)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	BackfillPacer *p;
+
+	if (shared == NULL)
+		return;
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	p = pacer_find(MyDatabaseId, run_id, now);
+	if (p != NULL && p->run_id == run_id)
+		strlcpy(p->condition, reason ? reason : "", sizeof(p->condition));
 	LWLockRelease(shared->lane_lock);
 }
 

@@ -119,6 +119,15 @@ extern void backfill_pace_wal(int64 run_id, double rate, int64 wal_budget,
 							  TimestampTz started, int64 bytes);
 
 /*
+ * A pass's throttle_when, evaluated at most once a second for all its
+ * lanes: is an evaluation due (then the caller evaluates and records the
+ * answer), else the last answer ("": go on), in answer.
+ */
+#define BACKFILL_CONDITION_LEN	256
+extern bool backfill_condition_claim(int64 run_id, char *answer, size_t len);
+extern void backfill_condition_record(int64 run_id, const char *reason);
+
+/*
  * Wake this database's scheduler when the current transaction commits
  * (backfill_run, _resume, _retry, backfill_outbox_emit): a transaction
  * that rolls back wakes nobody.  With no scheduler yet, the launcher is

@@ -92,6 +92,10 @@ const DeclarationColumn declaration_columns[] = {
 	{COL(guard, BOOLOID, DECL_BOOL, true), DECL_NOT_SUMMED, NULL, "guard", BOOLOID, "true"},
 	/* pacing on WAL (pg_backfill--0.5--0.6.sql, issue 27) */
 	{COL(max_wal_rate, INT8OID, DECL_INT8, false), DECL_NOT_SUMMED, NULL, "max_wal_rate", TEXTOID, "NULL"},
+	/* the user's own condition and time windows (issue 27): tuning too */
+	{COL(throttle_when, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "throttle_when", TEXTOID, "NULL"},
+	{COL(windows, TEXTARRAYOID, DECL_TEXT_ARRAY, false), DECL_NOT_SUMMED, NULL, "windows", TEXTARRAYOID, "NULL"},
+	{COL(window_time_zone, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "window_time_zone", TEXTOID, "NULL"},
 	/* requirements and tenancy */
 	{COL(requires, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "requires", TEXTOID, "NULL"},
 	{COL(requires_backfill, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "requires_backfill", TEXTOID, "NULL"},

@@ -55,6 +55,9 @@ typedef struct Declaration
 	int32		batch_size;
 	double		rate;			/* batches per second */
 	int64		max_wal_rate;	/* WAL bytes per second, 0: no budget (stored NULL) */
+	char	   *throttle_when;	/* an SQL boolean expression: true holds the lanes back */
+	ArrayType  *windows;		/* text[]: when the lanes may work (windows.c), or NULL */
+	char	   *window_time_zone;	/* the windows' time zone (NULL with no windows) */
 	int32		max_parallel;
 	int32		max_attempts;
 	int32		backoff_base_ms;
@@ -83,7 +86,7 @@ typedef struct Declaration
 } Declaration;
 
 /* the fields above: declaration_columns has one row for each */
-#define DECLARATION_NCOLUMNS 44
+#define DECLARATION_NCOLUMNS 47
 
 /* the most columns a key may have */
 #define DECLARATION_MAX_KEY_COLUMNS 4

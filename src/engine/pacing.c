@@ -46,6 +46,15 @@
  * during a hold holds too.  Either way it says why in backfill_status
  * (partition.throttle).
  *
+ * The user's condition (condition.c): the declaration's throttle_when,
+ * true or failing, holds the lane as the health does, read with it; its
+ * answer is the pass's, at most once a second.  Time windows (windows.c):
+ * before each batch, and while holding, a lane outside every window gives
+ * its partition back at its checkpoint and ends (BATCH_STOP, the pass
+ * still running); the scheduler starts lanes again at the next window's
+ * start.  Both are read again at every hold and wake, so a new declaration
+ * applies to running lanes.
+ *
  * Foreground (backfill.foreground_throttle): every batch samples how many
  * client sessions are at work (health.c).  While they are as many as half
  * the cores (at least one), each fresh sample halves the share of its time
@@ -73,9 +82,11 @@
 #include "config.h"
 #include "backoff.h"
 #include "catalog.h"
+#include "condition.h"
 #include "health.h"
 #include "pacing.h"
 #include "shmem.h"
+#include "windows.h"
 #include "xact.h"
 
 void
@@ -221,6 +232,54 @@ pacing_say_throttle(Pass *pass, Claim *claim, const char *reason)
 	" LEFT JOIN backfill.declaration d ON d.name = l.declaration" \
 	" WHERE l.run_id = $1"
 
+/* two texts alike, NULL alike */
+static bool
+text_alike(const char *a, const char *b)
+{
+	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/*
+ * The declaration's throttle_when and windows as they are now (in a
+ * transaction, inside a catalog scope, under catalogs that have them): a
+ * new declaration applies to a lane at its next wake or hold.
+ */
+static void
+reread_when(Pass *pass)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(pass->name)};
+	char	   *condition;
+	char	   *windows_said;
+	bool		isnull;
+	Datum		windows;
+	MemoryContext old;
+
+	if (!catalog_has_column("declaration", "windows") ||
+		catalog_exec("SELECT throttle_when, windows::text || ' in ' || window_time_zone, windows,"
+					 "  window_time_zone FROM backfill.declaration WHERE name = $1",
+					 1, types, values, NULL, SPI_OK_SELECT) == 0)
+		return;
+	condition = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	windows_said = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+	/* only what changed is taken again: a held lane reads this every throttle_delay */
+	old = MemoryContextSwitchTo(pass->cxt);
+	if (!text_alike(condition, pass->throttle_when))
+	{
+		pass->throttle_when = condition ? pstrdup(condition) : NULL;
+		pass->condition_at = 0;
+	}
+	if (!text_alike(windows_said, pass->windows_said))
+	{
+		windows = catalog_getdatum(0, 3, &isnull);
+		pass->windows_said = windows_said ? pstrdup(windows_said) : NULL;
+		pass->windows = isnull ? NULL :
+			windows_parse(pass->name, DatumGetArrayTypeP(windows),
+						  SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4));
+	}
+	MemoryContextSwitchTo(old);
+}
+
 /*
  * The pass as it is now (in a transaction, inside a catalog scope):
  * BATCH_DONE while it runs, else BATCH_PAUSED or BATCH_STOP.  With
@@ -248,6 +307,7 @@ read_pass_state(Pass *pass, bool reread)
 	d = catalog_getdatum(0, 4, &isnull);
 	if (reread && !isnull)
 		pass->batch_size = DatumGetInt32(d);
+	reread_when(pass);
 	if (!running)
 		return BATCH_STOP;
 	return paused ? BATCH_PAUSED : BATCH_DONE;
@@ -282,8 +342,39 @@ read_health(Pass *pass, Claim *claim)
 	return outcome;
 }
 
+/* why the lane holds back: a switch for all or the health first, then throttle_when */
+static char *
+hold_reason(Pass *pass, Claim *claim)
+{
+	char	   *reason = health_reason(&claim->health, pass->relation);
+
+	return reason ? reason : condition_reason(pass);
+}
+
 /*
- * Hold back while the health, or a switch for all, says so: the reason in
+ * Outside every window of the pass (windows.c): the lane gives its
+ * partition back at its checkpoint and ends (true); the scheduler starts
+ * lanes again at the next window's start, and backfill_status says when.
+ */
+static bool
+leave_outside_windows(Pass *pass, Claim *claim)
+{
+	TimestampTz next;
+
+	if (pass->windows == NULL || windows_inside(pass->windows, GetCurrentTimestamp(), &next))
+		return false;
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT ": outside its windows, the lane gives "
+					"partition %d back at its checkpoint", pass->name, pass->run_id,
+					claim->part_no),
+			 errdetail("The next window starts at %s.", timestamptz_to_str(next))));
+	pacing_say_throttle(pass, claim, NULL);
+	pass_release(pass, claim);
+	return true;
+}
+
+/*
+ * Hold back while the health, a switch for all or throttle_when says so: the reason in
  * backfill_status (and the log when it changes), the reading taken again
  * after each backfill.throttle_delay.  *said is what the lane said last.
  * BATCH_DONE once it may go on, else BATCH_PAUSED / BATCH_STOP.
@@ -293,9 +384,12 @@ hold_while_unhealthy(Pass *pass, Claim *claim, char **said)
 {
 	char	   *reason;
 
-	while ((reason = health_reason(&claim->health, pass->relation)) != NULL)
+	while ((reason = hold_reason(pass, claim)) != NULL)
 	{
 		BatchOutcome outcome;
+
+		if (leave_outside_windows(pass, claim))
+			return BATCH_STOP;
 
 		if (*said == NULL || strcmp(*said, reason) != 0)
 		{
@@ -405,6 +499,8 @@ pacing_before_batch(Pass *pass, Claim *claim)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
+		if (leave_outside_windows(pass, claim))
+			return BATCH_STOP;
 		if (!claim->health_fresh)
 			outcome = read_health(pass, claim);
 		if (outcome == BATCH_DONE)

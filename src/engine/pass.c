@@ -50,6 +50,7 @@
 #include "shmem.h"
 #include "xact.h"
 #include "tenancy.h"
+#include "windows.h"
 #include "worker.h"
 
 /* a copy in the pass's memory, which outlives the transaction */
@@ -187,6 +188,17 @@ pass_take_declaration(Pass *pass, const Declaration *d, bool reverting)
 	pass->settings = d->settings;
 	pass->pages_fn = d->pages_fn;
 	pass->count_fn = d->count_fn;
+	pass->run_as = d->run_as;
+	pass->search_path = d->search_path;
+	pass->throttle_when = d->throttle_when;
+	if (d->windows != NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(pass->cxt);
+
+		pass->windows = windows_parse(d->name, d->windows, d->window_time_zone);
+		pass->windows_said = NULL;	/* read again at the first hold or wake */
+		MemoryContextSwitchTo(old);
+	}
 }
 
 /*

@@ -67,6 +67,15 @@ typedef struct Pass
 	struct PageCycle *page_cycle;	/* the cursors of this claim's pages (pagecycle.c) */
 	int			page_cycle_claim;	/* the claim page_cycle is of */
 
+	/* when its lanes may work (condition.c, windows.c) */
+	Oid			run_as;			/* the lanes' role */
+	char	   *search_path;	/* the declaration's */
+	char	   *throttle_when;	/* the user's condition, or NULL */
+	struct Windows *windows;	/* the time windows, or NULL: always */
+	char	   *windows_said;	/* as the lane last read them, "{...} in zone" */
+	TimestampTz condition_at;	/* when this lane last evaluated throttle_when */
+	char	   *condition_said; /* why it held then, or NULL */
+
 	/* key type I/O, to store cursors as text */
 	Oid			key_input;
 	Oid			key_ioparam;
@@ -152,7 +161,8 @@ typedef enum BatchOutcome
 	BATCH_DONE,					/* committed; more may follow */
 	BATCH_PARTITION_DONE,		/* nothing left in the partition */
 	BATCH_PAUSED,				/* committed; the pass is paused: release and stop */
-	BATCH_STOP,					/* the pass is no longer running: stop */
+	BATCH_STOP,					/* the pass is no longer running, or the lane gave its
+								 * partition back outside the time windows: stop */
 	BATCH_AGAIN					/* no batch ran (a shard move went first): look again */
 } BatchOutcome;
 

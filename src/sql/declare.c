@@ -23,6 +23,7 @@
 #include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
@@ -41,6 +42,7 @@
 #include "utils/acl.h"
 #include "utils/regproc.h"
 #include "utils/array.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "parser/parse_func.h"
@@ -63,6 +65,8 @@
 #include "scope.h"
 #include "shmem.h"
 #include "tenancy.h"
+#include "windows.h"
+#include "condition.h"
 
 PG_FUNCTION_INFO_V1(backfill_declare);
 
@@ -848,6 +852,30 @@ read_lifecycle_options(const DeclareArgs *a, Declaration *d)
 		arg_ms_or_default(a, name, "watch", INT64CONST(86400000));
 }
 
+/*
+ * When the lanes may work: throttle_when (checked with the statements,
+ * check_throttle_when) and the windows in their time zone, which defaults
+ * to the server's TimeZone as a new session has it, stored so that the
+ * scheduler, the lanes and backfill_status read the same zone.
+ */
+static void
+read_when_options(const DeclareArgs *a, Declaration *d)
+{
+	d->throttle_when = arg_text(a, "throttle_when");
+	if (d->throttle_when != NULL && strspn(d->throttle_when, " \t\r\n") == strlen(d->throttle_when))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("throttle_when of backfill \"%s\" is empty", d->name),
+				 errhint("Write one SQL boolean expression, true while the lanes must hold back, "
+						 "or leave throttle_when out.")));
+	d->window_time_zone = arg_text(a, "window_time_zone");
+	if (!arg_isnull(a, "windows"))
+		d->windows = DatumGetArrayTypeP(arg_datum(a, "windows"));
+	if (d->windows != NULL && d->window_time_zone == NULL)
+		d->window_time_zone = pstrdup(GetConfigOptionResetString("TimeZone"));
+	(void) windows_parse(d->name, d->windows, d->window_time_zone);
+}
+
 /* scope, tenancy, run_as and requirements; returns run_as's name */
 static char *
 read_trust_options(const DeclareArgs *a, Declaration *d)
@@ -1137,6 +1165,89 @@ check_statements(const Declaration *d)
 	check_revert_statements(d);
 }
 
+/* "SELECT (\ncondition\n)" parsed: one expression, nothing around it */
+static bool
+condition_is_one_expression(List *stmts)
+{
+	SelectStmt *sel;
+
+	if (list_length(stmts) != 1 ||
+		!IsA(((RawStmt *) linitial(stmts))->stmt, SelectStmt))
+		return false;
+	sel = (SelectStmt *) ((RawStmt *) linitial(stmts))->stmt;
+	return sel->op == SETOP_NONE && sel->withClause == NULL && sel->intoClause == NULL &&
+		sel->distinctClause == NIL && sel->valuesLists == NIL &&
+		list_length(sel->targetList) == 1 && sel->fromClause == NIL &&
+		sel->whereClause == NULL && sel->groupClause == NIL && sel->havingClause == NULL &&
+		sel->windowClause == NIL && sel->sortClause == NIL && sel->limitCount == NULL &&
+		sel->limitOffset == NULL && sel->lockingClause == NIL;
+}
+
+/*
+ * throttle_when must be one boolean expression.  It is parsed and analyzed
+ * here, as the caller under the search_path the lanes will use, and never
+ * run: analysis resolves names and types but calls no function, so no
+ * user code runs in the caller's session.  A lane evaluates it
+ * (condition.c), as run_as, restricted, with timeouts.
+ */
+static void
+check_throttle_when(const Declaration *d)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	const char *hint = "Write one SQL boolean expression, true while the lanes must hold back, "
+		"such as 'EXISTS (SELECT 1 FROM ops.freeze)' or 'ops.busy()'; it may read tables and "
+		"call functions the run_as role may use.";
+
+	if (d->throttle_when == NULL)
+		return;
+	PG_TRY();
+	{
+		char	   *sql = psprintf(CONDITION_SQL, d->throttle_when);
+		List	   *stmts = raw_parser(sql, RAW_PARSE_DEFAULT);
+		SPIPlanPtr	plan;
+		CachedPlanSource *source;
+
+		if (!condition_is_one_expression(stmts) || !parentheses_balanced(d->throttle_when))
+			ereport(ERROR,
+					(errmsg("it must be one boolean expression, not a query fragment")));
+		plan = SPI_prepare(sql, 0, NULL);
+		if (plan == NULL)
+			elog(ERROR, "%s", SPI_result_code_string(SPI_result));
+		source = linitial(SPI_plan_get_plan_sources(plan));
+		if (source->resultDesc == NULL || source->resultDesc->natts != 1 ||
+			TupleDescAttr(source->resultDesc, 0)->atttypid != BOOLOID)
+			ereport(ERROR,
+					(errmsg("it is of type %s, not boolean",
+							source->resultDesc && source->resultDesc->natts == 1 ?
+							format_type_be(TupleDescAttr(source->resultDesc, 0)->atttypid) :
+							"(none)")));
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("throttle_when of backfill \"%s\" is not valid", d->name),
+				 errdetail("%s", edata->message),
+				 errhint("%s", hint)));
+	}
+	PG_END_TRY();
+}
+
+/* two text[] alike, NULL alike */
+static bool
+text_array_alike(ArrayType *a, ArrayType *b)
+{
+	if (a == NULL || b == NULL)
+		return a == NULL && b == NULL;
+	return DatumGetBool(OidFunctionCall2Coll(F_ARRAY_EQ, DEFAULT_COLLATION_OID,
+											 PointerGetDatum(a), PointerGetDatum(b)));
+}
+
 /* two texts alike, NULL alike */
 static bool
 text_equal(const char *a, const char *b)
@@ -1181,6 +1292,9 @@ check_redeclaration(const Declaration *d)
 	check_not_retired(d->name, "be declared again");
 	if (running)
 		backfill_wake_lanes_at_commit(0, false);
+	/* new windows: the scheduler looks again at once (it may sleep until a window's start) */
+	if (running && !text_array_alike(old.windows, d->windows))
+		backfill_wake_scheduler_at_commit();
 	if (running && strcmp(old.checksum, d->checksum) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_CHANGED),
@@ -1290,6 +1404,7 @@ backfill_declare(PG_FUNCTION_ARGS)
 	read_timing_options(&args, &decl);
 	read_adaptive_options(&args, &decl);
 	read_lifecycle_options(&args, &decl);
+	read_when_options(&args, &decl);
 	run_as_name = read_trust_options(&args, &decl);
 
 	read_action_options(&args, &decl);
@@ -1315,6 +1430,7 @@ backfill_declare(PG_FUNCTION_ARGS)
 	/* only a backfill of a role the declarer is a member of (checked at run too) */
 	requires_check_backfill(decl.name, decl.owner, decl.requires_backfill);
 	check_statements(&decl);
+	check_throttle_when(&decl);
 
 	/* stored as the extension's owner; lanes resolve names as the declarer did */
 	decl.search_path = pstrdup(GetConfigOption("search_path", false, false));

@@ -83,6 +83,7 @@
 #include "scheduler.h"
 #include "shmem.h"
 #include "tenancy.h"
+#include "windows.h"
 #include "worker.h"
 #include "xact.h"
 
@@ -119,6 +120,7 @@ typedef struct RunNeed
 	char	   *login_problem;	/* why its lanes could not log in, or NULL */
 	int			have;			/* lanes it has, by the lane table or its leases */
 	bool		eligible;		/* may get a lane this tick */
+	TimestampTz window_next;	/* outside its windows: when the next starts; else 0 */
 } RunNeed;
 
 /*
@@ -264,6 +266,26 @@ fail_unbound_passes(void)
 }
 
 /*
+ * Outside every time window of its declaration (columns 11 and 12 of the
+ * running passes; windows.c, no SQL): the pass gets no lane until the
+ * next window starts, which need->window_next says.
+ */
+static void
+need_window(RunNeed *need, HeapTuple tup, TupleDesc desc)
+{
+	bool		isnull;
+	Datum		windows = SPI_getbinval(tup, desc, 11, &isnull);
+	TimestampTz next;
+
+	if (isnull)
+		return;
+	if (!windows_inside(windows_parse(need->name, DatumGetArrayTypeP(windows),
+									  SPI_getvalue(tup, desc, 12)),
+						GetCurrentTimestamp(), &next))
+		need->window_next = next;
+}
+
+/*
  * Row i of the running passes (read_running_passes): what the pass needs,
  * in result_cxt.
  */
@@ -289,6 +311,7 @@ need_from_row(uint64 i, MemoryContext result_cxt)
 	need->name = MemoryContextStrdup(result_cxt, SPI_getvalue(tup, desc, 8));
 	problem = tenancy_login_problem(need->owner);
 	need->login_problem = problem ? MemoryContextStrdup(result_cxt, problem) : NULL;
+	need_window(need, tup, desc);
 	if (strcmp(phase, "queued") == 0)
 		need->lanes_wanted = max_parallel;
 	else if (claimable > 0)
@@ -434,6 +457,11 @@ read_running_passes(MemoryContext result_cxt)
 	if (extension_present)
 	{
 		int			rc;
+		/* the windows, under catalogs that have them (0.6) */
+		bool		has_windows = catalog_has_column("declaration", "windows");
+		const char *windows_sql = has_windows ? "d.windows, d.window_time_zone" :
+			"NULL::pg_catalog.text[], NULL::pg_catalog.text";
+		const char *windows_group = has_windows ? ", d.windows, d.window_time_zone" : "";
 
 		fail_unbound_passes();
 		if (database_refusal != NULL)
@@ -445,7 +473,7 @@ read_running_passes(MemoryContext result_cxt)
 						 "                     OR (p.state = 'running' AND NOT p.alive AND NOT p.cooling)),"
 						 "  r.phase = 'queued' AND d.requires_backfill IS NOT NULL, l.declaration,"
 						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'running' AND NOT p.alive AND p.cooling),"
-						 "  %s"
+						 "  %s, %s"
 						 " FROM backfill.ledger l"
 						 " JOIN backfill.run r ON r.run_id = l.run_id"
 						 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
@@ -463,8 +491,9 @@ read_running_passes(MemoryContext result_cxt)
 						 "   AND (r.phase <> 'queued'"
 						 "        OR %s IS NULL)"
 						 " GROUP BY l.run_id, l.owner, d.run_as, d.max_parallel, r.phase,"
-						 "   d.requires_backfill, l.declaration, d.requires, l.started_at"
-						 " ORDER BY l.run_id", migration_unread_sql(), required_unmet_sql()),
+						 "   d.requires_backfill, l.declaration, d.requires, l.started_at%s"
+						 " ORDER BY l.run_id", migration_unread_sql(), windows_sql,
+						 required_unmet_sql(), windows_group),
 						 false, 0);
 		if (rc != SPI_OK_SELECT)
 			elog(ERROR, "could not read the running passes: SPI code %d", rc);
@@ -886,6 +915,12 @@ mark_eligible(List *needs, LaneCensus *census, TimestampTz now, long *sleep_ms)
 						 need->lanes_live);
 		if (need->have >= need->lanes_wanted)
 			continue;
+		/* outside its windows: no lane until the next starts, the lease not held */
+		if (need->window_next != 0)
+		{
+			*sleep_ms = Min(*sleep_ms, backoff_ms_until(now, need->window_next));
+			continue;
+		}
 
 		/*
 		 * A lane that cannot log in would die at start-up, again and again:
