@@ -860,3 +860,11 @@ ALTER TABLE backfill.partition
     ADD COLUMN shard_min integer,
     ADD COLUMN shard_max integer,
     ADD COLUMN split_from integer;
+
+/*
+ * Issue 23 (a fresh-context attacker's findings): backfill_probe and
+ * backfill_wait refuse a NULL argument with an error of their own (BF012,
+ * BF011, BF002) instead of answering NULL, so they are no longer STRICT.
+ */
+ALTER FUNCTION backfill_probe(text, interval) CALLED ON NULL INPUT;
+ALTER FUNCTION backfill_wait(bigint, interval) CALLED ON NULL INPUT;

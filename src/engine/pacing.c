@@ -383,10 +383,34 @@ say_wal_wait(Pass *pass, Claim *claim, const PaceWait *wait)
  * BATCH_DONE to go on (also when the lane is asked to stop or yield: the
  * caller looks), else BATCH_PAUSED / BATCH_STOP.
  */
+/*
+ * The next batch is more than LANE_IDLE_GIVE_BACK_MS away: while another
+ * pass waits for a lane, this lane gives its own up (shmem.c sets its yield
+ * flag; work.c gives the partition back at its checkpoint), saying so in
+ * the partition's throttle (backfill_partitions), instead of holding a
+ * lane it only sleeps in.  The scheduler starts no lane for the pass
+ * before its next batch is near (scheduler.c).
+ */
+static bool
+give_back_idle_lane(Pass *pass, Claim *claim, const PaceWait *wait)
+{
+	long		ms = (long) ((wait->until - GetCurrentTimestamp()) / 1000);
+
+	if (ms <= LANE_IDLE_GIVE_BACK_MS || !backfill_lane_give_back_idle())
+		return false;
+	pacing_say_throttle(pass, claim,
+						psprintf("lane given back: the next batch is %ld s away (%s) while "
+								 "another pass waits for a lane", (ms + 999) / 1000,
+								 wait->signal == PACE_RATE ? "its rate" : "a WAL budget"));
+	return true;
+}
+
 BatchOutcome
 pacing_before_batch(Pass *pass, Claim *claim)
 {
 	char	   *said = NULL;
+	/* a claim's first batch: a throttle left by its last holder is cleared */
+	bool		fresh = !claim->health_fresh;
 
 	claim->pace_reason[0] = '\0';
 	for (;;)
@@ -408,10 +432,14 @@ pacing_before_batch(Pass *pass, Claim *claim)
 		backfill_pace_claim(pass->run_id, pass->rate, pass->max_wal_rate, &wait);
 		if (wait.until == 0)
 			break;
+		if (give_back_idle_lane(pass, claim, &wait))
+			return BATCH_DONE;	/* work_partition yields */
 		if (wait.signal == PACE_WAL_PASS || wait.signal == PACE_WAL_CLUSTER)
 			say_wal_wait(pass, claim, &wait);
-		if (!backoff_sleep_until(wait.until))
-			continue;			/* its time: ask again */
+		/* a long wait is looked up every second: a pass may come to wait for a lane */
+		if (!backoff_sleep_until(Min(wait.until, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+																			  1000))))
+			continue;			/* its time (or a second): ask again */
 		if (backfill_lane_stop_requested() || backfill_lane_yield_requested())
 			return BATCH_DONE;
 		outcome = reread_pass(pass);
@@ -419,7 +447,7 @@ pacing_before_batch(Pass *pass, Claim *claim)
 			return outcome;
 	}
 	/* held for a switch or the health: say it no longer holds */
-	if (said != NULL)
+	if (said != NULL || fresh)
 		pacing_say_throttle(pass, claim, claim->pace_reason[0] ? claim->pace_reason : NULL);
 	return BATCH_DONE;
 }

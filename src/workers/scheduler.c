@@ -76,6 +76,7 @@
 #include "catalog.h"
 #include "drift.h"
 #include "errors.h"
+#include "pacing.h"
 #include "pass.h"
 #include "launcher.h"
 #include "probe.h"
@@ -113,6 +114,7 @@ typedef struct RunNeed
 	Oid			owner;
 	int			lanes_wanted;
 	int			lanes_live;
+	int			claimable;		/* partitions a lane could claim */
 	bool		check_drift;	/* queued, and requires another backfill */
 	bool		check_migration;	/* queued, its migration not yet read applied since */
 	char	   *name;			/* the declaration's name */
@@ -258,6 +260,7 @@ need_from_row(uint64 i, MemoryContext result_cxt)
 	need->run_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
 	need->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
 	need->lanes_live = live;
+	need->claimable = claimable;
 	need->check_drift = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
 	need->check_migration = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
 	need->name = MemoryContextStrdup(result_cxt, SPI_getvalue(tup, desc, 8));
@@ -835,6 +838,26 @@ required_probed(RunNeed *need, RunMemo *memo)
 }
 
 /*
+ * Is the next batch of this pass, by its rate (shmem.c, its pacer), further
+ * off than LANE_IDLE_GIVE_BACK_MS?  Then no lane is started for it until
+ * it is near (*sleep_ms lowered to then): a lane of it given back to a
+ * waiting pass is not taken again at once (pacing.c).
+ */
+static bool
+pass_batch_far_off(RunNeed *need, TimestampTz now, long *sleep_ms)
+{
+	TimestampTz next = backfill_pace_next_start(MyDatabaseId, need->run_id);
+	TimestampTz near = TimestampTzPlusMilliseconds(now, LANE_IDLE_GIVE_BACK_MS);
+
+	/* a pass to plan or to finish runs no batch: its lane starts now */
+	if (need->claimable == 0 || next <= near)
+		return false;
+	*sleep_ms = Min(*sleep_ms,
+					backoff_ms_until(now, next - (TimestampTz) LANE_IDLE_GIVE_BACK_MS * 1000));
+	return true;
+}
+
+/*
  * Which passes may get a lane now: those with fewer than they want whose
  * role can log in, whose requirement has not drifted, and whose restart
  * delay has passed.  A pass that cannot log in and has no lane left fails.
@@ -885,6 +908,9 @@ mark_eligible(List *needs, LaneCensus *census, TimestampTz now, long *sleep_ms)
 			*sleep_ms = Min(*sleep_ms, backoff_ms_until(now, memo->next_start));
 			continue;
 		}
+		/* its next batch is far off (its rate): a lane would only sleep, or be given back */
+		if (pass_batch_far_off(need, now, sleep_ms))
+			continue;
 		need->eligible = true;
 	}
 }
@@ -942,6 +968,33 @@ forget_ended_passes(void)
 }
 
 /*
+ * A lane whose batch outlives its bound (its batch_timeout, a cancel, a
+ * preemption) by more than BACKFILL_TERMINATE_GRACE_MS is terminated
+ * (shmem.c): a declarer's PL/pgSQL that catches query_canceled ignores a
+ * statement's cancel, not the end of its process.  Its batch rolls back
+ * with its checkpoint; its lease, held by a dead process, is reclaimed by a
+ * lane later (or stays cancelled).  Lowers *sleep_ms to the next such end.
+ */
+static void
+terminate_overdue_lanes(long *sleep_ms)
+{
+	int64		runs[BACKFILL_MAX_LANES];
+	int			n = backfill_lane_terminate_overdue(MyDatabaseId, BACKFILL_TERMINATE_GRACE_MS,
+													runs, sleep_ms);
+
+	for (int i = 0; i < n; i++)
+		ereport(LOG,
+				(errmsg("pg_backfill: a lane of run " INT64_FORMAT " is terminated: its batch "
+						"outlived its batch_timeout, a cancel or a preemption by %d ms",
+						runs[i], BACKFILL_TERMINATE_GRACE_MS),
+				 errdetail("Its batch's transaction rolls back with its checkpoint; the "
+						   "partition's lease, held by a process that is gone, is taken "
+						   "again by a lane unless the pass was cancelled."),
+				 errhint("The batch's SQL caught the cancel (EXCEPTION WHEN query_canceled): "
+						 "let it end instead.")));
+}
+
+/*
  * One look at the database: start the lanes that running passes want,
  * sharing backfill.max_workers fairly between roles, and the relay.
  * Returns how long to sleep before looking again.
@@ -957,11 +1010,15 @@ scheduler_tick(MemoryContext scratch)
 	/* every live lane of the cluster, whoever started it */
 	backfill_lane_sweep();
 	census->n = backfill_lane_snapshot(census->lanes);
+	terminate_overdue_lanes(&sleep_ms);
 
 	mark_eligible(needs, census, now, &sleep_ms);
 	start_lanes(needs, census);
 	if (passes_waiting(needs))
 	{
+		/* every lane taken: one that only sleeps out its rate gives its place up (pacing.c) */
+		if (census->n >= backfill_max_workers)
+			backfill_lane_wanted();
 		ask_for_fair_share(needs, census);
 		sleep_ms = Min(sleep_ms, 1000L);
 	}
@@ -1141,6 +1198,7 @@ backfill_scheduler_main(Datum main_arg)
 		MemoryContextSwitchTo(scratch);
 		reap_lanes();
 		(void) probes_reap();
+		probes_new_look();
 
 		/*
 		 * A failed look (the extension being dropped or upgraded under us,
