@@ -41,7 +41,7 @@ sq($node, q{
 $node->safe_psql('postgres', q{
 	CREATE TABLE public.hostile (on_ boolean NOT NULL);
 	INSERT INTO public.hostile VALUES (true);
-	CREATE FUNCTION public.stall(k bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+	CREATE FUNCTION public.stall(k bigint) RETURNS boolean LANGUAGE plpgsql STABLE AS $$
 	BEGIN
 		LOOP
 			EXIT WHEN NOT (SELECT on_ FROM public.hostile);
@@ -52,7 +52,7 @@ $node->safe_psql('postgres', q{
 		END LOOP;
 		RETURN true;
 	END $$;
-	CREATE FUNCTION public.stall_at(id bigint, at bigint) RETURNS boolean LANGUAGE sql
+	CREATE FUNCTION public.stall_at(id bigint, at bigint) RETURNS boolean LANGUAGE sql STABLE
 		AS $$ SELECT CASE WHEN id = at THEN public.stall(id) ELSE true END $$;
 	CREATE TABLE public.hp (id bigint PRIMARY KEY, c int);
 	INSERT INTO public.hp SELECT g FROM generate_series(1, 10) g;
