@@ -24,7 +24,7 @@
  * started again for PROBE_RESTART_MS (a worker that died without an answer
  * is not restarted at every look).  The slots are shared fairly between
  * the roles whose probes are due (probe_share): a role holds at most its
- * share, never all four, and a role with none running gets one by ending
+ * share, never all four, and a role below its share gets one by ending
  * the longest-running watch probe of a role above its share.
  *
  *-------------------------------------------------------------------------
@@ -66,21 +66,54 @@ typedef struct ProbeChild
 static List *children = NIL;
 
 /*
- * The roles whose probe was due at this look or the one before: they share
+ * The roles whose probe was due in the last PROBE_ROLE_MEMORY_MS: they share
  * the PROBE_MAX slots.  A role may hold at most PROBE_MAX / (the roles
- * running or waiting) of them, and never all: one is always left for
+ * running or due lately) of them, and never all: one is always left for
  * another role, so one role's slow probes delay no other role's.
  */
 #define PROBE_MAX_ROLES		32
+#define PROBE_ROLE_MEMORY_MS	10000
 
 typedef struct ProbeRoles
 {
 	int			n;
 	Oid			roles[PROBE_MAX_ROLES];
+	TimestampTz at[PROBE_MAX_ROLES];	/* its probe was last due then */
 } ProbeRoles;
 
-static ProbeRoles wanting;		/* at this look */
-static ProbeRoles wanted_before;	/* at the look before */
+static ProbeRoles wanting;
+
+/* Note that role's probe is due at at (0: count it, without a time). */
+static void
+roles_add(ProbeRoles *set, Oid role, TimestampTz at)
+{
+	for (int i = 0; i < set->n; i++)
+		if (set->roles[i] == role)
+		{
+			set->at[i] = Max(set->at[i], at);
+			return;
+		}
+	if (set->n < PROBE_MAX_ROLES)
+	{
+		set->roles[set->n] = role;
+		set->at[set->n++] = at;
+	}
+}
+
+/* Forget the roles whose probe was due longer ago than PROBE_ROLE_MEMORY_MS. */
+static void
+roles_expire(ProbeRoles *set, TimestampTz now)
+{
+	int			k = 0;
+
+	for (int i = 0; i < set->n; i++)
+		if (!TimestampDifferenceExceeds(set->at[i], now, PROBE_ROLE_MEMORY_MS))
+		{
+			set->roles[k] = set->roles[i];
+			set->at[k++] = set->at[i];
+		}
+	set->n = k;
+}
 
 BackgroundWorkerHandle *
 probe_start(DriftKind kind, DriftTarget *target, int64 run_id, MemoryContext cxt)
@@ -110,23 +143,6 @@ child_for(DriftKind kind, int64 name_hash, int64 run_id)
 			return c;
 	}
 	return NULL;
-}
-
-static void
-roles_add(ProbeRoles *set, Oid role)
-{
-	for (int i = 0; i < set->n; i++)
-		if (set->roles[i] == role)
-			return;
-	if (set->n < PROBE_MAX_ROLES)
-		set->roles[set->n++] = role;
-}
-
-void
-probes_new_look(void)
-{
-	wanted_before = wanting;
-	wanting.n = 0;
 }
 
 bool
@@ -179,21 +195,21 @@ probes_running(Oid role)
 static int
 probe_share(Oid role)
 {
-	ProbeRoles	roles = wanting;
+	ProbeRoles	roles;
 	ListCell   *lc;
 
-	for (int i = 0; i < wanted_before.n; i++)
-		roles_add(&roles, wanted_before.roles[i]);
+	roles_expire(&wanting, GetCurrentTimestamp());
+	roles = wanting;
 	foreach(lc, children)
 		if (((ProbeChild *) lfirst(lc))->stopped_at == 0)
-			roles_add(&roles, ((ProbeChild *) lfirst(lc))->role);
-	roles_add(&roles, role);
+			roles_add(&roles, ((ProbeChild *) lfirst(lc))->role, 0);
+	roles_add(&roles, role, 0);
 	return Max(1, Min(PROBE_MAX - 1, PROBE_MAX / roles.n));
 }
 
 /*
- * Every slot is taken and role has none: the watch probe that has run
- * longest, of a role holding more than its share, is ended (terminated;
+ * Every slot is taken and role holds less than its share: the watch probe
+ * that has run longest, of a role holding more than its share, is ended (terminated;
  * a watch is probed again later).  A required backfill's probe is never
  * ended: the pass that waits for it would start without it.
  */
@@ -203,7 +219,7 @@ probe_make_room(Oid role)
 	ListCell   *lc;
 	ProbeChild *pick = NULL;
 
-	if (probes_running(role) > 0)
+	if (probes_running(role) >= probe_share(role))
 		return;
 	foreach(lc, children)
 	{
@@ -234,7 +250,7 @@ probe_done(DriftKind kind, DriftTarget *target, int64 run_id, MemoryContext cxt)
 
 	if (c != NULL)
 		return c->stopped_at != 0;
-	roles_add(&wanting, target->run_as);
+	roles_add(&wanting, target->run_as, GetCurrentTimestamp());
 	if (probes_running(target->run_as) >= probe_share(target->run_as))
 		return false;
 	if (probes_running(InvalidOid) >= PROBE_MAX)

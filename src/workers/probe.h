@@ -40,9 +40,6 @@ extern BackgroundWorkerHandle *probe_start(DriftKind kind, DriftTarget *target, 
  */
 extern bool probe_done(DriftKind kind, DriftTarget *target, int64 run_id, MemoryContext cxt);
 
-/* A new look of the scheduler: the roles that wanted a probe slot move back a look. */
-extern void probes_new_look(void);
-
 /* Forget the scheduler's probes that ended long enough ago; are any still running? */
 extern bool probes_reap(void);
 

@@ -1198,7 +1198,6 @@ backfill_scheduler_main(Datum main_arg)
 		MemoryContextSwitchTo(scratch);
 		reap_lanes();
 		(void) probes_reap();
-		probes_new_look();
 
 		/*
 		 * A failed look (the extension being dropped or upgraded under us,
