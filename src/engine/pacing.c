@@ -317,6 +317,33 @@ hold_while_unhealthy(Pass *pass, Claim *claim, char **said)
 }
 
 /*
+ * The next batch is more than LANE_IDLE_GIVE_BACK_MS away: while another
+ * pass waits for a lane, this lane gives its own up (shmem.c sets its yield
+ * flag; work.c gives the partition back at its checkpoint), saying so in
+ * the partition's throttle (backfill_partitions), instead of holding a
+ * lane it only sleeps in.  The scheduler starts no lane for the pass
+ * before its next batch is near (scheduler.c).
+ */
+static bool
+give_back_idle_lane(Pass *pass, Claim *claim, const PaceWait *wait)
+{
+	long		ms = (long) ((wait->until - GetCurrentTimestamp()) / 1000);
+
+	if (ms <= LANE_IDLE_GIVE_BACK_MS)
+		return false;
+	/* asked already (the rate's wait after the batch gave it back) */
+	if (backfill_lane_yield_requested())
+		return true;
+	if (!backfill_lane_give_back_idle())
+		return false;
+	pacing_say_throttle(pass, claim,
+						psprintf("lane given back: the next batch is %ld s away (%s) while "
+								 "another pass waits for a lane", (ms + 999) / 1000,
+								 wait->signal == PACE_RATE ? "its rate" : "a WAL budget"));
+	return true;
+}
+
+/*
  * Woken while waiting out the rate: read the pass again, and the
  * declaration's rate and batch size.  Returns what the lane does next.
  */
@@ -341,15 +368,23 @@ reread_pass(Pass *pass)
  * never after the old sleep.
  */
 static BatchOutcome
-wait_for_rate(Pass *pass, TimestampTz started, TimestampTz not_before)
+wait_for_rate(Pass *pass, Claim *claim, TimestampTz started, TimestampTz not_before)
 {
 	for (;;)
 	{
 		TimestampTz next = started + (TimestampTz) (1000000.0 / pass->rate);
+		PaceWait	wait = {.until = Max(next, not_before), .signal = PACE_RATE};
+		TimestampTz now = GetCurrentTimestamp();
 		BatchOutcome outcome;
 
-		if (!backoff_sleep_until(Max(next, not_before)))
+		if (wait.until <= now)
 			return BATCH_DONE;
+		/* a long wait: given back to a waiting pass (work_partition yields) */
+		if (claim != NULL && give_back_idle_lane(pass, claim, &wait))
+			return BATCH_DONE;
+		/* looked up every second: a pass may come to wait for a lane */
+		if (!backoff_sleep_until(Min(wait.until, TimestampTzPlusMilliseconds(now, 1000))))
+			continue;
 		if (backfill_lane_stop_requested() || backfill_lane_yield_requested())
 			return BATCH_DONE;	/* work_partition stops or yields */
 		outcome = reread_pass(pass);
@@ -383,28 +418,6 @@ say_wal_wait(Pass *pass, Claim *claim, const PaceWait *wait)
  * BATCH_DONE to go on (also when the lane is asked to stop or yield: the
  * caller looks), else BATCH_PAUSED / BATCH_STOP.
  */
-/*
- * The next batch is more than LANE_IDLE_GIVE_BACK_MS away: while another
- * pass waits for a lane, this lane gives its own up (shmem.c sets its yield
- * flag; work.c gives the partition back at its checkpoint), saying so in
- * the partition's throttle (backfill_partitions), instead of holding a
- * lane it only sleeps in.  The scheduler starts no lane for the pass
- * before its next batch is near (scheduler.c).
- */
-static bool
-give_back_idle_lane(Pass *pass, Claim *claim, const PaceWait *wait)
-{
-	long		ms = (long) ((wait->until - GetCurrentTimestamp()) / 1000);
-
-	if (ms <= LANE_IDLE_GIVE_BACK_MS || !backfill_lane_give_back_idle())
-		return false;
-	pacing_say_throttle(pass, claim,
-						psprintf("lane given back: the next batch is %ld s away (%s) while "
-								 "another pass waits for a lane", (ms + 999) / 1000,
-								 wait->signal == PACE_RATE ? "its rate" : "a WAL budget"));
-	return true;
-}
-
 BatchOutcome
 pacing_before_batch(Pass *pass, Claim *claim)
 {
@@ -476,7 +489,7 @@ pacing_charge_wal(Pass *pass, Claim *claim, TimestampTz started)
 BatchOutcome
 pacing_after_attempt(Pass *pass, TimestampTz started)
 {
-	return wait_for_rate(pass, started, 0);
+	return wait_for_rate(pass, NULL, started, 0);
 }
 
 /*
@@ -504,7 +517,7 @@ pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started)
 		not_before = Max(not_before,
 						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backfill_throttle_delay));
 	}
-	outcome = wait_for_rate(pass, started, not_before);
+	outcome = wait_for_rate(pass, claim, started, not_before);
 	if (outcome != BATCH_DONE)
 		return outcome;
 	held = said;
