@@ -365,14 +365,17 @@ scope_worker_answer(ScopeRequest *req)
 	PG_END_TRY();
 }
 
+/* the request the worker answers, while its segment is attached */
+static ScopeRequest *worker_request = NULL;
+
 /* the worker's exit: terminated past its bound, it says so in the request */
 static void
 scope_worker_exit(int code, Datum arg)
 {
-	ScopeRequest *req = (ScopeRequest *) DatumGetPointer(arg);
+	ScopeRequest *req = worker_request;
 	int			elapsed_ms;
 
-	if (req->state == 0 && deadline_fired(&elapsed_ms))
+	if (req != NULL && deadline_fired(&elapsed_ms) && req->state == 0)
 	{
 		req->elapsed_ms = elapsed_ms;
 		req->state = 3;
@@ -393,7 +396,8 @@ backfill_scope_main(Datum main_arg)
 	req = (ScopeRequest *) dsm_segment_address(seg);
 	BackgroundWorkerInitializeConnectionByOid(req->dboid, req->owner, 0);
 	/* before the segment's detach at exit: callbacks run in reverse order */
-	before_shmem_exit(scope_worker_exit, PointerGetDatum(req));
+	worker_request = req;
+	before_shmem_exit(scope_worker_exit, (Datum) 0);
 	worker_own_identity(PGC_S_OVERRIDE);
 	pgstat_report_appname("pg_backfill scope");
 	SetConfigOption("statement_timeout", psprintf("%d", backfill_probe_timeout), PGC_SUSET,
@@ -410,6 +414,7 @@ backfill_scope_main(Datum main_arg)
 	/* nothing of it stays: the evaluation was rolled back already */
 	AbortCurrentTransaction();
 	pgstat_report_activity(STATE_IDLE, NULL);
+	worker_request = NULL;
 	dsm_detach(seg);
 	proc_exit(0);
 }
