@@ -134,25 +134,6 @@ typedef struct BackfillPacer
 	BackfillWalMeter wal;		/* the pass's WAL, against its max_wal_rate */
 } BackfillPacer;
 
-/*
- * A probe worker a backfill_probe call started: one per backfill at most,
- * at most backfill.max_probes_per_role per calling role.  Freed by its
- * starter once the worker stopped, or by any reservation once its pid is
- * gone (the caller left before it ended).
- */
-typedef struct BackfillAskedProbe
-{
-	bool		in_use;
-	uint64		token;
-	Oid			dboid;
-	Oid			caller;			/* the role whose call started it */
-	int64		name_hash;		/* the backfill probed (drift_name_hash) */
-	pid_t		pid;			/* 0 until it started */
-	TimestampTz reserved_at;
-} BackfillAskedProbe;
-
-#define BACKFILL_MAX_ASKED_PROBES	64
-
 /* pacers: a pass needs one while it has a live lane, or just had one */
 #define BACKFILL_MAX_PACERS	(2 * BACKFILL_MAX_LANES)
 
@@ -170,11 +151,16 @@ typedef struct BackfillShared
 	BackfillLaneEntry lanes[BACKFILL_MAX_LANES];
 	BackfillPacer pacers[BACKFILL_MAX_PACERS];	/* under lane_lock */
 	BackfillWalMeter cluster_wal;	/* every lane's WAL, against backfill.max_wal_rate */
-	BackfillAskedProbe probes[BACKFILL_MAX_ASKED_PROBES];	/* under lane_lock */
 	TimestampTz lane_wanted_at; /* a scheduler's pass waited for a lane, all taken */
 } BackfillShared;
 
 static BackfillShared *shared = NULL;
+
+/* the probes backfill_probe starts: a table of their own, below */
+typedef struct BackfillAskedProbe BackfillAskedProbe;
+static BackfillAskedProbe *asked_probes = NULL;
+static Size asked_probes_size(void);
+static BackfillAskedProbe *asked_probes_attach(void);
 static int	my_slot = -1;
 
 /* the lane table entry this process (a lane) holds */
@@ -189,7 +175,7 @@ backfill_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(MAXALIGN(sizeof(BackfillShared)));
+	RequestAddinShmemSpace(MAXALIGN(sizeof(BackfillShared)) + asked_probes_size());
 	RequestNamedLWLockTranche("pg_backfill", 1);
 }
 
@@ -210,6 +196,7 @@ backfill_shmem_startup(void)
 		shared->lane_lock = &(GetNamedLWLockTranche("pg_backfill"))->lock;
 		shared->next_token = 1;
 	}
+	asked_probes = asked_probes_attach();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -801,6 +788,45 @@ backfill_lane_give_back_idle(void)
  * The probes backfill_probe starts
  * ------------------------------------------------------------------ */
 
+/*
+ * A probe worker a backfill_probe call started: one per backfill at most,
+ * at most backfill.max_probes_per_role per calling role.  Freed by its
+ * starter once the worker stopped, or by any reservation once its pid is
+ * gone (the caller left before it ended).
+ */
+struct BackfillAskedProbe
+{
+	bool		in_use;
+	uint64		token;
+	Oid			dboid;
+	Oid			caller;			/* the role whose call started it */
+	int64		name_hash;		/* the backfill probed (drift_name_hash) */
+	pid_t		pid;			/* 0 until it started */
+	TimestampTz reserved_at;
+};
+
+#define BACKFILL_MAX_ASKED_PROBES	64
+
+/* the table's size, for the shared memory request */
+static Size
+asked_probes_size(void)
+{
+	return MAXALIGN(sizeof(BackfillAskedProbe) * BACKFILL_MAX_ASKED_PROBES);
+}
+
+/* the table, created empty at the first attach (under AddinShmemInitLock) */
+static BackfillAskedProbe *
+asked_probes_attach(void)
+{
+	bool		found;
+	BackfillAskedProbe *table = ShmemInitStruct("pg_backfill asked probes",
+												 asked_probes_size(), &found);
+
+	if (!found)
+		memset(table, 0, asked_probes_size());
+	return table;
+}
+
 /* an entry whose worker is gone, or never started within LANE_RESERVE_TIMEOUT_MS */
 static bool
 asked_probe_gone(BackfillAskedProbe *e, TimestampTz now)
@@ -828,7 +854,7 @@ backfill_asked_probe_reserve(Oid dboid, Oid caller, int64 name_hash, int role_ca
 	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
 	for (int i = 0; i < BACKFILL_MAX_ASKED_PROBES; i++)
 	{
-		BackfillAskedProbe *e = &shared->probes[i];
+		BackfillAskedProbe *e = &asked_probes[i];
 
 		if (e->in_use && asked_probe_gone(e, now))
 			e->in_use = false;
@@ -852,7 +878,7 @@ backfill_asked_probe_reserve(Oid dboid, Oid caller, int64 name_hash, int role_ca
 		answer = PROBE_ROLE_CAP;
 	else if (answer != PROBE_RUNNING && free_one >= 0)
 	{
-		BackfillAskedProbe *e = &shared->probes[free_one];
+		BackfillAskedProbe *e = &asked_probes[free_one];
 
 		memset(e, 0, sizeof(BackfillAskedProbe));
 		e->in_use = true;
@@ -874,7 +900,7 @@ backfill_asked_probe_reserve(Oid dboid, Oid caller, int64 name_hash, int role_ca
 void
 backfill_asked_probe_started(int index, uint64 token, pid_t pid)
 {
-	BackfillAskedProbe *e = &shared->probes[index];
+	BackfillAskedProbe *e = &asked_probes[index];
 
 	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
 	if (e->in_use && e->token == token)
@@ -889,7 +915,7 @@ backfill_asked_probe_started(int index, uint64 token, pid_t pid)
 bool
 backfill_asked_probe_running(int index, uint64 token)
 {
-	BackfillAskedProbe *e = &shared->probes[index];
+	BackfillAskedProbe *e = &asked_probes[index];
 	bool		running;
 
 	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
