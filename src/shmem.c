@@ -976,7 +976,7 @@ backfill_lane_attach(int index, uint64 token)
 }
 
 void
-backfill_lane_set_in_batch(bool in_batch, int timeout_ms)
+backfill_lane_set_in_batch(bool in_batch)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	BackfillLaneEntry *e;
@@ -989,11 +989,24 @@ backfill_lane_set_in_batch(bool in_batch, int timeout_ms)
 	e->cancelled_at = 0;
 	e->batch_deadline = 0;
 	if (in_batch)
-	{
 		e->batch_since = now;
-		if (timeout_ms > 0)
-			e->batch_deadline = TimestampTzPlusMilliseconds(now, timeout_ms);
-	}
+	LWLockRelease(shared->lane_lock);
+}
+
+/*
+ * The batch's transaction begins, under its statement timeout of
+ * timeout_ms (batch.c): past it plus a grace, its scheduler terminates the
+ * lane (backfill_lane_terminate_overdue).  What the lane waits for before
+ * (a shard move) is not bounded by it.
+ */
+void
+backfill_lane_batch_deadline(int timeout_ms)
+{
+	if (my_lane < 0 || timeout_ms <= 0)
+		return;
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	shared->lanes[my_lane].batch_deadline =
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	LWLockRelease(shared->lane_lock);
 }
 

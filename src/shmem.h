@@ -103,7 +103,8 @@ extern bool backfill_asked_probe_running(int index, uint64 token);
 
 /* the lane table, for the lane itself (and the engine it runs: pacing.c) */
 extern bool backfill_lane_attach(int index, uint64 token);
-extern void backfill_lane_set_in_batch(bool in_batch, int timeout_ms);
+extern void backfill_lane_set_in_batch(bool in_batch);
+extern void backfill_lane_batch_deadline(int timeout_ms);
 extern bool backfill_lane_stop_requested(void);
 extern bool backfill_lane_yield_requested(void);
 extern bool backfill_lane_preempted(void);

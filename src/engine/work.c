@@ -409,7 +409,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 			return false;
 
 		/* backfill_cancel cancels a batch only while this says so (shmem.c) */
-		backfill_lane_set_in_batch(true, pass->batch_timeout_ms);
+		backfill_lane_set_in_batch(true);
 		PG_TRY();
 		{
 			/* its cursor and bounds as keys first: a failure is this partition's (BF033) */
@@ -422,7 +422,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 			failed = true;
 		}
 		PG_END_TRY();
-		backfill_lane_set_in_batch(false, 0);
+		backfill_lane_set_in_batch(false);
 		/* cancelled: before anything that could take the cancel's signal */
 		stopping = work_must_stop();
 		preempted = !stopping && work_preempted();

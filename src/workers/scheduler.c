@@ -121,6 +121,7 @@ typedef struct RunNeed
 	char	   *login_problem;	/* why its lanes could not log in, or NULL */
 	int			have;			/* lanes it has, by the lane table or its leases */
 	bool		eligible;		/* may get a lane this tick */
+	bool		idle;			/* its next batch is far off: a lane only if none else waits */
 } RunNeed;
 
 /*
@@ -639,9 +640,20 @@ fail_pass_cannot_login(RunNeed *need)
 }
 
 /*
+ * Does a pass wait for a lane: eligible, with fewer than it wants, and not
+ * idle (its next batch far off: it would only sleep in it)?
+ */
+static bool
+need_waits(RunNeed *need)
+{
+	return need->eligible && !need->idle && need->have < need->lanes_wanted;
+}
+
+/*
  * The next pass to get a lane, round robin: the one whose role holds the
  * fewest lanes in the cluster, then the one with the fewest lanes, then the
- * oldest.  NULL when no pass may have one.
+ * oldest; a pass whose next batch is far off (idle) after all others.
+ * NULL when no pass may have one.
  */
 static RunNeed *
 next_pass_for_a_lane(List *needs, LaneCensus *census)
@@ -660,6 +672,13 @@ next_pass_for_a_lane(List *needs, LaneCensus *census)
 		role_lanes = census_count(census, InvalidOid, need->owner, 0);
 		if (role_lanes >= role_cap())
 			continue;
+		/* a pass whose next batch is far off comes after every other */
+		if (best != NULL && need->idle != best->idle)
+		{
+			if (need->idle)
+				continue;
+			best = NULL;
+		}
 		if (best == NULL || role_lanes < best_role_lanes ||
 			(role_lanes == best_role_lanes && need->have < best->have))
 		{
@@ -697,7 +716,7 @@ fair_share_starved(List *needs, LaneCensus *census, Oid *roles, int *nroles, int
 	{
 		RunNeed    *need = lfirst(lc);
 
-		if (!need->eligible || need->have >= need->lanes_wanted)
+		if (!need_waits(need))
 			continue;
 		add_role(roles, nroles, need->owner);
 	}
@@ -706,7 +725,7 @@ fair_share_starved(List *needs, LaneCensus *census, Oid *roles, int *nroles, int
 	{
 		RunNeed    *need = lfirst(lc);
 
-		if (need->eligible && need->have < need->lanes_wanted &&
+		if (need_waits(need) &&
 			census_count(census, InvalidOid, need->owner, 0) < Min(*share, role_cap()))
 			starved = true;
 	}
@@ -839,9 +858,11 @@ required_probed(RunNeed *need, RunMemo *memo)
 
 /*
  * Is the next batch of this pass, by its rate (shmem.c, its pacer), further
- * off than LANE_IDLE_GIVE_BACK_MS?  Then no lane is started for it until
- * it is near (*sleep_ms lowered to then): a lane of it given back to a
- * waiting pass is not taken again at once (pacing.c).
+ * off than LANE_IDLE_GIVE_BACK_MS?  Then it gets a lane only when no other
+ * pass waits for one (next_pass_for_a_lane), and its wait is not one that
+ * takes lanes back (need_waits): a lane of it given back to a waiting pass
+ * (pacing.c) is not taken again before that pass has it.  *sleep_ms is
+ * lowered to when its next batch is near.
  */
 static bool
 pass_batch_far_off(RunNeed *need, TimestampTz now, long *sleep_ms)
@@ -909,8 +930,7 @@ mark_eligible(List *needs, LaneCensus *census, TimestampTz now, long *sleep_ms)
 			continue;
 		}
 		/* its next batch is far off (its rate): a lane would only sleep, or be given back */
-		if (pass_batch_far_off(need, now, sleep_ms))
-			continue;
+		need->idle = pass_batch_far_off(need, now, sleep_ms);
 		need->eligible = true;
 	}
 }
@@ -933,7 +953,7 @@ start_lanes(List *needs, LaneCensus *census)
 	}
 }
 
-/* does an eligible pass still have fewer lanes than it wants? */
+/* does an eligible pass still wait for a lane (need_waits)? */
 static bool
 passes_waiting(List *needs)
 {
@@ -943,7 +963,7 @@ passes_waiting(List *needs)
 	{
 		RunNeed    *need = lfirst(lc);
 
-		if (need->eligible && need->have < need->lanes_wanted)
+		if (need_waits(need))
 			return true;
 	}
 	return false;
