@@ -422,9 +422,10 @@ BatchOutcome
 pacing_before_batch(Pass *pass, Claim *claim)
 {
 	char	   *said = NULL;
-	/* a claim's first batch: a throttle left by its last holder is cleared */
-	bool		fresh = !claim->health_fresh;
 
+	/* a claim's first batch: a throttle left by its last holder is cleared */
+	if (!claim->health_fresh)
+		pacing_say_throttle(pass, claim, NULL);
 	claim->pace_reason[0] = '\0';
 	for (;;)
 	{
@@ -460,7 +461,7 @@ pacing_before_batch(Pass *pass, Claim *claim)
 			return outcome;
 	}
 	/* held for a switch or the health: say it no longer holds */
-	if (said != NULL || fresh)
+	if (said != NULL)
 		pacing_say_throttle(pass, claim, claim->pace_reason[0] ? claim->pace_reason : NULL);
 	return BATCH_DONE;
 }
