@@ -18,6 +18,8 @@ OBJS = \
 	src/sql/finalize.o \
 	src/sql/shard.o \
 	src/sql/probe.o \
+	src/sql/ensure.o \
+	src/sql/retire.o \
 	src/sql/pauseall.o \
 	src/catalogs/catalog.o \
 	src/catalogs/declaration.o \

@@ -861,6 +861,168 @@ ALTER TABLE backfill.partition
     ADD COLUMN shard_max integer,
     ADD COLUMN split_from integer;
 
+/* ==== finalize leaves no row behind; a deploy check; the end of a backfill's life (issue 24, points 3 to 5) ==== */
+
+/*
+ * A retired backfill (backfill_retire): its work is done for good (a
+ * completed forward pass with its checksum, run_id), its columns may be
+ * gone.  Its declaration and ledger stay; runs, retries and reverts of it
+ * are refused (BF041), its watch stops, backfill_pending shows it retired.
+ */
+CREATE TABLE backfill.retired (
+    declaration      text PRIMARY KEY REFERENCES backfill.declaration (name)
+                     ON DELETE CASCADE ON UPDATE CASCADE,
+    run_id           bigint NOT NULL,        -- the completed forward pass whose work it keeps
+    retired_at       timestamptz NOT NULL,
+    retired_by       name NOT NULL           -- the role that called backfill_retire
+);
+REVOKE ALL ON backfill.retired FROM PUBLIC;
+GRANT SELECT ON backfill.retired TO PUBLIC;
+-- dumped with the declarations and the ledger: a restored backfill stays retired
+SELECT pg_catalog.pg_extension_config_dump('backfill.retired', '');
+ALTER TABLE backfill.retired ENABLE ROW LEVEL SECURITY;
+CREATE POLICY retired_member ON backfill.retired FOR SELECT
+    USING (EXISTS (SELECT 1 FROM backfill.declaration d WHERE d.name = retired.declaration));
+COMMENT ON TABLE backfill.retired IS
+'backfills retired by backfill_retire: their work done for good; runs, retries and reverts refused (BF041)';
+
+CREATE FUNCTION backfill_retire(name text) RETURNS bigint
+LANGUAGE C VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'backfill_retire';
+COMMENT ON FUNCTION backfill_retire(text) IS
+'end a completed backfill''s life: its ledger stays, later runs, retries and reverts are refused (BF041); returns the completed run it keeps';
+
+-- not STRICT: a NULL name must raise (BF012), never pass a deploy check as NULL
+CREATE FUNCTION backfill_ensure_complete(name text) RETURNS text
+LANGUAGE C VOLATILE CALLED ON NULL INPUT
+AS 'MODULE_PATHNAME', 'backfill_ensure_complete';
+COMMENT ON FUNCTION backfill_ensure_complete(text) IS
+'a deploy check for a migration''s transaction, from the catalogs only: raises unless the newest pass completed with the current checksum and the newest recorded count after it found no row left';
+
+COMMENT ON PROCEDURE backfill_finalize(text, interval) IS
+'returns once the backfill is complete with its current definition and a count after its newest pass found no row matching the predicate (rows that drifted are worked by a catch-up pass first); waits at most timeout';
+
+/* backfill_pending: a retired backfill shows as retired (its privileges kept: same signature) */
+CREATE OR REPLACE FUNCTION backfill_pending()
+RETURNS TABLE (
+    name                  text,
+    state                 text,
+    checksum              text,
+    completed_checksum    text,
+    changed               boolean,
+    environments          text[],
+    last_run_id           bigint,
+    last_completed_run_id bigint,
+    rows                  bigint,
+    blocked_by            text,
+    direction             text,
+    drift                 text,
+    drift_rows            bigint,
+    drift_probed_at       timestamptz,
+    probe_error           text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH env AS (
+        SELECT current_setting('backfill.environment') AS e
+    ),
+    last AS (
+        SELECT DISTINCT ON (l.ledger_name) l.*
+          FROM backfill.ledger l
+         ORDER BY l.ledger_name, l.run_id DESC
+    ),
+    reverted AS (
+        SELECT l.ledger_name, max(l.run_id) AS run_id
+          FROM backfill.ledger l
+         WHERE l.status = 'completed' AND l.direction = 'revert'
+         GROUP BY l.ledger_name
+    ),
+    done AS (
+        SELECT DISTINCT ON (l.ledger_name) l.*
+          FROM backfill.ledger l
+          LEFT JOIN reverted rv ON rv.ledger_name = l.ledger_name
+         WHERE l.status = 'completed' AND l.direction = 'forward'
+           AND l.run_id > coalesce(rv.run_id, 0)
+         ORDER BY l.ledger_name, l.run_id DESC
+    ),
+    -- a plain declaration has one history; a scoped one, one per scope run
+    histories AS (
+        SELECT d.name AS ledger_name, d.name AS declaration
+          FROM backfill.declaration d WHERE d.scope IS NULL
+        UNION ALL
+        SELECT DISTINCT l.ledger_name, d.name
+          FROM backfill.declaration d JOIN backfill.ledger l ON l.declaration = d.name
+         WHERE d.scope IS NOT NULL
+    )
+    SELECT h.ledger_name,
+           CASE
+             WHEN EXISTS (SELECT 1 FROM backfill.retired rt WHERE rt.declaration = d.name)
+                  THEN 'retired'
+             WHEN d.environments IS NOT NULL AND NOT (env.e = ANY (d.environments))
+                  THEN 'not-in-this-environment'
+             WHEN last.status = 'running' AND last.direction = 'revert' THEN 'reverting'
+             WHEN last.status = 'running'
+                  AND backfill.recorded_requirement(d.name) IS NOT NULL
+                  AND NOT EXISTS (SELECT 1 FROM backfill.partition p
+                                   WHERE p.run_id = last.run_id) THEN 'blocked'
+             WHEN last.status = 'running' THEN 'running'
+             WHEN last.status = 'failed' AND last.error_code = 'BF006' THEN 'stalled'
+             WHEN last.status IN ('failed', 'cancelled') THEN 'failed'
+             WHEN last.status = 'completed' AND last.direction = 'revert' THEN 'reverted'
+             WHEN last.status = 'completed_with_failures' AND last.checksum = d.checksum
+                  THEN 'completed_with_failures'
+             WHEN done.run_id IS NOT NULL AND done.checksum <> d.checksum THEN 'changed'
+             WHEN dp.n > 0 THEN 'drifted'
+             WHEN done.run_id IS NOT NULL THEN 'completed'
+             WHEN backfill.recorded_requirement(d.name) IS NOT NULL THEN 'blocked'
+             ELSE 'pending'
+           END,
+           d.checksum,
+           done.checksum,
+           done.run_id IS NOT NULL AND done.checksum <> d.checksum,
+           d.environments,
+           last.run_id,
+           done.run_id,
+           coalesce(last.rows,
+                    (SELECT sum(p.rows)::bigint FROM backfill.partition p
+                      WHERE p.run_id = last.run_id)),
+           backfill.recorded_requirement(d.name),
+           last.direction,
+           CASE WHEN dp.n >= 1000 THEN 'at least 1,000 rows'
+                WHEN dp.n > 0 THEN dp.n || ' rows' END,
+           dp.n,
+           dp.at,
+           dp.error
+      FROM histories h
+      JOIN backfill.declaration d ON d.name = h.declaration
+      CROSS JOIN env
+      LEFT JOIN last ON last.ledger_name = h.ledger_name
+      LEFT JOIN done ON done.ledger_name = h.ledger_name
+      -- a completed plain table backfill: did the newest probe after its pass find rows
+      -- (backfill.probe), or, before any, what matched beyond its bound at its end?
+      LEFT JOIN LATERAL (
+          SELECT CASE WHEN pr.taken_at IS NOT NULL THEN pr.found ELSE r.beyond END AS n,
+                 coalesce(pr.taken_at, done.finished_at) AS at,
+                 pr.error_code || ': ' || pr.error_message AS error
+            FROM (SELECT 1) one
+            LEFT JOIN backfill.run r ON r.run_id = done.run_id
+            LEFT JOIN backfill.probe pr ON pr.declaration = d.name
+                  AND pr.run_id = done.run_id AND pr.taken_at >= done.finished_at
+           WHERE last.status = 'completed' AND last.direction = 'forward'
+             AND NOT EXISTS (SELECT 1 FROM backfill.retired rt WHERE rt.declaration = d.name)
+             AND last.run_id = done.run_id AND done.checksum = d.checksum
+             AND d.scope IS NULL AND d.relid IS NOT NULL
+             AND (d.environments IS NULL OR env.e = ANY (d.environments))) dp ON true
+    UNION ALL
+    SELECT last.ledger_name, 'orphaned', NULL, done.checksum, NULL, NULL,
+           last.run_id, done.run_id, last.rows, NULL, last.direction, NULL, NULL, NULL, NULL
+      FROM last
+      LEFT JOIN done ON done.ledger_name = last.ledger_name
+     WHERE NOT EXISTS (SELECT 1 FROM backfill.declaration d
+                        WHERE d.name = last.declaration)
+    ORDER BY 1;
+$$;
+
 /*
  * Issue 23 (a fresh-context attacker's findings): backfill_probe and
  * backfill_wait refuse a NULL argument with an error of their own (BF012,

@@ -6,6 +6,7 @@
  *   output.c       tables and numbers for a terminal
  *   commands.c     list, pending, status, the controls, run, revert, finalize
  *   progress.c     run --wait: snapshots of a pass and its progress line
+ *   top.c          top: a live view of every running pass of the database
  */
 #ifndef PG_BACKFILL_CLI_H
 #define PG_BACKFILL_CLI_H
@@ -25,6 +26,9 @@
 #define EXIT_USAGE		2
 #define EXIT_PENDING	3
 #define EXIT_INTERRUPTED 130
+
+/* the progress bar's width between its brackets */
+#define BAR_WIDTH		24
 
 /* type oids the output formatting cares about */
 #define BOOLOID			16
@@ -51,6 +55,7 @@ extern char *api_sql(const char *fmt);
 extern void print_table(const PGresult *res);
 extern void fmt_count(char *buf, size_t len, double v);
 extern void fmt_duration(char *buf, size_t len, double secs);
+extern void fmt_bar(char *buf, size_t len, double progress);
 
 /* commands.c */
 extern int	cmd_list(void);
@@ -63,5 +68,8 @@ extern int	cmd_finalize(const char *name, const char *timeout);
 
 /* progress.c */
 extern int	wait_for_run(const char *name, const char *run_id, bool plain);
+
+/* top.c */
+extern int	cmd_top(double interval, int count);
 
 #endif							/* PG_BACKFILL_CLI_H */

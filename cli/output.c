@@ -1,7 +1,7 @@
 /*
  * output.c: what the client prints for a terminal: aligned tables with
  * upper-case headers (numbers right-aligned, NULL as '-'), counts with
- * thousands separators and short durations.
+ * thousands separators, short durations and progress bars.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -128,4 +128,28 @@ fmt_duration(char *buf, size_t len, double secs)
 		snprintf(buf, len, "%ldm%02lds", s / 60, s % 60);
 	else
 		snprintf(buf, len, "%ldh%02ldm", s / 3600, (s % 3600) / 60);
+}
+
+/* a progress bar of BAR_WIDTH cells, [#####-----]; progress < 0 is unknown */
+void
+fmt_bar(char *buf, size_t len, double progress)
+{
+	int			filled = 0;
+
+	if (len < BAR_WIDTH + 3)
+	{
+		buf[0] = '\0';
+		return;
+	}
+	if (progress >= 0)
+	{
+		filled = (int) (progress * BAR_WIDTH + 0.5);
+		if (filled > BAR_WIDTH)
+			filled = BAR_WIDTH;
+	}
+	buf[0] = '[';
+	for (int i = 0; i < BAR_WIDTH; i++)
+		buf[i + 1] = i < filled ? '#' : '-';
+	buf[BAR_WIDTH + 1] = ']';
+	buf[BAR_WIDTH + 2] = '\0';
 }

@@ -3,7 +3,8 @@
  *
  *   pg_backfill [-d CONNINFO] COMMAND [ARGS]
  *
- * Commands: list, run, status, pause, resume, cancel, retry, pending.
+ * Commands: list, run, status, pause, resume, cancel, retry, revert,
+ * finalize, pending, top.
  * The connection comes from the usual libpq environment (PGHOST, PGPORT,
  * PGUSER, PGDATABASE, PGPASSWORD, PGSERVICE ...) or from -d, which takes a
  * connection string or URI.  Every value goes to the server as a parameter
@@ -33,6 +34,8 @@ typedef struct Options
 	bool		wait;
 	bool		plain;
 	bool		run_opts;		/* an option that only run takes was given */
+	double		interval;		/* top --interval (0: not given) */
+	int			count;			/* top --count (-1: not given) */
 	const char *pos[8];			/* the command and its arguments */
 	int			npos;
 } Options;
@@ -66,6 +69,11 @@ usage(FILE *out)
 			"  pending                   the backfill_pending() report; exit status 3 when\n"
 			"                            any backfill is pending, blocked, failed, stalled\n"
 			"                            or changed (a deploy gate)\n"
+			"  top [--interval SECONDS] [--count N]\n"
+			"                            every running pass of the database: progress,\n"
+			"                            rows/s, ETA, lanes, throttle; redrawn each second\n"
+			"                            until Ctrl-C on a terminal, else one snapshot (or\n"
+			"                            one per interval with --interval or --count)\n"
 			"\n"
 			"Options:\n"
 			"  -d, --dbname=CONNINFO     connection string or URI (default: the libpq\n"
@@ -98,6 +106,39 @@ usage_error(const char *fmt,...)
 	va_end(ap);
 	fprintf(stderr, "\nTry \"%s --help\" for more information.\n", progname);
 	exit(EXIT_USAGE);
+}
+
+/* top's --interval SECONDS and --count N (either as --opt=VALUE) */
+static void
+parse_top_option(int argc, char **argv, int *i, Options *o)
+{
+	const char *a = argv[*i];
+	bool		is_count = strncmp(a, "--count", 7) == 0;
+	const char *v = strchr(a, '=');
+	char	   *end;
+
+	if (v != NULL)
+		v++;
+	else if (++*i < argc)
+		v = argv[*i];
+	else
+		usage_error("option %s needs a value", a);
+	if (is_count)
+	{
+		long		n = strtol(v, &end, 10);
+
+		if (*v == '\0' || *end != '\0' || n < 1 || n > 1000000)
+			usage_error("--count takes a number of snapshots from 1 to 1000000, not \"%s\"", v);
+		o->count = (int) n;
+	}
+	else
+	{
+		double		s = strtod(v, &end);
+
+		if (*v == '\0' || *end != '\0' || !(s >= 0.1 && s <= 3600))
+			usage_error("--interval takes seconds from 0.1 to 3600, not \"%s\"", v);
+		o->interval = s;
+	}
 }
 
 /*
@@ -147,6 +188,9 @@ parse_option(int argc, char **argv, int *i, Options *o)
 		o->input = a + 8;
 		o->run_opts = true;
 	}
+	else if (strcmp(a, "--interval") == 0 || strncmp(a, "--interval=", 11) == 0 ||
+			 strcmp(a, "--count") == 0 || strncmp(a, "--count=", 8) == 0)
+		parse_top_option(argc, argv, i, o);
 	else
 		usage_error("unknown option: %s", a);
 	return true;
@@ -159,6 +203,7 @@ parse_args(int argc, char **argv, Options *o)
 	bool		options_done = false;
 
 	memset(o, 0, sizeof(Options));
+	o->count = -1;
 	for (int i = 1; i < argc; i++)
 	{
 		const char *a = argv[i];
@@ -184,7 +229,7 @@ check_command(const Options *o)
 {
 	const char *cmd = o->pos[0];
 
-	if (strcmp(cmd, "list") == 0 || strcmp(cmd, "pending") == 0)
+	if (strcmp(cmd, "list") == 0 || strcmp(cmd, "pending") == 0 || strcmp(cmd, "top") == 0)
 	{
 		if (o->npos != 1)
 			usage_error("%s takes no arguments", cmd);
@@ -204,6 +249,8 @@ check_command(const Options *o)
 	}
 	else
 		usage_error("unknown command: %s", cmd);
+	if ((o->interval > 0 || o->count >= 0) && strcmp(cmd, "top") != 0)
+		usage_error("--interval and --count apply to top only");
 	if (o->run_opts && strcmp(cmd, "revert") == 0 && o->force)
 		usage_error("revert takes --wait, --plain and --input only");
 	else if (o->run_opts && strcmp(cmd, "run") != 0 && strcmp(cmd, "revert") != 0)
@@ -235,6 +282,8 @@ main(int argc, char **argv)
 		rc = cmd_list();
 	else if (strcmp(cmd, "pending") == 0)
 		rc = cmd_pending();
+	else if (strcmp(cmd, "top") == 0)
+		rc = cmd_top(o.interval, o.count > 0 ? o.count : (o.interval > 0 ? 0 : -1));
 	else if (strcmp(cmd, "run") == 0)
 		rc = cmd_run(o.pos[1], o.force, o.wait, o.input, o.plain);
 	else if (strcmp(cmd, "revert") == 0)

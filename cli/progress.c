@@ -19,7 +19,6 @@
 
 #define POLL_USEC		500000	/* --wait polls every 0.5 s */
 #define PLAIN_EVERY		2.0		/* a plain progress line every 2 s */
-#define BAR_WIDTH		24
 
 volatile sig_atomic_t interrupted = 0;
 
@@ -138,23 +137,13 @@ progress_line(const Snapshot *s, char *buf, size_t len)
 				rows[32],
 				rate[48],
 				eta[32];
-	int			filled = 0;
 	size_t		o;
 
 	if (s->progress >= 0)
-	{
-		filled = (int) (s->progress * BAR_WIDTH + 0.5);
-		if (filled > BAR_WIDTH)
-			filled = BAR_WIDTH;
 		snprintf(pct, sizeof(pct), "%5.1f%%", 100.0 * s->progress);
-	}
 	else
 		snprintf(pct, sizeof(pct), "  --%%");
-	bar[0] = '[';
-	for (int i = 0; i < BAR_WIDTH; i++)
-		bar[i + 1] = i < filled ? '#' : '-';
-	bar[BAR_WIDTH + 1] = ']';
-	bar[BAR_WIDTH + 2] = '\0';
+	fmt_bar(bar, sizeof(bar), s->progress);
 
 	fmt_count(rows, sizeof(rows), s->rows);
 	if (s->rows_per_sec >= 0)

@@ -14,7 +14,11 @@
 #
 # Env: PGBASE (default /tmp/pg_backfill_cluster), PGPORT (default 55480),
 #      PGBIN (default /usr/lib/postgresql/15/bin), PGRUNAS (default postgres),
-#      PGEXTRA_CONF (lines appended to postgresql.conf at init).
+#      PGEXTRA_CONF (lines appended to postgresql.conf at init),
+#      BACKFILL_DATABASE_NAMES: an allow-list for backfill.database_names
+#      (comma-separated).  Unset, the cluster serves every database where
+#      pg_backfill is installed, so a database created later works at once,
+#      without a restart.
 set -euo pipefail
 
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
@@ -95,7 +99,7 @@ shared_preload_libraries = '$PRELOAD'
 cron.database_name = 'postgres'
 cron.use_background_workers = on
 max_worker_processes = 32
-backfill.database_names = 'postgres,backfill_regress,backfill_test,backfill_iso'
+${BACKFILL_DATABASE_NAMES:+backfill.database_names = '$BACKFILL_DATABASE_NAMES'}
 backfill.naptime = 2
 ${PGEXTRA_CONF:-}
 CONF

@@ -15,10 +15,17 @@
 #   tap        prove test/t/*.pl (PostgreSQL::Test::Cluster; own clusters, as postgres)
 #   isolation  pg_isolation_regress test/specs/*.spec (expected output in
 #              test/expected/) in database isolation_regression, which
-#              pg_isolation_regress creates and no launcher serves; the
+#              pg_isolation_regress creates and no launcher serves (the test
+#              cluster keeps an allow-list, BACKFILL_DATABASE_NAMES below,
+#              while scripts/cluster.sh alone serves every database); the
 #              specs named states_*.spec call backfill_run and friends, which
 #              need a served database: they run in backfill_iso (created by
-#              scripts/cluster.sh, in backfill.database_names)
+#              scripts/cluster.sh, in that allow-list)
+#   doctest    scripts/doctest.py: the SQL examples of README.md and doc/*.md
+#              that show a result, run in a cluster of their own made by
+#              scripts/cluster.sh as a user gets it (every database served;
+#              $TEST_PGBASE-doc, port $TEST_PGPORT + 5), output compared;
+#              and doc/reference.md names every function, setting and code
 #   package    (root) dpkg-buildpackage of debian/, dpkg -i, then the
 #              pg_regress suite against the installed package
 # The last line is "N passed, M failed" (individual tests); the exit status
@@ -27,7 +34,7 @@
 # Env: TEST_PGBASE (default /tmp/pg_backfill_test; -N is appended for the
 #      servers after the first), TEST_PGPORT (55482; +10 per further server),
 #      SKIP_SETUP=1 to skip scripts/setup.sh,
-#      TEST_LAYERS to run only some layers (default "regress pgtap tap isolation package"),
+#      TEST_LAYERS to run only some layers (default "regress pgtap tap isolation doctest package"),
 #      PG_CONFIG: test against this server alone,
 #      PG_TEST_PORT_DIR: port reservations shared by TAP runs going on at once
 #      (default /tmp/pg_backfill_portlock, one for every run on the machine),
@@ -55,7 +62,7 @@ fi
 
 WORK=$(mktemp -d /tmp/pg_backfill_testrun.XXXXXX)
 chmod 0755 "$WORK"
-LAYERS=" ${TEST_LAYERS:-regress pgtap tap isolation package} "
+LAYERS=" ${TEST_LAYERS:-regress pgtap tap isolation doctest package} "
 want() { [[ "$LAYERS" == *" $1 "* ]]; }
 
 passed=0
@@ -118,7 +125,10 @@ run_layers() {
     PG_ISOLATION_REGRESS="$PGXS_DIR/../../src/test/isolation/pg_isolation_regress"
     PERL_LIB="$PGXS_DIR/../../src/test/perl"
     echo "== test.sh: fresh cluster in $PGBASE (port $PGPORT)"
-    if ! scripts/cluster.sh init; then
+    # the test cluster serves the layers' databases only: isolation_regression,
+    # which pg_isolation_regress drops and creates, stays unserved
+    if ! BACKFILL_DATABASE_NAMES=postgres,backfill_regress,backfill_test,backfill_iso \
+        scripts/cluster.sh init; then
         echo "test.sh: could not start the test cluster"
         layer_failed+=(cluster)
         return
@@ -245,6 +255,39 @@ run_layers() {
         echo "== isolation: no test/specs/*.spec, skipped"
     fi
 
+    run_doctest
+}
+
+# (e) the docs' examples, in a fresh cluster that scripts/cluster.sh makes
+# with its defaults (every database served), as a reader of the README gets
+# it; TEST_MATCH selects Markdown files too (e.g. TEST_MATCH=README)
+run_doctest() {
+    local docs=() f rc
+    mapfile -t docs < <(only README.md doc/*.md)
+    if ! want doctest; then
+        echo "== doctest: not in TEST_LAYERS, skipped"
+        return
+    elif [ ${#docs[@]} -eq 0 ]; then
+        echo "== doctest: no Markdown file matches TEST_MATCH, skipped"
+        return
+    fi
+    echo "== doctest: ${docs[*]}"
+    if ! PGBASE="$PGBASE-doc" PGPORT=$((PGPORT + 5)) scripts/cluster.sh init >"$OUT/doctest-cluster.out" 2>&1; then
+        cat "$OUT/doctest-cluster.out"
+        echo "not ok 1 - the doctest cluster starts" | tee "$OUT/doctest.out"
+        rc=1
+    else
+        PGHOST="$PGBASE-doc" PGPORT=$((PGPORT + 5)) PGUSER=postgres DOCTEST_FILES="${docs[*]}" \
+            python3 scripts/doctest.py 2>&1 | tee "$OUT/doctest.out"
+        rc=${PIPESTATUS[0]}
+    fi
+    PGBASE="$PGBASE-doc" PGPORT=$((PGPORT + 5)) scripts/cluster.sh destroy >/dev/null 2>&1 || true
+    passed=$((passed + $(grep -c '^ok [0-9]' "$OUT/doctest.out")))
+    failed=$((failed + $(grep -c '^not ok [0-9]' "$OUT/doctest.out")))
+    if [ "$rc" -ne 0 ]; then
+        layer_failed+=(doctest)
+        grep -q '^not ok' "$OUT/doctest.out" || failed=$((failed + 1))
+    fi
 }
 
 shopt -s nullglob
@@ -300,7 +343,7 @@ passed=0
 failed=0
 layer_failed=()
 
-# (e) the Debian package: build it from a copy of the tree, check what each
+# (f) the Debian package: build it from a copy of the tree, check what each
 # .deb holds beside the extension, install it, and run the pg_regress suite
 # against what it installed (debian/tests/installcheck, which also checks the
 # client on PATH and the exporter's queries as installed)

@@ -307,6 +307,20 @@ SELECT backfill_drop('upgrade_set');
 SELECT to_regprocedure('backfill.estimate_rows_sampled(regclass, text, integer)') IS NOT NULL
        AS has_sampled_estimate;
 
+-- 0.6 (issue 24, points 3 to 5): backfill_ensure_complete, a deploy check
+-- that reads the catalogs only; backfill_retire, recorded in
+-- backfill.retired (runs refused with BF041, pending shows retired); the
+-- privileges granted on backfill_pending survive its new definition
+SELECT to_regprocedure('backfill_ensure_complete(text)') IS NOT NULL AS has_ensure_complete,
+       to_regprocedure('backfill_retire(text)') IS NOT NULL AS has_retire,
+       to_regclass('backfill.retired') IS NOT NULL AS has_retired_table,
+       has_function_privilege('public', 'backfill_pending()', 'EXECUTE') AS public_pending;
+SELECT state FROM backfill_pending() WHERE name = 'upgrade_fill';
+\set VERBOSITY terse
+SELECT backfill_ensure_complete('upgrade_fill');
+SELECT backfill_retire('upgrade_fill');
+\set VERBOSITY default
+
 -- a fresh install gets the same objects as the upgraded one
 SET client_min_messages = warning;
 DROP EXTENSION pg_backfill CASCADE;

@@ -86,6 +86,10 @@
 #define ERRCODE_BACKFILL_PROBE_FAILED	MAKE_SQLSTATE('B','F','0','3','9')
 /* a shard gone mid-pass whose hash range no split's shards cover (or none kept) */
 #define ERRCODE_BACKFILL_SHARD_SPLIT	MAKE_SQLSTATE('B','F','0','4','0')
+/* a retired backfill (backfill_retire) asked to run, retry, revert or be probed */
+#define ERRCODE_BACKFILL_RETIRED		MAKE_SQLSTATE('B','F','0','4','1')
+/* a backfill's work is not done for good: backfill_ensure_complete, backfill_retire */
+#define ERRCODE_BACKFILL_INCOMPLETE		MAKE_SQLSTATE('B','F','0','4','4')
 
 /*
  * In a PG_CATCH block of a backend, before raising the caught error again

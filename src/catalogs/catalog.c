@@ -450,6 +450,49 @@ check_backfill_member(const char *name, Oid owner)
 				 errhint("Ask a member of that role, or have it GRANT the role to you.")));
 }
 
+char *
+retired_sql(const char *alias)
+{
+	if (!catalog_has_column("retired", "run_id"))
+		return pstrdup("false");
+	return psprintf("EXISTS (SELECT 1 FROM backfill.retired rt WHERE rt.declaration = %s.name)",
+					alias);
+}
+
+void
+check_not_retired(const char *name, const char *what)
+{
+	CatalogScope scope;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+	int64		run_id = 0;
+	char	   *at = NULL;
+	char	   *by = NULL;
+	bool		retired;
+
+	if (!catalog_has_column("retired", "run_id"))
+		return;
+	catalog_enter(&scope);
+	retired = catalog_exec_latest("SELECT r.run_id, r.retired_at::pg_catalog.text, r.retired_by"
+								  " FROM backfill.retired r WHERE r.declaration = $1",
+								  1, types, values, NULL) == 1;
+	if (retired)
+	{
+		run_id = catalog_getint64(0, 1);
+		at = catalog_gettext(0, 2);
+		by = catalog_gettext(0, 3);
+	}
+	catalog_leave(&scope);
+	if (retired)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_RETIRED),
+				 errmsg("backfill \"%s\" is retired: it cannot %s", name, what),
+				 errdetail("Role %s retired it at %s; run " INT64_FORMAT " did its work, and its "
+						   "ledger stays.", by, at, run_id),
+				 errhint("A retired backfill neither runs nor reverts.  Declare new work under "
+						 "a new name.")));
+}
+
 bool
 catalog_has_column(const char *table, const char *column)
 {

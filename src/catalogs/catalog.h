@@ -74,4 +74,17 @@ extern void check_not_standby(const char *what, const char *name);
 /* is the caller allowed to act for the role that owns a backfill? */
 extern void check_backfill_member(const char *name, Oid owner);
 
+/*
+ * Is declaration alias retired (backfill_retire), in SQL: an EXISTS over
+ * backfill.retired, or false under a catalog older than it.
+ */
+extern char *retired_sql(const char *alias);
+
+/*
+ * Refuse (BF041) to "what" (e.g. "run") a retired backfill.  Reads the
+ * newest state (a retire committed while the caller waited for the
+ * declaration's lock counts).  Inside SPI.
+ */
+extern void check_not_retired(const char *name, const char *what);
+
 #endif							/* BACKFILL_CATALOG_H */

@@ -69,7 +69,7 @@
  *
  * What was measured (Citus 12.1.9, PostgreSQL 15, coordinator and two
  * workers on loopback) and what is assumed is in test/t/160_citus.pl and
- * the README's "Running on several nodes".
+ * doc/multinode.md.
  *
  *-------------------------------------------------------------------------
  */

@@ -14,7 +14,8 @@
  * logged in as the backfill's run_as role, its SQL through asrole.c
  * (restricted, pg_temp last, rolled back) under backfill.probe_lock_timeout
  * and backfill.probe_timeout: never in the scheduler's loop, never in a
- * report or another role's session.  Four things start one:
+ * report or another role's session (but for finalize's, in a session
+ * logged in as run_as itself: drift_probe_here).  Five things start one:
  *
  *   watch     a completed backfill declared with watch => interval, due:
  *             the scheduler starts the probe; on drift the probe enqueues a
@@ -33,6 +34,10 @@
  *             another role's backfill.
  *   requires  a queued pass whose declaration requires a migration: the
  *             probe reads only the migrations table.
+ *   finalize  CALL backfill_finalize once the newest pass completed: in a
+ *             probe worker, or in the caller's session when it is run_as's
+ *             own (drift_probe_here); on drift finalize enqueues a catch-up
+ *             pass as the watch does (drift_catch_up) and waits for it.
  *
  * Every probe also reads the migration the backfill requires (requires.c,
  * as its owner, bounded) into backfill.requirement: the scheduler lets a
@@ -151,7 +156,7 @@ backfill_drift_probe(PG_FUNCTION_ARGS)
 	" WHERE la.run_id = $1 AND b.relid IS NOT NULL AND b.scope IS NULL" \
 	"   AND (SELECT i.code FROM backfill.identity_problem(b.name, b.relid," \
 	"          b.relation, b.owner, b.owner_name, b.run_as, b.run_as_name) i)" \
-	"       IS NULL"
+	"       IS NULL AND NOT %s"
 
 /* the required backfill B of a waiting pass of A, as drift reads it */
 typedef struct Required
@@ -184,7 +189,9 @@ read_required(int64 waiting_run_id, Required *r, MemoryContext cxt)
 	bool		found;
 
 	catalog_enter(&scope);
-	found = catalog_exec(REQUIRED_SQL, 1, types, values, NULL, SPI_OK_SELECT) == 1;
+	/* a retired B is done for good: never reopened */
+	found = catalog_exec(psprintf(REQUIRED_SQL, retired_sql("b")), 1, types, values, NULL,
+						 SPI_OK_SELECT) == 1;
 	if (found)
 	{
 		MemoryContext old = MemoryContextSwitchTo(cxt);
@@ -260,7 +267,8 @@ typedef struct Watched
 
 /*
  * The watched backfills whose newest pass is a completed forward pass with
- * the current checksum (a revert, a failure or a change is not watched),
+ * the current checksum (a revert, a failure, a change or a retired
+ * backfill is not watched),
  * plain table backfills whose oids carry their names, and how long until
  * each is due: its interval in force (%s: watch_interval_in_force) after
  * its last probe, or after that pass (rounded up to the millisecond: never
@@ -283,6 +291,7 @@ typedef struct Watched
 	"   AND last.checksum = d.checksum" \
 	"   AND (SELECT i.code FROM backfill.identity_problem(d.name, d.relid, d.relation," \
 	"          d.owner, d.owner_name, d.run_as, d.run_as_name) i) IS NULL" \
+	"   AND NOT %s" \
 	"   AND ($1::pg_catalog.int8 IS NULL" \
 	"        OR pg_catalog.hashtextextended(d.name, 0) = $1::pg_catalog.int8)"
 
@@ -328,8 +337,9 @@ read_watched(MemoryContext cxt, const int64 *name_hash)
 		return NIL;
 	}
 	catalog_enter(&scope);
-	n = catalog_exec(psprintf(WATCHED_SQL, watch_interval_in_force()), 1, types, values, nulls,
-					 SPI_OK_SELECT);
+	/* a retired backfill is watched no more */
+	n = catalog_exec(psprintf(WATCHED_SQL, watch_interval_in_force(), retired_sql("d")), 1, types,
+					 values, nulls, SPI_OK_SELECT);
 	for (int i = 0; i < n; i++)
 	{
 		MemoryContext old = MemoryContextSwitchTo(cxt);
@@ -378,16 +388,15 @@ watch_count_probe(const char *name, int64 found)
  * Drift found: a catch-up pass, if the backfill may run here as it is
  * (its environment, run_as, a role that can log in) and, with its row
  * locked, its completed pass is still its newest (a backfill_run that came
- * first is not doubled).
+ * first is not doubled).  Returns its run id, 0 when none was enqueued.
  */
-static void
-watch_heal(Watched *w, int64 found)
+static int64
+catch_up(Watched *w)
 {
 	CatalogScope scope;
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(w->name)};
 	bool		still_newest;
-	int64		run_id;
 
 	check_environment(w->name, w->environments, w->envlist);
 	tenancy_check_run_as(w->name, w->owner, w->run_as);
@@ -400,14 +409,52 @@ watch_heal(Watched *w, int64 found)
 		catalog_getint64(0, 1) == w->last_id;
 	catalog_leave(&scope);
 	if (!still_newest)
+		return 0;
+	return enqueue_pass_as(w->name, w->name, w->checksum, true, w->last_id, w->owner, NULL,
+						   "forward", true);
+}
+
+static void
+watch_heal(Watched *w, int64 found)
+{
+	int64		run_id = catch_up(w);
+
+	if (run_id == 0)
 		return;
-	run_id = enqueue_pass_as(w->name, w->name, w->checksum, true, w->last_id, w->owner, NULL,
-							 "forward", true);
 	ereport(LOG,
 			(errmsg("backfill \"%s\" drifted: %s" INT64_FORMAT " rows match its predicate again; "
 					"catch-up pass run " INT64_FORMAT, w->name,
 					found >= DRIFT_PROBE_LIMIT ? "at least " : "", found, run_id),
 			 errdetail("Its watch probed it after run " INT64_FORMAT " completed.", w->last_id)));
+}
+
+int64
+drift_catch_up(const char *name, int64 last_id)
+{
+	CatalogScope scope;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+	Watched		w;
+	bool		found;
+
+	memset(&w, 0, sizeof(w));
+	catalog_enter(&scope);
+	found = catalog_exec("SELECT d.checksum, d.owner, d.run_as, d.environments,"
+						 "  pg_catalog.array_to_string(d.environments, ', ')"
+						 " FROM backfill.declaration d WHERE d.name = $1",
+						 1, types, values, NULL, SPI_OK_SELECT) == 1;
+	if (found)
+	{
+		w.name = pstrdup(name);
+		w.checksum = catalog_gettext(0, 1);
+		w.owner = catalog_getoid(0, 2);
+		w.run_as = catalog_getoid(0, 3);
+		w.environments = catalog_getcopy(0, 4);
+		w.envlist = catalog_gettext(0, 5);
+		w.last_id = last_id;
+	}
+	catalog_leave(&scope);
+	return found ? catch_up(&w) : 0;
 }
 
 List *
@@ -451,7 +498,7 @@ typedef struct Probe
 	Required	required;		/* kind required: A waits for B, the one probed */
 } Probe;
 
-static const char *const kind_names[] = {"asked", "watch", "required", "requires"};
+static const char *const kind_names[] = {"asked", "watch", "required", "requires", "finalize"};
 
 /*
  * Does the backfill require a migration?  If so, read the migrations table
@@ -568,7 +615,7 @@ probe_load(Probe *p, DriftKind kind, int64 name_hash, int64 run_id, MemoryContex
 		return true;
 	}
 	worker_begin_xact("pg_backfill probe: reading the backfill");
-	if (kind == DRIFT_ASKED || kind == DRIFT_MIGRATION)
+	if (kind == DRIFT_ASKED || kind == DRIFT_FINALIZE || kind == DRIFT_MIGRATION)
 		found = read_asked(p, name_hash, kind == DRIFT_MIGRATION, cxt);
 	else if (read_required(run_id, &p->required, cxt))
 	{
@@ -664,6 +711,27 @@ record_terminated(int code, Datum arg)
 	PG_END_TRY();
 	ereport(LOG,
 			(errmsg("pg_backfill probe of backfill \"%s\" %s", probing->name, error.message)));
+}
+
+int64
+drift_probe_here(const char *name)
+{
+	Probe		p;
+	int64		found;
+
+	memset(&p, 0, sizeof(Probe));
+	if (!read_asked(&p, drift_name_hash(name), false, CurrentMemoryContext) ||
+		strcmp(p.name, name) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PROBE_FAILED),
+				 errmsg("backfill \"%s\" could not be counted", name),
+				 errdetail("It is no plain table backfill whose table and roles carry the names "
+						   "it was declared with."),
+				 errhint("backfill_status('%s') shows what became of its table and roles.",
+						 name)));
+	found = probe_rows(p.name, p.run_as, p.search_path, p.relation, p.predicate);
+	record_probe(p.name, DRIFT_FINALIZE, found, NULL);
+	return found;
 }
 
 void

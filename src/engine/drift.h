@@ -14,13 +14,14 @@
 #include "nodes/pg_list.h"
 #include "utils/memutils.h"
 
-/* why a probe runs (backfill.probe.kind: asked, watch, required, requires) */
+/* why a probe runs (backfill.probe.kind: asked, watch, required, requires, finalize) */
 typedef enum DriftKind
 {
 	DRIFT_ASKED = 0,			/* backfill_probe(name) */
 	DRIFT_WATCH = 1,			/* a watch that is due */
 	DRIFT_REQUIRED = 2,			/* a pass waits for the backfill it requires */
-	DRIFT_MIGRATION = 3			/* a pass waits for the migration it requires: no predicate */
+	DRIFT_MIGRATION = 3,		/* a pass waits for the migration it requires: no predicate */
+	DRIFT_FINALIZE = 4			/* backfill_finalize's count after the newest pass */
 } DriftKind;
 
 /* a backfill to probe, and the role its probe logs in as */
@@ -55,6 +56,22 @@ extern bool drift_required_target(int64 waiting_run_id, DriftTarget *target,
  * waiting pass), record the answer or the error in backfill.probe, and
  * heal (watch) or reopen (required) on drift.  Runs transactions of its own; cxt outlives them.
  */
+/*
+ * In a session logged in as the backfill's run_as (finalize's own, see
+ * asrole_own_session): the rows (at most 1,000) its predicate matches now,
+ * counted through asrole.c as a probe worker counts them, and recorded in
+ * backfill.probe (kind finalize).  Errors are raised.  Inside SPI.
+ */
+extern int64 drift_probe_here(const char *name);
+
+/*
+ * A catch-up pass of a completed table backfill whose predicate matches
+ * rows again (as the watch enqueues one: forced, watch, after last_id), in
+ * the caller's transaction; 0 when last_id is no longer its newest pass.
+ * Raises when it may not run here (environment, run_as, login).  Inside SPI.
+ */
+extern int64 drift_catch_up(const char *name, int64 last_id);
+
 extern void drift_probe_worker(DriftKind kind, int64 name_hash, int64 run_id,
 							   MemoryContext cxt);
 

@@ -122,6 +122,8 @@ enqueue_pass_as(const char *ledger_name, const char *name, const char *checksum,
 	 * caller's (or the role's) synchronous_commit says.
 	 */
 	ForceSyncCommit();
+	/* the backstop of every start: a retired backfill never starts a pass */
+	check_not_retired(name, forward ? "run" : watch ? "catch up" : "be reverted");
 	values[0] = CStringGetTextDatum(ledger_name);
 	values[1] = CStringGetTextDatum(checksum);
 	values[2] = BoolGetDatum(force);

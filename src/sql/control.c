@@ -515,6 +515,7 @@ retry_pass(Target *t)
 {
 	bool		changed = false;
 
+	check_not_retired(t->name, "be retried");
 	backfill_check_database_served(t->name);
 	if (t->running_id != 0 && !lock_running_pass(t))
 		target_load(t->name, t, false, "backfill_retry");	/* it ended meanwhile */
@@ -816,6 +817,7 @@ backfill_revert(PG_FUNCTION_ARGS)
 
 	connect_spi();
 	target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, false, "backfill_revert");
+	check_not_retired(t.name, "be reverted");
 	check_revert_declared(&t, &decl);
 	ledger_name = target_scope(&t, &decl, input);
 	while ((run_id = existing_revert(&t)) < 0)

@@ -1163,6 +1163,8 @@ check_redeclaration(const Declaration *d)
 						GetUserNameFromId(old.owner, true) ?
 						GetUserNameFromId(old.owner, true) : "(dropped)"),
 				 errhint("Choose another name, or re-declare it as a member of that role.")));
+	/* a retired backfill's declaration is its history: it stays as it was */
+	check_not_retired(d->name, "be declared again");
 	if (running)
 		backfill_wake_lanes_at_commit(0, false);
 	if (running && strcmp(old.checksum, d->checksum) != 0)

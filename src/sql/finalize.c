@@ -2,12 +2,21 @@
  *
  * finalize.c
  *	  CALL backfill_finalize(name, timeout): return once the backfill is
- *	  complete with its current definition; the lanes work the pass, or a
- *	  session of the lanes' own role works it itself when no lane does.
+ *	  complete with its current definition and a count after its pass finds
+ *	  no row left; the lanes work the pass, or a session of the lanes' own
+ *	  role works it itself when no lane does.
  *
  * What a schema migration calls before it drops the old column.  The
  * newest pass of the backfill decides:
- *	  completed, with the declaration's checksum     returns at once
+ *	  completed, with the declaration's checksum     a table backfill: counts the
+ *	                                                 rows its predicate matches now
+ *	                                                 (a probe worker as run_as, or
+ *	                                                 this session if it is run_as's
+ *	                                                 own; recorded, kind finalize):
+ *	                                                 none: returns; some (drift since
+ *	                                                 the pass): a catch-up pass, as
+ *	                                                 the watch's, then as below
+ *	  retired (backfill_retire)                      returns at once
  *	  running, with a live lane                      waits (lanes work it)
  *	  running, no live lane for 2 s (no worker       the lanes' role's own session:
  *	    slot free, lanes not started yet)            works it here, beside any lane
@@ -56,11 +65,14 @@
 #include "asrole.h"
 #include "batch.h"
 #include "catalog.h"
+#include "drift.h"
 #include "errors.h"
 #include "pacing.h"
 #include "pass.h"
+#include "probe.h"
 #include "shards.h"
 #include "shmem.h"
+#include "tenancy.h"
 #include "work.h"
 #include "xact.h"
 
@@ -89,6 +101,8 @@ typedef struct Final
 	int64		live;			/* partitions held by a live backend */
 	char	   *unmet;			/* what it requires that is not done, or NULL */
 	bool		revert;			/* the newest pass is a revert */
+	bool		plain;			/* a table backfill, not scoped: its predicate is counted */
+	bool		retired;		/* backfill_retire ended its life: complete for good */
 	bool		worked;			/* this call has said that it works the pass */
 	bool		waited;			/* this call has said that it waits for the lanes */
 } Final;
@@ -105,7 +119,8 @@ typedef struct Final
 	"    WHERE p.run_id = l.run_id AND p.state = 'running'" \
 	"      AND EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a" \
 	"                   WHERE a.pid = p.holder_pid AND a.backend_start = p.holder_start))," \
-	"  backfill.unmet_requirement(d.name), l.direction = 'revert'" \
+	"  backfill.unmet_requirement(d.name), l.direction = 'revert'," \
+	"  d.relid IS NOT NULL AND d.scope IS NULL, %s" \
 	" FROM backfill.declaration d" \
 	" LEFT JOIN LATERAL (SELECT * FROM backfill.ledger l WHERE l.ledger_name = d.name" \
 	"                     ORDER BY l.run_id DESC LIMIT 1) l ON true" \
@@ -122,7 +137,8 @@ final_read(Final *f)
 
 	pgstat_clear_snapshot();
 	catalog_enter(&scope);
-	n = catalog_exec(FINAL_SQL, 1, types, values, NULL, SPI_OK_SELECT);
+	n = catalog_exec(psprintf(FINAL_SQL, retired_sql("d")), 1, types, values, NULL,
+					 SPI_OK_SELECT);
 	if (n == 1)
 	{
 		f->owner = catalog_getoid(0, 1);
@@ -140,6 +156,8 @@ final_read(Final *f)
 		f->live = catalog_getint64(0, 13);
 		f->unmet = catalog_gettext(0, 14);
 		f->revert = f->run_id != 0 && catalog_getbool(0, 15);
+		f->plain = catalog_getbool(0, 16);
+		f->retired = catalog_getbool(0, 17);
 	}
 	catalog_leave(&scope);
 	if (n != 1)
@@ -362,6 +380,77 @@ wait_for_lanes(Final *f)
 	f->waited = true;
 }
 
+/*
+ * The count in a probe worker logged in as run_as (this session is not
+ * run_as's own: the predicate does not run here), waited for at most
+ * until the deadline; BF038 when no worker slot is free.
+ */
+static int64
+final_probe(Final *f, TimestampTz deadline)
+{
+	DriftTarget target;
+	BackgroundWorkerHandle *handle;
+	TimestampTz since = GetCurrentTimestamp();
+
+	target.name = f->name;
+	target.run_as = f->run_as;
+	check_role_can_login(f->name, f->run_as);
+	handle = probe_start(DRIFT_FINALIZE, &target, 0, CurrentMemoryContext);
+	if (handle == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_NO_WORKER),
+				 errmsg("backfill \"%s\" cannot be finalized: no background worker slot is free "
+						"to count what its predicate matches", f->name),
+				 errdetail("Run " INT64_FORMAT " completed; finalize counts the rows its predicate "
+						   "matches now in a probe worker logged in as its role, never in this "
+						   "session.", f->run_id),
+				 errhint("Call backfill_finalize('%s') again later, or in a session logged in as "
+						 "the backfill's role, which counts itself.", f->name)));
+	SPI_commit();				/* hold no snapshot while the worker counts */
+	return probe_wait_answer(f->name, handle, since, deadline);
+}
+
+/*
+ * The newest pass completed: count the rows its predicate matches now (at
+ * most 1,000; drift.c), in this session when it is the lanes' role's own
+ * and the backfill has no settings, else in a probe worker; either records
+ * the count in backfill.probe (kind finalize).  None: complete, true.
+ * Some (rows inserted or changed since the pass so that they match
+ * again): a catch-up pass, enqueued as the watch enqueues one (ledger:
+ * forced, watch, after the completed pass), committed, and worked like
+ * any pass; false.  A pages source's pass ended on its own count: true.
+ */
+static bool
+final_count(Final *f, TimestampTz deadline, TimestampTz *no_lane_since)
+{
+	int64		found;
+	int64		last = f->run_id;
+	int64		run_id;
+
+	if (!f->plain)
+		return true;
+	/* a backfill with settings is counted under them: in a probe worker */
+	found = session_is_lanes(f) && !f->has_settings ?
+		drift_probe_here(f->name) : final_probe(f, deadline);
+	if (found == 0)
+		return true;
+	run_id = drift_catch_up(f->name, last);
+	if (run_id == 0)
+		return false;			/* another pass came first: read it at the next look */
+	ereport(NOTICE,
+			(errmsg("backfill \"%s\": %s" INT64_FORMAT " rows match its predicate again since "
+					"run " INT64_FORMAT " completed; catch-up pass run " INT64_FORMAT, f->name,
+					found >= 1000 ? "at least " : "", found, last, run_id),
+			 errdetail("Finalize returns once a count after a completed pass finds no row.")));
+	SPI_commit();
+	final_read(f);
+	*no_lane_since = 0;
+	if (!f->has_settings && f->status != NULL && strcmp(f->status, "running") == 0 &&
+		session_is_lanes(f))
+		work_in_session(f, deadline);
+	return false;
+}
+
 /* Refuse a call that cannot commit: finalize commits every batch. */
 static void
 check_call_context(FunctionCallInfo fcinfo, const char *name)
@@ -383,6 +472,13 @@ final_step(Final *f, TimestampTz deadline, TimestampTz *no_lane_since)
 {
 	final_read(f);
 	check_backfill_member(f->name, f->owner);
+	if (f->retired)
+	{
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\" is retired: its work is done for good", f->name),
+				 errdetail("backfill_retire ended its life; nothing of it runs any more.")));
+		return true;
+	}
 	if (f->revert)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_CONFLICT),
@@ -393,7 +489,7 @@ final_step(Final *f, TimestampTz deadline, TimestampTz *no_lane_since)
 						 "finalize.", f->name)));
 	if (f->run_id != 0 && strcmp(f->status, "completed") == 0 &&
 		strcmp(f->run_checksum, f->checksum) == 0)
-		return true;
+		return final_count(f, deadline, no_lane_since);
 	if (f->run_id != 0 && strcmp(f->status, "running") != 0 &&
 		strcmp(f->status, "completed") != 0 && strcmp(f->run_checksum, f->checksum) == 0)
 		raise_pass_end(f);

@@ -65,6 +65,7 @@ probe_target(const char *name, DriftTarget *target)
 				 errmsg("backfill \"%s\" is not declared", name),
 				 errhint("backfill_pending() lists the declared backfills.")));
 	check_backfill_member(name, owner);
+	check_not_retired(name, "be probed");
 	if (!plain)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
@@ -93,75 +94,6 @@ timeout_ms_of(const char *name, Interval *timeout)
 				 errhint("Pass an interval such as '30 seconds', or leave the timeout out for "
 						 "its default of one minute.")));
 	return ms;
-}
-
-/* Wait for the probe worker to stop, at most until deadline (BF039 then). */
-static void
-wait_for_probe(const char *name, BackgroundWorkerHandle *handle, TimestampTz deadline)
-{
-	pid_t		pid = 0;
-
-	while (GetBackgroundWorkerPid(handle, &pid) != BGWH_STOPPED)
-	{
-		TimestampTz now = GetCurrentTimestamp();
-		long		left_ms;
-
-		if (now >= deadline)
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_PROBE_FAILED),
-					 errmsg("the probe of backfill \"%s\" did not answer in time", name),
-					 errdetail("Its worker (PID %d) goes on, bounded by backfill.probe_timeout "
-							   "(%d ms) and backfill.probe_lock_timeout (%d ms), and records "
-							   "its answer in backfill.probe.", (int) pid,
-							   backfill_probe_timeout, backfill_probe_lock_timeout),
-					 errhint("backfill_pending() shows the answer once it is taken; or call "
-							 "backfill_probe with a longer timeout.")));
-		left_ms = (long) Min((deadline - now) / 1000 + 1, 1000);
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, left_ms,
-						 PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-	}
-}
-
-/* the probe recorded since `since`: its rows, or BF039 with its error */
-static int64
-probe_answer(const char *name, TimestampTz since)
-{
-	CatalogScope scope;
-	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
-	Datum		values[2] = {CStringGetTextDatum(name), TimestampTzGetDatum(since)};
-	bool		found;
-	char	   *code = NULL;
-	char	   *message = NULL;
-	int64		rows = 0;
-
-	catalog_enter(&scope);
-	found = catalog_exec_latest("SELECT p.found, p.error_code, p.error_message"
-								" FROM backfill.probe p"
-								" WHERE p.declaration = $1 AND p.taken_at >= $2",
-								2, types, values, NULL) == 1;
-	if (found)
-	{
-		code = catalog_gettext(0, 2);
-		message = catalog_gettext(0, 3);
-		if (code == NULL)
-			rows = catalog_getint64(0, 1);
-	}
-	catalog_leave(&scope);
-	if (!found || code != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_PROBE_FAILED),
-				 errmsg("the probe of backfill \"%s\" failed", name),
-				 found ? errdetail("It ended with SQLSTATE %s: %s (recorded in backfill.probe; "
-								   "lock_timeout %d ms, statement timeout %d ms).", code, message,
-								   backfill_probe_lock_timeout, backfill_probe_timeout) :
-				 errdetail("Its worker ended without recording an answer (the backfill was "
-						   "dropped or declared again meanwhile, or the worker failed: see "
-						   "the server log)."),
-				 errhint("Release what the predicate waits for, or make it cheaper (an index "
-						 "on the predicate), then call backfill_probe again.")));
-	return rows;
 }
 
 /* this call's probe: its entry in shared memory (shmem.c), its own or joined */
@@ -236,12 +168,13 @@ wait_for_joined(const char *name, AskedProbe *ap, TimestampTz deadline)
 	}
 }
 
-/* Start this call's probe worker and wait for it, at most until deadline. */
-static void
+/* Start this call's probe worker; its answer, waited for at most until deadline. */
+static int64
 run_probe(const char *name, DriftTarget *target, AskedProbe *ap, TimestampTz deadline)
 {
 	BackgroundWorkerHandle *handle = probe_start(DRIFT_ASKED, target, 0, CurrentMemoryContext);
 	pid_t		pid = 0;
+	int64		rows;
 
 	if (handle == NULL)
 	{
@@ -257,8 +190,9 @@ run_probe(const char *name, DriftTarget *target, AskedProbe *ap, TimestampTz dea
 	if (WaitForBackgroundWorkerStartup(handle, &pid) != BGWH_STARTED)
 		pid = 0;
 	backfill_asked_probe_started(ap->index, ap->token, pid);
-	wait_for_probe(name, handle, deadline);
+	rows = probe_wait_answer(name, handle, ap->since, deadline);
 	(void) backfill_asked_probe_running(ap->index, ap->token);
+	return rows;
 }
 
 /*
@@ -299,10 +233,12 @@ backfill_probe(PG_FUNCTION_ARGS)
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	reserve_probe(name, &ap);
 	if (ap.joined)
+	{
 		wait_for_joined(name, &ap, deadline);
+		rows = probe_wait_answer(name, NULL, ap.since, deadline);
+	}
 	else
-		run_probe(name, &target, &ap, deadline);
-	rows = probe_answer(name, ap.since);
+		rows = run_probe(name, &target, &ap, deadline);
 	SPI_finish();
 	PG_RETURN_INT64(rows);
 }

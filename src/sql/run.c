@@ -235,6 +235,7 @@ backfill_run(PG_FUNCTION_ARGS)
 	lock_declaration(name, &d);
 
 	check_backfill_member(name, d.owner);
+	check_not_retired(name, "run");
 	check_environment(name, d.environments, d.envlist);
 	/* what was allowed at declaration may not be any more */
 	tenancy_check_run_as(name, d.owner, d.run_as);

@@ -18,8 +18,9 @@
  * Starters: the scheduler, for watches that are due and for a pass about
  * to start that requires another backfill (it keeps the pass queued until
  * the probe has ended) or a migration (the probe reads only the migrations
- * table; the pass waits until one has recorded it applied); backfill_probe(name) (sql/probe.c), which waits
- * for the answer.  The scheduler's probes are kept here: at most
+ * table; the pass waits until one has recorded it applied); backfill_probe(name) (sql/probe.c)
+ * and backfill_finalize (sql/finalize.c), which wait for the answer
+ * (probe_wait_answer).  The scheduler's probes are kept here: at most
  * PROBE_MAX at once, one per backfill and kind, and one that ended is not
  * started again for PROBE_RESTART_MS (a worker that died without an answer
  * is not restarted at every look).  The slots are shared fairly between
@@ -35,14 +36,19 @@
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
+#include "executor/spi.h"
 #include "storage/ipc.h"
+#include "storage/latch.h"
 #include "tcop/tcopprot.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "catalog.h"
 #include "config.h"
 #include "drift.h"
+#include "errors.h"
 #include "probe.h"
 #include "worker.h"
 
@@ -128,6 +134,84 @@ probe_start(DriftKind kind, DriftTarget *target, int64 run_id, MemoryContext cxt
 	args.run_id = run_id;
 	return worker_start("backfill_probe_main", "pg_backfill probe", "pg_backfill probe",
 						(Datum) 0, &args, sizeof(args), cxt);
+}
+
+/* Wait for the probe worker to stop, at most until deadline (BF039 then). */
+static void
+wait_for_probe(const char *name, BackgroundWorkerHandle *handle, TimestampTz deadline)
+{
+	pid_t		pid = 0;
+
+	while (GetBackgroundWorkerPid(handle, &pid) != BGWH_STOPPED)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		long		left_ms;
+
+		if (now >= deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_PROBE_FAILED),
+					 errmsg("the probe of backfill \"%s\" did not answer in time", name),
+					 errdetail("Its worker (PID %d) goes on, bounded by backfill.probe_timeout "
+							   "(%d ms) and backfill.probe_lock_timeout (%d ms), and records "
+							   "its answer in backfill.probe.", (int) pid,
+							   backfill_probe_timeout, backfill_probe_lock_timeout),
+					 errhint("backfill_pending() shows the answer once it is taken; or call "
+							 "backfill_probe with a longer timeout.")));
+		left_ms = (long) Min((deadline - now) / 1000 + 1, 1000);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, left_ms,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* the probe recorded since `since`: its rows, or BF039 with its error */
+static int64
+probe_answer(const char *name, TimestampTz since)
+{
+	CatalogScope scope;
+	Oid			types[2] = {TEXTOID, TIMESTAMPTZOID};
+	Datum		values[2] = {CStringGetTextDatum(name), TimestampTzGetDatum(since)};
+	bool		found;
+	char	   *code = NULL;
+	char	   *message = NULL;
+	int64		rows = 0;
+
+	catalog_enter(&scope);
+	found = catalog_exec_latest("SELECT p.found, p.error_code, p.error_message"
+								" FROM backfill.probe p"
+								" WHERE p.declaration = $1 AND p.taken_at >= $2",
+								2, types, values, NULL) == 1;
+	if (found)
+	{
+		code = catalog_gettext(0, 2);
+		message = catalog_gettext(0, 3);
+		if (code == NULL)
+			rows = catalog_getint64(0, 1);
+	}
+	catalog_leave(&scope);
+	if (!found || code != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_PROBE_FAILED),
+				 errmsg("the probe of backfill \"%s\" failed", name),
+				 found ? errdetail("It ended with SQLSTATE %s: %s (recorded in backfill.probe; "
+								   "lock_timeout %d ms, statement timeout %d ms).", code, message,
+								   backfill_probe_lock_timeout, backfill_probe_timeout) :
+				 errdetail("Its worker ended without recording an answer (the backfill was "
+						   "dropped or declared again meanwhile, or the worker failed: see "
+						   "the server log)."),
+				 errhint("Release what the predicate waits for, or make it cheaper (an index "
+						 "on the predicate), then call backfill_probe again.")));
+	return rows;
+}
+
+int64
+probe_wait_answer(const char *name, BackgroundWorkerHandle *handle, TimestampTz since,
+				  TimestampTz deadline)
+{
+	if (handle != NULL)
+		wait_for_probe(name, handle, deadline);
+	return probe_answer(name, since);
 }
 
 static ProbeChild *

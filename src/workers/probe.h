@@ -33,6 +33,15 @@ extern BackgroundWorkerHandle *probe_start(DriftKind kind, DriftTarget *target, 
 										   MemoryContext cxt);
 
 /*
+ * Wait, at most until deadline, for the probe worker of handle to stop,
+ * and read the answer it recorded since `since`: the rows found, or BF039
+ * with its error (none recorded, or none in time, is BF039 too).  Inside SPI.
+ * handle NULL: only the answer (a probe another call started, waited for).
+ */
+extern int64 probe_wait_answer(const char *name, BackgroundWorkerHandle *handle,
+							   TimestampTz since, TimestampTz deadline);
+
+/*
  * The scheduler's probes: is one of this kind for this backfill (and
  * run) done?  Starts it when none runs and none ended in the last
  * PROBE_RESTART_MS; false until it has ended.  At most PROBE_MAX run at

@@ -357,9 +357,11 @@ database_has_work(void)
 					"SELECT EXISTS (SELECT 1 FROM backfill.ledger WHERE status = 'running')",
 					0, NULL, NULL))
 		return true;
+	/* a retired backfill is watched no more */
 	if (catalog_has_column("declaration", "watch_ms") &&
 		catalog_ask("look for watched backfills",
-					"SELECT EXISTS (SELECT 1 FROM backfill.declaration WHERE watch_ms IS NOT NULL)",
+					psprintf("SELECT EXISTS (SELECT 1 FROM backfill.declaration d"
+							 " WHERE d.watch_ms IS NOT NULL AND NOT %s)", retired_sql("d")),
 					0, NULL, NULL))
 		return true;
 	return catalog_has_column("outbox", "state") &&

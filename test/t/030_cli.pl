@@ -13,7 +13,11 @@
 #  (e) a pass that stalls (BF006): exit 1, the error printed; pending exits 3;
 #  (f) pause/resume/cancel/retry print changed/unchanged, status follows;
 #  (g) server errors print message, SQLSTATE (exit 1); values are sent as
-#      parameters; the libpq environment is used without -d.
+#      parameters; the libpq environment is used without -d;
+#  (h) (within f, while the slow pass runs) top: one plain snapshot on a
+#      pipe, --count/--interval snapshots, SIGINT ends it with 0, the
+#      screen redrawn under a pty, usage errors; no running pass after
+#      the cancel.
 #
 # The binary: $ENV{PG_BACKFILL_CLI}, else cli/pg_backfill of the repository
 # this file is in, else the installed /usr/lib/postgresql/15/bin/pg_backfill.
@@ -267,6 +271,46 @@ like($out, qr/\A\d+\n\z/, 'run steer prints only the run id');
 ok(poll_until($node, q{SELECT rows > 0 FROM backfill_status('steer')}, 't', 180),
 	'steer makes progress');
 
+# (h) top: the running pass, as plain lines on a pipe, redrawn on a terminal
+($rc, $out, $err) = cli('top');
+is($rc, 0, 'top on a pipe exits 0');
+my @top = split /\n/, $out;
+like($top[0], qr/^pg_backfill top  \S+ \S+  1 running pass$/, 'top: a heading with the count');
+like($top[1], qr/^NAME\s+RUN\s+PROGRESS\s+ROWS\s+ROWS\/S\s+ETA\s+LANES\s+THROTTLE$/,
+	'top: the column names');
+like($top[2], qr/^steer\s+\d+\s+\[[#-]{24}\]\s+\d+\.\d%\s+[\d,]+\s+[\d,]+\s+\S+\s+[01]\b/,
+	'top: the pass with its bar, percent, rows, rows/s, ETA and lanes');
+is(scalar(@top), 3, 'top on a pipe: one snapshot');
+unlike($out, qr/\e/, 'top on a pipe: no escapes');
+
+($rc, $out, $err) = cli('top', '--count', '2', '--interval', '0.2');
+is($rc, 0, 'top --count 2 exits 0');
+is(scalar(() = $out =~ /^pg_backfill top /mg), 2, 'top --count 2: two snapshots');
+
+{
+	# --interval alone: one snapshot per interval until SIGINT, then exit 0
+	my ($o, $e) = ('', '');
+	my $h = IPC::Run::start([ $cli, '-d', $connstr, 'top', '--interval', '0.2' ],
+		'<', \undef, '>', \$o, '2>', \$e,
+		IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
+	$h->pump until (() = $o =~ /^pg_backfill top /mg) >= 2;
+	$h->signal('INT');
+	$h->finish;
+	is($h->result(0), 0, 'top --interval: SIGINT ends it with status 0');
+	like($o, qr/^steer\s+\d+\s+\[/m, 'top --interval: the pass in each snapshot');
+}
+
+($rc, $out) = cli_tty('top', '--count', '2', '--interval', '0.2');
+is($rc, 0, 'top under a pty exits 0');
+is(scalar(() = $out =~ /\e\[H\e\[2J/g), 2, 'top under a pty: the screen redrawn per snapshot');
+like($out, qr/\(Ctrl-C quits\)/, 'top under a pty: says how to quit');
+like($out, qr/^steer\s+\d+\s+\[[#-]{24}\]/m, 'top under a pty: the pass');
+
+($rc, $out, $err) = cli('top', '--count', '0');
+is($rc, 2, 'top --count 0: a usage error');
+($rc, $out, $err) = cli('list', '--interval', '1');
+is($rc, 2, '--interval with another command: a usage error');
+
 ($rc, $out, $err) = cli('pause', 'steer');
 is("$rc $out", "0 changed\n", 'pause: changed');
 ($rc, $out, $err) = cli('pause', 'steer');
@@ -293,6 +337,10 @@ like($out, qr/^last_error:\s+BF010: /m, 'status: last_error BF010');
 
 ($rc, $out, $err) = cli('retry', 'steer');
 is("$rc $out", "0 unchanged\n", 'retry of a cancelled pass: unchanged');
+
+($rc, $out, $err) = cli('top');
+is("$rc $out", "0 " . ($out =~ /\A(pg_backfill top  \S+ \S+  )/)[0] . "0 running passes\n",
+	'top with no running pass: the heading only');
 
 ($rc, $out, $err) = cli('pending');
 is($rc, 3, 'pending exits 3 with a cancelled backfill');

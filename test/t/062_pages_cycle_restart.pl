@@ -1,7 +1,7 @@
 # 062_pages_cycle_restart.pl
 #
 # A pages source's cycle across a lane that starts again (issue 23, point
-# 2; README: the pages option, its bounds and limits).  The cursors a lane
+# 2; doc/reference.md: the pages option, its bounds and limits).  The cursors a lane
 # remembers are its own: a lane that resumes a partition from its
 # checkpoint knows the cursors from its start on.  The walk
 #     start -> A -> B -> C -> A

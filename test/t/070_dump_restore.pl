@@ -47,6 +47,18 @@ sq($src, q{
 });
 my $run = sq($src, q{SET ROLE app; SELECT backfill_run('fill')});
 is(wait_pass_end($src, $run, 180), 'completed', 'the source completes its pass');
+# a retired backfill (issue 24): its ledger row and its retirement are dumped
+sq($src, q{
+	CREATE TABLE kept (id int PRIMARY KEY, c int);
+	INSERT INTO kept (id) SELECT g FROM generate_series(1, 5) g;
+	GRANT SELECT, UPDATE ON kept TO app;
+	SET ROLE app;
+	SELECT backfill_declare(name => 'kept', relation => 'kept', predicate => 'c IS NULL',
+	    action => 'UPDATE kept SET c = id WHERE id BETWEEN $1 AND $2 AND c IS NULL', rate => 100);
+});
+my $run_kept = sq($src, q{SET ROLE app; SELECT backfill_run('kept')});
+is(wait_pass_end($src, $run_kept, 180), 'completed', 'the source completes the pass it retires');
+is(sq($src, q{SET ROLE app; SELECT backfill_retire('kept')}), $run_kept, 'and retires it');
 my $gone_oid = sq($src, q{SELECT oid FROM pg_roles WHERE rolname = 'gone'});
 # the role goes; its declaration stays (it is history), with its oid
 sq($src, q{REVOKE ALL ON gone_items FROM gone; DROP ROLE gone});
@@ -92,6 +104,10 @@ is( sq($dst, q{SELECT owner::oid = 'app'::regrole::oid, status FROM backfill.led
 	't|completed', 'the completed pass is there, owned by app');
 is( sq($dst, q{SET ROLE app; SELECT state FROM backfill_pending() WHERE name = 'fill'}),
 	'completed', 'app sees its backfill completed');
+is( sq($dst, q{SET ROLE app; SELECT state FROM backfill_pending() WHERE name = 'kept'}),
+	'retired', 'the retired backfill is still retired');
+($rc, $out, $err) = $dst->psql('postgres', q{SET ROLE app; SELECT backfill_run('kept', force => true)});
+like($err, qr/is retired/, 'and its runs are refused');
 is( sq($dst, q{SELECT run_as::oid = 'postgres'::regrole::oid, run_as_name
 		FROM backfill.outbox_sink WHERE topic = 'app.events'}),
 	't|postgres', 'the function sink still runs as the role that set it');

@@ -1,4 +1,4 @@
-# 071_hostile.pl -- the audit's test (README "Trust model"): an ordinary
+# 071_hostile.pl -- the audit's test (doc/internals.md, "Trust model"): an ordinary
 # role plants hostile objects at every place where pg_backfill evaluates
 # SQL or user-controlled objects, then every entry point and worker runs,
 # called by that role, by another role and by a superuser.  No role may gain
@@ -22,7 +22,7 @@
 # Each place is checked on its own ("place"): afterwards no role but the
 # bootstrap superuser is a superuser, and att.seen has no row of that place
 # written while its current_user was a superuser.  A place not fixed yet is
-# a TODO block saying what is open (the README's audit marks it "open").
+# a TODO block saying what is open (the trust model's audit (doc/internals.md) marks it "open").
 use strict;
 use warnings;
 

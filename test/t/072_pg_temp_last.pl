@@ -1,6 +1,6 @@
 # 072_pg_temp_last.pl
 #
-# pg_temp last, always (issue 23, point 1; README "Trust model"): the
+# pg_temp last, always (issue 23, point 1; doc/internals.md "Trust model"): the
 # declarer's SQL runs under the declaration's search_path with pg_temp
 # named as its last entry, so a temporary object of the session never
 # stands in for the declarer's table, function or operator.

@@ -1,4 +1,4 @@
--- 171_null_probe_wait: backfill_probe and backfill_wait refuse what means
+-- 172_null_probe_wait: backfill_probe and backfill_wait refuse what means
 -- nothing (issue 23, the fresh-context attacker's F6).  Before, both were
 -- STRICT: backfill_probe(NULL), a NULL timeout and backfill_wait(1, NULL)
 -- answered NULL silently, and a probe timeout of '0' started a worker only
