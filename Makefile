@@ -17,10 +17,12 @@ OBJS = \
 	src/sql/control.o \
 	src/sql/finalize.o \
 	src/sql/shard.o \
+	src/sql/shardmap.o \
 	src/sql/probe.o \
 	src/sql/ensure.o \
 	src/sql/retire.o \
 	src/sql/pauseall.o \
+	src/sql/rehearse.o \
 	src/catalogs/catalog.o \
 	src/catalogs/declaration.o \
 	src/catalogs/identity.o \
@@ -35,6 +37,8 @@ OBJS = \
 	src/engine/pass.o \
 	src/engine/estimate.o \
 	src/engine/batch.o \
+	src/engine/history.o \
+	src/engine/rehearse.o \
 	src/engine/pagecycle.o \
 	src/engine/poison.o \
 	src/engine/work.o \
@@ -48,6 +52,7 @@ OBJS = \
 	src/workers/scheduler.o \
 	src/workers/lane.o \
 	src/workers/probe.o \
+	src/workers/rehearsal.o \
 	src/xact.o \
 	src/advisory.o \
 	src/worker.o \

@@ -1023,6 +1023,261 @@ AS $$
     ORDER BY 1;
 $$;
 
+/* ==== issue 30 (a tester's findings 4 and 5): a failed pass's partitions end; shard estimates from samples ==== */
+
+/*
+ * The scheduler fails a running pass whose declaration is gone or no longer
+ * names its table and roles (alter_distributed_table replaces a table under
+ * its name).  As every other end of a pass, its open partitions end too
+ * (cancelled), and the scheduler tells the pass's lanes to stop at the
+ * commit (scheduler.c): no lane is left retrying what cannot work.
+ */
+CREATE OR REPLACE FUNCTION backfill.fail_unbound_passes() RETURNS integer
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    n integer;
+BEGIN
+    WITH bad AS (
+        SELECT l.run_id,
+               coalesce(p.code, 'BF007') AS code,
+               coalesce(p.message || ': ' || p.detail,
+                        'the declaration was dropped while the pass was running') AS message
+          FROM backfill.ledger l
+          JOIN backfill.run r ON r.run_id = l.run_id
+          LEFT JOIN backfill.declaration d ON d.name = l.declaration
+          LEFT JOIN LATERAL backfill.identity_problem(d.name, d.relid, d.relation, d.owner,
+                                                      d.owner_name, d.run_as, d.run_as_name) p
+                 ON d.name IS NOT NULL
+         WHERE l.status = 'running' AND NOT r.paused   -- a paused pass gets no lane anyway
+           AND (d.name IS NULL OR p.code IS NOT NULL)
+           FOR UPDATE OF l SKIP LOCKED),
+    ended AS (
+        UPDATE backfill.ledger l
+           SET status = 'failed', finished_at = now(), error_code = bad.code,
+               error_message = bad.message,
+               rows = (SELECT coalesce(sum(q.rows), 0) FROM backfill.partition q
+                        WHERE q.run_id = l.run_id),
+               batches = (SELECT coalesce(sum(q.batches), 0) FROM backfill.partition q
+                           WHERE q.run_id = l.run_id)
+          FROM bad
+         WHERE l.run_id = bad.run_id
+        RETURNING l.run_id, bad.message)
+    UPDATE backfill.run r SET phase = 'done', last_error = ended.message, updated_at = now()
+      FROM ended WHERE r.run_id = ended.run_id;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n > 0 THEN
+        UPDATE backfill.partition p SET state = 'cancelled', finished_at = now()
+          FROM backfill.ledger l
+         WHERE l.run_id = p.run_id AND l.status = 'failed' AND l.finished_at = now()
+           AND p.state IN ('pending', 'running');
+    END IF;
+    RETURN n;
+END
+$$;
+REVOKE ALL ON FUNCTION backfill.fail_unbound_passes() FROM PUBLIC;
+
+/*
+ * The rows a predicate matches in a table (a Citus shard, on its node):
+ * the planner's estimate while the table's statistics are fresh, else a
+ * count over a bounded sample of its pages (estimate_rows_sampled), and
+ * sampled says so.  Stale: never analyzed, or more rows changed since its
+ * last ANALYZE than a tenth of the rows it had then (a pass that has just
+ * written every row leaves statistics by which the next pass's predicate
+ * matches about 1 row a shard).
+ */
+CREATE FUNCTION backfill.estimate_rows_checked(rel regclass, predicate text, max_pages integer,
+                                               OUT estimate bigint, OUT sampled boolean)
+LANGUAGE plpgsql VOLATILE STRICT
+AS $$
+BEGIN
+    SELECT s.relid IS NULL OR (s.last_analyze IS NULL AND s.last_autoanalyze IS NULL)
+           OR s.n_mod_since_analyze OPERATOR(pg_catalog.>)
+              (GREATEST(c.reltuples, 0) OPERATOR(pg_catalog./) 10)
+      INTO sampled
+      FROM pg_catalog.pg_class c
+      LEFT JOIN pg_catalog.pg_stat_all_tables s ON s.relid OPERATOR(pg_catalog.=) c.oid
+     WHERE c.oid OPERATOR(pg_catalog.=) rel;
+    sampled := coalesce(sampled, true);
+    IF sampled THEN
+        SELECT e.estimate INTO estimate
+          FROM backfill.estimate_rows_sampled(rel, predicate, max_pages) e;
+    ELSE
+        estimate := backfill.estimate_rows(rel::pg_catalog.text, predicate);
+    END IF;
+END
+$$;
+
+/*
+ * A Citus distributed table's rows to do: each shard's estimate on its node
+ * (estimate_rows_checked), summed; at most 1,000 pages sampled in all (at
+ * least 16 a shard); sampled counts the shards whose statistics were
+ * missing or stale.  A worker with an older pg_backfill answers with the
+ * planner's estimate as before.
+ */
+DROP FUNCTION backfill.citus_estimate_rows(regclass, text);
+CREATE FUNCTION backfill.citus_estimate_rows(rel regclass, predicate text,
+                                             OUT estimate bigint, OUT shards integer,
+                                             OUT sampled integer)
+LANGUAGE plpgsql VOLATILE STRICT
+AS $$
+DECLARE
+    failed integer;
+    pages integer;
+    quoted text := pg_catalog.replace(pg_catalog.quote_literal(predicate), '%', '%%');
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_extension e WHERE e.extname OPERATOR(pg_catalog.=) 'citus') THEN
+        RETURN;
+    END IF;
+    EXECUTE 'SELECT GREATEST(16, (1000 OPERATOR(pg_catalog./)'
+            '       GREATEST(pg_catalog.count(*), 1)))::pg_catalog.int4'
+            '  FROM pg_catalog.pg_dist_shard s WHERE s.logicalrelid OPERATOR(pg_catalog.=) $1'
+       INTO pages USING rel;
+    -- run_command_on_shards formats the command with the shard's name: %L
+    -- is that name as a literal, and the predicate's own % are doubled
+    BEGIN
+        EXECUTE 'SELECT pg_catalog.sum(pg_catalog.split_part(r.result, '':'', 1)::pg_catalog.int8)'
+                '         FILTER (WHERE r.success)::pg_catalog.int8,'
+                '       pg_catalog.count(*)::pg_catalog.int4,'
+                '       pg_catalog.count(*) FILTER (WHERE NOT r.success)::pg_catalog.int4,'
+                '       pg_catalog.count(*) FILTER (WHERE r.success'
+                '         AND pg_catalog.split_part(r.result, '':'', 2) OPERATOR(pg_catalog.=) ''true'')::pg_catalog.int4'
+                '  FROM pg_catalog.run_command_on_shards($1, $2) r'
+           INTO estimate, shards, failed, sampled
+          USING rel, 'SELECT e.estimate OPERATOR(pg_catalog.||) '':'' OPERATOR(pg_catalog.||) e.sampled'
+                     ' FROM backfill.estimate_rows_checked(%L, '
+                     OPERATOR(pg_catalog.||) quoted OPERATOR(pg_catalog.||) ', '
+                     OPERATOR(pg_catalog.||) pages OPERATOR(pg_catalog.||) ') e';
+    EXCEPTION WHEN OTHERS THEN
+        failed := 1;
+    END;
+    IF failed IS NULL OR failed OPERATOR(pg_catalog.>) 0 THEN
+        sampled := 0;
+        EXECUTE 'SELECT pg_catalog.sum(r.result::pg_catalog.int8) FILTER (WHERE r.success)::pg_catalog.int8,'
+                '       pg_catalog.count(*)::pg_catalog.int4,'
+                '       pg_catalog.count(*) FILTER (WHERE NOT r.success)::pg_catalog.int4'
+                '  FROM pg_catalog.run_command_on_shards($1, $2) r'
+           INTO estimate, shards, failed
+          USING rel, 'SELECT backfill.estimate_rows(%L, ' OPERATOR(pg_catalog.||) quoted
+                     OPERATOR(pg_catalog.||) ')';
+    END IF;
+    IF failed OPERATOR(pg_catalog.>) 0 OR shards OPERATOR(pg_catalog.=) 0 THEN
+        estimate := NULL;
+    END IF;
+EXCEPTION WHEN OTHERS THEN
+    estimate := NULL;
+    shards := NULL;
+    sampled := NULL;
+END
+$$;
+
+/* ---- issue 28: a rehearsal that rolls back (point 1), a batch history (point 3) ---- */
+
+/*
+ * The last backfill.batch_history batches of each pass (100 by default; 0
+ * records none): written by the batch's own transaction, with its
+ * checkpoint, so it is exactly as durable as the checkpoint; older rows of
+ * the pass are pruned in the same transaction every 16th batch of a lane
+ * (history.c), and backfill_batches shows the newest batch_history.  seq
+ * orders a pass's batches
+ * (one sequence for every pass).  Read by whoever may read the pass's
+ * ledger row (the owner's members, pg_monitor).
+ */
+CREATE TABLE backfill.batch (
+    run_id      bigint NOT NULL,
+    seq         bigint NOT NULL,
+    part_no     integer NOT NULL,
+    first_key   text,                    -- the batch's first key (a page: the cursor it was asked after)
+    last_key    text,                    -- its last key: the cursor its checkpoint wrote
+    rows        bigint NOT NULL,
+    ms          double precision NOT NULL,   -- key scan and action
+    wal_bytes   bigint NOT NULL,             -- WAL its lane wrote since the last batch
+    batch_size  integer NOT NULL,
+    throttle    text,                        -- why the lane held back before it, or NULL
+    at          timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (run_id, seq)
+);
+CREATE SEQUENCE backfill.batch_seq;
+ALTER TABLE backfill.batch ALTER COLUMN seq SET DEFAULT pg_catalog.nextval('backfill.batch_seq');
+REVOKE ALL ON backfill.batch FROM PUBLIC;
+GRANT SELECT ON backfill.batch TO PUBLIC;
+ALTER TABLE backfill.batch ENABLE ROW LEVEL SECURITY;
+CREATE POLICY batch_member ON backfill.batch FOR SELECT
+    USING (EXISTS (SELECT 1 FROM backfill.ledger l WHERE l.run_id = batch.run_id));
+COMMENT ON TABLE backfill.batch IS
+'the last backfill.batch_history batches of each pass: partition, key range, rows, ms, WAL, batch size, throttle';
+
+CREATE FUNCTION backfill_batches(name text, run_id bigint DEFAULT NULL)
+RETURNS TABLE (
+    run_id      bigint,
+    seq         bigint,
+    part_no     integer,
+    first_key   text,
+    last_key    text,
+    rows        bigint,
+    ms          double precision,
+    wal_bytes   bigint,
+    batch_size  integer,
+    throttle    text,
+    at          timestamptz)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH r AS (
+        SELECT coalesce($2, (SELECT max(l.run_id) FROM backfill.ledger l
+                              WHERE l.declaration = $1)) AS run_id
+    ),
+    k AS (
+        SELECT b.* FROM backfill.batch b, r
+         WHERE b.run_id = r.run_id
+           AND EXISTS (SELECT 1 FROM backfill.ledger l
+                        WHERE l.run_id = b.run_id AND l.declaration = $1)
+         ORDER BY b.seq DESC
+         LIMIT (SELECT NULLIF(greatest(pg_catalog.current_setting('backfill.batch_history',
+                                                                   true)::integer, 0), 0))
+    )
+    SELECT k.run_id, k.seq, k.part_no, k.first_key, k.last_key, k.rows, k.ms, k.wal_bytes,
+           k.batch_size, k.throttle, k.at
+      FROM k ORDER BY k.seq;
+$$;
+COMMENT ON FUNCTION backfill_batches(text, bigint) IS
+'the newest backfill.batch_history recorded batches of a backfill''s newest pass, or of run_id, oldest first';
+
+/*
+ * backfill_rehearse(name, batches): up to that many real batches of the
+ * declaration, spread over its key space, each rolled back, run in a
+ * "pg_backfill rehearsal" worker logged in as its run_as role (restricted,
+ * the lanes' settings); nothing persists.  One row per batch (kind
+ * 'batch'), then one row (kind 'projection') for the whole pass at the
+ * declared rate, lanes and batch size: rows is the estimate of the rows
+ * to do, batch the batches, ms the duration, wal_bytes the WAL, and
+ * assumptions what the projection assumes.
+ */
+CREATE FUNCTION backfill_rehearse(name text, batches integer DEFAULT 5)
+RETURNS TABLE (
+    kind           text,
+    batch          integer,
+    "position"     text,
+    first_key      text,
+    last_key       text,
+    rows           bigint,
+    ms             double precision,
+    wal_bytes      bigint,
+    shared_hit     bigint,
+    shared_read    bigint,
+    locks          text[],
+    key_scan_index boolean,
+    action_index   boolean,
+    key_scan_plan  text,
+    action_plan    text,
+    error          text,
+    assumptions    text)
+LANGUAGE C VOLATILE STRICT
+AS 'MODULE_PATHNAME', 'backfill_rehearse';
+COMMENT ON FUNCTION backfill_rehearse(text, integer) IS
+'run up to batches real batches of a backfill, spread over its key space, each rolled back, in a worker as its role; per batch its rows, time, WAL, buffers, locks and plans, then a projection of the whole pass';
+
 /*
  * Issue 23 (a fresh-context attacker's findings): backfill_probe and
  * backfill_wait refuse a NULL argument with an error of their own (BF012,

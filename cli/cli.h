@@ -4,7 +4,8 @@
  *   pg_backfill.c  options, commands chosen, main
  *   conn.c         the connection, statements, server errors and notices
  *   output.c       tables and numbers for a terminal
- *   commands.c     list, pending, status, the controls, run, revert, finalize
+ *   commands.c     list, pending, status (--batches), the controls, run, revert,
+ *                  finalize, rehearse
  *   progress.c     run --wait: snapshots of a pass and its progress line
  *   top.c          top: a live view of every running pass of the database
  */
@@ -65,6 +66,8 @@ extern int	cmd_control(const char *verb, const char *name);
 extern int	cmd_run(const char *name, bool force, bool wait, const char *input, bool plain);
 extern int	cmd_revert(const char *name, bool wait, const char *input, bool plain);
 extern int	cmd_finalize(const char *name, const char *timeout);
+extern int	cmd_batches(const char *name);
+extern int	cmd_rehearse(const char *name, const char *batches);
 
 /* progress.c */
 extern int	wait_for_run(const char *name, const char *run_id, bool plain);

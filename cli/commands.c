@@ -216,3 +216,105 @@ cmd_finalize(const char *name, const char *timeout)
 		rc = failure_status();
 	return rc;
 }
+
+/* status --batches: the recorded batches of the newest pass (backfill.batch_history) */
+int
+cmd_batches(const char *name)
+{
+	char	   *sql = api_sql("SELECT seq, part_no AS part, first_key, last_key, rows,"
+							  " round(ms::numeric, 1) AS ms, wal_bytes, batch_size, throttle, at"
+							  " FROM %s.backfill_batches($1) ORDER BY seq");
+	const char *params[] = {name};
+	PGresult   *res = must_query(sql, 1, params);
+
+	free(sql);
+	printf("\nlast %d recorded batches (backfill.batch_history):\n", PQntuples(res));
+	print_table(res);
+	PQclear(res);
+	return EXIT_OK;
+}
+
+/* a column of row r by name, "" when NULL */
+static const char *
+col(const PGresult *res, int r, const char *name)
+{
+	int			c = PQfnumber(res, name);
+
+	return (c < 0 || PQgetisnull(res, r, c)) ? "" : PQgetvalue(res, r, c);
+}
+
+static const char *
+yes_no(const char *b)
+{
+	return strcmp(b, "t") == 0 ? "index" : strcmp(b, "f") == 0 ? "no index" : "unknown";
+}
+
+static void
+print_rehearsed_batch(const PGresult *res, int r)
+{
+	char		ms[32];
+
+	snprintf(ms, sizeof(ms), "%.1f", strtod(col(res, r, "ms"), NULL));
+	printf("batch %s (%s): keys %s..%s, %s rows, %s ms, WAL %s bytes, buffers hit %s read %s\n",
+		   col(res, r, "batch"), col(res, r, "position"), col(res, r, "first_key"),
+		   col(res, r, "last_key"), col(res, r, "rows"), ms, col(res, r, "wal_bytes"),
+		   col(res, r, "shared_hit"), col(res, r, "shared_read"));
+	if (*col(res, r, "error"))
+		printf("  error:    %s\n", col(res, r, "error"));
+	else
+	{
+		printf("  key scan: %s (%s)\n", col(res, r, "key_scan_plan"),
+			   yes_no(col(res, r, "key_scan_index")));
+		printf("  action:   %s (%s)\n", col(res, r, "action_plan"),
+			   yes_no(col(res, r, "action_index")));
+	}
+	printf("  locks:    %s\n", col(res, r, "locks"));
+}
+
+static void
+print_projection(const PGresult *res, int r)
+{
+	char		dur[64];
+	char		wal[64];
+
+	printf("projection of the whole pass:\n");
+	if (*col(res, r, "ms"))
+	{
+		fmt_duration(dur, sizeof(dur), strtod(col(res, r, "ms"), NULL) / 1000.0);
+		fmt_count(wal, sizeof(wal), strtod(col(res, r, "wal_bytes"), NULL));
+	}
+	else
+		strcpy(dur, strcpy(wal, "-"));
+	printf("  rows to do:  %s\n  batches:     %s\n  duration:    %s\n  WAL bytes:   %s\n"
+		   "  assumptions: %s\n", *col(res, r, "rows") ? col(res, r, "rows") : "-",
+		   *col(res, r, "batch") ? col(res, r, "batch") : "-", dur, wal,
+		   col(res, r, "assumptions"));
+}
+
+/*
+ * rehearse NAME [BATCHES]: backfill_rehearse's batches (every one rolled
+ * back), then its projection of the whole pass.
+ */
+int
+cmd_rehearse(const char *name, const char *batches)
+{
+	char	   *sql = api_sql("SELECT kind, batch, position, first_key, last_key, rows, ms,"
+							  " wal_bytes, shared_hit, shared_read,"
+							  " array_to_string(locks, ', ') AS locks, key_scan_index,"
+							  " action_index, key_scan_plan, action_plan, error, assumptions"
+							  " FROM %s.backfill_rehearse($1, coalesce($2::int, 5))");
+	const char *params[] = {name, batches};
+	PGresult   *res = must_query(sql, 2, params);
+
+	free(sql);
+	printf("rehearsal of backfill \"%s\" (every batch rolled back):\n", name);
+	for (int r = 0; r < PQntuples(res); r++)
+	{
+		if (strcmp(col(res, r, "kind"), "batch") == 0)
+			print_rehearsed_batch(res, r);
+		else
+			print_projection(res, r);
+	}
+	PQclear(res);
+	return EXIT_OK;
+}

@@ -4,7 +4,7 @@
  *   pg_backfill [-d CONNINFO] COMMAND [ARGS]
  *
  * Commands: list, run, status, pause, resume, cancel, retry, revert,
- * finalize, pending, top.
+ * finalize, pending, top, rehearse.
  * The connection comes from the usual libpq environment (PGHOST, PGPORT,
  * PGUSER, PGDATABASE, PGPASSWORD, PGSERVICE ...) or from -d, which takes a
  * connection string or URI.  Every value goes to the server as a parameter
@@ -33,6 +33,7 @@ typedef struct Options
 	bool		force;
 	bool		wait;
 	bool		plain;
+	bool		batches;		/* status --batches */
 	bool		run_opts;		/* an option that only run takes was given */
 	double		interval;		/* top --interval (0: not given) */
 	int			count;			/* top --count (-1: not given) */
@@ -54,7 +55,11 @@ usage(FILE *out)
 			"  run NAME [--force] [--wait] [--input JSON] [--plain]\n"
 			"                            start a pass and print its run id; --wait follows\n"
 			"                            it with a progress line until it ends\n"
-			"  status NAME               where the newest pass of NAME stands (key: value)\n"
+			"  status NAME [--batches]   where the newest pass of NAME stands (key: value);\n"
+			"                            --batches adds its last recorded batches\n"
+			"  rehearse NAME [BATCHES]   run BATCHES (default 5) real batches spread over\n"
+			"                            the key space, each rolled back, and project the\n"
+			"                            whole pass (backfill_rehearse)\n"
 			"  pause NAME                pause the running pass\n"
 			"  resume NAME               resume a paused pass\n"
 			"  cancel NAME               cancel the running pass\n"
@@ -174,6 +179,8 @@ parse_option(int argc, char **argv, int *i, Options *o)
 		o->force = o->run_opts = true;
 	else if (strcmp(a, "--wait") == 0)
 		o->wait = o->run_opts = true;
+	else if (strcmp(a, "--batches") == 0)
+		o->batches = true;
 	else if (strcmp(a, "--plain") == 0)
 		o->plain = o->run_opts = true;
 	else if (strcmp(a, "--input") == 0)
@@ -242,13 +249,16 @@ check_command(const Options *o)
 		if (o->npos != 2)
 			usage_error("%s takes one backfill name", cmd);
 	}
-	else if (strcmp(cmd, "finalize") == 0)
+	else if (strcmp(cmd, "finalize") == 0 || strcmp(cmd, "rehearse") == 0)
 	{
 		if (o->npos != 2 && o->npos != 3)
-			usage_error("finalize takes one backfill name and an optional timeout");
+			usage_error("%s takes one backfill name and an optional %s", cmd,
+						cmd[0] == 'f' ? "timeout" : "number of batches");
 	}
 	else
 		usage_error("unknown command: %s", cmd);
+	if (o->batches && strcmp(cmd, "status") != 0)
+		usage_error("--batches applies to status only");
 	if ((o->interval > 0 || o->count >= 0) && strcmp(cmd, "top") != 0)
 		usage_error("--interval and --count apply to top only");
 	if (o->run_opts && strcmp(cmd, "revert") == 0 && o->force)
@@ -289,7 +299,13 @@ main(int argc, char **argv)
 	else if (strcmp(cmd, "revert") == 0)
 		rc = cmd_revert(o.pos[1], o.wait, o.input, o.plain);
 	else if (strcmp(cmd, "status") == 0)
+	{
 		rc = cmd_status(o.pos[1]);
+		if (rc == EXIT_OK && o.batches)
+			rc = cmd_batches(o.pos[1]);
+	}
+	else if (strcmp(cmd, "rehearse") == 0)
+		rc = cmd_rehearse(o.pos[1], o.npos == 3 ? o.pos[2] : NULL);
 	else if (strcmp(cmd, "finalize") == 0)
 		rc = cmd_finalize(o.pos[1], o.npos == 3 ? o.pos[2] : NULL);
 	else

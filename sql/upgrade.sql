@@ -306,7 +306,6 @@ SELECT action, action_set FROM backfill.declaration WHERE name = 'upgrade_set';
 SELECT backfill_drop('upgrade_set');
 SELECT to_regprocedure('backfill.estimate_rows_sampled(regclass, text, integer)') IS NOT NULL
        AS has_sampled_estimate;
-
 -- 0.6 (issue 24, points 3 to 5): backfill_ensure_complete, a deploy check
 -- that reads the catalogs only; backfill_retire, recorded in
 -- backfill.retired (runs refused with BF041, pending shows retired); the
@@ -320,6 +319,21 @@ SELECT state FROM backfill_pending() WHERE name = 'upgrade_fill';
 SELECT backfill_ensure_complete('upgrade_fill');
 SELECT backfill_retire('upgrade_fill');
 \set VERBOSITY default
+-- a Citus table's estimate samples shards whose statistics are stale (issue 30)
+SELECT to_regprocedure('backfill.estimate_rows_checked(regclass, text, integer)') IS NOT NULL
+       AS has_checked_estimate,
+       pg_get_function_arguments('backfill.citus_estimate_rows(regclass, text)'::regprocedure)
+       AS citus_estimate_arguments;
+-- 0.6 also keeps the last batches of each pass (backfill.batch_history) and
+-- rehearses a backfill (issue 28)
+SELECT to_regclass('backfill.batch') IS NOT NULL AS has_batch_history,
+       to_regprocedure('backfill_batches(text, bigint)') IS NOT NULL AS has_batches,
+       to_regprocedure('backfill_rehearse(text, integer)') IS NOT NULL AS has_rehearse,
+       current_setting('backfill.batch_history') AS batch_history;
+\set VERBOSITY default
+SELECT * FROM backfill_rehearse('upgrade_fill', 0);
+SELECT * FROM backfill_rehearse('upgrade_fill', 101);
+SELECT * FROM backfill_rehearse('upgrade_nothing');
 
 -- a fresh install gets the same objects as the upgraded one
 SET client_min_messages = warning;
@@ -329,4 +343,6 @@ RESET client_min_messages;
 SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
 SELECT count(*) AS outbox_objects FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'backfill' AND c.relname LIKE 'outbox%';
+SELECT count(*) AS batch_objects FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'backfill' AND c.relname LIKE 'batch%';
 DROP TABLE upgrade_items;

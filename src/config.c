@@ -35,6 +35,7 @@ int			backfill_throttle_delay = 1000;	/* ms */
 int			backfill_max_wal_rate = -1;	/* kB/s */
 int			backfill_max_archive_backlog = -1;	/* segments */
 int			backfill_max_slot_retained = -1;	/* kB */
+int			backfill_batch_history = 100;	/* batches per pass */
 bool		backfill_paused_for_all = false;
 bool		backfill_foreground_throttle = true;
 bool		backfill_citus_per_shard = true;
@@ -157,6 +158,15 @@ define_cluster_pacing_settings(void)
 							&backfill_max_slot_retained,
 							-1, -1, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.batch_history",
+							"Batches of each pass kept in backfill.batch (0 keeps none).",
+							"Each batch's transaction records it with its checkpoint and "
+							"prunes the pass's older ones; backfill_batches(name) reads them.",
+							&backfill_batch_history,
+							100, 0, 100000,
+							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("backfill.pause_all",

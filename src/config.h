@@ -50,6 +50,7 @@ extern int	backfill_throttle_delay;
 extern int	backfill_max_wal_rate;
 extern int	backfill_max_archive_backlog;
 extern int	backfill_max_slot_retained;
+extern int	backfill_batch_history;
 extern bool backfill_paused_for_all;
 extern bool backfill_foreground_throttle;
 extern bool backfill_citus_per_shard;

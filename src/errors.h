@@ -80,7 +80,7 @@
 /* a shard's batch on a worker reached another relation than its shard */
 #define ERRCODE_BACKFILL_SHARD_REACH	MAKE_SQLSTATE('B','F','0','3','7')
 /* no background worker slot is free for work a caller waits for: another
- * role's finalize with no lane at work, a scope worker, a probe */
+ * role's finalize with no lane at work, a scope worker, a probe, a rehearsal */
 #define ERRCODE_BACKFILL_NO_WORKER		MAKE_SQLSTATE('B','F','0','3','8')
 /* a probe ended with an error, gave no answer, or did not answer within the caller's timeout */
 #define ERRCODE_BACKFILL_PROBE_FAILED	MAKE_SQLSTATE('B','F','0','3','9')
@@ -88,6 +88,8 @@
 #define ERRCODE_BACKFILL_SHARD_SPLIT	MAKE_SQLSTATE('B','F','0','4','0')
 /* a retired backfill (backfill_retire) asked to run, retry, revert or be probed */
 #define ERRCODE_BACKFILL_RETIRED		MAKE_SQLSTATE('B','F','0','4','1')
+/* backfill_rehearse asked for fewer than 1 or more than 100 batches */
+#define ERRCODE_BACKFILL_REHEARSAL_BATCHES MAKE_SQLSTATE('B','F','0','4','3')
 /* a backfill's work is not done for good: backfill_ensure_complete, backfill_retire */
 #define ERRCODE_BACKFILL_INCOMPLETE		MAKE_SQLSTATE('B','F','0','4','4')
 

@@ -42,10 +42,12 @@
 #include "utils/typcache.h"
 
 #include "catalog.h"
+#include "config.h"
 #include "errors.h"
 #include "batch.h"
 #include "citus.h"
 #include "health.h"
+#include "history.h"
 #include "jsonobj.h"
 #include "keyset.h"
 #include "leaves.h"
@@ -353,7 +355,7 @@ checkpoint_update(Claim *claim, Oid *types, Datum *values, const char *nulls)
  * declaration's checksum, rate, batch size and WAL budget.
  */
 static BatchOutcome
-checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
+checkpoint_batch(Pass *pass, Claim *claim, const char *first, const char *cursor, int64 rows)
 {
 	CatalogScope scope;
 	Oid			types[10] = {INT8OID, INT4OID, TEXTOID, INT8OID, INT4OID, TIMESTAMPTZOID,
@@ -405,6 +407,8 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 	paused = DatumGetBool(catalog_getdatum(0, 5, &isnull));
 	wal_budget = catalog_getdatum(0, 7, &isnull);
 	pass->max_wal_rate = isnull ? 0 : DatumGetInt64(wal_budget);
+	/* after the checkpoint's answer is read: it runs a statement of its own */
+	history_record(pass, claim, first, cursor, rows, why);
 	health_read_if_due(&claim->health, pass->relid, pass->name);
 	health_sample_foreground(&claim->health);
 	catalog_leave(&scope);
@@ -587,13 +591,13 @@ batch_run_page(Pass *pass, Claim *claim)
 		(nrows == 0 && cursor != NULL && strcmp(cursor, next_text) == 0))
 	{
 		if (nrows > 0)
-			outcome = checkpoint_batch(pass, claim, cursor ? cursor : "", nrows);
+			outcome = checkpoint_batch(pass, claim, cursor, cursor ? cursor : "", nrows);
 		checkpoint_partition_done(pass, claim);
 		worker_commit_xact();
 		claim->rows += nrows;
 		return outcome == BATCH_DONE ? BATCH_PARTITION_DONE : outcome;
 	}
-	outcome = checkpoint_batch(pass, claim, next_text, nrows);
+	outcome = checkpoint_batch(pass, claim, cursor, next_text, nrows);
 	/* the next cursor, in the pass's memory: the transaction's goes at commit */
 	{
 		MemoryContext old = MemoryContextSwitchTo(pass->cxt);
@@ -820,9 +824,6 @@ batch_run_shard(Pass *pass, Claim *claim)
 	TimestampTz batch_start;
 	int64		rows_before;
 
-	/* a move or split went first: where the shard is now is read again */
-	if (shards_make_way(pass, claim))
-		claim->shard_ready = false;
 	if (!claim->shard_ready && !shards_open(pass, claim))
 	{
 		/* split: its new shards' partitions go on from its checkpoint (shards.c) */
@@ -833,6 +834,21 @@ batch_run_shard(Pass *pass, Claim *claim)
 	}
 	batch_start = GetCurrentTimestamp();
 	begin_batch(pass, claim);
+	if (!shards_fence_moves(pass))
+	{
+		/*
+		 * A move or split of the group goes first, and no batch starts
+		 * after it before the lane has looked again at what comes before
+		 * a batch (a pause, a cancel, a switch for all) and where the
+		 * shard is now.
+		 */
+		worker_statement_timeout_end();
+		worker_commit_xact();
+		shards_wait_out_move(pass, claim);
+		claim->shard_ready = false;
+		claim->health_fresh = false;
+		return BATCH_AGAIN;
+	}
 	claim->scanned_keys = -1;
 	claim->shard_ready = false;
 	shards_batch(pass, claim, CLAIM_BATCH_LIMIT(claim), &answer);
@@ -848,10 +864,20 @@ batch_run_shard(Pass *pass, Claim *claim)
 	claim->last_keys = answer.keys;
 	claim->last_batch_ms = (GetCurrentTimestamp() - batch_start) / 1000.0;
 	rows_before = claim->rows;
-	outcome = checkpoint_batch(pass, claim, answer.cursor, answer.rows - rows_before);
+	outcome = checkpoint_batch(pass, claim, NULL, answer.cursor, answer.rows - rows_before);
 	worker_commit_xact();
 	shards_took(pass, claim, &answer);
 	return outcome;
+}
+
+/* the batch's first key as text for the batch history, or NULL when it keeps none */
+static char *
+batch_history_first(Pass *pass, const Datum *range)
+{
+	if (backfill_batch_history <= 0)
+		return NULL;
+	return pass->keyset.nkeys > 1 ? keyset_row_text(&pass->keyset, range) :
+		worker_key_output(pass->key_output, range[0]);
 }
 
 BatchOutcome
@@ -911,7 +937,8 @@ batch_run(Pass *pass, Claim *claim)
 	claim->last_keys = (int64) nkeys;
 	claim->last_batch_ms = (GetCurrentTimestamp() - batch_start) / 1000.0;
 
-	outcome = checkpoint_batch(pass, claim, cursor_text, (int64) nkeys);
+	outcome = checkpoint_batch(pass, claim, batch_history_first(pass, range), cursor_text,
+							   (int64) nkeys);
 	copy_next_cursor(pass, &range[k], next_cursor);
 	worker_commit_xact();
 
@@ -919,4 +946,36 @@ batch_run(Pass *pass, Claim *claim)
 	claim->rows += nkeys;
 
 	return outcome;
+}
+
+/*
+ * A rehearsal's batch (rehearse.c), in two steps in the transaction that
+ * is open, with no checkpoint: the key scan from the claim's cursor,
+ * which returns the keys it found and their range (2k values, valid until
+ * the next statement), then the action on that range.
+ */
+int64
+batch_scan_keys(Pass *pass, Claim *claim, Datum *range)
+{
+	int			variant = (claim->has_cursor ? 1 : 0) | (claim->has_hi ? 2 : 0);
+	Datum		key_values[1 + 2 * DECLARATION_MAX_KEY_COLUMNS + LEAVES_SCAN_PARAMS];
+	char		key_nulls[1 + 2 * DECLARATION_MAX_KEY_COLUMNS + LEAVES_SCAN_PARAMS];
+	int			rc;
+
+	key_scan_args(pass, claim, CLAIM_BATCH_LIMIT(claim), key_values, key_nulls);
+	rc = run_key_scan(pass, variant, key_values, key_nulls);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "key scan of backfill \"%s\" failed: %s", pass->name,
+			 SPI_result_code_string(rc));
+	return (int64) batch_range(pass, range);
+}
+
+void
+batch_act(Pass *pass, Datum *range)
+{
+	int			rc = SPI_execute_plan(pass->action_plan, range, NULL, false, 0);
+
+	if (rc < 0)
+		elog(ERROR, "action of backfill \"%s\" failed: %s", pass->name,
+			 SPI_result_code_string(rc));
 }

@@ -19,5 +19,7 @@ extern bool batch_first_key(Pass *pass, Claim *claim, Datum *key);
 extern char *batch_key_text(Pass *pass, const Datum *key);
 extern char *batch_cursor_text(Pass *pass, Claim *claim);
 extern void batch_move_cursor(Pass *pass, Claim *claim, const Datum *next);
+extern int64 batch_scan_keys(Pass *pass, Claim *claim, Datum *range);
+extern void batch_act(Pass *pass, Datum *range);
 
 #endif							/* BACKFILL_BATCH_H */

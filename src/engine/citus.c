@@ -366,14 +366,17 @@ citus_recover_prepared(const char *name)
 }
 
 bool
-citus_estimate_rows(Oid relid, const char *predicate, int64 *estimate, int *shards)
+citus_estimate_rows(Oid relid, const char *predicate, int64 *estimate, int *shards,
+					int *sampled)
 {
 	Oid			types[2] = {OIDOID, TEXTOID};
 	Datum		values[2] = {ObjectIdGetDatum(relid), CStringGetTextDatum(predicate)};
 	bool		isnull;
 	Datum		d;
 
-	if (SPI_execute_with_args("SELECT estimate, shards FROM backfill.citus_estimate_rows($1, $2)",
+	/* (before 0.6 the function has no column sampled: every shard by its planner) */
+	*sampled = 0;
+	if (SPI_execute_with_args("SELECT * FROM backfill.citus_estimate_rows($1, $2)",
 							  2, types, values, NULL, false, 1) != SPI_OK_SELECT ||
 		SPI_processed != 1)
 		return false;
@@ -383,6 +386,11 @@ citus_estimate_rows(Oid relid, const char *predicate, int64 *estimate, int *shar
 	*estimate = DatumGetInt64(d);
 	*shards = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
 										  &isnull));
+	if (SPI_tuptable->tupdesc->natts >= 3)
+	{
+		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+		*sampled = isnull ? 0 : DatumGetInt32(d);
+	}
 	return true;
 }
 

@@ -56,11 +56,12 @@ extern void citus_recover_prepared(const char *name);
 
 /*
  * The rows predicate matches in a distributed table, summed from each
- * shard's planner estimate on the node that holds it, as the current
- * role; false (and nothing set) when a shard does not answer.
+ * shard's estimate on the node that holds it, as the current role: its
+ * planner's, or a bounded sample's where its statistics are missing or
+ * stale (*sampled shards); false when a shard does not answer.
  */
 extern bool citus_estimate_rows(Oid relid, const char *predicate, int64 *estimate,
-								int *shards);
+								int *shards, int *sampled);
 
 /*
  * The shards of a distributed table relid (as an int8[]) for a pass worked

@@ -17,9 +17,9 @@
  * citus_split_shard_by_split_points) starts, this session takes the same
  * lock in ExclusiveLock, waiting (for the batches that hold it: about one
  * batch; the session's lock_timeout applies).  A request of the lock that
- * conflicts with a waiting one queues behind it, and the lanes look for
- * the lock free before each batch (shards_make_way), so no batch starts
- * meanwhile.  Citus's own request, later in the same transaction, is then
+ * conflicts with a waiting one queues behind it, and a batch asks for
+ * the lock without waiting when it starts (shards_fence_moves), so no
+ * batch starts meanwhile.  Citus's own request, later in the same transaction, is then
  * granted at once (the session holds the lock), and the lock is released
  * at the end of the transaction as Citus's is.  When another session holds
  * or awaits the lock in ExclusiveLock (another move), nothing waits: Citus

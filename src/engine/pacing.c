@@ -361,6 +361,12 @@ reread_pass(Pass *pass)
 	return outcome;
 }
 
+bool
+pacing_pass_running(Pass *pass)
+{
+	return reread_pass(pass) != BATCH_STOP;
+}
+
 /*
  * Wait until the next batch may start by the rate, from the start of the
  * last one.  A wake (a pause, a cancel, a new declaration) makes the lane

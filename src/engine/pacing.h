@@ -22,6 +22,9 @@ extern BatchOutcome pacing_after_attempt(Pass *pass, TimestampTz started);
 extern BatchOutcome pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started);
 extern void pacing_after_timeout(Pass *pass, Claim *claim);
 
+/* Is the pass still running (paused or not)?  In a transaction of its own. */
+extern bool pacing_pass_running(Pass *pass);
+
 /* why the claim's lane holds back (NULL: it does not), for backfill_status */
 extern void pacing_say_throttle(Pass *pass, Claim *claim, const char *reason);
 

@@ -450,6 +450,72 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 	return ok;
 }
 
+/*
+ * The declaration as it is now, loaded into a Pass of no run (run_id 0),
+ * for a rehearsal (rehearse.c), in a process logged in as its run_as:
+ * its statements, pacing and settings, the relation's name now and the
+ * key's I/O, the search_path applied for the process.  Raises what the
+ * reason it cannot be rehearsed is: not declared (BF002), a pages source
+ * (BF001), scoped (BF028), the relation dropped (42P01).
+ */
+void
+pass_load_declared(Pass *pass, const char *name, MemoryContext cxt)
+{
+	CatalogScope scope;
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+	Declaration decl;
+	bool		found;
+
+	memset(pass, 0, sizeof(Pass));
+	pass->cxt = cxt;
+	worker_begin_xact("pg_backfill rehearsal: loading the declaration");
+	catalog_enter(&scope);
+	found = catalog_exec(psprintf("SELECT %s FROM backfill.declaration d WHERE d.name = $1",
+								  declaration_select_list("d")),
+						 1, types, values, NULL, SPI_OK_SELECT) == 1 &&
+		declaration_read(0, &decl, cxt);
+	catalog_leave(&scope);
+	if (!found)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_UNKNOWN),
+				 errmsg("backfill \"%s\" is not declared", name),
+				 errhint("backfill_pending() lists the declared backfills.")));
+	if (OidIsValid(decl.pages_fn))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" reads a pages source, which is not rehearsed", name),
+				 errdetail("A page's cursor comes from the page before it: its batches cannot "
+						   "be spread over a key space."),
+				 errhint("Rehearse a backfill over a table.")));
+	if (decl.scope != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SCOPED),
+				 errmsg("backfill \"%s\" is scoped, which is not rehearsed", name),
+				 errdetail("Its predicate and action read the input of a run."),
+				 errhint("Rehearse a backfill that is not scoped.")));
+	if (get_rel_name(decl.relid) == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_TABLE),
+				 errmsg("the relation of backfill \"%s\" was dropped", name),
+				 errhint("Declare the backfill again over the table.")));
+	pass->name = pass_strdup(pass, name);
+	pass->ledger_name = pass->name;
+	pass->checksum = pass_strdup(pass, decl.checksum);
+	pass_take_declaration(pass, &decl, false);
+	(void) pass_resolve_source(pass);
+	pass->keyset.nkeys = 1;
+	if (decl.key_columns != NULL)
+	{
+		pass->keyset.name = pass->name;
+		pass->keyset.relid = pass->relid;
+		pass->keyset.relation = pass->relation;
+		keyset_resolve(&pass->keyset, decl.key_columns, decl.key_types, pass->cxt);
+	}
+	worker_commit_xact();
+	searchpath_apply(decl.search_path, GUC_ACTION_SET);
+}
+
 /* what planning a pass found: its partitions' bounds and the rows to do */
 typedef struct PassPlan
 {
@@ -776,13 +842,19 @@ plan_citus_estimate(Pass *pass, PassPlan *plan)
 {
 	int64		estimate;
 	int			shards;
+	int			sampled;
 
-	if (!citus_estimate_rows(pass->relid, pass->predicate, &estimate, &shards))
+	if (!citus_estimate_rows(pass->relid, pass->predicate, &estimate, &shards, &sampled))
 		return;
 	plan->estimate = Int64GetDatum(estimate);
 	plan->has_estimate = true;
 	plan->method = psprintf("%s, rows from %d Citus shard%s", plan->method, shards,
 								shards == 1 ? "" : "s");
+	if (sampled > 0)
+		ereport(LOG,
+				(errmsg("backfill \"%s\": the rows to do in %d of the %d Citus shards counted in "
+						"a sample of their pages (statistics missing or stale)",
+						pass->name, sampled, shards)));
 }
 
 /*
@@ -964,6 +1036,80 @@ plan_store(Pass *pass, PassPlan *plan)
 					"?")));
 }
 
+/*
+ * A retried pass (backfill_retry) goes on from the failed one's partitions,
+ * which the retry copied; its first lane describes it as the table is now,
+ * not as it was: for partitions of Citus shards, the shards the table has
+ * now (a split shard's partition goes on in the new ones when a lane claims
+ * it), else the failed pass's method; and the rows to do now, estimated as
+ * a new plan's are (from a sample where the statistics are missing or
+ * stale), not the failed pass's estimate of its start.
+ */
+static void
+plan_resumed(Pass *pass)
+{
+	CatalogScope scope;
+	PassPlan	plan = {0};
+	int64		previous;
+	int			nparts;
+	int			nshards;
+	char	   *old_method;
+	Oid			types[3] = {INT8OID, TEXTOID, INT8OID};
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', 'n'};
+	bool		isnull;
+
+	catalog_enter(&scope);
+	exec_on_run(pass, "SELECT l.previous_run_id, (SELECT o.plan_method FROM backfill.run o"
+				"   WHERE o.run_id = l.previous_run_id),"
+				" (SELECT pg_catalog.count(*)::pg_catalog.int4 FROM backfill.partition p"
+				"   WHERE p.run_id = l.run_id),"
+				" (SELECT pg_catalog.count(p.shard)::pg_catalog.int4 FROM backfill.partition p"
+				"   WHERE p.run_id = l.run_id)"
+				"  FROM backfill.ledger l WHERE l.run_id = $1", SPI_OK_SELECT);
+	(void) catalog_getdatum(0, 1, &isnull);
+	previous = isnull ? 0 : catalog_getint64(0, 1);
+	old_method = catalog_gettext(0, 2);
+	nparts = DatumGetInt32(catalog_getdatum(0, 3, &isnull));
+	nshards = DatumGetInt32(catalog_getdatum(0, 4, &isnull));
+	if (nshards > 0 && pass->citus_remote)
+	{
+		values[0] = ObjectIdGetDatum(pass->relid);
+		types[0] = OIDOID;
+		catalog_exec("SELECT pg_catalog.count(*)::pg_catalog.int4 FROM pg_catalog.pg_dist_shard s"
+					 " WHERE s.logicalrelid = $1::pg_catalog.regclass",
+					 1, types, values, NULL, SPI_OK_SELECT);
+		plan.method = psprintf("per shard: %d Citus shards",
+							   DatumGetInt32(catalog_getdatum(0, 1, &isnull)));
+		types[0] = INT8OID;
+	}
+	else
+		plan.method = old_method ? old_method : "?";
+	catalog_leave(&scope);
+	/* the rows to do now, as the lane's role (as a new plan estimates them) */
+	if (pass->citus_remote)
+		plan_citus_estimate(pass, &plan);
+	else if (!OidIsValid(pass->pages_fn))
+		plan_estimate_rows(pass, &plan);
+	plan.method = psprintf("%s; resumed from run " INT64_FORMAT " (%d partitions)",
+						   plan.method, previous, nparts);
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = CStringGetTextDatum(plan.method);
+	values[2] = plan.has_estimate ? plan.estimate : (Datum) 0;
+	nulls[2] = plan.has_estimate ? ' ' : 'n';
+	catalog_enter(&scope);
+	catalog_exec("UPDATE backfill.run SET plan_method = $2, estimate = $3,"
+				 " updated_at = pg_catalog.now() WHERE run_id = $1",
+				 3, types, values, nulls, SPI_OK_UPDATE);
+	catalog_leave(&scope);
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT " resumes run " INT64_FORMAT ": %d "
+					"partitions by %s, about %s rows to do", pass->name, pass->run_id, previous,
+					nparts, plan.method,
+					plan.has_estimate ? psprintf(INT64_FORMAT, DatumGetInt64(plan.estimate)) :
+					"?")));
+}
+
 /* the claimed partition's Citus shard and the node of its checkpoint, from its row */
 static void
 claim_read_shard(Pass *pass, Claim *claim)
@@ -1003,12 +1149,17 @@ pass_plan(Pass *pass)
 {
 	CatalogScope scope;
 	char	   *phase;
+	bool		isnull;
+	bool		resumed;
 
 	worker_begin_xact("pg_backfill lane: planning the pass");
 	catalog_enter(&scope);
-	exec_on_run(pass, "SELECT phase FROM backfill.run WHERE run_id = $1 FOR UPDATE",
+	exec_on_run(pass, "SELECT r.phase, r.plan_method IS NULL AND EXISTS (SELECT 1"
+				"  FROM backfill.partition p WHERE p.run_id = r.run_id)"
+				"  FROM backfill.run r WHERE r.run_id = $1 FOR UPDATE OF r",
 				SPI_OK_SELECT);
 	phase = catalog_gettext(0, 1);
+	resumed = DatumGetBool(catalog_getdatum(0, 2, &isnull));
 	catalog_leave(&scope);
 
 	if (strcmp(phase, "queued") == 0)
@@ -1021,6 +1172,8 @@ pass_plan(Pass *pass)
 			plan_table(pass, &plan);
 		plan_store(pass, &plan);
 	}
+	else if (strcmp(phase, "running") == 0 && resumed)
+		plan_resumed(pass);
 	worker_commit_xact();
 }
 

@@ -152,7 +152,8 @@ typedef enum BatchOutcome
 	BATCH_DONE,					/* committed; more may follow */
 	BATCH_PARTITION_DONE,		/* nothing left in the partition */
 	BATCH_PAUSED,				/* committed; the pass is paused: release and stop */
-	BATCH_STOP					/* the pass is no longer running: stop */
+	BATCH_STOP,					/* the pass is no longer running: stop */
+	BATCH_AGAIN					/* no batch ran (a shard move went first): look again */
 } BatchOutcome;
 
 /* the lane's backend identity, which a lease records */
@@ -160,6 +161,7 @@ typedef enum BatchOutcome
 #define LANE_START()	MyStartTimestamp
 
 extern bool pass_load(Pass *pass, int64 run_id, MemoryContext cxt);
+extern void pass_load_declared(Pass *pass, const char *name, MemoryContext cxt);
 extern void pass_plan(Pass *pass);
 extern bool pass_claim(Pass *pass, Claim *claim);
 extern void pass_claim_read_keys(Pass *pass, Claim *claim);

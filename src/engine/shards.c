@@ -263,10 +263,20 @@ node_wait(NodeConn *node)
 	return last;
 }
 
+/* a field of the node's error, copied (NULL: none) */
+static char *
+node_error_field(PGresult *res, int field)
+{
+	char	   *value = res ? PQresultErrorField(res, field) : NULL;
+
+	return value ? pstrdup(value) : NULL;
+}
+
 /*
  * Run sql on the node of group and return its one row (PQclear it); a
- * failure there is raised here with the node's SQLSTATE and message.  A
- * cancel or any error while waiting closes the connection.
+ * failure there is raised here with the node's SQLSTATE, message (the
+ * backfill's name before it: the node does not know it), detail and hint.
+ * A cancel or any error while waiting closes the connection.
  */
 static PGresult *
 node_query(const char *name, int group, const char *sql, int nparams, const char *const *params)
@@ -274,6 +284,9 @@ node_query(const char *name, int group, const char *sql, int nparams, const char
 	NodeConn   *node = node_of(group);
 	PGresult   *volatile res = NULL;
 	char	   *message;
+	char	   *detail;
+	char	   *hint;
+	char	   *where;
 	const char *state;
 
 	PG_TRY();
@@ -291,17 +304,24 @@ node_query(const char *name, int group, const char *sql, int nparams, const char
 	PG_END_TRY();
 	if (res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 		return res;
-	message = pchomp(res ? PQresultErrorMessage(res) : PQerrorMessage(node->conn));
-	state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
-	state = state ? pstrdup(state) : "08006";
+	message = node_error_field(res, PG_DIAG_MESSAGE_PRIMARY);
+	if (message == NULL)
+		message = pchomp(res ? PQresultErrorMessage(res) : PQerrorMessage(node->conn));
+	detail = node_error_field(res, PG_DIAG_MESSAGE_DETAIL);
+	hint = node_error_field(res, PG_DIAG_MESSAGE_HINT);
+	state = node_error_field(res, PG_DIAG_SQLSTATE);
+	state = state ? state : "08006";
+	where = node->where;		/* the slot goes with the connection */
 	if (res)
 		PQclear(res);
 	if (PQstatus(node->conn) != CONNECTION_OK || PQtransactionStatus(node->conn) != PQTRANS_IDLE)
 		node_drop(node);
 	ereport(ERROR,
 			(errcode(MAKE_SQLSTATE(state[0], state[1], state[2], state[3], state[4])),
-			 errmsg("%s", message),
-			 errcontext("backfill \"%s\": a batch on Citus group %d", name, group)));
+			 errmsg("backfill \"%s\": %s", name, message),
+			 detail ? errdetail("%s", detail) : 0,
+			 hint ? errhint("%s", hint) : 0,
+			 errcontext("a batch on Citus group %d (%s)", group, where)));
 	return NULL;
 }
 
@@ -468,6 +488,21 @@ split_children(Pass *pass, Claim *claim, int32 min, int32 max, SplitChild **out)
 	bool		covered = true;
 	SplitChild *c;
 
+	/* no split: the table itself is gone, dropped or replaced (alter_distributed_table) */
+	if (catalog_exec_latest("SELECT 1 FROM pg_catalog.pg_dist_partition d"
+							" WHERE d.logicalrelid = $1::pg_catalog.regclass",
+							1, types, values, NULL) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\": table %s is no longer the distributed table the pass "
+						"started on", pass->name, pass->relation),
+				 errdetail("Shard " INT64_FORMAT " of partition %d is gone from pg_dist_shard, "
+						   "and so is the table (oid %u) from pg_dist_partition: it was dropped, "
+						   "undistributed or replaced by a new table of its name "
+						   "(alter_distributed_table).", claim->shardid, claim->part_no,
+						   pass->relid),
+				 errhint("Declare the backfill again if the table was replaced, then start a "
+						 "new pass with backfill_run(name, force => true).")));
 	n = catalog_exec_latest("SELECT s.shardid, s.shardminvalue, s.shardmaxvalue"
 							"  FROM pg_catalog.pg_dist_shard s"
 							"  JOIN pg_catalog.pg_dist_partition d ON d.logicalrelid = s.logicalrelid"
@@ -704,52 +739,43 @@ rebalance_tag(Pass *pass, LOCKTAG *tag)
 /*
  * No batch overlaps a move or split in its table's colocation group: Citus
  * holds its rebalance lock of the group (an advisory lock, class 13,
- * ExclusiveLock) on the coordinator for the whole operation, and the lane
- * holds it in ShareLock for the batch, waiting (however long the move
- * takes) while a move runs.  A batch that committed on the old placement
- * while a move with logical replication ran was measured lost on the new
- * one though its checkpoint counted it.  Citus takes its lock without
- * waiting; a move or split in a session of a server with pg_backfill
- * preloaded first waits for it behind the batches that hold it (moves.c),
- * and shards_make_way keeps the next batches from starting meanwhile.
+ * ExclusiveLock) on the coordinator for the whole operation, and a batch
+ * holds it in ShareLock from its start to its commit.  A batch that
+ * committed on the old placement while a move with logical replication ran
+ * was measured lost on the new one though its checkpoint counted it.
+ * Citus takes its lock without waiting; a move or split in a session of a
+ * server with pg_backfill preloaded first waits for it behind the batches
+ * that hold it (moves.c).  The batch asks for it without waiting: a
+ * request that conflicts with a waiting ExclusiveLock is refused too, so a
+ * move that waits is seen, and no batch starts until it is over.
  */
-static void
-wait_out_moves(Pass *pass)
+bool
+shards_fence_moves(Pass *pass)
 {
 	LOCKTAG		tag;
 
 	(void) rebalance_tag(pass, &tag);
-	(void) set_config_option("lock_timeout", "0", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_LOCAL, true, 0, false);
-	(void) LockAcquire(&tag, ShareLock, false, false);
-	(void) set_config_option("lock_timeout", psprintf("%d", pass->lock_timeout_ms), PGC_USERSET,
-							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
+	return LockAcquire(&tag, ShareLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
 }
 
 /*
- * Before a batch, outside any transaction: a move or split of the group
- * that waits for the rebalance lock (moves.c), or holds it, goes first.
- * The lock is asked for without waiting (a request queued behind a waiting
- * ExclusiveLock conflicts with it, so a waiting move is seen); if it is
- * not free the lane says so (backfill_status: "a shard move of group N"),
- * waits until the move is over, holding nothing, and goes on.  True when
- * it waited: the shard may have moved or been split meanwhile.
+ * A move or split of the group holds or awaits the rebalance lock, and the
+ * batch did not start (its transaction ended): the lane says so
+ * (backfill_status: "a shard move of group N"), waits until the move is
+ * over in a transaction of its own that holds nothing else, queued behind
+ * the move's request, and goes on.  Its caller then does what comes before
+ * any batch again (the pass paused, cancelled or held by a switch since:
+ * no batch), and reads where the shard is now: it may have moved or been
+ * split meanwhile.  A cancel interrupts the wait.
  */
-bool
-shards_make_way(Pass *pass, Claim *claim)
+void
+shards_wait_out_move(Pass *pass, Claim *claim)
 {
 	LOCKTAG		tag;
 	int64		group;
-	bool		free_now;
-	TimestampTz since;
+	TimestampTz since = GetCurrentTimestamp();
 
-	worker_begin_xact("pg_backfill lane: looking for a shard move");
 	group = rebalance_tag(pass, &tag);
-	free_now = LockAcquire(&tag, ShareLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
-	worker_commit_xact();
-	if (free_now)
-		return false;
-	since = GetCurrentTimestamp();
 	pacing_say_throttle(pass, claim, psprintf("a shard move of group " INT64_FORMAT, group));
 	worker_begin_xact(psprintf("pg_backfill lane: backfill \"%s\" waiting out a shard move of "
 							   "group " INT64_FORMAT, pass->name, group));
@@ -763,7 +789,6 @@ shards_make_way(Pass *pass, Claim *claim)
 					"shard move or split of colocation group " INT64_FORMAT, pass->name,
 					pass->run_id, claim->part_no,
 					(long) ((GetCurrentTimestamp() - since) / 1000), group)));
-	return true;
 }
 
 void
@@ -772,8 +797,6 @@ shards_batch(Pass *pass, Claim *claim, int limit, ShardAnswer *answer)
 	const char *params[15];
 	PGresult   *res;
 	const char *status;
-
-	wait_out_moves(pass);
 
 	params[0] = origin_text();
 	params[1] = psprintf(INT64_FORMAT, claim->shard_run);

@@ -41,11 +41,18 @@ typedef struct ShardAnswer
 extern bool shards_open(Pass *pass, Claim *claim);
 
 /*
- * Before a batch: a move or split of the table's colocation group that
- * waits (or runs) goes first; the lane says so and waits, holding nothing.
- * True when it waited (the shard may have moved or been split since).
+ * In a batch's transaction, before anything else: the table's colocation
+ * group's rebalance lock in ShareLock, without waiting.  False when a move
+ * or split of the group holds it or waits for it: the batch must not start.
  */
-extern bool shards_make_way(Pass *pass, Claim *claim);
+extern bool shards_fence_moves(Pass *pass);
+
+/*
+ * Outside any transaction: wait until the move or split that kept a batch
+ * from starting is over; the lane says so (backfill_status), holding
+ * nothing.
+ */
+extern void shards_wait_out_move(Pass *pass, Claim *claim);
 
 /* one batch on the shard's node (inside the lane's transaction, which mirrors it) */
 extern void shards_batch(Pass *pass, Claim *claim, int limit, ShardAnswer *answer);

@@ -120,16 +120,21 @@ error_is_final(int sqlerrcode)
 
 /*
  * Wait out a retry's delay.  Woken early, a cancelled pass stops (false);
- * anything else waits on.
+ * anything else waits on.  Then, before the next attempt, the pass must
+ * still be running: one that ended meanwhile however it was ended (by a
+ * lane, a control, or the scheduler, which fails a pass whose table or
+ * roles changed) is not tried again.
  */
 static bool
-wait_to_retry(int64 delay_ms)
+wait_to_retry(Pass *pass, int64 delay_ms)
 {
 	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), delay_ms);
 
 	while (backoff_sleep_until(until))
 		if (work_must_stop())
 			return false;
+	if (work_must_stop() || !pacing_pass_running(pass))
+		return false;
 	return true;
 }
 
@@ -220,7 +225,7 @@ batch_failed(Pass *pass, Claim *claim, ErrorData *edata, int failures)
 			 errdetail("SQLSTATE %s: %s", unpack_sql_state(edata->sqlerrcode),
 					   edata->message),
 			 edata->hint ? errhint("%s", edata->hint) : 0));
-	return wait_to_retry(delay_ms) ? FAILURE_RETRY : FAILURE_STOP;
+	return wait_to_retry(pass, delay_ms) ? FAILURE_RETRY : FAILURE_STOP;
 }
 
 /* A paused pass: give the partition back at its checkpoint; the lane ends. */
@@ -460,6 +465,9 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 			continue;
 		}
 
+		/* no batch ran (it waited out a shard move): the checks before a batch again */
+		if (outcome == BATCH_AGAIN && !stopping)
+			continue;
 		failures = 0;
 		poison_after_batch(claim, claim->last_keys);
 		if (outcome == BATCH_STOP || stopping)
@@ -541,7 +549,7 @@ work_step(Pass *pass, void (*step) (Pass *), const char *what)
 				 errdetail("SQLSTATE %s: %s", unpack_sql_state(edata->sqlerrcode),
 						   edata->message)));
 		FreeErrorData(edata);
-		if (!wait_to_retry(delay_ms))
+		if (!wait_to_retry(pass, delay_ms))
 			return false;
 	}
 }

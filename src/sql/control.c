@@ -479,10 +479,13 @@ retry_failed_pass(Target *t)
 						  2, types, values, NULL, SPI_OK_INSERT);
 	rows = retry_failed_rows(run_id, t->last_id);
 	copied += rows;
-	/* the resumed pass keeps its bound: it converges within the same key range */
+	/*
+	 * The resumed pass keeps its bound: it converges within the same key
+	 * range.  Its plan_method and estimate are its first lane's, as the
+	 * table is then (pass.c plan_resumed), not the failed pass's.
+	 */
 	if (copied > 0)
-		catalog_exec(psprintf("UPDATE backfill.run r SET phase = 'running',"
-							  " plan_method = o.plan_method, estimate = o.estimate%s"
+		catalog_exec(psprintf("UPDATE backfill.run r SET phase = 'running'%s"
 							  " FROM backfill.run o WHERE r.run_id = $1 AND o.run_id = $2",
 							  catalog_has_column("run", "bound") ? ", bound = o.bound" : ""),
 					 2, types, values, NULL, SPI_OK_UPDATE);

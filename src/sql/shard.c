@@ -31,9 +31,11 @@
  * The action names the distributed table: parse analysis of it is made to
  * read the shard table instead (the range table entries of that relation,
  * at the top level of the one statement only), so that Citus plans a local
- * statement.  The shard must lay out its columns as the table does (the
- * same attribute numbers, names and types): a shard created by a move
- * after a column was dropped does not, and its batches fail with BF035.
+ * statement.  The shard must have the table's columns (names and types);
+ * where they sit at other attribute numbers (a shard Citus created after a
+ * column of the table was dropped: a split's, a move's) the parsed action
+ * is re-pointed at the shard's numbers (shardmap.c); a shard without them
+ * fails its batches with BF035.
  *
  * Both functions run as the calling role (the lane's), with its
  * privileges; only the checkpoint row is written as the extension's owner:
@@ -50,6 +52,7 @@
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/xlog.h"
+#include "access/xlog_internal.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_namespace.h"
 #include "catalog/pg_type.h"
@@ -72,6 +75,7 @@
 #include "errors.h"
 #include "keyset.h"
 #include "searchpath.h"
+#include "shardmap.h"
 #include "worker.h"
 
 PG_FUNCTION_INFO_V1(backfill_shard_checkpoint);
@@ -94,6 +98,7 @@ typedef struct ShardTarget
 	char	   *shard_sql;		/* quoted, schema-qualified */
 	AttrNumber	keyattno;
 	Oid			keytype;
+	ShardMap   *map;			/* its columns by the table's (shardmap.c) */
 } ShardTarget;
 
 /* the one parse analysis that reads the shard for its table (shard_parse_hook) */
@@ -103,6 +108,11 @@ static Oid	swap_from = InvalidOid;	/* while a batch runs: its table, and its sha
 static Oid	swap_to = InvalidOid;
 static bool swap_armed = false;	/* the next parse is the action's: swap the table */
 static Oid	stray = InvalidOid;	/* a relation a parse named beside the shard */
+static ShardMap *swap_map = NULL;	/* the shard's columns sit elsewhere: this map */
+static const char *swap_sql = NULL;
+static Query *swap_query = NULL;	/* the query level the walker is in */
+static List *swap_queries = NIL;	/* the entries it pointed at the shard: query, */
+static List *swap_rtis = NIL;	/* and index */
 
 /*
  * Read, open or replace the caller's row of a partition, as the extension's
@@ -351,42 +361,23 @@ shard_fence(ShardTarget *t, const char *relation)
 											  get_rel_name(t->shard));
 }
 
-/* Do the shard's columns sit where its table's do (BF035 if not)? */
-static void
-shard_check_layout(ShardTarget *t, const char *relation)
+/* the index of a range table entry in its query's range table */
+static int
+rte_index(Query *query, RangeTblEntry *rte)
 {
-	Relation	table = table_open(t->table, AccessShareLock);
-	Relation	shard = table_open(t->shard, AccessShareLock);
-	TupleDesc	td = RelationGetDescr(table);
-	TupleDesc	sd = RelationGetDescr(shard);
-	bool		same = td->natts == sd->natts;
+	ListCell   *lc;
 
-	for (int i = 0; same && i < td->natts; i++)
-	{
-		Form_pg_attribute ta = TupleDescAttr(td, i);
-		Form_pg_attribute sa = TupleDescAttr(sd, i);
-
-		same = ta->attisdropped == sa->attisdropped &&
-			(ta->attisdropped ||
-			 (strcmp(NameStr(ta->attname), NameStr(sa->attname)) == 0 &&
-			  ta->atttypid == sa->atttypid && ta->atttypmod == sa->atttypmod &&
-			  ta->attcollation == sa->attcollation));
-	}
-	table_close(shard, AccessShareLock);
-	table_close(table, AccessShareLock);
-	if (!same)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_SHARD_LAYOUT),
-				 errmsg("shard %s does not lay out its columns as table %s does",
-						t->shard_sql, relation),
-				 errdetail("Its columns differ in number, order, name or type (a shard created "
-						   "after a column of the table was dropped)."),
-				 errhint("Run the backfill coordinator-side: set backfill.citus_per_shard to off "
-						 "(ALTER DATABASE ... SET) and start a new pass with "
-						 "backfill_run(name, force => true).")));
+	foreach(lc, query->rtable)
+		if (lfirst(lc) == rte)
+			return foreach_current_index(lc) + 1;
+	elog(ERROR, "a range table entry of the action is not in its query's range table");
+	return 0;
 }
 
-/* Point every range table entry of the table at the shard, in this query and below. */
+/*
+ * Point every range table entry of the table at the shard, in this query
+ * and below; where the shard's columns sit elsewhere, note each one.
+ */
 static bool
 swap_relation_walker(Node *node, void *context)
 {
@@ -399,13 +390,23 @@ swap_relation_walker(Node *node, void *context)
 		if (rte->rtekind != RTE_RELATION || rte->relid == swap_to)
 			return false;
 		if (swap_armed && rte->relid == swap_from)
+		{
 			rte->relid = swap_to;
+			/* its attribute numbers, once the walk is over (shardmap.c) */
+			if (swap_map != NULL && swap_map->moved)
+			{
+				swap_queries = lappend(swap_queries, swap_query);
+				swap_rtis = lappend_int(swap_rtis, rte_index(swap_query, rte));
+			}
+		}
 		else if (get_rel_namespace(rte->relid) != PG_CATALOG_NAMESPACE && !OidIsValid(stray))
 			stray = rte->relid;
 		return false;
 	}
 	if (IsA(node, Query))
 	{
+		Query	   *outer = swap_query;
+		bool		r;
 #if PG_VERSION_NUM >= 160000
 		ListCell   *lc;
 
@@ -417,8 +418,11 @@ swap_relation_walker(Node *node, void *context)
 				perm->relid = swap_to;
 		}
 #endif
-		return query_tree_walker((Query *) node, swap_relation_walker, context,
-								 QTW_EXAMINE_RTES_BEFORE);
+		swap_query = (Query *) node;
+		r = query_tree_walker((Query *) node, swap_relation_walker, context,
+							  QTW_EXAMINE_RTES_BEFORE);
+		swap_query = outer;
+		return r;
 	}
 	return expression_tree_walker(node, swap_relation_walker, context);
 }
@@ -438,9 +442,17 @@ shard_parse_hook(ParseState *pstate, Query *query, JumbleState *jstate)
 {
 	if (OidIsValid(swap_from))
 	{
+		ListCell   *q;
+		ListCell   *i;
+
 		stray = InvalidOid;
+		swap_queries = NIL;
+		swap_rtis = NIL;
 		(void) swap_relation_walker((Node *) query, NULL);
 		swap_armed = false;
+		/* the entries pointed at a shard whose columns sit elsewhere: its numbers */
+		forboth(q, swap_queries, i, swap_rtis)
+			shardmap_apply(lfirst(q), lfirst_int(i), swap_to, swap_map, swap_sql);
 		if (OidIsValid(stray))
 			ereport(ERROR,
 					(errcode(ERRCODE_BACKFILL_SHARD_REACH),
@@ -472,6 +484,8 @@ shard_guarded(ShardTarget *t, void (*fn) (void *), void *arg)
 	}
 	swap_from = t->table;
 	swap_to = t->shard;
+	swap_map = t->map;
+	swap_sql = t->shard_sql;
 	PG_TRY();
 	{
 		fn(arg);
@@ -480,6 +494,7 @@ shard_guarded(ShardTarget *t, void (*fn) (void *), void *arg)
 	{
 		swap_from = InvalidOid;
 		swap_armed = false;
+		swap_map = NULL;
 	}
 	PG_END_TRY();
 }
@@ -574,6 +589,40 @@ same_text(const char *a, const char *b)
 }
 
 /*
+ * Where the WAL inserted so far ends, as a flush request may name it: a
+ * position up to which every commit the coordinator has seen is in WAL.
+ *
+ * Not GetXLogInsertRecPtr() as it is: it names where the next record will
+ * start, and when the last one ended exactly at the end of a WAL page that
+ * is after the next page's header, on a page nobody has written yet
+ * (XLogBytePosToRecPtr skips the header).  XLogFlush then cuts the request
+ * back to the end of what was inserted (the page boundary), flushes that,
+ * finds its request not met and fails: XX000 "xlog flush request ... is not
+ * satisfied --- flushed only to ...", one batch in about every 8 kB / (WAL
+ * per batch) at random.  This transaction's own last record (the row lock
+ * of its checkpoint row, which assigned it an xid) ends after every commit
+ * before it, and XactLastRecEnd is an end position (XLogBytePosToEndRecPtr:
+ * at a boundary it names the boundary).  Without a record of its own, the
+ * insert position is moved back from just past a page header to that
+ * page's start, which is where the WAL inserted so far ends.
+ */
+static XLogRecPtr
+shard_wal_end(void)
+{
+	XLogRecPtr	end = XactLastRecEnd;
+	uint32		in_page;
+
+	if (end != InvalidXLogRecPtr)
+		return end;
+	end = GetXLogInsertRecPtr();
+	in_page = (uint32) (end % XLOG_BLCKSZ);
+	if (in_page == (XLogSegmentOffset(end, wal_segment_size) < XLOG_BLCKSZ ?
+					SizeOfXLogLongPHD : SizeOfXLogShortPHD))
+		end -= in_page;
+	return end;
+}
+
+/*
  * backfill.shard_batch(origin, run_id, part_no, shardid, relation, key,
  * at_cursor, at_rows, hi, batch_size, predicate, action, path,
  * async_commit, lock_timeout_ms): one batch of the shard's partition.
@@ -613,7 +662,8 @@ backfill_shard_batch(PG_FUNCTION_ARGS)
 						 PG_GETARG_INT32(14));
 	shard_resolve(&t, relation, text_to_cstring(PG_GETARG_TEXT_PP(5)));
 	shard_fence(&t, relation);
-	shard_check_layout(&t, relation);
+	/* the shard's columns by name: a split's new shards have no dropped column (BF035) */
+	t.map = shardmap_build(t.table, t.shard, t.shard_sql, relation);
 	shard_row(rowargs, argnull, "read", true, &row);
 	if (!row.found)
 		ereport(ERROR,
@@ -642,7 +692,7 @@ backfill_shard_batch(PG_FUNCTION_ARGS)
 		 * batches, committed without waiting for disk, must not be lost in
 		 * a crash of this node after it (their rows would never be done).
 		 */
-		XLogFlush(GetXLogInsertRecPtr());
+		XLogFlush(shard_wal_end());
 		SPI_finish();
 		return shard_result(fcinfo, "done", &row, 0, true);
 	}

@@ -216,6 +216,30 @@ lanes_of_run(int64 run_id)
 }
 
 /*
+ * The passes fail_unbound_passes has just failed (their ledger rows end
+ * at this transaction's start) may still have lanes, started before
+ * their table or roles changed: at commit they are told to stop, as the
+ * lanes of a pass a lane fails (a batch in flight is cancelled), instead
+ * of retrying what can no longer work until their attempts run out.
+ */
+static void
+stop_lanes_of_failed_passes(void)
+{
+	if (SPI_execute("SELECT l.run_id FROM backfill.ledger l"
+					" WHERE l.status = 'failed' AND l.finished_at = pg_catalog.now()",
+					true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the passes that failed");
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		backfill_wake_lanes_at_commit(DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+																  SPI_tuptable->tupdesc, 1,
+																  &isnull)), true);
+	}
+}
+
+/*
  * A pass whose declaration is gone, or no longer names its table and
  * roles (identity.c), gets no lane: it fails here, so no lane ever logs in
  * as a role the declaration does not name.  Versions before 0.3 lack the
@@ -233,11 +257,13 @@ fail_unbound_passes(void)
 	if (SPI_execute("SELECT backfill.fail_unbound_passes()", false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not fail the passes that cannot start");
 	if (DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
-									&isnull)) > 0)
-		ereport(LOG,
-				(errmsg("pg_backfill: failed passes whose declaration is gone or no longer "
-						"names its table and roles"),
-				 errhint("backfill_ledger shows why (BF007, BF016 or BF001).")));
+									&isnull)) == 0)
+		return;
+	stop_lanes_of_failed_passes();
+	ereport(LOG,
+			(errmsg("pg_backfill: failed passes whose declaration is gone or no longer "
+					"names its table and roles"),
+			 errhint("backfill_ledger shows why (BF007, BF016 or BF001).")));
 }
 
 /*

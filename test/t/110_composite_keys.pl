@@ -61,12 +61,8 @@ $node->safe_psql('postgres', q{
 		lock_timeout => '1 hour', batch_timeout => '1 hour', guard => false);
 });
 # the gate on the last key: the batch that reaches it waits until the end
-$node->safe_psql('postgres', q{
-	BEGIN;
-	SELECT 1 FROM tenants WHERE (tenant_id, id) = (SELECT tenant_id, id FROM tenants
-	                                             ORDER BY tenant_id DESC, id DESC LIMIT 1) FOR UPDATE;
-	PREPARE TRANSACTION 'last_key';
-});
+gate_close($node, 'last_key', 'tenants', q{(tenant_id, id) = (SELECT tenant_id, id FROM tenants
+	ORDER BY tenant_id DESC, id DESC LIMIT 1)});
 is($node->safe_psql('postgres', q{SELECT key_columns FROM backfill.declaration WHERE name = 'ck'}),
 	'{tenant_id,id}', 'the primary key (tenant_id, id) is the key');
 my $run = $node->safe_psql('postgres', q{SET ROLE tenant_owner; SELECT backfill_run('ck')});
@@ -123,7 +119,7 @@ cmp_ok($done_before, '<', $ROWS, "the shutdown comes before the pass ends ($done
 $node->stop('immediate');
 $node->start;
 is(ledger($node, $run, 'status'), 'running', 'the pass is still running after the crash');
-$node->safe_psql('postgres', q{ROLLBACK PREPARED 'last_key'});
+gate_open($node, 'last_key');
 
 ok(pass_ended($node, $run, 600), 'the pass ended');
 is(ledger($node, $run, 'status'), 'completed', 'the pass completed after 3 kills and a crash');

@@ -95,14 +95,8 @@ $node->safe_psql('postgres', q{
 for my $g ([ 'c60', 60, 9004 ], [ 'c70', 70, 9004 ], [ 'd70', 70, 13504 ])
 {
 	my ($gid, $leaf, $id) = @$g;
-	$node->safe_psql('postgres', qq{BEGIN;
-		SELECT 1 FROM events_$leaf WHERE tenant_id = $leaf AND id = $id FOR UPDATE;
-		PREPARE TRANSACTION '$gid';});
+	gate_close($node, $gid, "events_$leaf", "tenant_id = $leaf AND id = $id");
 }
-# the gates lanes wait at now, by name
-my $waiting_at = q{SELECT coalesce(string_agg(p.gid, ',' ORDER BY p.gid), '')
-	FROM pg_locks l JOIN pg_prepared_xacts p ON l.locktype = 'transactionid'
-	  AND l.transactionid = p.transaction WHERE NOT l.granted};
 my $run = $node->safe_psql('postgres', q{SET ROLE leaf_owner; SELECT backfill_run('pl')});
 like($run, qr/^\d+$/, 'backfill_run returned a run id');
 
@@ -171,7 +165,7 @@ ok(defined $p1, 'a lane at work when the leaf is attached');
 $node->safe_psql('postgres',
 	q{ALTER TABLE events ATTACH PARTITION events_25 FOR VALUES FROM (25) TO (30)});
 # the lanes wait in the middle of leaves 60 and 70: no lane has reached 80
-ok(poll_until($node, $waiting_at, 'c60,c70', 300), 'the lanes wait at the gates of leaves 60 and 70');
+ok(gates_waited_at($node, 'c60,c70', 300), 'the lanes wait at the gates of leaves 60 and 70');
 my $left_80 = $node->safe_psql('postgres', q{SELECT count(*) FROM events_80 WHERE n = 0});
 cmp_ok($left_80, '>', 0, "the last leaf still has $left_80 rows to do when it is detached");
 # the detach waits for the lanes' batches; let them go once it does: their
@@ -183,7 +177,7 @@ ok( poll_until($node,
 		q{SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'ALTER TABLE events DETACH%'
 		    AND wait_event_type = 'Lock'}, '1', 180),
 	'the detach waits for the lanes');
-$node->safe_psql('postgres', q{ROLLBACK PREPARED 'c60'; ROLLBACK PREPARED 'c70';});
+gate_open($node, 'c60', 'c70');
 $detach->query_safe('SELECT 1');
 $detach->quit;
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_inherits WHERE inhrelid = 'events_80'::regclass}),
@@ -192,13 +186,13 @@ cmp_ok($node->safe_psql('postgres', q{SELECT count(*) FROM events_80 WHERE n = 0
 	'the detached leaf had rows left to do');
 
 # a lane goes on in leaf 70 to its last gate
-ok(poll_until($node, $waiting_at, 'd70', 300), 'a lane waits at the last gate, in leaf 70');
+ok(gates_waited_at($node, 'd70', 300), 'a lane waits at the last gate, in leaf 70');
 my ($p2, $done2) = lane_after(int($ROWS * 0.60));
 ok(defined $p2, 'a lane at work before the immediate shutdown');
 $node->stop('immediate');
 $node->start;
 is(ledger($node, $run, 'status'), 'running', 'the pass is still running after the crash');
-$node->safe_psql('postgres', q{ROLLBACK PREPARED 'd70'});
+gate_open($node, 'd70');
 
 ok(pass_ended($node, $run, 600), 'the pass ended');
 is(ledger($node, $run, 'status'), 'completed', 'the pass completed');

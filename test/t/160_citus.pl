@@ -184,14 +184,12 @@ my $gate_id = sq($coord, qq{
 my $gate_shard = sq($coord, "SELECT get_shard_id_for_distribution_column('t', $gate_id)");
 sub close_gate
 {
-	$workers[1]->safe_psql('postgres', qq{BEGIN;
-		SELECT 1 FROM t_$gate_shard WHERE id = $gate_id FOR UPDATE;
-		PREPARE TRANSACTION 'gate';});
+	gate_close($workers[1], 'gate', "t_$gate_shard", "id = $gate_id");
 	return;
 }
 sub open_gate
 {
-	$workers[1]->safe_psql('postgres', q{ROLLBACK PREPARED 'gate'});
+	gate_open($workers[1], 'gate');
 	return;
 }
 
@@ -209,10 +207,7 @@ sub midway
 sub held_midway
 {
 	my ($label, $run_id) = @_;
-	ok( poll_until($workers[1],
-			q{SELECT count(*) > 0 FROM pg_stat_activity WHERE 0 = ANY (pg_blocking_pids(pid))},
-			't', $LONG),
-		"$label: a batch waits on the gate on worker 2");
+	ok(gate_holds($workers[1], $LONG), "$label: a batch waits on the gate on worker 2");
 	ok(midway($run_id, $ROWS / 5), "$label: the pass is under way");
 	my ($status, $done) = split /\|/, sq($coord, qq{
 		SELECT l.status, (SELECT sum(p.rows) FROM backfill.partition p WHERE p.run_id = l.run_id)

@@ -149,26 +149,8 @@ sub close_gate
 		  JOIN pg_dist_node d ON d.groupid = p.groupid
 		 WHERE s.logicalrelid = 't'::regclass AND d.nodeport = $port});
 	my $key = sq($node, "SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY id) FROM t_$gate_shard");
-	$node->safe_psql('postgres', qq{BEGIN;
-		SELECT 1 FROM t_$gate_shard WHERE id = $key FOR UPDATE;
-		PREPARE TRANSACTION 'gate';});
+	gate_close($node, 'gate', "t_$gate_shard", "id = $key");
 	return $gate_shard;
-}
-
-sub open_gate
-{
-	my ($node) = @_;
-	$node->safe_psql('postgres', q{ROLLBACK PREPARED 'gate'});
-	return;
-}
-
-# a backend of $node waits on a prepared transaction (blocked by pid 0)
-sub gate_holds
-{
-	my ($node) = @_;
-	return poll_until($node,
-		q{SELECT count(*) > 0 FROM pg_stat_activity WHERE 0 = ANY (pg_blocking_pids(pid))},
-		't', $LONG);
 }
 
 # The state a fault acts on: a batch of pass $run_id waits on the gate on
@@ -176,7 +158,7 @@ sub gate_holds
 sub held_midway
 {
 	my ($label, $run_id, $node) = @_;
-	ok(gate_holds($node), "$label: a batch waits on the gate on " . $node->name);
+	ok(gate_holds($node, $LONG), "$label: a batch waits on the gate on " . $node->name);
 	ok(midway($run_id, $ROWS / 5), "$label: the pass is under way");
 	my ($status, $done) = split /\|/, sq($coord, qq{
 		SELECT l.status, (SELECT sum(p.rows) FROM backfill.partition p WHERE p.run_id = l.run_id)
@@ -305,7 +287,7 @@ my $lane = sq($coord, "SELECT holder_pid FROM backfill.partition WHERE run_id = 
 ok($lane, "lane kill: a lane holds the gate's partition (pid $lane)");
 is(kill('KILL', $lane), 1, "lane kill: SIGKILL to lane $lane, its batch waiting on the gate");
 ok(wait_for_server($coord, $LONG), 'lane kill: the coordinator accepts connections again');
-open_gate($workers[1]);
+gate_open($workers[1], 'gate');
 done_once('lane kill', $run_id, 1);
 cmp_ok(sq($coord, "SELECT sum(reclaims) FROM backfill.partition WHERE run_id = $run_id"),
 	'>=', 1, 'lane kill: a new lane reclaimed the dead lane\'s lease');
@@ -319,7 +301,7 @@ $run_id = start_pass(1);
 held_midway('coordinator crash', $run_id, $workers[1]);
 $coord->stop('immediate');
 $coord->start;
-open_gate($workers[1]);
+gate_open($workers[1], 'gate');
 done_once('coordinator crash', $run_id, 2);
 
 # (d) a worker stopped with -m immediate mid-pass, a batch waiting on it
@@ -331,7 +313,7 @@ $workers[1]->stop('immediate');
 $workers[1]->start;
 is(sq($workers[1], q{SELECT count(*) FROM pg_prepared_xacts WHERE gid = 'gate'}), '1',
 	'worker crash: the gate outlived the crash of its worker');
-open_gate($workers[1]);
+gate_open($workers[1], 'gate');
 done_once('worker crash', $run_id, 3);
 like(substr(slurp_file($coord->logfile), $log_offset),
 	qr/backfill "fill_t" run $run_id: batch failed/,
@@ -585,18 +567,16 @@ for my $row (split /\n/, sq($coord, qq{
 ok(defined $retry_gate, "retry: the gate's shard on worker 2 comes after $before_gate rows");
 my $retry_key = sq($coord,
 	"SELECT min(id) FROM small WHERE get_shard_id_for_distribution_column('small', id) = $retry_gate");
-$workers[1]->safe_psql('postgres', qq{BEGIN;
-	SELECT 1 FROM small_$retry_gate WHERE id = $retry_key FOR UPDATE;
-	PREPARE TRANSACTION 'gate';});
+gate_close($workers[1], 'gate', "small_$retry_gate", "id = $retry_key");
 $run_id = sq($coord, q{SELECT backfill_run('fill_retry')});
-ok(gate_holds($workers[1]), 'retry: a batch waits on the gate on worker 2');
+ok(gate_holds($workers[1], $LONG), 'retry: a batch waits on the gate on worker 2');
 ok(poll_until($coord, "SELECT sum(rows) > 300 FROM backfill.partition WHERE run_id = $run_id", 't', $LONG),
 	'retry: the pass is under way');
 is(ledger($coord, $run_id, 'status'), 'running', 'retry: the pass runs when the worker is stopped');
 $workers[1]->stop('immediate');
 is(wait_pass_end($coord, $run_id, $LONG), 'failed', 'retry: the pass failed while a worker was down');
 $workers[1]->start;
-open_gate($workers[1]);
+gate_open($workers[1], 'gate');
 $coord->safe_psql('postgres', q{SELECT backfill_retry('fill_retry')});
 my $retry = sq($coord, q{SELECT max(run_id) FROM backfill.ledger WHERE declaration = 'fill_retry'});
 isnt($retry, $run_id, 'retry: a new pass resumes the failed one');

@@ -39,6 +39,19 @@
 #       returns the ledger status of $run_id.
 #   ledger($node, $run_id, $cols)  "SELECT $cols FROM backfill.ledger" for
 #       $run_id.
+#   Gates: a prepared transaction holding row locks, so that a batch that
+#   reaches those rows waits there until the test opens it; it outlives a
+#   crash of the server, an immediate shutdown and a kill of its waiter
+#   (the node needs max_prepared_transactions > 0).
+#   gate_close($node, $gid, $table, $where)  the gate $gid on $node: the
+#       rows of $table WHERE $where locked FOR UPDATE, then PREPARE
+#       TRANSACTION '$gid'.
+#   gate_open($node, @gids)  ROLLBACK PREPARED each of them.
+#   gates_waited_at($node, $expected, $timeout)  poll_until the gates the
+#       waiting sessions wait at, one name a waiter, sorted and joined by
+#       commas ('c60,c70': one waits at c60, one at c70), are $expected.
+#   gate_holds($node, $timeout)  poll_until some session of $node waits
+#       on a prepared transaction (blocked by pid 0).
 package BackfillTest;
 
 use strict;
@@ -51,7 +64,7 @@ use Test::More;
 use Time::HiRes qw(usleep time);
 
 our @EXPORT = qw(poll_until holds_for wait_for_server sq pass_ended wait_pass_end ledger
-  each_row_done_once);
+  each_row_done_once gate_close gate_open gates_waited_at gate_holds);
 our @EXPORT_OK = qw(node);
 
 # seconds between two polls of poll_until; a test may set it
@@ -169,6 +182,40 @@ sub each_row_done_once
 	Test::More::is(ledger($node, $run_id, 'rows'), $rows,
 		"the ledger counts exactly $rows rows");
 	return;
+}
+
+sub gate_close
+{
+	my ($node, $gid, $table, $where) = @_;
+	$node->safe_psql('postgres', qq{BEGIN;
+		SELECT 1 FROM $table WHERE $where FOR UPDATE;
+		PREPARE TRANSACTION '$gid';});
+	return;
+}
+
+sub gate_open
+{
+	my ($node, @gids) = @_;
+	$node->safe_psql('postgres', join('', map { "ROLLBACK PREPARED '$_';" } @gids));
+	return;
+}
+
+sub gates_waited_at
+{
+	my ($node, $expected, $timeout) = @_;
+	return poll_until($node,
+		q{SELECT coalesce(string_agg(p.gid, ',' ORDER BY p.gid), '')
+		    FROM pg_locks l JOIN pg_prepared_xacts p ON l.locktype = 'transactionid'
+		     AND l.transactionid = p.transaction WHERE NOT l.granted},
+		$expected, $timeout);
+}
+
+sub gate_holds
+{
+	my ($node, $timeout) = @_;
+	return poll_until($node,
+		q{SELECT count(*) > 0 FROM pg_stat_activity WHERE 0 = ANY (pg_blocking_pids(pid))},
+		't', $timeout);
 }
 
 sub ledger
