@@ -9,6 +9,7 @@ OBJS = \
 	src/shmem.o \
 	src/jsonobj.o \
 	src/searchpath.o \
+	src/deadline.o \
 	src/sql/declare.o \
 	src/sql/key.o \
 	src/sql/action.o \

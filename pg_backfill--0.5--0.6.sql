@@ -1516,3 +1516,11 @@ AS $$
 $$;
 COMMENT ON FUNCTION backfill_status(text) IS
 'status, progress, rows/s and ETA of the newest pass of a backfill, its direction, bound, watch (with the interval in force), and the rate its lanes share';
+
+/*
+ * Issue 23 (a fresh-context attacker's findings): backfill_probe and
+ * backfill_wait refuse a NULL argument with an error of their own (BF012,
+ * BF011, BF002) instead of answering NULL, so they are no longer STRICT.
+ */
+ALTER FUNCTION backfill_probe(text, interval) CALLED ON NULL INPUT;
+ALTER FUNCTION backfill_wait(bigint, interval) CALLED ON NULL INPUT;

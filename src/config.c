@@ -28,6 +28,7 @@ int			backfill_naptime = 10;
 int			backfill_scheduler_idle_exit = 300;	/* s */
 int			backfill_probe_timeout = 60000;	/* ms */
 int			backfill_probe_lock_timeout = 1000;	/* ms */
+int			backfill_max_probes_per_role = 2;
 int			backfill_max_replication_lag = 1024 * 1024;	/* kB */
 int			backfill_max_dead_tuples = -1;
 int			backfill_throttle_delay = 1000;	/* ms */
@@ -283,6 +284,15 @@ config_define_worker_settings(void)
 							&backfill_probe_timeout,
 							60000, 100, 3600000,
 							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.max_probes_per_role",
+							"Most backfill_probe workers the calls of one role may hold at once.",
+							"A call beyond it is refused (BF038); a call for a backfill whose "
+							"probe runs waits for that one's answer instead of starting another.",
+							&backfill_max_probes_per_role,
+							2, 1, 64,
+							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("backfill.probe_lock_timeout",

@@ -35,7 +35,15 @@ extern double backfill_default_rate;
 extern int	backfill_naptime;
 extern int	backfill_scheduler_idle_exit;
 extern int	backfill_probe_timeout;
+
+/*
+ * A worker running a declarer's SQL that outlives its bound (a probe's or a
+ * scope's timeout, a batch's batch_timeout, a cancel, a preemption) by more
+ * than this is terminated: SQL that catches query_canceled ignores a cancel.
+ */
+#define BACKFILL_TERMINATE_GRACE_MS	2000
 extern int	backfill_probe_lock_timeout;
+extern int	backfill_max_probes_per_role;
 extern int	backfill_max_replication_lag;
 extern int	backfill_max_dead_tuples;
 extern int	backfill_throttle_delay;

@@ -105,6 +105,9 @@ typedef struct BackfillLaneEntry
 	bool		yield;			/* give the lane up to another role's pass */
 	TimestampTz batch_since;	/* when the open batch began */
 	bool		preempt;		/* its batch was cancelled for another role's pass */
+	TimestampTz batch_deadline; /* the open batch's batch_timeout ends (0: none) */
+	TimestampTz cancelled_at;	/* a cancel or preemption signalled the open batch */
+	TimestampTz terminated_at;	/* the lane was sent SIGTERM for outliving them */
 } BackfillLaneEntry;
 
 /*
@@ -150,9 +153,16 @@ typedef struct BackfillShared
 	BackfillLaneEntry lanes[BACKFILL_MAX_LANES];
 	BackfillPacer pacers[BACKFILL_MAX_PACERS];	/* under lane_lock */
 	BackfillWalMeter cluster_wal;	/* every lane's WAL, against backfill.max_wal_rate */
+	TimestampTz lane_wanted_at; /* a scheduler's pass waited for a lane, all taken */
 } BackfillShared;
 
 static BackfillShared *shared = NULL;
+
+/* the probes backfill_probe starts: a table of their own, below */
+typedef struct BackfillAskedProbe BackfillAskedProbe;
+static BackfillAskedProbe *asked_probes = NULL;
+static Size asked_probes_size(void);
+static BackfillAskedProbe *asked_probes_attach(void);
 static int	my_slot = -1;
 
 /* the lane table entry this process (a lane) holds */
@@ -167,7 +177,7 @@ backfill_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(MAXALIGN(sizeof(BackfillShared)));
+	RequestAddinShmemSpace(MAXALIGN(sizeof(BackfillShared)) + asked_probes_size());
 	RequestNamedLWLockTranche("pg_backfill", 1);
 }
 
@@ -188,6 +198,7 @@ backfill_shmem_startup(void)
 		shared->lane_lock = &(GetNamedLWLockTranche("pg_backfill"))->lock;
 		shared->next_token = 1;
 	}
+	asked_probes = asked_probes_attach();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -667,11 +678,254 @@ backfill_lane_preempt(int index, TimestampTz batch_since)
 	{
 		e->preempt = true;
 		e->yield = true;
+		e->cancelled_at = GetCurrentTimestamp();
 		(void) kill(e->pid, SIGINT);
 		done = true;
 	}
 	LWLockRelease(shared->lane_lock);
 	return done;
+}
+
+/*
+ * When must a lane in a batch be terminated: grace after its batch_timeout
+ * ends, or after a cancel or preemption signalled its batch (0: never yet).
+ */
+static TimestampTz
+lane_kill_at(BackfillLaneEntry *e, int grace_ms)
+{
+	TimestampTz at = 0;
+
+	if (!e->in_use || !e->in_batch || e->pid == 0)
+		return 0;
+	if (e->batch_deadline != 0)
+		at = TimestampTzPlusMilliseconds(e->batch_deadline, grace_ms);
+	if (e->cancelled_at != 0)
+	{
+		TimestampTz c = TimestampTzPlusMilliseconds(e->cancelled_at, grace_ms);
+
+		at = (at == 0) ? c : Min(at, c);
+	}
+	return at;
+}
+
+/*
+ * The lanes of a database whose batch outlives its bound (its batch_timeout,
+ * a cancel, a preemption) by more than grace_ms: a declarer's PL/pgSQL that
+ * catches query_canceled ignores the statement's cancel, not SIGTERM (die:
+ * a FATAL error no handler catches).  Each is sent SIGTERM (again each
+ * grace_ms while it lives); its batch's transaction aborts with the
+ * checkpoint, and its lease's holder is dead: reclaimed, or left to the
+ * cancel.  Their run ids go into out (BACKFILL_MAX_LANES); returns how
+ * many; *next_ms is lowered to the next such moment.
+ */
+int
+backfill_lane_terminate_overdue(Oid dboid, int grace_ms, int64 *out, long *next_ms)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	int			n = 0;
+
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	for (int i = 0; i < BACKFILL_MAX_LANES; i++)
+	{
+		BackfillLaneEntry *e = &shared->lanes[i];
+		TimestampTz at;
+
+		if (e->dboid != dboid || (at = lane_kill_at(e, grace_ms)) == 0)
+			continue;
+		if (e->terminated_at != 0)
+			at = Max(at, TimestampTzPlusMilliseconds(e->terminated_at, grace_ms));
+		if (at > now)
+		{
+			*next_ms = Min(*next_ms, (long) ((at - now) / 1000) + 1);
+			continue;
+		}
+		(void) kill(e->pid, SIGTERM);
+		if (e->terminated_at == 0)
+			out[n++] = e->run_id;
+		e->terminated_at = now;
+		*next_ms = Min(*next_ms, (long) grace_ms);
+	}
+	LWLockRelease(shared->lane_lock);
+	return n;
+}
+
+/* a scheduler's note that a pass waits for a lane holds this long */
+#define LANE_WANTED_MS	3000
+
+/* A pass of this scheduler waits for a lane and every lane is taken. */
+void
+backfill_lane_wanted(void)
+{
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	shared->lane_wanted_at = GetCurrentTimestamp();
+	LWLockRelease(shared->lane_lock);
+}
+
+/*
+ * A lane whose next batch is far off (its pass's rate): while a pass waits
+ * for a lane, it gives its lane up (its yield flag set, so work.c gives the
+ * partition back at its checkpoint and the lane leaves).  False when no
+ * pass waits, or this process is no lane.
+ */
+bool
+backfill_lane_give_back_idle(void)
+{
+	bool		give = false;
+
+	if (my_lane < 0)
+		return false;
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	if (shared->lane_wanted_at != 0 &&
+		!TimestampDifferenceExceeds(shared->lane_wanted_at, GetCurrentTimestamp(),
+									LANE_WANTED_MS))
+	{
+		shared->lanes[my_lane].yield = true;
+		give = true;
+	}
+	LWLockRelease(shared->lane_lock);
+	return give;
+}
+
+/* ------------------------------------------------------------------
+ * The probes backfill_probe starts
+ * ------------------------------------------------------------------ */
+
+/*
+ * A probe worker a backfill_probe call started: one per backfill at most,
+ * at most backfill.max_probes_per_role per calling role.  Freed by its
+ * starter once the worker stopped, or by any reservation once its pid is
+ * gone (the caller left before it ended).
+ */
+struct BackfillAskedProbe
+{
+	bool		in_use;
+	uint64		token;
+	Oid			dboid;
+	Oid			caller;			/* the role whose call started it */
+	int64		name_hash;		/* the backfill probed (drift_name_hash) */
+	pid_t		pid;			/* 0 until it started */
+	TimestampTz reserved_at;
+};
+
+#define BACKFILL_MAX_ASKED_PROBES	64
+
+/* the table's size, for the shared memory request */
+static Size
+asked_probes_size(void)
+{
+	return MAXALIGN(sizeof(BackfillAskedProbe) * BACKFILL_MAX_ASKED_PROBES);
+}
+
+/* the table, created empty at the first attach (under AddinShmemInitLock) */
+static BackfillAskedProbe *
+asked_probes_attach(void)
+{
+	bool		found;
+	BackfillAskedProbe *table = ShmemInitStruct("pg_backfill asked probes",
+												 asked_probes_size(), &found);
+
+	if (!found)
+		memset(table, 0, asked_probes_size());
+	return table;
+}
+
+/* an entry whose worker is gone, or never started within LANE_RESERVE_TIMEOUT_MS */
+static bool
+asked_probe_gone(BackfillAskedProbe *e, TimestampTz now)
+{
+	return e->pid != 0 ? !pid_alive(e->pid) :
+		TimestampDifferenceExceeds(e->reserved_at, now, LANE_RESERVE_TIMEOUT_MS);
+}
+
+/*
+ * Reserve an entry for a probe of backfill name_hash that the caller's
+ * role is about to start.  PROBE_RESERVED (*index, *token set), or
+ * PROBE_RUNNING when one of that backfill runs (*since: when it was
+ * started, *index, *token: its entry, to wait for), or PROBE_ROLE_CAP when
+ * the role has role_cap running (*running: how many), or PROBE_TABLE_FULL.
+ */
+ProbeReservation
+backfill_asked_probe_reserve(Oid dboid, Oid caller, int64 name_hash, int role_cap,
+							 int *index, uint64 *token, TimestampTz *since, int *running)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	ProbeReservation answer = PROBE_TABLE_FULL;
+	int			free_one = -1;
+
+	*running = 0;
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	for (int i = 0; i < BACKFILL_MAX_ASKED_PROBES; i++)
+	{
+		BackfillAskedProbe *e = &asked_probes[i];
+
+		if (e->in_use && asked_probe_gone(e, now))
+			e->in_use = false;
+		if (!e->in_use)
+		{
+			free_one = (free_one < 0) ? i : free_one;
+			continue;
+		}
+		if (e->dboid == dboid && e->name_hash == name_hash)
+		{
+			*index = i;
+			*token = e->token;
+			*since = e->reserved_at;
+			answer = PROBE_RUNNING;
+			break;
+		}
+		if (e->caller == caller)
+			(*running)++;
+	}
+	if (answer != PROBE_RUNNING && *running >= role_cap)
+		answer = PROBE_ROLE_CAP;
+	else if (answer != PROBE_RUNNING && free_one >= 0)
+	{
+		BackfillAskedProbe *e = &asked_probes[free_one];
+
+		memset(e, 0, sizeof(BackfillAskedProbe));
+		e->in_use = true;
+		e->token = shared->next_token++;
+		e->dboid = dboid;
+		e->caller = caller;
+		e->name_hash = name_hash;
+		e->reserved_at = now;
+		*index = free_one;
+		*token = e->token;
+		*since = now;
+		answer = PROBE_RESERVED;
+	}
+	LWLockRelease(shared->lane_lock);
+	return answer;
+}
+
+/* The reserved probe's worker started as pid (0: it did not start: freed). */
+void
+backfill_asked_probe_started(int index, uint64 token, pid_t pid)
+{
+	BackfillAskedProbe *e = &asked_probes[index];
+
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	if (e->in_use && e->token == token)
+	{
+		e->pid = pid;
+		e->in_use = pid != 0;
+	}
+	LWLockRelease(shared->lane_lock);
+}
+
+/* Is the probe of that entry still running?  (It is freed once it is not.) */
+bool
+backfill_asked_probe_running(int index, uint64 token)
+{
+	BackfillAskedProbe *e = &asked_probes[index];
+	bool		running;
+
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	running = e->in_use && e->token == token && !asked_probe_gone(e, GetCurrentTimestamp());
+	if (!running && e->in_use && e->token == token)
+		e->in_use = false;
+	LWLockRelease(shared->lane_lock);
+	return running;
 }
 
 /* ------------------------------------------------------------------
@@ -727,13 +981,34 @@ void
 backfill_lane_set_in_batch(bool in_batch)
 {
 	TimestampTz now = GetCurrentTimestamp();
+	BackfillLaneEntry *e;
 
 	if (my_lane < 0)
 		return;
+	e = &shared->lanes[my_lane];
 	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
-	shared->lanes[my_lane].in_batch = in_batch;
+	e->in_batch = in_batch;
+	e->cancelled_at = 0;
+	e->batch_deadline = 0;
 	if (in_batch)
-		shared->lanes[my_lane].batch_since = now;
+		e->batch_since = now;
+	LWLockRelease(shared->lane_lock);
+}
+
+/*
+ * The batch's transaction begins, under its statement timeout of
+ * timeout_ms (batch.c): past it plus a grace, its scheduler terminates the
+ * lane (backfill_lane_terminate_overdue).  What the lane waits for before
+ * (a shard move) is not bounded by it.
+ */
+void
+backfill_lane_batch_deadline(int timeout_ms)
+{
+	if (my_lane < 0 || timeout_ms <= 0)
+		return;
+	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
+	shared->lanes[my_lane].batch_deadline =
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	LWLockRelease(shared->lane_lock);
 }
 
@@ -797,7 +1072,11 @@ wake_lanes(Oid dboid, int64 run_id, bool interrupt)
 		{
 			e->stop = true;
 			if (e->in_batch && e->pid != 0)
+			{
+				if (e->cancelled_at == 0)
+					e->cancelled_at = GetCurrentTimestamp();
 				(void) kill(e->pid, SIGINT);
+			}
 		}
 		if (e->latch != NULL)
 			SetLatch(e->latch);
@@ -840,6 +1119,28 @@ pacer_find(Oid dboid, int64 run_id, TimestampTz now)
 	if (free_one != NULL)
 		memset(free_one, 0, sizeof(BackfillPacer));
 	return free_one;
+}
+
+/*
+ * When may the next batch of this database's pass start by its rate (0:
+ * now, or no batch of it started lately)?  For a scheduler: a lane started
+ * for it before then would only sleep.
+ */
+TimestampTz
+backfill_pace_next_start(Oid dboid, int64 run_id)
+{
+	TimestampTz next = 0;
+
+	LWLockAcquire(shared->lane_lock, LW_SHARED);
+	for (int i = 0; i < BACKFILL_MAX_PACERS; i++)
+	{
+		BackfillPacer *p = &shared->pacers[i];
+
+		if (p->run_id == run_id && p->dboid == dboid && p->rate > 0)
+			next = Max(next, pacer_next(p));
+	}
+	LWLockRelease(shared->lane_lock);
+	return next;
 }
 
 /*
@@ -1046,7 +1347,15 @@ backfill_xact_callback(XactEvent event, void *arg)
 			if (wake_at_commit)
 				backfill_wake_scheduler(MyDatabaseId);
 			for (int i = 0; i < npending_wakes; i++)
+			{
 				wake_lanes(MyDatabaseId, pending_wakes[i].run_id, pending_wakes[i].interrupt);
+				/* the scheduler ends a batch that outlives the cancel (terminate_overdue) */
+				if (pending_wakes[i].interrupt && !wake_at_commit)
+				{
+					backfill_wake_scheduler(MyDatabaseId);
+					wake_at_commit = true;
+				}
+			}
 			if (wake_all_lanes)
 				wake_lanes(MyDatabaseId, 0, false);
 			break;

@@ -82,13 +82,33 @@ extern void backfill_lane_sweep(void);
 extern int	backfill_lane_snapshot(LaneInfo *out);
 extern bool backfill_lane_request_yield(int index);
 extern bool backfill_lane_preempt(int index, TimestampTz batch_since);
+extern void backfill_lane_wanted(void);
+extern TimestampTz backfill_pace_next_start(Oid dboid, int64 run_id);
+extern int	backfill_lane_terminate_overdue(Oid dboid, int grace_ms, int64 *out, long *next_ms);
+
+/* the probes backfill_probe starts: one per backfill, a cap per calling role */
+typedef enum ProbeReservation
+{
+	PROBE_RESERVED,				/* start it */
+	PROBE_RUNNING,				/* one of this backfill runs: wait for it */
+	PROBE_ROLE_CAP,				/* the role has backfill.max_probes_per_role running */
+	PROBE_TABLE_FULL
+} ProbeReservation;
+
+extern ProbeReservation backfill_asked_probe_reserve(Oid dboid, Oid caller, int64 name_hash,
+													 int role_cap, int *index, uint64 *token,
+													 TimestampTz *since, int *running);
+extern void backfill_asked_probe_started(int index, uint64 token, pid_t pid);
+extern bool backfill_asked_probe_running(int index, uint64 token);
 
 /* the lane table, for the lane itself (and the engine it runs: pacing.c) */
 extern bool backfill_lane_attach(int index, uint64 token);
 extern void backfill_lane_set_in_batch(bool in_batch);
+extern void backfill_lane_batch_deadline(int timeout_ms);
 extern bool backfill_lane_stop_requested(void);
 extern bool backfill_lane_yield_requested(void);
 extern bool backfill_lane_preempted(void);
+extern bool backfill_lane_give_back_idle(void);
 
 /* what a batch waits for before it may start */
 typedef enum PaceSignal

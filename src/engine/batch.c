@@ -53,6 +53,7 @@
 #include "leaves.h"
 #include "pagecycle.h"
 #include "shards.h"
+#include "shmem.h"
 #include "worker.h"
 #include "xact.h"
 
@@ -440,6 +441,8 @@ begin_batch(Pass *pass, Claim *claim)
 	if (pass->citus_remote && claim->shardid == 0)
 		citus_fence_batch();
 	worker_statement_timeout(pass->batch_timeout_ms);
+	/* SQL that catches that timeout's cancel ends with the lane (shmem.c) */
+	backfill_lane_batch_deadline(pass->batch_timeout_ms);
 }
 
 /*

@@ -59,12 +59,15 @@
 #include "parser/parse_func.h"
 #include "pgstat.h"
 #include "utils/builtins.h"
+#include "storage/ipc.h"
 #include "utils/guc.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "asrole.h"
 #include "catalog.h"
+#include "config.h"
+#include "deadline.h"
 #include "drift.h"
 #include "requires.h"
 #include "enqueue.h"
@@ -665,6 +668,51 @@ probe_and_act(Probe *p)
 		reopen_required(&p->required);
 }
 
+/* the probe this worker is taking, for its exit callback */
+static Probe probe_taken;
+static Probe *probing = NULL;
+
+/*
+ * At the exit of a probe worker that its deadline ended (deadline.c: the
+ * declarer's SQL outlived backfill.probe_timeout, catching the cancel): the
+ * probe is recorded failed, BF039, in a transaction of its own after the
+ * aborted one, as PostgreSQL's own exit callbacks do (temporary relations).
+ */
+static void
+record_terminated(int code, Datum arg)
+{
+	int			elapsed_ms;
+	ErrorData	error;
+
+	if (probing == NULL || !deadline_fired(&elapsed_ms))
+		return;
+	memset(&error, 0, sizeof(error));
+	error.sqlerrcode = ERRCODE_BACKFILL_PROBE_FAILED;
+	error.message = psprintf("terminated after %d s: the predicate outlived "
+							 "backfill.probe_timeout (%d ms) by %d ms, catching its cancel",
+							 (elapsed_ms + 999) / 1000, backfill_probe_timeout,
+							 BACKFILL_TERMINATE_GRACE_MS);
+	AbortOutOfAnyTransaction();
+	PG_TRY();
+	{
+		worker_begin_xact("pg_backfill probe: recording a terminated probe");
+		if (probing->kind != DRIFT_MIGRATION)
+			record_probe(probing->name, probing->kind, -1, &error);
+		if (probing->kind == DRIFT_WATCH)
+			watch_count_probe(probing->name, -1);
+		worker_commit_xact();
+	}
+	PG_CATCH();
+	{
+		EmitErrorReport();
+		FlushErrorState();
+		AbortOutOfAnyTransaction();
+	}
+	PG_END_TRY();
+	ereport(LOG,
+			(errmsg("pg_backfill probe of backfill \"%s\" %s", probing->name, error.message)));
+}
+
 int64
 drift_probe_here(const char *name)
 {
@@ -689,39 +737,41 @@ drift_probe_here(const char *name)
 void
 drift_probe_worker(DriftKind kind, int64 name_hash, int64 run_id, MemoryContext cxt)
 {
-	Probe		p;
+	Probe	   *p = &probe_taken;
 
-	memset(&p, 0, sizeof(Probe));
-	if (!probe_load(&p, kind, name_hash, run_id, cxt))
+	memset(p, 0, sizeof(Probe));
+	probing = p;
+	before_shmem_exit(record_terminated, (Datum) 0);
+	if (!probe_load(p, kind, name_hash, run_id, cxt))
 	{
 		ereport(LOG, (errmsg("pg_backfill probe: nothing to probe (a %s probe)",
 							 kind_names[kind])));
 		return;
 	}
-	if (p.run_as != GetUserId())
+	if (p->run_as != GetUserId())
 	{
 		ereport(LOG, (errmsg("pg_backfill probe: backfill \"%s\" runs as another role now",
-							 p.name)));
+							 p->name)));
 		return;
 	}
 
 	worker_begin_xact("pg_backfill probe: probing");
 	PG_TRY();
 	{
-		probe_and_act(&p);
+		probe_and_act(p);
 	}
 	PG_CATCH();
 	{
 		ErrorData  *edata = worker_abort_xact(cxt);
 
 		ereport(WARNING,
-				(errmsg("could not probe backfill \"%s\" for drift: %s", p.name, edata->message),
+				(errmsg("could not probe backfill \"%s\" for drift: %s", p->name, edata->message),
 				 errhint("The error is recorded in backfill.probe; backfill_pending shows it.")));
 		worker_begin_xact("pg_backfill probe: recording a failed probe");
 		if (kind != DRIFT_MIGRATION)
-			record_probe(p.name, kind, -1, edata);
+			record_probe(p->name, kind, -1, edata);
 		if (kind == DRIFT_WATCH)
-			watch_count_probe(p.name, -1);
+			watch_count_probe(p->name, -1);
 	}
 	PG_END_TRY();
 	worker_commit_xact();

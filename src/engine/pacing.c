@@ -411,6 +411,33 @@ hold_while_unhealthy(Pass *pass, Claim *claim, char **said)
 }
 
 /*
+ * The next batch is more than LANE_IDLE_GIVE_BACK_MS away: while another
+ * pass waits for a lane, this lane gives its own up (shmem.c sets its yield
+ * flag; work.c gives the partition back at its checkpoint), saying so in
+ * the partition's throttle (backfill_partitions), instead of holding a
+ * lane it only sleeps in.  The scheduler starts no lane for the pass
+ * before its next batch is near (scheduler.c).
+ */
+static bool
+give_back_idle_lane(Pass *pass, Claim *claim, const PaceWait *wait)
+{
+	long		ms = (long) ((wait->until - GetCurrentTimestamp()) / 1000);
+
+	if (ms <= LANE_IDLE_GIVE_BACK_MS)
+		return false;
+	/* asked already (the rate's wait after the batch gave it back) */
+	if (backfill_lane_yield_requested())
+		return true;
+	if (!backfill_lane_give_back_idle())
+		return false;
+	pacing_say_throttle(pass, claim,
+						psprintf("lane given back: the next batch is %ld s away (%s) while "
+								 "another pass waits for a lane", (ms + 999) / 1000,
+								 wait->signal == PACE_RATE ? "its rate" : "a WAL budget"));
+	return true;
+}
+
+/*
  * Woken while waiting out the rate: read the pass again, and the
  * declaration's rate and batch size.  Returns what the lane does next.
  */
@@ -441,15 +468,23 @@ pacing_pass_running(Pass *pass)
  * never after the old sleep.
  */
 static BatchOutcome
-wait_for_rate(Pass *pass, TimestampTz started, TimestampTz not_before)
+wait_for_rate(Pass *pass, Claim *claim, TimestampTz started, TimestampTz not_before)
 {
 	for (;;)
 	{
 		TimestampTz next = started + (TimestampTz) (1000000.0 / pass->rate);
+		PaceWait	wait = {.until = Max(next, not_before), .signal = PACE_RATE};
+		TimestampTz now = GetCurrentTimestamp();
 		BatchOutcome outcome;
 
-		if (!backoff_sleep_until(Max(next, not_before)))
+		if (wait.until <= now)
 			return BATCH_DONE;
+		/* a long wait: given back to a waiting pass (work_partition yields) */
+		if (claim != NULL && give_back_idle_lane(pass, claim, &wait))
+			return BATCH_DONE;
+		/* looked up every second: a pass may come to wait for a lane */
+		if (!backoff_sleep_until(Min(wait.until, TimestampTzPlusMilliseconds(now, 1000))))
+			continue;
 		if (backfill_lane_stop_requested() || backfill_lane_yield_requested())
 			return BATCH_DONE;	/* work_partition stops or yields */
 		outcome = reread_pass(pass);
@@ -488,6 +523,9 @@ pacing_before_batch(Pass *pass, Claim *claim)
 {
 	char	   *said = NULL;
 
+	/* a claim's first batch: a throttle left by its last holder is cleared */
+	if (!claim->health_fresh)
+		pacing_say_throttle(pass, claim, NULL);
 	claim->pace_reason[0] = '\0';
 	for (;;)
 	{
@@ -510,10 +548,14 @@ pacing_before_batch(Pass *pass, Claim *claim)
 		backfill_pace_claim(pass->run_id, pass->rate, pass->max_wal_rate, &wait);
 		if (wait.until == 0)
 			break;
+		if (give_back_idle_lane(pass, claim, &wait))
+			return BATCH_DONE;	/* work_partition yields */
 		if (wait.signal == PACE_WAL_PASS || wait.signal == PACE_WAL_CLUSTER)
 			say_wal_wait(pass, claim, &wait);
-		if (!backoff_sleep_until(wait.until))
-			continue;			/* its time: ask again */
+		/* a long wait is looked up every second: a pass may come to wait for a lane */
+		if (!backoff_sleep_until(Min(wait.until, TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+																			  1000))))
+			continue;			/* its time (or a second): ask again */
 		if (backfill_lane_stop_requested() || backfill_lane_yield_requested())
 			return BATCH_DONE;
 		outcome = reread_pass(pass);
@@ -550,7 +592,7 @@ pacing_charge_wal(Pass *pass, Claim *claim, TimestampTz started)
 BatchOutcome
 pacing_after_attempt(Pass *pass, TimestampTz started)
 {
-	return wait_for_rate(pass, started, 0);
+	return wait_for_rate(pass, NULL, started, 0);
 }
 
 /*
@@ -578,7 +620,7 @@ pacing_after_batch(Pass *pass, Claim *claim, TimestampTz started)
 		not_before = Max(not_before,
 						 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backfill_throttle_delay));
 	}
-	outcome = wait_for_rate(pass, started, not_before);
+	outcome = wait_for_rate(pass, claim, started, not_before);
 	if (outcome != BATCH_DONE)
 		return outcome;
 	held = said;

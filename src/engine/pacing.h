@@ -28,4 +28,7 @@ extern bool pacing_pass_running(Pass *pass);
 /* why the claim's lane holds back (NULL: it does not), for backfill_status */
 extern void pacing_say_throttle(Pass *pass, Claim *claim, const char *reason);
 
+/* a lane whose next batch is further off than this gives its lane to a waiting pass */
+#define LANE_IDLE_GIVE_BACK_MS	5000
+
 #endif							/* BACKFILL_PACING_H */

@@ -270,12 +270,28 @@ backfill_run(PG_FUNCTION_ARGS)
 Datum
 backfill_wait(PG_FUNCTION_ARGS)
 {
-	int64		run_id = PG_GETARG_INT64(0);
-	Interval   *timeout = PG_GETARG_INTERVAL_P(1);
+	int64		run_id;
+	Interval   *timeout;
 	int64		timeout_ms;
 	TimestampTz deadline;
 	char	   *status = NULL;
 	MemoryContext callercxt;
+
+	/* CALLED ON NULL INPUT (0.6): a NULL run or timeout is refused, not answered NULL */
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_UNKNOWN),
+				 errmsg("run to wait for must not be null"),
+				 errhint("Pass the run id backfill_run returned, e.g. "
+						 "SELECT backfill_wait(backfill_run('name')).")));
+	run_id = PG_GETARG_INT64(0);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("timeout to wait for run %lld must not be null", (long long) run_id),
+				 errhint("Pass an interval such as '10 minutes', or leave the timeout out for "
+						 "its default of one hour.")));
+	timeout = PG_GETARG_INTERVAL_P(1);
 
 	timeout_ms = (timeout->time + (int64) timeout->day * USECS_PER_DAY +
 				  (int64) timeout->month * DAYS_PER_MONTH * USECS_PER_DAY) / 1000;

@@ -39,6 +39,8 @@
  * backfill.probe_timeout (60 s), never later than the caller's own
  * statement_timeout, armed around it (a statement timeout set by SQL only
  * takes effect at the next top-level statement, so it is armed here).  In
+ * a background worker, SQL that catches the timeout's cancel is ended by
+ * the process's own end BACKFILL_TERMINATE_GRACE_MS later (deadline.c).  In
  * a report none of this runs: reports read the catalogs only.
  *
  *-------------------------------------------------------------------------
@@ -58,6 +60,7 @@
 #include "advisory.h"
 #include "asrole.h"
 #include "config.h"
+#include "deadline.h"
 #include "searchpath.h"
 
 /*
@@ -76,6 +79,8 @@ bound_begin(void)
 	if (caller_end != 0 && caller_end < end)
 		end = caller_end;
 	enable_timeout_at(STATEMENT_TIMEOUT, end);
+	/* a worker whose SQL catches the timeout's cancel ends anyway (deadline.c) */
+	deadline_arm(TimestampTzPlusMilliseconds(end, BACKFILL_TERMINATE_GRACE_MS));
 	return caller_end;
 }
 
@@ -84,6 +89,7 @@ static void
 bound_end(TimestampTz caller_end)
 {
 	disable_timeout(STATEMENT_TIMEOUT, false);
+	deadline_disarm();
 	if (caller_end != 0)
 		enable_timeout_at(STATEMENT_TIMEOUT, caller_end);
 }

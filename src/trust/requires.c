@@ -50,6 +50,32 @@ PG_FUNCTION_INFO_V1(backfill_migration_unapplied);
 
 static const char *role_name(Oid role);
 
+/* what a relation that is not a table is, for a message */
+static const char *
+relkind_words(char relkind)
+{
+	switch (relkind)
+	{
+		case RELKIND_VIEW:
+			return "a view";
+		case RELKIND_MATVIEW:
+			return "a materialized view";
+		case RELKIND_FOREIGN_TABLE:
+			return "a foreign table";
+		case RELKIND_SEQUENCE:
+			return "a sequence";
+		case RELKIND_COMPOSITE_TYPE:
+			return "a composite type";
+		case RELKIND_INDEX:
+		case RELKIND_PARTITIONED_INDEX:
+			return "an index";
+		case RELKIND_TOASTVALUE:
+			return "a TOAST table";
+		default:
+			return "a relation of another kind";
+	}
+}
+
 /*
  * Reading the migrations table must run no code that the reader did not
  * choose.  A table whose owner has the privileges of the reading role is
@@ -81,7 +107,7 @@ migrations_relation_refusal(Oid relid, const char *column, Oid role)
 
 	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	if (!HeapTupleIsValid(tuple))
-		return pstrdup("it no longer exists");
+		return pstrdup("no longer exists");
 	form = (Form_pg_class) GETSTRUCT(tuple);
 	owned = has_privs_of_role(form->relowner, role);
 	/* the role's own relation: its code runs only in its own session, or a worker's */
@@ -96,9 +122,9 @@ migrations_relation_refusal(Oid relid, const char *column, Oid role)
 		psprintf("its owner %s is not one that role %s trusts (reading it could run that "
 				 "owner's code)", role_name(form->relowner), role_name(role));
 	if (form->relkind != RELKIND_RELATION && form->relkind != RELKIND_PARTITIONED_TABLE)
-		refusal = psprintf("it is not a table, and %s", distrust);
+		refusal = psprintf("is %s, not a table, and %s", relkind_words(form->relkind), distrust);
 	else if (form->relrowsecurity)
-		refusal = psprintf("it has row-level security, and %s", distrust);
+		refusal = psprintf("has row-level security, and %s", distrust);
 	ReleaseSysCache(tuple);
 	if (refusal != NULL)
 		return refusal;
@@ -107,7 +133,7 @@ migrations_relation_refusal(Oid relid, const char *column, Oid role)
 	if (attnum == InvalidAttrNumber)
 		return NULL;			/* the read itself says the column is missing */
 	if (get_atttype(relid, attnum) >= FirstNormalObjectId)
-		return psprintf("its column %s has a type that is not built in, and %s", column, distrust);
+		return psprintf("has a column %s whose type is not built in, and %s", column, distrust);
 	return NULL;
 }
 

@@ -29,10 +29,12 @@
 #include "postmaster/bgworker.h"
 #include "storage/dsm.h"
 #include "storage/ipc.h"
+#include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/acl.h"
 #include "utils/guc.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 #include "parser/parse_type.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -41,6 +43,7 @@
 #include "compat.h"
 #include "catalog.h"
 #include "config.h"
+#include "deadline.h"
 #include "errors.h"
 #include "jsonobj.h"
 #include "scope.h"
@@ -289,7 +292,9 @@ typedef struct ScopeRequest
 	Oid			dboid;
 	Oid			owner;
 	bool		has_search_path;
-	int			state;			/* 0: no answer, 1: ledger name, 2: error */
+	int			state;			/* 0: no answer, 1: ledger name, 2: error,
+								 * 3: terminated past its bound (deadline.c) */
+	int			elapsed_ms;		/* 3: how long it had run */
 	int			sqlerrcode;
 	char		name[NAMEDATALEN * 4];
 	char		search_path[SCOPE_TEXT_MAX];
@@ -360,6 +365,23 @@ scope_worker_answer(ScopeRequest *req)
 	PG_END_TRY();
 }
 
+/* the request the worker answers, while its segment is attached */
+static ScopeRequest *worker_request = NULL;
+
+/* the worker's exit: terminated past its bound, it says so in the request */
+static void
+scope_worker_exit(int code, Datum arg)
+{
+	ScopeRequest *req = worker_request;
+	int			elapsed_ms;
+
+	if (req != NULL && deadline_fired(&elapsed_ms) && req->state == 0)
+	{
+		req->elapsed_ms = elapsed_ms;
+		req->state = 3;
+	}
+}
+
 void
 backfill_scope_main(Datum main_arg)
 {
@@ -373,10 +395,15 @@ backfill_scope_main(Datum main_arg)
 		proc_exit(0);
 	req = (ScopeRequest *) dsm_segment_address(seg);
 	BackgroundWorkerInitializeConnectionByOid(req->dboid, req->owner, 0);
+	/* before the segment's detach at exit: callbacks run in reverse order */
+	worker_request = req;
+	before_shmem_exit(scope_worker_exit, (Datum) 0);
 	worker_own_identity(PGC_S_OVERRIDE);
 	pgstat_report_appname("pg_backfill scope");
-	SetConfigOption("statement_timeout", SCOPE_WORKER_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("lock_timeout", SCOPE_WORKER_TIMEOUT, PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("statement_timeout", psprintf("%d", backfill_probe_timeout), PGC_SUSET,
+					PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", psprintf("%d", backfill_probe_lock_timeout), PGC_SUSET,
+					PGC_S_OVERRIDE);
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -387,46 +414,50 @@ backfill_scope_main(Datum main_arg)
 	/* nothing of it stays: the evaluation was rolled back already */
 	AbortCurrentTransaction();
 	pgstat_report_activity(STATE_IDLE, NULL);
+	worker_request = NULL;
 	dsm_detach(seg);
 	proc_exit(0);
 }
 
-/* the caller's side: start the worker, wait for it, take its answer */
-static char *
-scope_evaluate_in_worker(const char *name, Jsonb *shape, const char *scope, Jsonb *input,
-						 Oid owner, const char *search_path)
+/*
+ * Wait for the scope worker to stop.  It ends itself past
+ * backfill.probe_timeout and a grace (deadline.c); should it still live
+ * after twice the grace more, it is terminated from here.
+ */
+static void
+wait_for_scope_worker(BackgroundWorkerHandle *handle)
 {
-	dsm_segment *seg = dsm_create(sizeof(ScopeRequest), 0);
-	ScopeRequest *req = (ScopeRequest *) dsm_segment_address(seg);
-	BackgroundWorkerHandle *handle;
-	const char *role = GetUserNameFromId(owner, true);
+	TimestampTz kill_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													  backfill_probe_timeout +
+													  3 * BACKFILL_TERMINATE_GRACE_MS);
+	pid_t		pid;
 
-	memset(req, 0, sizeof(ScopeRequest));
-	req->dboid = MyDatabaseId;
-	req->owner = owner;
-	strlcpy(req->name, name, sizeof(req->name));
-	req->has_search_path = search_path != NULL;
-	copy_text(req->search_path, search_path);
-	copy_text(req->shape, JsonbToCString(NULL, &shape->root, VARSIZE(shape)));
-	copy_text(req->scope, scope);
-	copy_text(req->input, JsonbToCString(NULL, &input->root, VARSIZE(input)));
+	while (GetBackgroundWorkerPid(handle, &pid) != BGWH_STOPPED)
+	{
+		if (GetCurrentTimestamp() >= kill_at)
+			TerminateBackgroundWorker(handle);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 1000L,
+						 PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
 
-	handle = worker_start("backfill_scope_main", "pg_backfill scope", "pg_backfill scope",
-						  UInt32GetDatum(dsm_segment_handle(seg)), &owner, sizeof(Oid),
-						  CurrentMemoryContext);
-	if (handle == NULL)
+/* the worker's answer, in the caller: the ledger name, or its error raised */
+static char *
+scope_worker_result(const char *name, ScopeRequest *req, const char *role)
+{
+	if (req->state == 3)
 		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_NO_WORKER),
-				 errmsg("the scope of backfill \"%s\" cannot be evaluated: no background worker "
-						"slot is free", name),
-				 errdetail("Its input casts and scope expression run as role %s, in a worker "
-						   "logged in as that role, never in another role's session.",
-						   role ? role : "(dropped)"),
-				 errhint("Raise max_worker_processes (a restart is needed), or call it again "
-						 "later, or in a session logged in as role %s.",
-						 role ? quote_identifier(role) : "(dropped)")));
-	if (WaitForBackgroundWorkerShutdown(handle) == BGWH_POSTMASTER_DIED)
-		proc_exit(1);
+				(errcode(ERRCODE_BACKFILL_PROBE_FAILED),
+				 errmsg("the scope of backfill \"%s\" was not evaluated: its worker was "
+						"terminated after %d s", name, (req->elapsed_ms + 999) / 1000),
+				 errdetail("The input casts or the scope expression, run as role %s, outlived "
+						   "backfill.probe_timeout (%d ms) by %d ms, catching its cancel.",
+						   role ? role : "(dropped)", backfill_probe_timeout,
+						   BACKFILL_TERMINATE_GRACE_MS),
+				 errhint("Make the scope expression and the casts of the input's types end "
+						 "within backfill.probe_timeout.")));
 	if (req->state == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
@@ -444,6 +475,62 @@ scope_evaluate_in_worker(const char *name, Jsonb *shape, const char *scope, Json
 				 req->detail[0] ? errdetail("%s", req->detail) : 0,
 				 req->hint[0] ? errhint("%s", req->hint) : 0));
 	return pstrdup(req->answer);
+}
+
+/* the caller's side: start the worker, wait for it, take its answer */
+static char *
+scope_evaluate_in_worker(const char *name, Jsonb *shape, const char *scope, Jsonb *input,
+						 Oid owner, const char *search_path)
+{
+	dsm_segment *seg = dsm_create(sizeof(ScopeRequest), 0);
+	ScopeRequest *req = (ScopeRequest *) dsm_segment_address(seg);
+	BackgroundWorkerHandle *handle;
+	const char *role = GetUserNameFromId(owner, true);
+	char	   *volatile ledger = NULL;
+
+	memset(req, 0, sizeof(ScopeRequest));
+	req->dboid = MyDatabaseId;
+	req->owner = owner;
+	strlcpy(req->name, name, sizeof(req->name));
+	req->has_search_path = search_path != NULL;
+	copy_text(req->search_path, search_path);
+	copy_text(req->shape, JsonbToCString(NULL, &shape->root, VARSIZE(shape)));
+	copy_text(req->scope, scope);
+	copy_text(req->input, JsonbToCString(NULL, &input->root, VARSIZE(input)));
+
+	handle = worker_start("backfill_scope_main", "pg_backfill scope", "pg_backfill scope",
+						  UInt32GetDatum(dsm_segment_handle(seg)), &owner, sizeof(Oid),
+						  CurrentMemoryContext);
+	if (handle == NULL)
+		dsm_detach(seg);
+	if (handle == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_NO_WORKER),
+				 errmsg("the scope of backfill \"%s\" cannot be evaluated: no background worker "
+						"slot is free", name),
+				 errdetail("Its input casts and scope expression run as role %s, in a worker "
+						   "logged in as that role, never in another role's session.",
+						   role ? role : "(dropped)"),
+				 errhint("Raise max_worker_processes (a restart is needed), or call it again "
+						 "later, or in a session logged in as role %s.",
+						 role ? quote_identifier(role) : "(dropped)")));
+	/* the segment is detached on every path: no "still referenced" at commit */
+	PG_TRY();
+	{
+		wait_for_scope_worker(handle);
+		ledger = scope_worker_result(name, req, role);
+	}
+	PG_FINALLY();
+	{
+		pid_t		pid;
+
+		/* the caller cancelled: its worker goes too */
+		if (GetBackgroundWorkerPid(handle, &pid) != BGWH_STOPPED)
+			TerminateBackgroundWorker(handle);
+		dsm_detach(seg);
+	}
+	PG_END_TRY();
+	return ledger;
 }
 
 char *

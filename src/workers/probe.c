@@ -23,7 +23,10 @@
  * (probe_wait_answer).  The scheduler's probes are kept here: at most
  * PROBE_MAX at once, one per backfill and kind, and one that ended is not
  * started again for PROBE_RESTART_MS (a worker that died without an answer
- * is not restarted at every look).
+ * is not restarted at every look).  The slots are shared fairly between
+ * the roles whose probes are due (probe_share): a role holds at most its
+ * share, never all four, and a role below its share gets one by ending
+ * the longest-running watch probe of a role above its share.
  *
  *-------------------------------------------------------------------------
  */
@@ -60,11 +63,63 @@ typedef struct ProbeChild
 	DriftKind	kind;
 	int64		name_hash;
 	int64		run_id;
+	Oid			role;			/* the backfill's run_as: whose share it takes */
 	BackgroundWorkerHandle *handle;
+	TimestampTz started_at;
 	TimestampTz stopped_at;		/* 0 while it runs */
 } ProbeChild;
 
 static List *children = NIL;
+
+/*
+ * The roles whose probe was due in the last PROBE_ROLE_MEMORY_MS: they share
+ * the PROBE_MAX slots.  A role may hold at most PROBE_MAX / (the roles
+ * running or due lately) of them, and never all: one is always left for
+ * another role, so one role's slow probes delay no other role's.
+ */
+#define PROBE_MAX_ROLES		32
+#define PROBE_ROLE_MEMORY_MS	10000
+
+typedef struct ProbeRoles
+{
+	int			n;
+	Oid			roles[PROBE_MAX_ROLES];
+	TimestampTz at[PROBE_MAX_ROLES];	/* its probe was last due then */
+} ProbeRoles;
+
+static ProbeRoles wanting;
+
+/* Note that role's probe is due at at (0: count it, without a time). */
+static void
+roles_add(ProbeRoles *set, Oid role, TimestampTz at)
+{
+	for (int i = 0; i < set->n; i++)
+		if (set->roles[i] == role)
+		{
+			set->at[i] = Max(set->at[i], at);
+			return;
+		}
+	if (set->n < PROBE_MAX_ROLES)
+	{
+		set->roles[set->n] = role;
+		set->at[set->n++] = at;
+	}
+}
+
+/* Forget the roles whose probe was due longer ago than PROBE_ROLE_MEMORY_MS. */
+static void
+roles_expire(ProbeRoles *set, TimestampTz now)
+{
+	int			k = 0;
+
+	for (int i = 0; i < set->n; i++)
+		if (!TimestampDifferenceExceeds(set->at[i], now, PROBE_ROLE_MEMORY_MS))
+		{
+			set->roles[k] = set->roles[i];
+			set->at[k++] = set->at[i];
+		}
+	set->n = k;
+}
 
 BackgroundWorkerHandle *
 probe_start(DriftKind kind, DriftTarget *target, int64 run_id, MemoryContext cxt)
@@ -154,7 +209,8 @@ int64
 probe_wait_answer(const char *name, BackgroundWorkerHandle *handle, TimestampTz since,
 				  TimestampTz deadline)
 {
-	wait_for_probe(name, handle, deadline);
+	if (handle != NULL)
+		wait_for_probe(name, handle, deadline);
 	return probe_answer(name, since);
 }
 
@@ -202,16 +258,70 @@ probes_reap(void)
 	return running;
 }
 
+/* the scheduler's probes running: of one role (InvalidOid: all) */
 static int
-probes_running(void)
+probes_running(Oid role)
 {
 	ListCell   *lc;
 	int			n = 0;
 
 	foreach(lc, children)
-		if (((ProbeChild *) lfirst(lc))->stopped_at == 0)
+	{
+		ProbeChild *c = lfirst(lc);
+
+		if (c->stopped_at == 0 && (!OidIsValid(role) || c->role == role))
 			n++;
+	}
 	return n;
+}
+
+/* How many of the PROBE_MAX slots may role hold now?  (At least one.) */
+static int
+probe_share(Oid role)
+{
+	ProbeRoles	roles;
+	ListCell   *lc;
+
+	roles_expire(&wanting, GetCurrentTimestamp());
+	roles = wanting;
+	foreach(lc, children)
+		if (((ProbeChild *) lfirst(lc))->stopped_at == 0)
+			roles_add(&roles, ((ProbeChild *) lfirst(lc))->role, 0);
+	roles_add(&roles, role, 0);
+	return Max(1, Min(PROBE_MAX - 1, PROBE_MAX / roles.n));
+}
+
+/*
+ * Every slot is taken and role holds less than its share: the watch probe
+ * that has run longest, of a role holding more than its share, is ended (terminated;
+ * a watch is probed again later).  A required backfill's probe is never
+ * ended: the pass that waits for it would start without it.
+ */
+static void
+probe_make_room(Oid role)
+{
+	ListCell   *lc;
+	ProbeChild *pick = NULL;
+
+	if (probes_running(role) >= probe_share(role))
+		return;
+	foreach(lc, children)
+	{
+		ProbeChild *c = lfirst(lc);
+
+		if (c->stopped_at != 0 || c->kind != DRIFT_WATCH || c->role == role ||
+			probes_running(c->role) <= probe_share(c->role))
+			continue;
+		if (pick == NULL || c->started_at < pick->started_at)
+			pick = c;
+	}
+	if (pick == NULL)
+		return;
+	TerminateBackgroundWorker(pick->handle);
+	ereport(LOG,
+			(errmsg("pg_backfill: a watch probe is ended for another role's probe"),
+			 errdetail("Its role holds more than its share of the scheduler's %d probe slots.",
+					   PROBE_MAX)));
 }
 
 bool
@@ -224,8 +334,14 @@ probe_done(DriftKind kind, DriftTarget *target, int64 run_id, MemoryContext cxt)
 
 	if (c != NULL)
 		return c->stopped_at != 0;
-	if (probes_running() >= PROBE_MAX)
+	roles_add(&wanting, target->run_as, GetCurrentTimestamp());
+	if (probes_running(target->run_as) >= probe_share(target->run_as))
 		return false;
+	if (probes_running(InvalidOid) >= PROBE_MAX)
+	{
+		probe_make_room(target->run_as);
+		return false;
+	}
 	handle = probe_start(kind, target, run_id, cxt);
 	if (handle == NULL)
 		return false;
@@ -234,6 +350,8 @@ probe_done(DriftKind kind, DriftTarget *target, int64 run_id, MemoryContext cxt)
 	c->kind = kind;
 	c->name_hash = name_hash;
 	c->run_id = run_id;
+	c->role = target->run_as;
+	c->started_at = GetCurrentTimestamp();
 	c->handle = handle;
 	children = lappend(children, c);
 	MemoryContextSwitchTo(old);

@@ -36,6 +36,7 @@ extern BackgroundWorkerHandle *probe_start(DriftKind kind, DriftTarget *target, 
  * Wait, at most until deadline, for the probe worker of handle to stop,
  * and read the answer it recorded since `since`: the rows found, or BF039
  * with its error (none recorded, or none in time, is BF039 too).  Inside SPI.
+ * handle NULL: only the answer (a probe another call started, waited for).
  */
 extern int64 probe_wait_answer(const char *name, BackgroundWorkerHandle *handle,
 							   TimestampTz since, TimestampTz deadline);

@@ -76,6 +76,7 @@
 #include "catalog.h"
 #include "drift.h"
 #include "errors.h"
+#include "pacing.h"
 #include "pass.h"
 #include "launcher.h"
 #include "probe.h"
@@ -114,6 +115,7 @@ typedef struct RunNeed
 	Oid			owner;
 	int			lanes_wanted;
 	int			lanes_live;
+	int			claimable;		/* partitions a lane could claim */
 	bool		check_drift;	/* queued, and requires another backfill */
 	bool		check_migration;	/* queued, its migration not yet read applied since */
 	char	   *name;			/* the declaration's name */
@@ -121,6 +123,7 @@ typedef struct RunNeed
 	int			have;			/* lanes it has, by the lane table or its leases */
 	bool		eligible;		/* may get a lane this tick */
 	TimestampTz window_next;	/* outside its windows: when the next starts; else 0 */
+	bool		idle;			/* its next batch is far off: a lane only if none else waits */
 } RunNeed;
 
 /*
@@ -306,6 +309,7 @@ need_from_row(uint64 i, MemoryContext result_cxt)
 	need->run_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
 	need->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
 	need->lanes_live = live;
+	need->claimable = claimable;
 	need->check_drift = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
 	need->check_migration = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
 	need->name = MemoryContextStrdup(result_cxt, SPI_getvalue(tup, desc, 8));
@@ -693,9 +697,20 @@ fail_pass_cannot_login(RunNeed *need)
 }
 
 /*
+ * Does a pass wait for a lane: eligible, with fewer than it wants, and not
+ * idle (its next batch far off: it would only sleep in it)?
+ */
+static bool
+need_waits(RunNeed *need)
+{
+	return need->eligible && !need->idle && need->have < need->lanes_wanted;
+}
+
+/*
  * The next pass to get a lane, round robin: the one whose role holds the
  * fewest lanes in the cluster, then the one with the fewest lanes, then the
- * oldest.  NULL when no pass may have one.
+ * oldest; a pass whose next batch is far off (idle) after all others.
+ * NULL when no pass may have one.
  */
 static RunNeed *
 next_pass_for_a_lane(List *needs, LaneCensus *census)
@@ -714,6 +729,13 @@ next_pass_for_a_lane(List *needs, LaneCensus *census)
 		role_lanes = census_count(census, InvalidOid, need->owner, 0);
 		if (role_lanes >= role_cap())
 			continue;
+		/* a pass whose next batch is far off comes after every other */
+		if (best != NULL && need->idle != best->idle)
+		{
+			if (need->idle)
+				continue;
+			best = NULL;
+		}
 		if (best == NULL || role_lanes < best_role_lanes ||
 			(role_lanes == best_role_lanes && need->have < best->have))
 		{
@@ -751,7 +773,7 @@ fair_share_starved(List *needs, LaneCensus *census, Oid *roles, int *nroles, int
 	{
 		RunNeed    *need = lfirst(lc);
 
-		if (!need->eligible || need->have >= need->lanes_wanted)
+		if (!need_waits(need))
 			continue;
 		add_role(roles, nroles, need->owner);
 	}
@@ -760,7 +782,7 @@ fair_share_starved(List *needs, LaneCensus *census, Oid *roles, int *nroles, int
 	{
 		RunNeed    *need = lfirst(lc);
 
-		if (need->eligible && need->have < need->lanes_wanted &&
+		if (need_waits(need) &&
 			census_count(census, InvalidOid, need->owner, 0) < Min(*share, role_cap()))
 			starved = true;
 	}
@@ -892,6 +914,28 @@ required_probed(RunNeed *need, RunMemo *memo)
 }
 
 /*
+ * Is the next batch of this pass, by its rate (shmem.c, its pacer), further
+ * off than LANE_IDLE_GIVE_BACK_MS?  Then it gets a lane only when no other
+ * pass waits for one (next_pass_for_a_lane), and its wait is not one that
+ * takes lanes back (need_waits): a lane of it given back to a waiting pass
+ * (pacing.c) is not taken again before that pass has it.  *sleep_ms is
+ * lowered to when its next batch is near.
+ */
+static bool
+pass_batch_far_off(RunNeed *need, TimestampTz now, long *sleep_ms)
+{
+	TimestampTz next = backfill_pace_next_start(MyDatabaseId, need->run_id);
+	TimestampTz near = TimestampTzPlusMilliseconds(now, LANE_IDLE_GIVE_BACK_MS);
+
+	/* a pass to plan or to finish runs no batch: its lane starts now */
+	if (need->claimable == 0 || next <= near)
+		return false;
+	*sleep_ms = Min(*sleep_ms,
+					backoff_ms_until(now, next - (TimestampTz) LANE_IDLE_GIVE_BACK_MS * 1000));
+	return true;
+}
+
+/*
  * Which passes may get a lane now: those with fewer than they want whose
  * role can log in, whose requirement has not drifted, and whose restart
  * delay has passed.  A pass that cannot log in and has no lane left fails.
@@ -948,6 +992,8 @@ mark_eligible(List *needs, LaneCensus *census, TimestampTz now, long *sleep_ms)
 			*sleep_ms = Min(*sleep_ms, backoff_ms_until(now, memo->next_start));
 			continue;
 		}
+		/* its next batch is far off (its rate): a lane would only sleep, or be given back */
+		need->idle = pass_batch_far_off(need, now, sleep_ms);
 		need->eligible = true;
 	}
 }
@@ -970,7 +1016,7 @@ start_lanes(List *needs, LaneCensus *census)
 	}
 }
 
-/* does an eligible pass still have fewer lanes than it wants? */
+/* does an eligible pass still wait for a lane (need_waits)? */
 static bool
 passes_waiting(List *needs)
 {
@@ -980,7 +1026,7 @@ passes_waiting(List *needs)
 	{
 		RunNeed    *need = lfirst(lc);
 
-		if (need->eligible && need->have < need->lanes_wanted)
+		if (need_waits(need))
 			return true;
 	}
 	return false;
@@ -1005,6 +1051,33 @@ forget_ended_passes(void)
 }
 
 /*
+ * A lane whose batch outlives its bound (its batch_timeout, a cancel, a
+ * preemption) by more than BACKFILL_TERMINATE_GRACE_MS is terminated
+ * (shmem.c): a declarer's PL/pgSQL that catches query_canceled ignores a
+ * statement's cancel, not the end of its process.  Its batch rolls back
+ * with its checkpoint; its lease, held by a dead process, is reclaimed by a
+ * lane later (or stays cancelled).  Lowers *sleep_ms to the next such end.
+ */
+static void
+terminate_overdue_lanes(long *sleep_ms)
+{
+	int64		runs[BACKFILL_MAX_LANES];
+	int			n = backfill_lane_terminate_overdue(MyDatabaseId, BACKFILL_TERMINATE_GRACE_MS,
+													runs, sleep_ms);
+
+	for (int i = 0; i < n; i++)
+		ereport(LOG,
+				(errmsg("pg_backfill: a lane of run " INT64_FORMAT " is terminated: its batch "
+						"outlived its batch_timeout, a cancel or a preemption by %d ms",
+						runs[i], BACKFILL_TERMINATE_GRACE_MS),
+				 errdetail("Its batch's transaction rolls back with its checkpoint; the "
+						   "partition's lease, held by a process that is gone, is taken "
+						   "again by a lane unless the pass was cancelled."),
+				 errhint("The batch's SQL caught the cancel (EXCEPTION WHEN query_canceled): "
+						 "let it end instead.")));
+}
+
+/*
  * One look at the database: start the lanes that running passes want,
  * sharing backfill.max_workers fairly between roles, and the relay.
  * Returns how long to sleep before looking again.
@@ -1020,11 +1093,15 @@ scheduler_tick(MemoryContext scratch)
 	/* every live lane of the cluster, whoever started it */
 	backfill_lane_sweep();
 	census->n = backfill_lane_snapshot(census->lanes);
+	terminate_overdue_lanes(&sleep_ms);
 
 	mark_eligible(needs, census, now, &sleep_ms);
 	start_lanes(needs, census);
 	if (passes_waiting(needs))
 	{
+		/* every lane taken: one that only sleeps out its rate gives its place up (pacing.c) */
+		if (census->n >= backfill_max_workers)
+			backfill_lane_wanted();
 		ask_for_fair_share(needs, census);
 		sleep_ms = Min(sleep_ms, 1000L);
 	}

@@ -29,7 +29,8 @@ SELECT throws_ok($$SELECT backfill_outbox_emit(NULL, 'k', '{}')$$, 'BF011',
 SELECT throws_ok($$SELECT backfill_declare(name => NULL, relation => 'pg_class',
         action => 'SELECT 1', batch_size => 10)$$, 'BF012',
     NULL, 'backfill_declare with a NULL name: BF012');
-SELECT is(backfill_wait(NULL, '1 s'), NULL, 'backfill_wait is STRICT: NULL');
+SELECT throws_ok($$SELECT backfill_wait(NULL, '1 s')$$, 'BF002',
+    'run to wait for must not be null', 'backfill_wait of a NULL run: BF002 (0.6, issue 23)');
 SELECT is(backfill_pause(NULL), NULL, 'backfill_pause is STRICT: NULL');
 RESET ROLE;
 SELECT is((SELECT count(*) FROM pg_stat_activity WHERE pid = pg_backend_pid()), 1::bigint,

@@ -84,6 +84,8 @@ my $pending = $node->safe_psql('postgres',
 	q{SELECT state || ' | ' || coalesce(blocked_by, '') FROM backfill_pending() WHERE name = 'su_requires'});
 like($pending, qr/^blocked \| .*not a table/,
 	'(a) a view of another role as the migrations table: the backfill is blocked, saying why');
+like($pending, qr/public\.schema_migrations is a view, not a table, and its owner mallory/,
+	'(a) the reason names the relation and its kind (issue 23, F6)');
 my ($rc, $out, $err, $run);
 ($rc, $run, $err) = $node->psql('postgres', q{SELECT backfill_run('su_requires')});
 like($err, qr/is blocked: .*not a table/, '(a) a run of it waits, blocked, saying why');
