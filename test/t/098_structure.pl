@@ -157,6 +157,8 @@ for my $c (grep { /\.c$/ } @files)
 	for my $i (0 .. $#lines)
 	{
 		next unless $lines[$i] eq '{';
+		# a struct's, union's or enum's body is no function
+		next if $i > 0 && $lines[ $i - 1 ] =~ /^(?:typedef\s+)?(?:struct|union|enum)\b/;
 		my $j = $i;
 		$j-- while $j > 0 && $lines[$j] !~ /^[A-Za-z_]\w*\s*\(/;
 		my ($name) = $lines[$j] =~ /^(\w+)/;
