@@ -620,6 +620,8 @@ declaration_sweeps(const char *name)
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(name)};
 
+	if (!catalog_has_column("declaration", "guarded"))
+		return false;			/* a catalog older than 0.6: no pass sweeps */
 	return catalog_exec("SELECT 1 FROM backfill.declaration d WHERE d.name = $1"
 						" AND d.pages_fn IS NULL"
 						" AND (d.guarded OR d.action_set IS NOT NULL OR d.action_delete)",

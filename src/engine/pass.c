@@ -2226,9 +2226,10 @@ stalled_message(Pass *pass, int64 remaining, const char *key, const char **hint)
 						(long long) remaining);
 	}
 	if (!pass->guarded && !OidIsValid(pass->pages_fn))
-		*hint = psprintf("Its action is not guarded (guard => false): a sweep could do a row "
-						 "twice, so it does not sweep; once the writers stop, "
-						 "backfill_run('%s', force => true) starts a new pass.", pass->name);
+		*hint = psprintf("Its action is not guarded (guard => false, or a statement other than "
+						 "an UPDATE or DELETE of its table): a sweep could do a row twice, so "
+						 "it does not sweep; once the writers stop, backfill_run('%s', "
+						 "force => true) starts a new pass.", pass->name);
 	else
 		*hint = "Rows may be written faster than the backfill fixes them, or the action may "
 			"not fix every row it is given.";
@@ -2289,25 +2290,28 @@ pass_end_counted(Pass *pass, int64 remaining, int64 beyond, const char *key)
  * twice is changed only while it matches, so a sweep does no row twice.
  * Not a pages source (no key range), not a Citus table (a shard's
  * checkpoint lives on its node), not a revert, not an unguarded action,
- * nor a catalog older than 0.6 (no run.sweep).
+ * not a pass that recorded rows as failed alone (a sweep would record them
+ * again), nor a catalog older than 0.6 (no run.sweep).
  */
 static bool
 pass_may_sweep(Pass *pass)
 {
 	CatalogScope scope;
 	bool		shards = false;
+	bool		recorded;
 
 	if (!pass->guarded || !pass->counted || pass->reverting || pass->sweep < 0 ||
 		OidIsValid(pass->pages_fn) || pass->citus_remote)
 		return false;
+	catalog_enter(&scope);
 	if (catalog_has_column("partition", "shard"))
-	{
-		catalog_enter(&scope);
 		shards = exec_on_run(pass, "SELECT 1 FROM backfill.partition WHERE run_id = $1"
 							 " AND shard IS NOT NULL LIMIT 1", SPI_OK_SELECT) > 0;
-		catalog_leave(&scope);
-	}
-	return !shards;
+	/* a sweep would give a row recorded as failed alone to the action again */
+	recorded = exec_on_run(pass, "SELECT 1 FROM backfill.failed_row WHERE run_id = $1 LIMIT 1",
+						   SPI_OK_SELECT) > 0;
+	catalog_leave(&scope);
+	return !shards && !recorded;
 }
 
 /*

@@ -411,9 +411,10 @@ retry_failed_rows(int64 new_id, int64 old_id)
  * it again?  A guarded action over a table (declaration_sweeps), not a
  * Citus table's shards (their checkpoints live on the nodes): true, and
  * the new pass works every partition again from its start.  A pages
- * source or shards: false, the pass resumes from its checkpoints as any
- * failed one.  An unguarded action (guard => false): refused, a sweep
- * could do a row twice.  Not stalled: false.
+ * source, shards, or rows recorded as failed alone: false, the pass
+ * resumes from its checkpoints as any failed one.  An unguarded action
+ * (guard => false, or a statement the guard does not check): refused, a
+ * sweep could do a row twice.  Not stalled: false.
  */
 static bool
 retry_sweeps(Target *t, const char *direction)
@@ -422,20 +423,24 @@ retry_sweeps(Target *t, const char *direction)
 	Oid			types[1] = {INT8OID};
 	Datum		values[1] = {Int64GetDatum(t->last_id)};
 	bool		stalled;
-	bool		shards = false;
+	bool		resumes = false;
 	bool		sweeps;
 	bool		table;
 
-	if (strcmp(direction, "forward") != 0)
-		return false;
+	if (strcmp(direction, "forward") != 0 || !catalog_has_column("run", "sweep"))
+		return false;			/* a revert, or a catalog older than 0.6 */
 	catalog_enter(&scope);
 	stalled = catalog_exec("SELECT 1 FROM backfill.ledger WHERE run_id = $1"
 						   " AND error_code = 'BF006'", 1, types, values, NULL,
 						   SPI_OK_SELECT) > 0;
 	if (stalled && catalog_has_column("partition", "shard"))
-		shards = catalog_exec("SELECT 1 FROM backfill.partition WHERE run_id = $1"
-							  " AND shard IS NOT NULL LIMIT 1", 1, types, values, NULL,
-							  SPI_OK_SELECT) > 0;
+		resumes = catalog_exec("SELECT 1 FROM backfill.partition WHERE run_id = $1"
+							   " AND shard IS NOT NULL LIMIT 1", 1, types, values, NULL,
+							   SPI_OK_SELECT) > 0;
+	/* rows recorded as failed alone are retried as partitions of their own */
+	if (stalled && !resumes)
+		resumes = catalog_exec("SELECT 1 FROM backfill.failed_row WHERE run_id = $1 LIMIT 1",
+							   1, types, values, NULL, SPI_OK_SELECT) > 0;
 	sweeps = stalled && declaration_sweeps(t->name);
 	values[0] = CStringGetTextDatum(t->name);
 	types[0] = TEXTOID;
@@ -443,16 +448,17 @@ retry_sweeps(Target *t, const char *direction)
 									" AND pages_fn IS NULL", 1, types, values, NULL,
 									SPI_OK_SELECT) > 0;
 	catalog_leave(&scope);
-	if (stalled && table && !sweeps && !shards)
+	if (stalled && table && !sweeps && !resumes)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_STALLED),
 				 errmsg("backfill \"%s\" cannot retry stalled run " INT64_FORMAT, t->name,
 						t->last_id),
-				 errdetail("Its action is not guarded (guard => false): its checkpoints are all "
+				 errdetail("Its action is not guarded (guard => false, or a statement other "
+						   "than an UPDATE or DELETE of its table): its checkpoints are all "
 						   "done, and a sweep over them again could do a row twice."),
 				 errhint("Once the writers stop, start a new pass with backfill_run('%s', "
 						 "force => true).", t->name)));
-	return sweeps && !shards;
+	return sweeps && !resumes;
 }
 
 /*

@@ -190,7 +190,7 @@ stalled_hint(const Final *f)
 		return psprintf("Rows were written within its bound faster than it swept them: once "
 						"the writers stop (or slow), backfill_retry('%s') starts a pass that "
 						"sweeps the table again, then finalize again.", f->name);
-	return psprintf("Its action does not sweep again (guard => false, or a pages source): "
+	return psprintf("Its pass does not sweep again (an action not guarded, a pages source): "
 					"once the writers stop, backfill_run('%s', force => true) (or "
 					"backfill_retry('%s') for a pages source), then finalize again.",
 					f->name, f->name);
