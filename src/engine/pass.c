@@ -2220,10 +2220,10 @@ stalled_message(Pass *pass, int64 remaining, const char *key, const char **hint)
 		*hint = psprintf("The action does not fix the rows it is given: fix it, declare the "
 						 "backfill again, and run it with backfill_run('%s', force => true).",
 						 pass->name);
-		return psprintf("backfill \"%s\" stalled: the row of key %s still matches the "
-						"predicate after sweep %d gave it to the action (the action does not "
-						"fix it); %lld rows still match", pass->name, key, pass->sweep,
-						(long long) remaining);
+		return psprintf("backfill \"%s\" stalled: %lld rows still match the predicate after "
+						"sweep %d; the row of key %s was given to the action and still "
+						"matches (the action does not fix it)", pass->name,
+						(long long) remaining, pass->sweep, key);
 	}
 	if (!pass->guarded && !OidIsValid(pass->pages_fn))
 		*hint = psprintf("Its action is not guarded (guard => false, or a statement other than "

@@ -130,7 +130,7 @@ my $run_b = run_of('sb');
 is(wait_pass_end($node, $run_b, 180), 'failed', '(b) the pass failed');
 is(ledger($node, $run_b, 'error_code'), 'BF006', '(b) stalled: BF006');
 like(ledger($node, $run_b, 'error_message'),
-	qr/the row of key \(0,10\) still matches the predicate after sweep 1 gave it to the action \(the action does not fix it\); 50 rows still match/,
+	qr/stalled: 50 rows still match the predicate after sweep 1; the row of key \(0,10\) was given to the action and still matches \(the action does not fix it\)/,
 	'(b) the message names the probe key and says the action does not fix it');
 is(sq($node, q{SELECT sweep FROM backfill_status('sb')}), '1', '(b) within one sweep');
 my ($rc, $out, $err) = $node->psql('postgres',
@@ -164,7 +164,7 @@ sq($node, qq{SELECT backfill_declare(name => 'sc', relation => 'sc', predicate =
 	action => '${\ guarded_action('sc')}', batch_size => 20, rate => 100)});
 my $run_c = run_of('sc');
 is(wait_pass_end($node, $run_c, 180), 'failed', '(c) the pass stalled while the rows were undone');
-like(ledger($node, $run_c, 'error_message'), qr/the row of key \(0,10\) still matches/,
+like(ledger($node, $run_c, 'error_message'), qr/the row of key \(0,10\) was given to the action and still matches/,
 	'(c) naming the probe key');
 # the cause gone: the flag off, n set back for the count of the retry
 sq($node, q{UPDATE sc_flag SET undo = false; UPDATE sc SET n = 0;});
