@@ -1524,3 +1524,224 @@ COMMENT ON FUNCTION backfill_status(text) IS
  */
 ALTER FUNCTION backfill_probe(text, interval) CALLED ON NULL INPUT;
 ALTER FUNCTION backfill_wait(bigint, interval) CALLED ON NULL INPUT;
+
+/* ---- a pass sweeps again the rows written behind its cursors within its bound (issue 31) ---- */
+
+/*
+ * A pass whose convergence count finds rows still matching within its
+ * bound (written behind the lanes' cursors while it ran) and whose action
+ * is guarded (it changes only rows that match the predicate) sweeps its
+ * partitions again instead of failing STALLED: run.sweep counts the
+ * sweeps, run.probe_key is the smallest key that still matched when the
+ * last one began (still matching at the next count: the action does not
+ * fix it, BF006).  declaration.guarded: backfill_declare found the action
+ * guarded (the engine's set/delete statement, or a hand-written UPDATE or
+ * DELETE of the relation that repeats the predicate); false for a
+ * declaration stored before 0.6 that is neither set nor delete, until it
+ * is declared again.  backfill_status and backfill_partitions show the sweep.
+ */
+ALTER TABLE backfill.declaration
+    ADD COLUMN guarded boolean NOT NULL DEFAULT false;
+ALTER TABLE backfill.run
+    ADD COLUMN sweep integer NOT NULL DEFAULT 0,
+    ADD COLUMN probe_key text;
+
+/* both functions get a column: dropped and created again, their privileges kept */
+DO $$
+BEGIN
+    PERFORM pg_catalog.set_config('pg_backfill.upgrade_acl_status31',
+        coalesce((SELECT p.proacl::text FROM pg_catalog.pg_proc p
+                   WHERE p.oid = 'backfill_status(text)'::pg_catalog.regprocedure), ''), true);
+    PERFORM pg_catalog.set_config('pg_backfill.upgrade_acl_partitions31',
+        coalesce((SELECT p.proacl::text FROM pg_catalog.pg_proc p
+                   WHERE p.oid = 'backfill_partitions(text)'::pg_catalog.regprocedure), ''), true);
+END
+$$;
+
+DROP FUNCTION backfill_status(text);
+CREATE FUNCTION backfill_status(name text)
+RETURNS TABLE (
+    name          text,
+    run_id        bigint,
+    status        text,
+    phase         text,
+    rows          bigint,
+    batches       bigint,
+    rows_per_sec  double precision,
+    estimate      bigint,
+    progress      double precision,
+    eta           interval,
+    partitions    integer,
+    partitions_pending integer,
+    partitions_running integer,
+    partitions_done    integer,
+    partitions_failed  integer,
+    live_leases   integer,
+    paused        boolean,
+    batch_size    integer,
+    throttle      text,
+    plan_method   text,
+    started_at    timestamptz,
+    finished_at   timestamptz,
+    last_error    text,
+    failed_rows   bigint,
+    direction     text,
+    watch         boolean,
+    watch_probes  bigint,
+    watch_drifts  bigint,
+    last_probe_at timestamptz,
+    healed_rows   bigint,
+    bound         text,
+    beyond_bound  bigint,
+    watch_interval interval,
+    rate          double precision,
+    sweep         integer)
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH d AS (
+        SELECT d.name FROM backfill.declaration d WHERE d.name = $1
+        UNION
+        SELECT l.declaration FROM backfill.ledger l WHERE l.declaration = $1
+    ),
+    l AS (
+        SELECT l.* FROM backfill.ledger l
+         WHERE l.declaration = $1
+         ORDER BY l.run_id DESC LIMIT 1
+    ),
+    p AS (
+        SELECT coalesce(sum(p.rows), 0)::bigint AS rows,
+               coalesce(sum(p.batches), 0)::bigint AS batches,
+               count(*)::integer AS partitions,
+               (count(*) FILTER (WHERE p.state = 'pending'))::integer AS pending,
+               (count(*) FILTER (WHERE p.state = 'running'))::integer AS running,
+               (count(*) FILTER (WHERE p.state = 'done'))::integer AS done,
+               (count(*) FILTER (WHERE p.state = 'failed'))::integer AS failed,
+               (count(*) FILTER (WHERE p.holder_pid IS NOT NULL AND p.state = 'running'
+                   AND EXISTS (SELECT 1 FROM pg_stat_activity a
+                                WHERE a.pid = p.holder_pid
+                                  AND a.backend_start = p.holder_start)))::integer AS live,
+               min(p.started_at) AS first_start,
+               (avg(p.batch_size) FILTER (WHERE p.state = 'running'))::integer AS batch_size,
+               string_agg(DISTINCT p.throttle, '; ') FILTER (WHERE p.state = 'running') AS throttle
+          FROM backfill.partition p, l
+         WHERE p.run_id = l.run_id
+    ),
+    s AS (
+        SELECT l.run_id, l.status, r.phase, r.plan_method, r.estimate, r.paused,
+               coalesce(l.rows, p.rows) AS rows,
+               coalesce(l.batches, p.batches) AS batches,
+               p.partitions, p.pending, p.running, p.done, p.failed, p.live,
+               p.batch_size, p.throttle,
+               l.started_at, l.finished_at,
+               coalesce(l.error_code || ': ' || l.error_message, r.last_error) AS last_error,
+               extract(epoch FROM coalesce(l.finished_at, now())
+                                  - coalesce(p.first_start, l.started_at)) AS secs,
+               (SELECT count(*) FROM backfill.failed_row f WHERE f.run_id = l.run_id) AS failed_rows,
+               l.direction, l.watch, r.bound, r.beyond, r.sweep
+          FROM l LEFT JOIN backfill.run r USING (run_id), p
+    ),
+    w AS (
+        SELECT w.probes, w.drifts, w.last_probe_at,
+               (SELECT coalesce(sum(h.rows), 0)::bigint FROM backfill.ledger h
+                 WHERE h.declaration = $1 AND h.watch AND h.status = 'completed') AS healed
+          FROM (SELECT 1) one LEFT JOIN backfill.watch w ON w.declaration = $1
+    )
+    SELECT d.name, s.run_id,
+           coalesce(s.status, 'never run'),
+           s.phase, coalesce(s.rows, 0), coalesce(s.batches, 0),
+           CASE WHEN s.secs > 0 THEN s.rows / s.secs END,
+           s.estimate,
+           CASE WHEN s.status IN ('completed', 'completed_with_failures') THEN 1.0
+                WHEN s.estimate > 0 THEN least(1.0, s.rows::float8 / s.estimate) END,
+           CASE WHEN s.status = 'running' AND s.secs > 0 AND s.rows > 0 AND s.estimate IS NOT NULL
+                THEN make_interval(secs => greatest(s.estimate - s.rows, 0) / (s.rows / s.secs)) END,
+           s.partitions, s.pending, s.running, s.done, s.failed,
+           s.live, s.paused, s.batch_size,
+           coalesce((SELECT 'window: waiting for a window (next at ' || wa.next_start || ')'
+                       FROM backfill.declaration dd,
+                            backfill.window_at(dd.windows, dd.window_time_zone, now()) wa
+                      WHERE dd.name = $1 AND dd.windows IS NOT NULL AND NOT wa.inside
+                        AND s.status = 'running' AND NOT coalesce(s.paused, false)),
+                    s.throttle),
+           s.plan_method,
+           s.started_at, s.finished_at, s.last_error, coalesce(s.failed_rows, 0), s.direction,
+           s.watch, coalesce(w.probes, 0), coalesce(w.drifts, 0), w.last_probe_at, w.healed,
+           s.bound, s.beyond,
+           make_interval(secs => backfill.watch_interval_ms($1) / 1000.0),
+           (SELECT dd.rate FROM backfill.declaration dd WHERE dd.name = $1),
+           coalesce(s.sweep, 0)
+      FROM d LEFT JOIN s ON true CROSS JOIN w;
+$$;
+COMMENT ON FUNCTION backfill_status(text) IS
+'status, progress, rows/s and ETA of the newest pass of a backfill, its direction, bound, watch (with the interval in force), the rate its lanes share, and its sweep';
+
+DROP FUNCTION backfill_partitions(text);
+CREATE FUNCTION backfill_partitions(name text)
+RETURNS TABLE (
+    run_id        bigint,
+    part_no       integer,
+    lo            text,
+    hi            text,
+    cursor        text,
+    state         text,
+    rows          bigint,
+    batches       bigint,
+    holder_pid    integer,
+    holder_alive  boolean,
+    renewed_at    timestamptz,
+    claims        integer,
+    reclaims      integer,
+    failures      integer,
+    last_error    text,
+    batch_size    integer,
+    last_batch_ms double precision,
+    throttle      text,
+    leaf          regclass,
+    leaf_range    text,
+    shard         bigint,
+    shard_group   integer,
+    sweep         integer)
+LANGUAGE sql STABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT p.run_id, p.part_no, p.lo, p.hi, p.cursor, p.state, p.rows, p.batches,
+           p.holder_pid,
+           p.holder_pid IS NOT NULL AND EXISTS (SELECT 1 FROM pg_stat_activity a
+                                                 WHERE a.pid = p.holder_pid
+                                                   AND a.backend_start = p.holder_start),
+           p.renewed_at, p.claims, p.reclaims, p.failures, p.last_error,
+           p.batch_size, p.last_batch_ms, p.throttle,
+           -- a leaf dropped since: NULL, not its bare oid
+           (SELECT c.oid::regclass FROM pg_class c WHERE c.oid = p.leaf), p.leaf_range,
+           p.shard, p.shard_group,
+           (SELECT r.sweep FROM backfill.run r WHERE r.run_id = p.run_id)
+      FROM backfill.partition p
+     WHERE p.run_id = (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.declaration = $1)
+     ORDER BY p.part_no;
+$$;
+COMMENT ON FUNCTION backfill_partitions(text) IS
+'the partitions of the newest pass: bounds, cursor, lease holder, claims, reclaims, failures, leaf, Citus shard, the pass''s sweep';
+
+DO $$
+DECLARE
+    f text;
+    acl pg_catalog.aclitem[];
+    item record;
+BEGIN
+    FOREACH f IN ARRAY ARRAY['status', 'partitions'] LOOP
+        acl := NULLIF(pg_catalog.current_setting('pg_backfill.upgrade_acl_' || f || '31', true), '');
+        IF acl IS NOT NULL THEN
+            EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION backfill_%s(text) FROM PUBLIC', f);
+            FOR item IN SELECT a.grantee, a.is_grantable FROM pg_catalog.aclexplode(acl) a
+                         WHERE a.privilege_type = 'EXECUTE'
+            LOOP
+                EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION backfill_%s(text) TO %s%s', f,
+                    CASE WHEN item.grantee = 0 THEN 'PUBLIC'
+                         ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(item.grantee)) END,
+                    CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+            END LOOP;
+        END IF;
+    END LOOP;
+END
+$$;

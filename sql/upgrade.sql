@@ -347,6 +347,16 @@ SELECT * FROM backfill_rehearse('upgrade_fill', 0);
 SELECT * FROM backfill_rehearse('upgrade_fill', 101);
 SELECT * FROM backfill_rehearse('upgrade_nothing');
 
+-- a pass sweeps again the rows written behind its cursors (issue 31): its
+-- sweep and probe key, whether the declaration's action is guarded, the sweep
+-- in the reports
+SELECT string_agg(attrelid::regclass || '.' || attname, ', ' ORDER BY attrelid::regclass::text, attname)
+       AS sweep_columns
+  FROM pg_attribute
+ WHERE attrelid IN ('backfill.run'::regclass, 'backfill.declaration'::regclass)
+   AND attname IN ('sweep', 'probe_key', 'guarded') AND NOT attisdropped;
+SELECT name, sweep FROM backfill_status('upgrade_fill');
+
 -- a fresh install gets the same objects as the upgraded one
 SET client_min_messages = warning;
 DROP EXTENSION pg_backfill CASCADE;

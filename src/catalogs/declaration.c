@@ -90,6 +90,8 @@ const DeclarationColumn declaration_columns[] = {
 	{COL(action_set, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "set", TEXTOID, "NULL"},
 	{COL(action_delete, BOOLOID, DECL_BOOL, true), DECL_NOT_SUMMED, NULL, "delete", BOOLOID, "false"},
 	{COL(guard, BOOLOID, DECL_BOOL, true), DECL_NOT_SUMMED, NULL, "guard", BOOLOID, "true"},
+	/* found by backfill_declare: a pass may sweep again (pg_backfill--0.5--0.6.sql, issue 31) */
+	{COL(guarded, BOOLOID, DECL_BOOL, true), DECL_NOT_SUMMED, NULL, NULL, InvalidOid, NULL},
 	/* pacing on WAL (pg_backfill--0.5--0.6.sql, issue 27) */
 	{COL(max_wal_rate, INT8OID, DECL_INT8, false), DECL_NOT_SUMMED, NULL, "max_wal_rate", TEXTOID, "NULL"},
 	/* the user's own condition and time windows (issue 27): tuning too */
@@ -608,4 +610,24 @@ declaration_lock(const char *name, Declaration *decl)
 		return false;
 	}
 	return declaration_read(0, decl, CurrentMemoryContext);
+}
+
+/*
+ * Does a backfill's pass sweep again the rows left within its bound
+ * (engine/pass.c)?  A table source whose action is guarded: the engine's
+ * set/delete statement, or a hand-written one backfill_declare found
+ * guarded.  Inside a catalog scope; false when there is no declaration.
+ */
+bool
+declaration_sweeps(const char *name)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+
+	if (!catalog_has_column("declaration", "guarded"))
+		return false;			/* a catalog older than 0.6: no pass sweeps */
+	return catalog_exec("SELECT 1 FROM backfill.declaration d WHERE d.name = $1"
+						" AND d.pages_fn IS NULL"
+						" AND (d.guarded OR d.action_set IS NOT NULL OR d.action_delete)",
+						1, types, values, NULL, SPI_OK_SELECT) > 0;
 }

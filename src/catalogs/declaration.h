@@ -50,6 +50,7 @@ typedef struct Declaration
 	char	   *action_set;		/* set =>: the engine wrote the action (issue 24) */
 	bool		action_delete;	/* delete =>: the engine wrote a DELETE */
 	bool		guard;			/* a hand-written UPDATE/DELETE must repeat the predicate */
+	bool		guarded;		/* the action changes only rows that match (set, delete, or guard checked) */
 
 	/* pacing, retries and timeouts */
 	int32		batch_size;
@@ -86,7 +87,7 @@ typedef struct Declaration
 } Declaration;
 
 /* the fields above: declaration_columns has one row for each */
-#define DECLARATION_NCOLUMNS 47
+#define DECLARATION_NCOLUMNS 48
 
 /* the most columns a key may have */
 #define DECLARATION_MAX_KEY_COLUMNS 4
@@ -155,5 +156,8 @@ extern bool declaration_read(int row, Declaration *decl, MemoryContext cxt);
 
 /* lock a declaration's row (FOR UPDATE) and read it; false if there is none */
 extern bool declaration_lock(const char *name, Declaration *decl);
+
+/* is its action guarded over a table, so that a pass may sweep again (issue 31) */
+extern bool declaration_sweeps(const char *name);
 
 #endif							/* BACKFILL_DECLARATION_H */

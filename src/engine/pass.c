@@ -171,6 +171,7 @@ pass_take_declaration(Pass *pass, const Declaration *d, bool reverting)
 		d->predicate;
 	pass->action = reverting ? d->revert : d->action;
 	pass->counted = !reverting || d->revert_predicate != NULL;
+	pass->guarded = !reverting && (d->guarded || d->action_set != NULL || d->action_delete);
 	pass->batch_size = d->batch_size;
 	pass->rate = d->rate;
 	pass->max_wal_rate = d->max_wal_rate;
@@ -1893,14 +1894,19 @@ lock_pass_to_count(Pass *pass)
 	bool		paused;
 
 	catalog_enter(&scope);
-	exec_on_run(pass, psprintf("SELECT l.status, r.paused, %s FROM backfill.ledger l"
+	exec_on_run(pass, psprintf("SELECT l.status, r.paused, %s, %s FROM backfill.ledger l"
 							   " JOIN backfill.run r ON r.run_id = l.run_id"
 							   " WHERE l.run_id = $1 FOR UPDATE OF l",
-							   catalog_has_column("run", "bound") ? "r.bound" : "NULL::text"),
+							   catalog_has_column("run", "bound") ? "r.bound" : "NULL::text",
+							   catalog_has_column("run", "sweep") ?
+							   "r.sweep::pg_catalog.int8, r.probe_key" :
+							   "NULL::pg_catalog.int8, NULL::text"),
 				SPI_OK_SELECT);
 	status = catalog_gettext(0, 1);
 	paused = DatumGetBool(catalog_getdatum(0, 2, &isnull));
 	pass->bound = pass_strdup(pass, catalog_gettext(0, 3));
+	pass->sweep = catalog_has_column("run", "sweep") ? (int) catalog_getint64(0, 4) : -1;
+	pass->probe_key = pass_strdup(pass, catalog_gettext(0, 5));
 	catalog_leave(&scope);
 	return strcmp(status, "running") == 0 && !paused;
 }
@@ -1962,33 +1968,28 @@ bound_params(Pass *pass, Oid *types, Datum *values)
 }
 
 /*
- * A table's rows that still match the predicate, leaving out the rows the
- * pass recorded as failed alone: they are the pass's result
- * (completed_with_failures), not a sign that it stalled.
+ * The condition of a table's rows still to do, appended to sql: they match
+ * the predicate, are not rows the pass recorded as failed alone (those are
+ * its result, completed_with_failures, not a sign that it stalled), and lie
+ * within its bound.  Its parameters go to types and values; returns how many.
  */
-static int64
-count_table_remaining(Pass *pass)
+static int
+remaining_where(Pass *pass, StringInfo sql, Oid *types, Datum *values)
 {
-	StringInfoData sql;
 	ArrayType  *keys = recorded_keys(pass);
-	Oid			types[1 + DECLARATION_MAX_KEY_COLUMNS];
-	Datum		values[1 + DECLARATION_MAX_KEY_COLUMNS];
-	bool		isnull;
 	int			nargs = 0;
 
-	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM %s WHERE (\n%s\n)", pass->relation,
-					 pass->predicate);
+	appendStringInfo(sql, " WHERE (\n%s\n)", pass->predicate);
 	if (keys != NULL && pass->keyset.nkeys > 1)
 	{
-		appendStringInfo(&sql, " AND NOT (ROW(%s)::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($1))",
+		appendStringInfo(sql, " AND NOT (ROW(%s)::pg_catalog.text OPERATOR(pg_catalog.=) ANY ($1))",
 						 keyset_columns_sql(&pass->keyset));
 		types[nargs] = TEXTARRAYOID;
 		values[nargs++] = PointerGetDatum(keys);
 	}
 	else if (keys != NULL)
 	{
-		appendStringInfo(&sql, " AND NOT (%s %s ANY ($1))", quote_identifier(pass->key),
+		appendStringInfo(sql, " AND NOT (%s %s ANY ($1))", quote_identifier(pass->key),
 						 pass->key_eq);
 		types[nargs] = get_array_type(pass->keytype);
 		values[nargs++] = PointerGetDatum(keys);
@@ -1996,20 +1997,108 @@ count_table_remaining(Pass *pass)
 	/* a bounded pass converges within its bound: what lies beyond is drift */
 	if (pass->bound != NULL && pass->keyset.nkeys > 1)
 	{
-		appendStringInfo(&sql, " AND %s", keyset_bound_sql(&pass->keyset, false, nargs + 1));
+		appendStringInfo(sql, " AND %s", keyset_bound_sql(&pass->keyset, false, nargs + 1));
 		nargs += bound_params(pass, types + nargs, values + nargs);
 	}
 	else if (pass->bound != NULL)
 	{
-		appendStringInfo(&sql, " AND %s %s $%d", quote_identifier(pass->key), pass->key_le,
+		appendStringInfo(sql, " AND %s %s $%d", quote_identifier(pass->key), pass->key_le,
 						 nargs + 1);
 		types[nargs] = pass->keytype;
 		values[nargs++] = pass_key_from_text(pass, pass->bound);
 	}
+	return nargs;
+}
+
+/* a table's rows still to do (remaining_where) */
+static int64
+count_table_remaining(Pass *pass)
+{
+	StringInfoData sql;
+	Oid			types[1 + DECLARATION_MAX_KEY_COLUMNS];
+	Datum		values[1 + DECLARATION_MAX_KEY_COLUMNS];
+	bool		isnull;
+	int			nargs;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM %s", pass->relation);
+	nargs = remaining_where(pass, &sql, types, values);
 	if (SPI_execute_with_args(sql.data, nargs, types, values, NULL, true, 0) !=
 		SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "could not count the rows left by backfill \"%s\"", pass->name);
 	return DatumGetInt64(catalog_getdatum(0, 1, &isnull));
+}
+
+/*
+ * The smallest key of a row still to do (remaining_where), as key text (a
+ * composite key's row literal), or NULL when none is: where a sweep
+ * begins to prove itself (pass_sweep_or_end).
+ */
+static char *
+smallest_remaining_key(Pass *pass)
+{
+	StringInfoData sql;
+	Oid			types[1 + DECLARATION_MAX_KEY_COLUMNS];
+	Datum		values[1 + DECLARATION_MAX_KEY_COLUMNS];
+	Datum		key[DECLARATION_MAX_KEY_COLUMNS];
+	const char *cols = pass->keyset.nkeys > 1 ? keyset_columns_sql(&pass->keyset) :
+		quote_identifier(pass->key);
+	bool		isnull;
+	int			nargs;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT %s FROM %s", cols, pass->relation);
+	nargs = remaining_where(pass, &sql, types, values);
+	appendStringInfo(&sql, " ORDER BY %s LIMIT 1", cols);
+	if (SPI_execute_with_args(sql.data, nargs, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the first row left by backfill \"%s\"", pass->name);
+	if (SPI_processed == 0)
+		return NULL;
+	for (int i = 0; i < Max(pass->keyset.nkeys, 1); i++)
+		key[i] = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1, &isnull);
+	if (pass->keyset.nkeys > 1)
+		return keyset_row_text(&pass->keyset, key);
+	return worker_key_output(pass->key_output, key[0]);
+}
+
+/* does the row of key text still match the predicate (as the lane's role)? */
+static bool
+key_still_matches(Pass *pass, const char *key)
+{
+	StringInfoData sql;
+	Oid			types[DECLARATION_MAX_KEY_COLUMNS];
+	Datum		values[DECLARATION_MAX_KEY_COLUMNS];
+	int			nargs = 1;
+
+	initStringInfo(&sql);
+	appendStringInfo(&sql, "SELECT 1 FROM %s WHERE ", pass->relation);
+	if (pass->keyset.nkeys > 1)
+	{
+		const char *cols = keyset_columns_sql(&pass->keyset);
+		StringInfoData params;
+
+		initStringInfo(&params);
+		keyset_row_parse(&pass->keyset, key, values, CurrentMemoryContext);
+		nargs = pass->keyset.nkeys;
+		for (int i = 0; i < nargs; i++)
+		{
+			types[i] = pass->keyset.cols[i].type;
+			appendStringInfo(&params, "%s$%d", i > 0 ? ", " : "", i + 1);
+		}
+		/* equal: at most it both ways, with the key's own operators (its index) */
+		appendStringInfo(&sql, "ROW(%s) %s ROW(%s) AND ROW(%s) %s ROW(%s)", cols,
+						 pass->keyset.le, params.data, params.data, pass->keyset.le, cols);
+	}
+	else
+	{
+		types[0] = pass->keytype;
+		values[0] = pass_key_from_text(pass, key);
+		appendStringInfo(&sql, "%s %s $1", quote_identifier(pass->key), pass->key_eq);
+	}
+	appendStringInfo(&sql, " AND (\n%s\n) LIMIT 1", pass->predicate);
+	if (SPI_execute_with_args(sql.data, nargs, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look at key %s of backfill \"%s\"", key, pass->name);
+	return SPI_processed > 0;
 }
 
 /*
@@ -2134,14 +2223,41 @@ end_with_failed_rows(Pass *pass, int64 failed)
 						 pass->name, pass->run_id, message)));
 }
 
+/* the message and hint of a pass that ends stalled (BF006): what is true of it */
+static char *
+stalled_message(Pass *pass, int64 remaining, const char *key, const char **hint)
+{
+	if (key != NULL)
+	{
+		*hint = psprintf("The action does not fix the rows it is given: fix it, declare the "
+						 "backfill again, and run it with backfill_run('%s', force => true).",
+						 pass->name);
+		return psprintf("backfill \"%s\" stalled: %lld rows still match the predicate after "
+						"sweep %d; the row of key %s was given to the action and still "
+						"matches (the action does not fix it)", pass->name,
+						(long long) remaining, pass->sweep, key);
+	}
+	if (!pass->guarded && !OidIsValid(pass->pages_fn))
+		*hint = psprintf("Its action is not guarded (guard => false, or a statement other than "
+						 "an UPDATE or DELETE of its table): a sweep could do a row twice, so "
+						 "it does not sweep; once the writers stop, backfill_run('%s', "
+						 "force => true) starts a new pass.", pass->name);
+	else
+		*hint = "Rows may be written faster than the backfill fixes them, or the action may "
+			"not fix every row it is given.";
+	return psprintf("backfill \"%s\" stalled: %lld rows still match the predicate after the "
+					"source was exhausted", pass->name, (long long) remaining);
+}
+
 /*
  * End the counted pass: completed, completed with the failed rows it
- * tolerates, or failed as stalled (BF006).  A pass that completed within
- * its bound records what matches beyond it (beyond >= 0), which
- * backfill_status shows and backfill_pending calls drift.
+ * tolerates, or failed as stalled (BF006; key: the probe key a sweep left
+ * matching, or NULL).  A pass that completed within its bound records
+ * what matches beyond it (beyond >= 0), which backfill_status shows and
+ * backfill_pending calls drift.
  */
 static void
-pass_end_counted(Pass *pass, int64 remaining, int64 beyond)
+pass_end_counted(Pass *pass, int64 remaining, int64 beyond, const char *key)
 {
 	CatalogScope scope;
 	int64		failed;
@@ -2149,15 +2265,12 @@ pass_end_counted(Pass *pass, int64 remaining, int64 beyond)
 	catalog_enter(&scope);
 	if (remaining > 0)
 	{
-		char	   *message = psprintf("backfill \"%s\" stalled: %lld rows still match the "
-									   "predicate after the source was exhausted",
-									   pass->name, (long long) remaining);
+		const char *hint;
+		char	   *message = stalled_message(pass, remaining, key, &hint);
 
 		ledger_end(pass->run_id, "failed", "BF006", message);
 		run_end(pass->run_id, remaining, message);
-		ereport(LOG, (errmsg("%s", message),
-					  errhint("Rows may be written faster than the backfill fixes them, or the "
-							  "action may not fix every row it is given.")));
+		ereport(LOG, (errmsg("%s", message), errhint("%s", hint)));
 	}
 	else if ((failed = exec_on_run(pass, "SELECT 1 FROM backfill.failed_row WHERE run_id = $1",
 								   SPI_OK_SELECT)) > 0)
@@ -2183,8 +2296,110 @@ pass_end_counted(Pass *pass, int64 remaining, int64 beyond)
 }
 
 /*
+ * May a pass whose count found rows left within its bound sweep its
+ * partitions again?  Only a pass over a table's keys (a plain table, a
+ * partitioned table's leaves) whose action is guarded: a row it is given
+ * twice is changed only while it matches, so a sweep does no row twice.
+ * Not a pages source (no key range), not a Citus table (a shard's
+ * checkpoint lives on its node), not a revert, not an unguarded action,
+ * not a pass that recorded rows as failed alone (a sweep would record them
+ * again), nor a catalog older than 0.6 (no run.sweep).
+ */
+static bool
+pass_may_sweep(Pass *pass)
+{
+	CatalogScope scope;
+	bool		shards = false;
+	bool		recorded;
+
+	if (!pass->guarded || !pass->counted || pass->reverting || pass->sweep < 0 ||
+		OidIsValid(pass->pages_fn) || pass->citus_remote)
+		return false;
+	catalog_enter(&scope);
+	if (catalog_has_column("partition", "shard"))
+		shards = exec_on_run(pass, "SELECT 1 FROM backfill.partition WHERE run_id = $1"
+							 " AND shard IS NOT NULL LIMIT 1", SPI_OK_SELECT) > 0;
+	/* a sweep would give a row recorded as failed alone to the action again */
+	recorded = exec_on_run(pass, "SELECT 1 FROM backfill.failed_row WHERE run_id = $1 LIMIT 1",
+						   SPI_OK_SELECT) > 0;
+	catalog_leave(&scope);
+	return !shards && !recorded;
+}
+
+/*
+ * A further sweep, with the ledger row locked: every partition back to its
+ * start (cursor NULL: its lo), pending, its lease free; its rows and
+ * batches kept (the ledger sums them); the run running again, its sweep
+ * counted and the probe key (the smallest key left now) recorded.  The
+ * lane goes on (more_leaves); the scheduler may start others.
+ */
+static void
+pass_sweep_again(Pass *pass, int64 remaining)
+{
+	CatalogScope scope;
+	char	   *probe = smallest_remaining_key(pass);
+	Oid			types[3] = {INT8OID, TEXTOID, INT8OID};
+	Datum		values[3];
+	char		nulls[3] = {' ', probe ? ' ' : 'n', ' '};
+
+	values[0] = Int64GetDatum(pass->run_id);
+	values[1] = probe ? CStringGetTextDatum(probe) : (Datum) 0;
+	values[2] = Int64GetDatum(remaining);
+	catalog_enter(&scope);
+	catalog_exec("UPDATE backfill.run SET sweep = sweep + 1, probe_key = $2, remaining = $3,"
+				 " phase = 'running', updated_at = pg_catalog.now()"
+				 " WHERE run_id = $1 AND phase = 'counting'", 3, types, values, nulls,
+				 SPI_OK_UPDATE);
+	exec_on_run(pass, "UPDATE backfill.partition SET state = 'pending', cursor = NULL,"
+				" holder_pid = NULL, holder_start = NULL, renewed_at = NULL, failures = 0,"
+				" last_error = NULL, throttle = NULL, finished_at = NULL"
+				" WHERE run_id = $1 AND state = 'done'", SPI_OK_UPDATE);
+	catalog_leave(&scope);
+	backfill_wake_scheduler_at_commit();
+	ereport(LOG,
+			(errmsg("backfill \"%s\" run " INT64_FORMAT ": %lld rows match within its bound "
+					"behind the lanes' cursors; sweep %d from key %s", pass->name,
+					pass->run_id, (long long) remaining, pass->sweep + 1,
+					probe ? probe : "(none now)"),
+			 errdetail("They were written while the pass ran; its action is guarded, so its "
+					   "partitions are worked again from their start.")));
+	pass->more_leaves = true;
+}
+
+/*
+ * Rows left within the bound of a pass that may sweep: the probe key of
+ * the last sweep still matching means the action does not fix what it is
+ * given (STALLED, naming it); past PASS_MAX_SWEEPS the rows left are
+ * drift, written while it swept (completed, recorded beyond the bound);
+ * else another sweep.
+ */
+#define PASS_MAX_SWEEPS 3
+static void
+pass_sweep_or_end(Pass *pass, int64 remaining)
+{
+	int64		beyond;
+
+	if (pass->sweep > 0 && pass->probe_key != NULL &&
+		key_still_matches(pass, pass->probe_key))
+		pass_end_counted(pass, remaining, -1, pass->probe_key);
+	else if (pass->sweep < PASS_MAX_SWEEPS)
+		pass_sweep_again(pass, remaining);
+	else
+	{
+		beyond = count_beyond(pass);
+		ereport(LOG,
+				(errmsg("backfill \"%s\" run " INT64_FORMAT ": %lld rows were written within "
+						"its bound while it swept %d times; they are left as drift",
+						pass->name, pass->run_id, (long long) remaining, pass->sweep),
+				 errdetail("The sweeps fixed every row they were given; the watch, finalize or "
+						   "the next pass takes up the rest.")));
+		pass_end_counted(pass, 0, remaining + Max(beyond, 0), NULL);
+	}
+}
+
+/*
  * Once no partition is left to work on: count the rows that still match
- * the predicate and end the pass, completed or stalled.  Only one lane
+ * the predicate and end the pass, completed or stalled, or sweep again.  Only one lane
  * gets to write the end; the others find the pass ended.
  */
 void
@@ -2199,8 +2414,10 @@ pass_finish(Pass *pass)
 
 		if (!leaves_unchanged_since_count(pass))
 			pass_count_again(pass);
+		else if (remaining > 0 && pass_may_sweep(pass))
+			pass_sweep_or_end(pass, remaining);
 		else
-			pass_end_counted(pass, remaining, remaining == 0 ? count_beyond(pass) : -1);
+			pass_end_counted(pass, remaining, remaining == 0 ? count_beyond(pass) : -1, NULL);
 	}
 	worker_commit_xact();
 }

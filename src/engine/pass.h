@@ -41,6 +41,9 @@ typedef struct Pass
 	char	   *action;			/* what it does to each batch of them */
 	bool		reverting;		/* a revert pass: the declaration's revert and its predicate */
 	bool		counted;		/* does the predicate prove the pass done (convergence) */
+	bool		guarded;		/* its action changes only rows that match: it may sweep again */
+	int			sweep;			/* the run's sweeps so far (lock_pass_to_count) */
+	char	   *probe_key;		/* the smallest key matching when the last sweep began */
 	int			batch_size;
 	int			max_parallel;
 	double		rate;			/* batches per second */

@@ -227,7 +227,7 @@ action_trimmed(const char *action)
 	return s;
 }
 
-void
+bool
 action_check_guard(const Declaration *d, SPIPlanPtr predicate_plan, SPIPlanPtr action_plan)
 {
 	Query	   *action = plan_query(action_plan);
@@ -235,10 +235,12 @@ action_check_guard(const Declaration *d, SPIPlanPtr predicate_plan, SPIPlanPtr a
 	List	   *where;
 	ListCell   *lc;
 
-	if (!d->guard || d->action_set != NULL || d->action_delete ||
+	if (d->action_set != NULL || d->action_delete)
+		return true;			/* the engine's statement: AND the predicate */
+	if (!d->guard ||
 		(action->commandType != CMD_UPDATE && action->commandType != CMD_DELETE) ||
 		rt_fetch(action->resultRelation, action->rtable)->relid != d->relid)
-		return;
+		return false;
 	predicate = copyObject(plan_query(predicate_plan)->jointree->quals);
 	if (action->resultRelation != 1)
 		ChangeVarNodes(predicate, 1, action->resultRelation, 0);
@@ -261,4 +263,5 @@ action_check_guard(const Declaration *d, SPIPlanPtr predicate_plan, SPIPlanPtr a
 						 "written.", action_trimmed(d->action),
 						 action->jointree->quals ? " AND" : " WHERE", d->predicate)));
 	}
+	return true;
 }

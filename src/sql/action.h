@@ -22,8 +22,11 @@ extern char *action_range_form(const Declaration *d);
 /* the UPDATE (d->action_set) or DELETE (d->action_delete) the engine writes */
 extern char *action_generate(const Declaration *d);
 
-/* refuse a hand-written UPDATE or DELETE of d->relid without the predicate */
-extern void action_check_guard(const Declaration *d, SPIPlanPtr predicate_plan,
+/*
+ * refuse a hand-written UPDATE or DELETE of d->relid without the predicate;
+ * true when the action is guarded (it changes only rows that match)
+ */
+extern bool action_check_guard(const Declaration *d, SPIPlanPtr predicate_plan,
 							   SPIPlanPtr action_plan);
 
 #endif							/* BACKFILL_ACTION_H */

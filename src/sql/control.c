@@ -407,6 +407,61 @@ retry_failed_rows(int64 new_id, int64 old_id)
 }
 
 /*
+ * A forward pass that failed STALLED (BF006), retried: does the retry sweep
+ * it again?  A guarded action over a table (declaration_sweeps), not a
+ * Citus table's shards (their checkpoints live on the nodes): true, and
+ * the new pass works every partition again from its start.  A pages
+ * source, shards, or rows recorded as failed alone: false, the pass
+ * resumes from its checkpoints as any failed one.  An unguarded action
+ * (guard => false, or a statement the guard does not check): refused, a
+ * sweep could do a row twice.  Not stalled: false.
+ */
+static bool
+retry_sweeps(Target *t, const char *direction)
+{
+	CatalogScope scope;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(t->last_id)};
+	bool		stalled;
+	bool		resumes = false;
+	bool		sweeps;
+	bool		table;
+
+	if (strcmp(direction, "forward") != 0 || !catalog_has_column("run", "sweep"))
+		return false;			/* a revert, or a catalog older than 0.6 */
+	catalog_enter(&scope);
+	stalled = catalog_exec("SELECT 1 FROM backfill.ledger WHERE run_id = $1"
+						   " AND error_code = 'BF006'", 1, types, values, NULL,
+						   SPI_OK_SELECT) > 0;
+	if (stalled && catalog_has_column("partition", "shard"))
+		resumes = catalog_exec("SELECT 1 FROM backfill.partition WHERE run_id = $1"
+							   " AND shard IS NOT NULL LIMIT 1", 1, types, values, NULL,
+							   SPI_OK_SELECT) > 0;
+	/* rows recorded as failed alone are retried as partitions of their own */
+	if (stalled && !resumes)
+		resumes = catalog_exec("SELECT 1 FROM backfill.failed_row WHERE run_id = $1 LIMIT 1",
+							   1, types, values, NULL, SPI_OK_SELECT) > 0;
+	sweeps = stalled && declaration_sweeps(t->name);
+	values[0] = CStringGetTextDatum(t->name);
+	types[0] = TEXTOID;
+	table = stalled && catalog_exec("SELECT 1 FROM backfill.declaration WHERE name = $1"
+									" AND pages_fn IS NULL", 1, types, values, NULL,
+									SPI_OK_SELECT) > 0;
+	catalog_leave(&scope);
+	if (stalled && table && !sweeps && !resumes)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_STALLED),
+				 errmsg("backfill \"%s\" cannot retry stalled run " INT64_FORMAT, t->name,
+						t->last_id),
+				 errdetail("Its action is not guarded (guard => false, or a statement other "
+						   "than an UPDATE or DELETE of its table): its checkpoints are all "
+						   "done, and a sweep over them again could do a row twice."),
+				 errhint("Once the writers stop, start a new pass with backfill_run('%s', "
+						 "force => true).", t->name)));
+	return sweeps && !resumes;
+}
+
+/*
  * A new pass resuming the failed pass t->last_id from its checkpoints, and
  * trying again exactly the rows it recorded as failed alone.  A
  * pass that failed before it was planned has no partitions: the new one
@@ -422,6 +477,7 @@ retry_failed_pass(Target *t)
 	int			copied;
 	int			rows;
 	char	   *direction = pass_direction(t->last_id);
+	bool		sweep;
 
 	if (strcmp(t->last_checksum, t->checksum) != 0)
 		ereport(ERROR,
@@ -433,6 +489,7 @@ retry_failed_pass(Target *t)
 	check_environment(t->name, t->environments, t->envlist);
 	identity_check(t->name);
 	check_role_can_login(t->name, t->run_as);
+	sweep = retry_sweeps(t, direction);
 
 	/* a failed revert resumes as a revert */
 	run_id = enqueue_pass_as(t->last_ledger_name, t->name, t->checksum, false, t->last_id,
@@ -477,6 +534,10 @@ retry_failed_pass(Target *t)
 						  "        CASE WHEN state = 'done' THEN 'done' ELSE 'pending' END"
 						  "   FROM backfill.partition WHERE run_id = $2",
 						  2, types, values, NULL, SPI_OK_INSERT);
+	/* a stalled pass that sweeps: every partition again from its start */
+	if (sweep)
+		catalog_exec("UPDATE backfill.partition SET cursor = NULL, state = 'pending'"
+					 " WHERE run_id = $1", 1, types, values, NULL, SPI_OK_UPDATE);
 	rows = retry_failed_rows(run_id, t->last_id);
 	copied += rows;
 	/*
@@ -491,7 +552,10 @@ retry_failed_pass(Target *t)
 					 2, types, values, NULL, SPI_OK_UPDATE);
 	catalog_leave(&scope);
 	ereport(NOTICE,
-			(errmsg(strcmp(t->last_status, "completed_with_failures") == 0 ?
+			(errmsg(sweep ?
+					"backfill \"%s\" sweeps stalled run " INT64_FORMAT " again as run "
+					INT64_FORMAT :
+					strcmp(t->last_status, "completed_with_failures") == 0 ?
 					"backfill \"%s\" retries the rows that failed alone in run " INT64_FORMAT
 					" as run " INT64_FORMAT :
 					"backfill \"%s\" resumes failed run " INT64_FORMAT " as run " INT64_FORMAT,

@@ -1120,9 +1120,9 @@ check_revert_statements(const Declaration *d)
 							  "first and last key of the batch.");
 }
 
-/* the predicate, the scope, the action and the revert parse and plan as the caller */
+/* the predicate, the scope, the action and the revert parse and plan as the caller; d->guarded found */
 static void
-check_statements(const Declaration *d)
+check_statements(Declaration *d)
 {
 	Oid			jsonb_type[1] = {JSONBOID};
 	StringInfoData sql;
@@ -1157,7 +1157,7 @@ check_statements(const Declaration *d)
 												 "the table's columns, such as set => "
 												 "'total_cents = total * 100'."));
 	else
-		action_check_guard(d, predicate_plan,
+		d->guarded = action_check_guard(d, predicate_plan,
 						   check_batch_statement(d, "the action", d->action,
 												 "Write one DML statement; $1 and $2 are the "
 												 "first and last key of the batch; wrap anything "

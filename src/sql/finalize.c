@@ -65,6 +65,7 @@
 #include "asrole.h"
 #include "batch.h"
 #include "catalog.h"
+#include "declaration.h"
 #include "drift.h"
 #include "errors.h"
 #include "pacing.h"
@@ -167,6 +168,34 @@ final_read(Final *f)
 				 errhint("backfill_pending() lists the declared backfills.")));
 }
 
+/*
+ * What to do about a pass that ended stalled (BF006), true for its case:
+ * an action that left the probe key matching is to be fixed; a guarded
+ * one is swept again by backfill_retry; an unguarded one is run again.
+ */
+static char *
+stalled_hint(const Final *f)
+{
+	CatalogScope scope;
+	bool		sweeps;
+
+	if (f->error_message != NULL && strstr(f->error_message, "(the action does not fix it)"))
+		return psprintf("The action does not fix the rows it is given: fix it, declare the "
+						"backfill again, run it with backfill_run('%s', force => true), then "
+						"finalize again.", f->name);
+	catalog_enter(&scope);
+	sweeps = declaration_sweeps(f->name);
+	catalog_leave(&scope);
+	if (sweeps)
+		return psprintf("Rows were written within its bound faster than it swept them: once "
+						"the writers stop (or slow), backfill_retry('%s') starts a pass that "
+						"sweeps the table again, then finalize again.", f->name);
+	return psprintf("Its pass does not sweep again (an action not guarded, a pages source): "
+					"once the writers stop, backfill_run('%s', force => true) (or "
+					"backfill_retry('%s') for a pages source), then finalize again.",
+					f->name, f->name);
+}
+
 /* The pass ended otherwise than completed: its SQLSTATE, to the caller. */
 static void
 raise_pass_end(const Final *f)
@@ -188,6 +217,13 @@ raise_pass_end(const Final *f)
 				 errdetail("%s", f->error_message ? f->error_message : "The pass was cancelled."),
 				 errhint("Run it again with backfill_run('%s', force => true), then finalize "
 						 "again.", f->name)));
+	if (strcmp(code, "BF006") == 0)
+		ereport(ERROR,
+				(errcode(sqlstate),
+				 errmsg("backfill \"%s\" is not complete: run " INT64_FORMAT " ended %s",
+						f->name, f->run_id, f->status),
+				 errdetail("%s", f->error_message ? f->error_message : "It stalled."),
+				 errhint("%s", stalled_hint(f))));
 	ereport(ERROR,
 			(errcode(sqlstate),
 			 errmsg("backfill \"%s\" is not complete: run " INT64_FORMAT " ended %s",
