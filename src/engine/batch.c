@@ -319,7 +319,9 @@ checkpoint_partition_done(Pass *pass, Claim *claim)
  * The checkpoint: the partition's row updated, the pass's state read back;
  * $9 is why the lane holds back (the WAL budget it waited for before
  * this batch, or the foreground throttle, pacing.c), or NULL.  WHERE_TID is empty, or the condition that finds the row by its
- * TID ($10).
+ * TID ($10).  The pass's rows are found by $1 (c's run_id), so that each is
+ * an index lookup whatever the tables' statistics say: joined on c.run_id,
+ * the plan hashed the run table for every batch while it was small.
  */
 #define CHECKPOINT_SQL(WHERE_TID) \
 	"WITH c AS (" \
@@ -330,8 +332,8 @@ checkpoint_partition_done(Pass *pass, Claim *claim)
 	"    AND p.holder_pid = $5 AND p.holder_start = $6" \
 	"  RETURNING p.run_id, p.ctid)" \
 	" SELECT l.status, d.checksum, d.rate, d.batch_size, r.paused, c.ctid, d.max_wal_rate" \
-	"   FROM c JOIN backfill.ledger l ON l.run_id = c.run_id" \
-	"   JOIN backfill.run r ON r.run_id = c.run_id" \
+	"   FROM c JOIN backfill.ledger l ON l.run_id = $1" \
+	"   JOIN backfill.run r ON r.run_id = $1" \
 	"   LEFT JOIN backfill.declaration d ON d.name = l.declaration"
 
 /*
