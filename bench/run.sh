@@ -410,16 +410,17 @@ speed_report() {
     echo
     echo "## Speed (issue 29): $SHAPE table, N = $N rows, REPS = $REPS (medians), 1 lane, load average (1 min) after each batch size: median $loads, $(nproc) cores"
     echo
-    echo "| batch | PL/pgSQL loop rows/s | app-side loop rows/s | pg_backfill rows/s | pg_backfill / PL/pgSQL | pg_backfill / app-side |"
-    echo "|---:|---:|---:|---:|---:|---:|"
+    echo "| batch | PL/pgSQL loop rows/s | app-side loop rows/s | pg_backfill rows/s | pg_backfill / PL/pgSQL | pg_backfill / app-side | autovacuums of items in loop / app / pg_backfill (all reps) |"
+    echo "|---:|---:|---:|---:|---:|---:|---|"
     for b in $BATCHES; do
         l=$(speed_med "loop:-:$b"); a=$(speed_med "app:-:$b"); f=$(speed_med "bf:1:$b")
-        printf '| %s | %s | %s | %s | %s | %s |\n' "$b" \
+        printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$b" \
             "$(awk -v n="$N" -v s="$l" 'BEGIN { printf "%.0f", n / s }')" \
             "$(awk -v n="$N" -v s="$a" 'BEGIN { if (s == "") print "-"; else printf "%.0f", n / s }')" \
             "$(awk -v n="$N" -v s="$f" 'BEGIN { printf "%.0f", n / s }')" \
             "$(awk -v a="$l" -v b="$f" 'BEGIN { printf "%.2fx", a / b }')" \
-            "$(awk -v a="$a" -v b="$f" 'BEGIN { if (a == "") print "-"; else printf "%.2fx", a / b }')"
+            "$(awk -v a="$a" -v b="$f" 'BEGIN { if (a == "") print "-"; else printf "%.2fx", a / b }')" \
+            "$(for k in "loop:-:$b" "app:-:$b" "bf:1:$b"; do awk -F'\t' -v k="$k" '$1 == k { n += $8 } END { printf "%d ", n }' "$RES"; done | sed 's/ $//; s/ / \/ /g')"
     done
     echo
     echo "Targets (issue 29):"
