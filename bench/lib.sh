@@ -2,7 +2,8 @@
 # commands as the cluster owner and making their throwaway cluster.
 # Sourced, not run.  The caller sets ME (its name, for messages), HERE,
 # PGBIN, PGRUNAS, PGBASE, PGPORT, DATA and LOG first, and defines Q (psql
-# against the cluster).
+# against the cluster).  BENCH_LISTEN (optional): the TCP address the cluster
+# listens on besides its socket (run.sh's app-side client loop: 127.0.0.1).
 
 as_owner() {
     if [ "$(id -u)" -eq 0 ]; then runuser -u "$PGRUNAS" -- "$@"; else "$@"; fi
@@ -28,7 +29,7 @@ fresh_cluster() {
     as_owner tee -a "$DATA/postgresql.conf" >/dev/null <<CONF
 
 # ---- written by bench/$ME ----
-listen_addresses = ''
+listen_addresses = '${BENCH_LISTEN:-}'
 port = $PGPORT
 unix_socket_directories = '$PGBASE'
 log_line_prefix = '%m [%p] %q%a '

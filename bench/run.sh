@@ -12,6 +12,16 @@
 #   PGPORT=55470  PGBIN=/usr/lib/postgresql/15/bin
 #   CSV=bench/results/bench.csv     one row per measured case is appended at the end
 #   PARTITIONED_ONLY=1        only the partitioned pair (plain vs 8 leaves, planned per leaf)
+#   SPEED_ONLY=1              only the speed comparison of issue 29: the PL/pgSQL loop, the
+#                             app-side client loop (app_loop.py: python3 + psycopg2 over TCP,
+#                             autocommit) and pg_backfill 1 lane at each batch size, side by
+#                             side in each repetition (BATCHES defaults to "200 1000 5000 10000"
+#                             here); prints the ratios and the targets, appends to the CSV
+#   SHAPE=wide                the wide table instead (sql/make_src_wide.sql, fresh_items_wide.sql:
+#                             ~330-byte rows, keys with gaps, an index on c so no update is HOT);
+#                             N defaults to 500000 and the composite and partitioned pairs are off
+#   PG_CONFIG=                the server whose binaries (and pg_backfill.so) to use: PGBIN is its
+#                             --bindir unless PGBIN is set
 #   N_BIG=                    also run pg_backfill at batch 1000 with 1 and 2 lanes on N_BIG rows
 #                             (20000000 for issue 13's scale target: rows/s within 10% of N,
 #                             lane RssAnon flat within 1 MB); unset: those target lines say n/a
@@ -22,11 +32,19 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-N=${1:-5000000}
+SHAPE=${SHAPE:-plain}
+case $SHAPE in
+    plain) N=${1:-5000000} ;;
+    wide)  N=${1:-500000}; COMPOSITE=${COMPOSITE:-0}; PARTITIONED=${PARTITIONED:-0} ;;
+    *) echo "run.sh: SHAPE must be plain or wide" >&2; exit 2 ;;
+esac
 REPS=${REPS:-1}
+SPEED_ONLY=${SPEED_ONLY:-0}
+if [ "$SPEED_ONLY" = 1 ]; then BATCHES=${BATCHES:-"200 1000 5000 10000"}; fi
 BATCHES=${BATCHES:-"200 1000 10000"}
 PGBASE=${PGBASE:-/tmp/pg_backfill_bench}
 PGPORT=${PGPORT:-55470}
+if [ -z "${PGBIN:-}" ] && [ -n "${PG_CONFIG:-}" ]; then PGBIN=$("$PG_CONFIG" --bindir); fi
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 PGRUNAS=${PGRUNAS:-postgres}
 CSV=${CSV:-$HERE/results/bench.csv}
@@ -45,7 +63,21 @@ SAMPLER_PID=
 KEY_PREFIX=                # "big:" while the N_BIG scale cases run
 
 ME=run.sh
+# the app-side client loop connects over TCP, as an application does
+BENCH_LISTEN=127.0.0.1
 . "$HERE/lib.sh"
+# the app-side client loop needs psycopg2 (Debian: python3-psycopg2); without it, one SKIP line
+# (PYTHON: the interpreter; Debian's package serves /usr/bin/python3, which a python3
+# of pyenv or a virtualenv earlier on PATH may not see)
+APP=1
+if [ -z "${PYTHON:-}" ]; then
+    PYTHON=python3
+    $PYTHON -c 'import psycopg2' 2>/dev/null || PYTHON=/usr/bin/python3
+fi
+if ! "$PYTHON" -c 'import psycopg2' 2>/dev/null; then
+    APP=0
+    echo "SKIP: app-side client loop (python3-psycopg2 is not installed: apt-get install python3-psycopg2)"
+fi
 
 cleanup() {
     local rc=$?
@@ -64,7 +96,9 @@ Q() { PGHOST=$PGBASE PGPORT=$PGPORT PGOPTIONS="-c client_min_messages=warning" "
 fresh_cluster
 
 say "building items_src with N=$N rows"
-t=$(now); Q -v n="$N" -f "$HERE/sql/make_src.sql"
+SRC_SQL=$HERE/sql/make_src.sql; FRESH_SQL=$HERE/sql/fresh_items.sql
+[ "$SHAPE" = wide ] && { SRC_SQL=$HERE/sql/make_src_wide.sql; FRESH_SQL=$HERE/sql/fresh_items_wide.sql; }
+t=$(now); Q -v n="$N" -f "$SRC_SQL"
 say "items_src built in $(echo "$(now) - $t" | bc -l | xargs printf '%.1f') s"
 
 # ------------------------------------------------------------------ helpers
@@ -103,7 +137,7 @@ run_case() {  # kind lanes batch rep
     local kind=$1 lanes=$2 b=$3 rep=$4 key name out t0 t1 secs lsn0 av0 ck0 h0 lsn1 av1 ck1 h1 wal bad
     local parts=- plan=- lstarts=- batches=- server_s=- startup_s=- rf=- rl=- af=- al=- hwm=- ns=0 np=0
     key="${KEY_PREFIX}$kind:$lanes:$b"
-    Q -f "$HERE/sql/fresh_items.sql"
+    Q -f "$FRESH_SQL"
     case $kind in
         bf|bfsync)
             name="bench_${KEY_PREFIX//:/_}${kind}_${lanes}_${b}_${rep}"
@@ -120,6 +154,7 @@ run_case() {  # kind lanes batch rep
     case $kind in
         single) Q -c "UPDATE items SET c = a * 2 WHERE c IS NULL" >/dev/null ;;
         loop)   Q -c "CALL bench_keyset_loop($b)" >/dev/null ;;
+        app)    "$PYTHON" "$HERE/app_loop.py" "$PGPORT" "$b" >/dev/null || die "app_loop.py failed" ;;
         bf|bfsync) out=$(Q -F'|' <<SQL
 SELECT backfill_run('$name') AS run_id \gset
 SELECT :run_id, backfill_wait(:run_id, '30 min');
@@ -127,7 +162,7 @@ SQL
 ) ;;
     esac
     t1=$(now)
-    if [ "$kind" != single ] && [ "$kind" != loop ]; then
+    if [ "$kind" = bf ] || [ "$kind" = bfsync ]; then
         touch "$TMP/stop"; wait "$SAMPLER_PID" || true; SAMPLER_PID=
         local run_id=${out%%|*} status=${out#*|}
         [ "$status" = completed ] || die "backfill $name (run $run_id) ended as '$status', not 'completed'"
@@ -343,9 +378,87 @@ if [ "${PARTITIONED_ONLY:-0}" = 1 ]; then
 fi
 # ------------------------------------------------------------------ end of partitioned, per leaf (issue 12, item 4)
 
+# ------------------------------------------------------------------ speed (issue 29)
+# The PL/pgSQL loop, the app-side client loop (app_loop.py) and pg_backfill 1 lane at each batch
+# size, side by side in every repetition (the order turned round in every other one, so that
+# neither always runs first); the ratios from the medians.  SPEED_ONLY=1 runs only these.
+SPEED_CSV=${SPEED_CSV:-$HERE/results/speed.csv}
+
+speed_pairs() {
+    local b rep kinds k
+    for rep in $(seq 1 "$REPS"); do
+        for b in $BATCHES; do
+            kinds="loop app bf"
+            [ $((rep % 2)) = 0 ] && kinds="bf app loop"
+            for k in $kinds; do
+                [ "$k" = app ] && [ "$APP" = 0 ] && continue
+                [ "$k" = bf ] && { run_case bf 1 "$b" "$rep"; continue; }
+                run_case "$k" - "$b" "$rep"
+            done
+            awk '{ print $1 }' /proc/loadavg >>"$TMP/load"
+        done
+    done
+}
+
+speed_med() {  # key -> median seconds
+    awk -F'\t' -v k="$1" '$1 == k { print $6 }' "$RES" | median
+}
+
+speed_report() {
+    local b l a f small large x loads
+    loads=$(sort -g "$TMP/load" | awk '{ a[NR] = $1 } END { printf "%s (min %s, max %s)", a[int((NR + 1) / 2)], a[1], a[NR] }')
+    echo
+    echo "## Speed (issue 29): $SHAPE table, N = $N rows, REPS = $REPS (medians), 1 lane, load average (1 min) after each batch size: median $loads, $(nproc) cores"
+    echo
+    echo "| batch | PL/pgSQL loop rows/s | app-side loop rows/s | pg_backfill rows/s | pg_backfill / PL/pgSQL | pg_backfill / app-side | autovacuums of items in loop / app / pg_backfill (all reps) |"
+    echo "|---:|---:|---:|---:|---:|---:|---|"
+    for b in $BATCHES; do
+        l=$(speed_med "loop:-:$b"); a=$(speed_med "app:-:$b"); f=$(speed_med "bf:1:$b")
+        printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$b" \
+            "$(awk -v n="$N" -v s="$l" 'BEGIN { printf "%.0f", n / s }')" \
+            "$(awk -v n="$N" -v s="$a" 'BEGIN { if (s == "") print "-"; else printf "%.0f", n / s }')" \
+            "$(awk -v n="$N" -v s="$f" 'BEGIN { printf "%.0f", n / s }')" \
+            "$(awk -v a="$l" -v b="$f" 'BEGIN { printf "%.2fx", a / b }')" \
+            "$(awk -v a="$a" -v b="$f" 'BEGIN { if (a == "") print "-"; else printf "%.2fx", a / b }')" \
+            "$(for k in "loop:-:$b" "app:-:$b" "bf:1:$b"; do awk -F'\t' -v k="$k" '$1 == k { n += $8 } END { printf "%d ", n }' "$RES"; done | sed 's/ $//; s/ / \/ /g')"
+    done
+    echo
+    echo "Targets (issue 29):"
+    for b in $BATCHES; do
+        x=$(awk -v a="$(speed_med "loop:-:$b")" -v b="$(speed_med "bf:1:$b")" 'BEGIN { printf "%.2f", a / b }')
+        echo "- 1 lane >= 1.1x the PL/pgSQL loop, batch $b: ${x}x -> $(awk -v x="$x" 'BEGIN { print (x >= 1.1) ? "MET" : "NOT MET" }')"
+    done
+    for b in $BATCHES; do
+        a=$(speed_med "app:-:$b")
+        [ -n "$a" ] || { echo "- 1 lane against the app-side loop, batch $b: n/a (SKIP: no psycopg2)"; continue; }
+        x=$(awk -v a="$a" -v b="$(speed_med "bf:1:$b")" 'BEGIN { printf "%.2f", a / b }')
+        t=1.0; [ "$b" = 1000 ] && t=1.3
+        echo "- 1 lane >= ${t}x the app-side client loop, batch $b: ${x}x -> $(awk -v x="$x" -v t="$t" 'BEGIN { print (x >= t) ? "MET" : "NOT MET" }')"
+    done
+    small=$(tr ' ' '\n' <<<"$BATCHES" | sort -n | head -1); large=$(tr ' ' '\n' <<<"$BATCHES" | sort -n | tail -1)
+    x=$(awk -v a="$(speed_med "bf:1:$large")" -v b="$(speed_med "bf:1:$small")" 'BEGIN { printf "%.2f", a / b }')
+    echo "- batch $small >= 0.85x the rows/s of batch $large (1 lane): ${x}x -> $(awk -v x="$x" 'BEGIN { print (x >= 0.85) ? "MET" : "NOT MET" }')"
+    mkdir -p "$(dirname "$SPEED_CSV")"
+    [ -s "$SPEED_CSV" ] || echo "ts,shape,n,pg,commit,case,batch,rep,secs,rows_per_s,batches,so_installed" >"$SPEED_CSV"
+    awk -F'\t' -v OFS=, -v ts="$(date -u +%FT%TZ)" -v shape="$SHAPE" -v n="$N" -v pg="$PGVER" \
+        -v c="$EXTCOMMIT" -v so="$SOSTAMP" '
+        { print ts, shape, n, pg, c, $2 ($3 == "-" ? "" : $3), $4, $5, $6, sprintf("%.0f", n / $6), $14, so }' \
+        "$RES" >>"$SPEED_CSV"
+    echo "Appended $(wc -l <"$RES") rows to $SPEED_CSV"
+}
+
+if [ "$SPEED_ONLY" = 1 ]; then
+    say "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+    speed_pairs
+    speed_report
+    exit 0
+fi
+# ------------------------------------------------------------------ end of speed (issue 29)
+
 # ------------------------------------------------------------------ the cases
 CASES=("single:-:-")
 for b in $BATCHES; do CASES+=("loop:-:$b"); done
+if [ "$APP" = 1 ]; then for b in $BATCHES; do CASES+=("app:-:$b"); done; fi
 for l in 1 2; do for b in $BATCHES; do CASES+=("bf:$l:$b"); done; done
 B_SMALL=$(tr ' ' '\n' <<<"$BATCHES" | sort -n | head -1)
 B_LARGE=$(tr ' ' '\n' <<<"$BATCHES" | sort -n | tail -1)
@@ -366,7 +479,7 @@ done
 if [ -n "${N_BIG:-}" ]; then
     N_MAIN=$N; N=$N_BIG
     say "scale cases: building items_src with N_BIG=$N rows"
-    Q -v n="$N" -f "$HERE/sql/make_src.sql"
+    Q -v n="$N" -f "$SRC_SQL"
     KEY_PREFIX=big:
     run_case loop - 1000 1
     for l in 1 2; do run_case bf "$l" 1000 1; done
@@ -406,6 +519,7 @@ for c in "${CASES[@]}"; do
     case $kind in
         single) label="single UPDATE (1 txn)"; xl="-" ;;
         loop)   label="PL/pgSQL keyset loop, COMMIT per batch"; xl="1.00x" ;;
+        app)    label="app-side client loop (psycopg2, TCP, autocommit)"; xl=$(ratio "${S_LOOP[$b]}" "$s") ;;
         bf)     label="pg_backfill"; xl=$(ratio "${S_LOOP[$b]}" "$s") ;;
         bfsync) label="pg_backfill, async_commit => false"; xl=$(ratio "${S_LOOP[$b]}" "$s") ;;
     esac
@@ -439,6 +553,12 @@ for b in $BATCHES; do
     [ "$b" -le 1000 ] || continue
     x=$(ratio "${S_LOOP[$b]}" "$(med "bf:1:$b" 6)"); x=${x%x}
     echo "- 1 lane >= 1.15x the PL/pgSQL loop, batch $b: ${x}x -> $(verdict "$x" 1.15)"
+done
+for b in $BATCHES; do
+    [ "$APP" = 1 ] || { echo "- 1 lane against the app-side client loop, batch $b: n/a (SKIP: no psycopg2)"; continue; }
+    t=1.0; [ "$b" = 1000 ] && t=1.3
+    x=$(ratio "$(med "app:-:$b" 6)" "$(med "bf:1:$b" 6)"); x=${x%x}
+    echo "- 1 lane >= ${t}x the app-side client loop, batch $b: ${x}x -> $(verdict "$x" "$t")"
 done
 x=$(ratio "$(med "bf:1:$B_LARGE" 6)" "$(med "bf:1:$B_SMALL" 6)"); x=${x%x}
 echo "- batch $B_SMALL >= 0.9x the rows/s of batch $B_LARGE (1 lane, asynchronous commits): ${x}x -> $(verdict "$x" 0.9)"

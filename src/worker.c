@@ -17,6 +17,7 @@
 #include "access/xact.h"
 
 #include "miscadmin.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 
 #include "worker.h"
@@ -140,12 +141,41 @@ key_text_enter(void)
 	return level;
 }
 
+/*
+ * The built-in key types whose text no setting changes (integers, text,
+ * uuid, numeric): written without the settings, which cost more than a
+ * small batch's other steps (lc_monetary's check sets the locale twice);
+ * a lane writes one or two keys a batch.
+ */
+static bool
+key_text_fixed(Oid output)
+{
+	switch (output)
+	{
+		case F_INT2OUT:
+		case F_INT4OUT:
+		case F_INT8OUT:
+		case F_OIDOUT:
+		case F_TEXTOUT:
+		case F_VARCHAROUT:
+		case F_BPCHAROUT:
+		case F_UUID_OUT:
+		case F_NUMERIC_OUT:
+			return true;
+		default:
+			return false;
+	}
+}
+
 char *
 worker_key_output(Oid output, Datum value)
 {
-	int			level = key_text_enter();
+	int			level;
 	char	   *text;
 
+	if (key_text_fixed(output))
+		return OidOutputFunctionCall(output, value);
+	level = key_text_enter();
 	text = OidOutputFunctionCall(output, value);
 	AtEOXact_GUC(true, level);
 	return text;

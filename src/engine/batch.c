@@ -62,6 +62,19 @@ static SPIPlanPtr checkpoint_plan = NULL;
 static SPIPlanPtr checkpoint_tid_plan = NULL;
 static SPIPlanPtr done_plan = NULL;
 
+/* the key scans sized for one batch size (sized_key_scan) */
+static void
+free_sized_plans(Pass *pass)
+{
+	for (int variant = 0; variant < 4; variant++)
+	{
+		if (pass->keys_sized_plan[variant] != NULL)
+			SPI_freeplan(pass->keys_sized_plan[variant]);
+		pass->keys_sized_plan[variant] = NULL;
+	}
+	pass->keys_sized_limit = 0;
+}
+
 /*
  * Free the plans an earlier, failed attempt at batch_prepare kept; or,
  * in a backend that worked a pass itself, the plans once it is done.
@@ -75,6 +88,7 @@ batch_free_plans(Pass *pass)
 			SPI_freeplan(pass->keys_plan[variant]);
 		pass->keys_plan[variant] = NULL;
 	}
+	free_sized_plans(pass);
 	if (pass->action_plan != NULL)
 		SPI_freeplan(pass->action_plan);
 	pass->action_plan = NULL;
@@ -140,10 +154,12 @@ key_type_aggregated(Oid keytype)
 
 /*
  * The key scan of one variant: bit 1, a lower bound ($2, exclusive); bit 2,
- * an upper bound ($3, inclusive); $1 the batch size.
+ * an upper bound ($3, inclusive); $1 the batch size, or limit (> 0)
+ * written in ($1 then unused).
  */
 static char *
-key_scan_sql(Pass *pass, int variant, const char *key, const char *gt, const char *le)
+key_scan_sql(Pass *pass, int variant, const char *key, const char *gt, const char *le,
+			 int64 limit)
 {
 	StringInfoData sql;
 
@@ -159,7 +175,11 @@ key_scan_sql(Pass *pass, int variant, const char *key, const char *gt, const cha
 	if (pass->partitioned)
 		appendStringInfoString(&sql, leaves_scan_sql(key, pass->keytype, 4));
 	/* between newlines: a trailing "--" comment in it cannot reach further */
-	appendStringInfo(&sql, "(\n%s\n) ORDER BY %s LIMIT $1", pass->predicate, key);
+	appendStringInfo(&sql, "(\n%s\n) ORDER BY %s LIMIT ", pass->predicate, key);
+	if (limit > 0)
+		appendStringInfo(&sql, INT64_FORMAT, limit);
+	else
+		appendStringInfoString(&sql, "$1");
 	if (pass->keys_aggregated)
 		appendStringInfo(&sql, ") keys");
 	return sql.data;
@@ -233,7 +253,7 @@ prepare_table(Pass *pass)
 	/* a partitioned table's: planned for each batch, as a composite key's (leaves.c) */
 	for (int variant = 0; variant < 4; variant++)
 		pass->keys_plan[variant] = prepare_kept(pass, "key scan",
-												key_scan_sql(pass, variant, key, gt, le),
+												key_scan_sql(pass, variant, key, gt, le, 0),
 												pass->partitioned ? 3 + LEAVES_SCAN_PARAMS : 3,
 												key_types,
 												pass->partitioned ? CURSOR_OPT_CUSTOM_PLAN : 0);
@@ -300,7 +320,9 @@ checkpoint_partition_done(Pass *pass, Claim *claim)
  * The checkpoint: the partition's row updated, the pass's state read back;
  * $9 is why the lane holds back (the WAL budget it waited for before
  * this batch, or the foreground throttle, pacing.c), or NULL.  WHERE_TID is empty, or the condition that finds the row by its
- * TID ($10).
+ * TID ($10).  The pass's rows are found by $1 (c's run_id), so that each is
+ * an index lookup whatever the tables' statistics say: joined on c.run_id,
+ * the plan hashed the run table for every batch while it was small.
  */
 #define CHECKPOINT_SQL(WHERE_TID) \
 	"WITH c AS (" \
@@ -311,8 +333,8 @@ checkpoint_partition_done(Pass *pass, Claim *claim)
 	"    AND p.holder_pid = $5 AND p.holder_start = $6" \
 	"  RETURNING p.run_id, p.ctid)" \
 	" SELECT l.status, d.checksum, d.rate, d.batch_size, r.paused, c.ctid, d.max_wal_rate" \
-	"   FROM c JOIN backfill.ledger l ON l.run_id = c.run_id" \
-	"   JOIN backfill.run r ON r.run_id = c.run_id" \
+	"   FROM c JOIN backfill.ledger l ON l.run_id = $1" \
+	"   JOIN backfill.run r ON r.run_id = $1" \
 	"   LEFT JOIN backfill.declaration d ON d.name = l.declaration"
 
 /*
@@ -715,6 +737,43 @@ batch_move_cursor(Pass *pass, Claim *claim, const Datum *next)
 }
 
 /*
+ * The key scan with the batch size written in as its LIMIT, for a table
+ * whose key is one column and whose batches have a fixed size.  With
+ * LIMIT $1 the plan cache plans the key scan again for every batch: a
+ * generic plan assumes a LIMIT it cannot see returns a tenth of the
+ * table, so it never looks as cheap as a custom plan for a small batch,
+ * and planning was a twentieth of a lane's time at batch 200 (issue 29).
+ * With the limit written in, a generic plan costs what a custom one does
+ * and the plan cache keeps it (it still chooses: a custom plan while the
+ * generic one looks dearer).  Prepared, in the batch's transaction as the
+ * declaring role, for the batch size in force, and again when that
+ * changes (a new declaration); NULL for any other limit (a row being
+ * isolated, the first key alone), a composite key, a partitioned table or
+ * a batch time target (a size that moves every batch): those take $1.
+ */
+static SPIPlanPtr
+sized_key_scan(Pass *pass, int variant, int64 limit)
+{
+	Oid			key_types[3] = {INT8OID, pass->keytype, pass->keytype};
+
+	if (pass->keyset.nkeys > 1 || pass->partitioned || pass->target_batch_ms > 0 ||
+		limit != pass->batch_size || limit <= 0)
+		return NULL;
+	if (pass->keys_sized_limit != limit)
+		free_sized_plans(pass);
+	if (pass->keys_sized_plan[variant] == NULL)
+	{
+		pass->keys_sized_plan[variant] =
+			prepare_kept(pass, "key scan",
+						 key_scan_sql(pass, variant, quote_identifier(pass->key), pass->key_gt,
+									  pass->key_le, limit),
+						 3, key_types, 0);
+		pass->keys_sized_limit = limit;
+	}
+	return pass->keys_sized_plan[variant];
+}
+
+/*
  * Run the key scan of a variant.  A partitioned table's is planned for
  * each batch; a leaf attached since the last ANALYZE has no statistics,
  * and the planner, expecting a row or two, would read the leaf's rest into
@@ -727,7 +786,10 @@ run_key_scan(Pass *pass, int variant, Datum *values, const char *nulls)
 {
 	int			nest;
 	int			rc;
+	SPIPlanPtr	sized = sized_key_scan(pass, variant, DatumGetInt64(values[0]));
 
+	if (sized != NULL)
+		return SPI_execute_plan(sized, values, nulls, false, 0);
 	if (!pass->partitioned)
 		return SPI_execute_plan(pass->keys_plan[variant], values, nulls, false, 0);
 	nest = NewGUCNestLevel();

@@ -92,6 +92,8 @@ typedef struct Pass
 	/* plans, prepared once per lane as the declaring role */
 	SPIPlanPtr	keys_plan[4];	/* indexed by (has cursor) | (has upper bound) << 1 */
 	bool		keys_aggregated;	/* keys_plan answers min, max, count */
+	SPIPlanPtr	keys_sized_plan[4];	/* the same with LIMIT keys_sized_limit written in */
+	int64		keys_sized_limit;	/* (batch.c; 0: none prepared) */
 	SPIPlanPtr	action_plan;
 	char	   *key_eq;			/* the key type's btree equality, spelled (batch.c) */
 	char	   *bound;			/* the upper end of the pass's key range, as key text, or NULL */
