@@ -1745,3 +1745,12 @@ BEGIN
     END LOOP;
 END
 $$;
+
+/*
+ * A fresh-context attacker's findings after issues 23 and 28 (D1-D3):
+ * backfill_rehearse refuses a NULL name (BF012) or a NULL number of
+ * batches (BF043) instead of answering with no rows, so it is no longer
+ * STRICT.  (Its worker now terminates itself past a batch's timeout and
+ * when its caller is gone, and one role rehearses one at a time: C only.)
+ */
+ALTER FUNCTION backfill_rehearse(text, integer) CALLED ON NULL INPUT;

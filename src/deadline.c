@@ -16,12 +16,15 @@
  * exits.  deadline_fired() tells an exit callback (drift.c, scope.c) to
  * record the termination.  Lanes' batches are watched from outside, by
  * their scheduler (shmem.c, backfill_lane_terminate_overdue), since a
- * cancel's bound starts when the cancel is sent.
+ * cancel's bound starts when the cancel is sent.  A worker that answers a
+ * waiting caller (a rehearsal) also watches that the caller still exists:
+ * one whose caller is gone terminates itself.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include <errno.h>
 #include <signal.h>
 
 #include "miscadmin.h"
@@ -51,6 +54,35 @@ deadline_arm(TimestampTz at)
 		deadline_id = RegisterTimeout(USER_TIMEOUT, deadline_handler);
 	armed_at = GetCurrentTimestamp();
 	enable_timeout_at(deadline_id, at);
+}
+
+static TimeoutId watch_id = MAX_TIMEOUTS;
+static volatile pid_t watched_pid = 0;
+
+/* in the SIGALRM handler: kill(pid, 0) is async-signal-safe, a lock is not */
+static void
+watch_handler(void)
+{
+	int			save_errno = errno;
+
+	if (watched_pid != 0 && kill(watched_pid, 0) != 0 && errno == ESRCH)
+	{
+		fired = true;
+		(void) kill(MyProcPid, SIGTERM);
+	}
+	errno = save_errno;
+}
+
+void
+deadline_watch_pid(int pid)
+{
+	if (!IsBackgroundWorker || pid <= 0)
+		return;
+	if (watch_id == MAX_TIMEOUTS)
+		watch_id = RegisterTimeout(USER_TIMEOUT, watch_handler);
+	watched_pid = pid;
+	enable_timeout_every(watch_id, TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000),
+						 1000);
 }
 
 void

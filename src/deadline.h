@@ -21,6 +21,13 @@
 extern void deadline_arm(TimestampTz at);
 extern void deadline_disarm(void);
 
+/*
+ * Every second, check that process pid (the caller that waits for this
+ * worker) still exists; when it is gone, this worker terminates itself as
+ * at a deadline.  A background worker only.
+ */
+extern void deadline_watch_pid(int pid);
+
 /* Did the deadline end this process?  *elapsed_ms: since it was armed. */
 extern bool deadline_fired(int *elapsed_ms);
 

@@ -674,11 +674,18 @@ backfill_lane_preempt(int index, TimestampTz batch_since)
 	bool		done = false;
 
 	LWLockAcquire(shared->lane_lock, LW_EXCLUSIVE);
-	if (e->in_use && e->in_batch && e->pid != 0 && e->batch_since == batch_since)
+	/*
+	 * Once only: the grace after which the scheduler terminates a batch that
+	 * caught the cancel runs from the first one (a cancel sent again each
+	 * tick would start it again, and such a batch would never end).
+	 */
+	if (e->in_use && e->in_batch && e->pid != 0 && e->batch_since == batch_since &&
+		!e->preempt)
 	{
 		e->preempt = true;
 		e->yield = true;
-		e->cancelled_at = GetCurrentTimestamp();
+		if (e->cancelled_at == 0)
+			e->cancelled_at = GetCurrentTimestamp();
 		(void) kill(e->pid, SIGINT);
 		done = true;
 	}

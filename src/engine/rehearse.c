@@ -63,6 +63,8 @@
 #include "utils/timestamp.h"
 
 #include "batch.h"
+#include "config.h"
+#include "deadline.h"
 #include "estimate.h"
 #include "pass.h"
 #include "rehearse.h"
@@ -408,7 +410,12 @@ rehearse_batch(Pass *pass, Starts *s, int i, RehearsalBatch *b)
 		(void) set_config_option("lock_timeout", psprintf("%d", pass->lock_timeout_ms),
 								 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 		worker_statement_timeout(pass->batch_timeout_ms);
+		/* past the timeout and the grace, SQL that caught the cancel ends with the worker */
+		deadline_arm(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												 pass->batch_timeout_ms +
+												 BACKFILL_TERMINATE_GRACE_MS));
 		measure_batch(pass, &claim, b);
+		deadline_disarm();
 		rehearse_rollback(cxt, sec);
 	}
 	PG_CATCH();
@@ -416,6 +423,7 @@ rehearse_batch(Pass *pass, Starts *s, int i, RehearsalBatch *b)
 		ErrorData  *edata;
 
 		capture = NULL;
+		deadline_disarm();
 		worker_statement_timeout_end();
 		edata = worker_abort_xact(cxt);
 		snprintf(b->error, sizeof(b->error), "%s: %s", unpack_sql_state(edata->sqlerrcode),

@@ -28,6 +28,8 @@
 #include "postmaster/bgworker.h"
 #include "storage/dsm.h"
 #include "storage/ipc.h"
+#include "storage/lmgr.h"
+#include "storage/lock.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/tuplestore.h"
@@ -85,6 +87,24 @@ check_batches(const char *name, int batches)
 						REHEARSAL_MAX_BATCHES, batches),
 				 errhint("Pass batches => 5 (the default) for the start, the middle and the "
 						 "end of the key space and two between.")));
+}
+
+/*
+ * One rehearsal at a time for the role a backfill's lanes log in as: a
+ * second call waits (in its own session, as for any lock: lock_timeout
+ * bounds it) instead of taking another worker slot, so one role cannot
+ * fill max_worker_processes with rehearsals.  An advisory lock of a kind
+ * (field4 3) that SQL's advisory lock functions cannot take.
+ */
+#define REHEARSAL_LOCK_KEY	0x42460052	/* "BF" 'R' */
+
+static void
+lock_role_rehearsal(Oid run_as)
+{
+	LOCKTAG		tag;
+
+	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, REHEARSAL_LOCK_KEY, run_as, 3);
+	(void) LockAcquire(&tag, ExclusiveLock, false, false);
 }
 
 /* Start the worker and wait for it to stop; a cancel of the caller stops it too. */
@@ -220,20 +240,29 @@ rehearsal_answer(const char *name, Rehearsal *r)
 Datum
 backfill_rehearse(PG_FUNCTION_ARGS)
 {
-	char	   *name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	int			batches = PG_GETARG_INT32(1);
+	char	   *name;
+	int			batches;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	dsm_segment *seg;
 	Rehearsal  *r;
 	Oid			run_as;
 
+	/* not STRICT: a NULL is refused, never answered with no rows */
+	name = PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0));
 	check_backfill_name(name);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_REHEARSAL_BATCHES),
+				 errmsg("a rehearsal of backfill \"%s\" needs a number of batches, not NULL", name),
+				 errhint("Leave batches out for the default, 5.")));
+	batches = PG_GETARG_INT32(1);
 	check_batches(name, batches);
 	check_not_standby("rehearse backfill", name);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	run_as = rehearse_target(name);
 	SPI_finish();
+	lock_role_rehearsal(run_as);
 
 	seg = dsm_create(sizeof(Rehearsal), 0);
 	r = (Rehearsal *) dsm_segment_address(seg);

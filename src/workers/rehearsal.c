@@ -28,6 +28,8 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
+#include "config.h"
+#include "deadline.h"
 #include "errors.h"
 #include "rehearsal.h"
 #include "rehearse.h"
@@ -41,6 +43,32 @@ rehearsal_start(dsm_segment *seg, MemoryContext cxt)
 	return worker_start("backfill_rehearsal_main", "pg_backfill rehearsal",
 						"pg_backfill rehearsal", UInt32GetDatum(dsm_segment_handle(seg)),
 						&r->run_as, sizeof(Oid), cxt);
+}
+
+/*
+ * At exit: a worker that terminated itself (a batch outlived its
+ * batch_timeout by the grace, its SQL catching the cancel; or its caller
+ * went away) says so in the answer, for a caller still waiting.
+ */
+static Rehearsal *answer_to = NULL;	/* the segment's answer, while attached */
+
+static void
+rehearsal_at_exit(int code, Datum arg)
+{
+	Rehearsal  *r = answer_to;
+	int			ms;
+
+	if (r == NULL || r->state != 0 || !deadline_fired(&ms))
+		return;
+	r->sqlerrcode = ERRCODE_QUERY_CANCELED;
+	snprintf(r->message, sizeof(r->message),
+			 "the rehearsal of backfill \"%s\" was terminated after %d ms", r->name, ms);
+	strlcpy(r->detail, "A batch outlived its batch_timeout by more than the grace: the "
+			"backfill's SQL went on after its cancel (it catches query_canceled).",
+			sizeof(r->detail));
+	strlcpy(r->hint, "Make the backfill's SQL end when it is cancelled, or its batches "
+			"shorter than batch_timeout.", sizeof(r->hint));
+	r->state = 2;
 }
 
 /* the error that ended the rehearsal, into the answer */
@@ -68,6 +96,10 @@ backfill_rehearsal_main(Datum main_arg)
 	if (seg == NULL)
 		proc_exit(0);
 	r = (Rehearsal *) dsm_segment_address(seg);
+	answer_to = r;
+	before_shmem_exit(rehearsal_at_exit, (Datum) 0);
+	/* nobody waits for the answer any more: stop (a caller terminated, say) */
+	deadline_watch_pid(MyBgworkerEntry->bgw_notify_pid);
 
 	/* as the backfill's role, as its lanes: never more privilege than it has */
 	BackgroundWorkerInitializeConnectionByOid(r->dboid, r->run_as, 0);
@@ -96,6 +128,7 @@ backfill_rehearsal_main(Datum main_arg)
 		rehearsal_failed(r, edata);
 	}
 	PG_END_TRY();
+	answer_to = NULL;
 	dsm_detach(seg);
 	proc_exit(0);
 }
