@@ -9,7 +9,8 @@
  * "total_cents IS NULL" is taken for 0.5% of the rows) is estimated from
  * TABLESAMPLE SYSTEM of at most
  * ESTIMATE_SAMPLE_PAGES pages (backfill.estimate_rows_sampled; a smaller
- * table is counted whole).  Everything runs as the lane's role, the
+ * table is counted whole); so is one whose statistics predate more changed
+ * rows than a tenth of the table (a migration rewrote the column since).  Everything runs as the lane's role, the
  * declarer: pg_stats shows it the columns it may read, and the sample
  * reads what its count would.
  *
@@ -94,6 +95,31 @@ statistics_missing(Oid relid, const char *relation, const char *predicate)
 	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 }
 
+/*
+ * Or: the table's statistics predate most of what it holds now: more rows
+ * inserted, updated or deleted since its last ANALYZE than a tenth of the
+ * rows it had then (autovacuum's default threshold for an ANALYZE), as
+ * after a migration that rewrote the column the predicate reads.
+ */
+static char *
+statistics_stale(Oid relid)
+{
+	Oid			types[1] = {OIDOID};
+	Datum		values[1] = {ObjectIdGetDatum(relid)};
+
+	if (SPI_execute_with_args(
+							  "SELECT 'its statistics predate ' || s.n_mod_since_analyze"
+							  "       || ' changed rows'"
+							  "  FROM pg_catalog.pg_class c"
+							  "  JOIN pg_catalog.pg_stat_all_tables s ON s.relid = c.oid"
+							  " WHERE c.oid = $1 AND c.reltuples > 0"
+							  "   AND NOT pg_catalog.row_security_active(c.oid)"
+							  "   AND s.n_mod_since_analyze > c.reltuples * 0.1",
+							  1, types, values, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		return NULL;
+	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+}
+
 /* the planner's estimate (backfill.estimate_rows) */
 static bool
 planner_estimate(const char *relation, const char *predicate, int64 *rows)
@@ -122,6 +148,8 @@ estimate_pass_rows(const char *name, Oid relid, const char *relation, const char
 	double		percent;
 
 	*note = NULL;
+	if (why == NULL)
+		why = statistics_stale(relid);
 	if (why == NULL)
 		return planner_estimate(relation, predicate, rows);
 	values[0] = ObjectIdGetDatum(relid);

@@ -247,4 +247,29 @@ ok($node->log_contains(qr/backfill "big": column total_cents has no statistics; 
 	'the log says so');
 sq(q{SELECT backfill_cancel('big')});
 
+# ---------------------------------------------------------------- estimates when the statistics predate the changes
+# the column has statistics, taken before a migration emptied 80% of it:
+# the planner believes the old ones
+sq(q{
+	CREATE TABLE old_stats (id bigint PRIMARY KEY, total int NOT NULL, total_cents bigint)
+		WITH (autovacuum_enabled = false);
+	INSERT INTO old_stats SELECT g, g % 1000, (g % 1000) * 100 FROM generate_series(1, 300000) g;
+	ANALYZE old_stats;
+});
+sq(q{UPDATE old_stats SET total_cents = NULL WHERE id % 5 <> 0});
+sq(q{SELECT backfill_declare(name => 'old_stats', relation => 'old_stats',
+	predicate => 'total_cents IS NULL', set => 'total_cents = total * 100', batch_size => 100, rate => 0.5)});
+$planner = sq(q{SELECT backfill.estimate_rows('public.old_stats', 'total_cents IS NULL')});
+cmp_ok($planner, '<', 24000, "the planner alone says $planner of 240000 (why the sample)");
+$run = sq(q{SELECT backfill_run('old_stats')});
+ok(BackfillTest::poll_until($node,
+		"SELECT estimate IS NOT NULL FROM backfill.run WHERE run_id = $run", 't', 300),
+	'stale statistics: the pass is planned');
+($estimate, $method) = split /\|/, sq(qq{SELECT estimate, plan_method FROM backfill.run WHERE run_id = $run});
+cmp_ok(abs($estimate - 240000), '<=', 0.25 * 240000,
+	"stale statistics: the estimate ($estimate) is within 25% of 240000");
+like($method, qr/estimate from a [0-9.]+% sample \(its statistics predate \d+ changed rows\)/,
+	'plan_method says the statistics predate the changes');
+sq(q{SELECT backfill_cancel('old_stats')});
+
 done_testing();
