@@ -493,6 +493,15 @@ check_not_retired(const char *name, const char *what)
 						 "a new name.")));
 }
 
+void
+report_not_declared(const char *name)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_UNKNOWN),
+			 errmsg("backfill \"%s\" is not declared", name),
+			 errhint("backfill_pending() lists the declared backfills.")));
+}
+
 bool
 catalog_has_column(const char *table, const char *column)
 {

@@ -87,4 +87,7 @@ extern char *retired_sql(const char *alias);
  */
 extern void check_not_retired(const char *name, const char *what);
 
+/* BF002: no declaration of that name (hint: backfill_pending) */
+extern void report_not_declared(const char *name) pg_attribute_noreturn();
+
 #endif							/* BACKFILL_CATALOG_H */

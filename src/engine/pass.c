@@ -490,10 +490,7 @@ pass_load_declared(Pass *pass, const char *name, MemoryContext cxt)
 		declaration_read(0, &decl, cxt);
 	catalog_leave(&scope);
 	if (!found)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_UNKNOWN),
-				 errmsg("backfill \"%s\" is not declared", name),
-				 errhint("backfill_pending() lists the declared backfills.")));
+		report_not_declared(name);
 	if (OidIsValid(decl.pages_fn))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),

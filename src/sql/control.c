@@ -163,10 +163,7 @@ target_load(const char *name, Target *t, bool missing_ok, const char *control)
 	catalog_leave(&scope);
 
 	if (!found && !missing_ok)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_UNKNOWN),
-				 errmsg("backfill \"%s\" is not declared", name),
-				 errhint("backfill_pending() lists the declared backfills.")));
+		report_not_declared(name);
 	if (found)
 	{
 		check_backfill_member(name, t->owner);

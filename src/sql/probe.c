@@ -60,10 +60,7 @@ probe_target(const char *name, DriftTarget *target)
 	}
 	catalog_leave(&scope);
 	if (!found)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_UNKNOWN),
-				 errmsg("backfill \"%s\" is not declared", name),
-				 errhint("backfill_pending() lists the declared backfills.")));
+		report_not_declared(name);
 	check_backfill_member(name, owner);
 	check_not_retired(name, "be probed");
 	if (!plain)

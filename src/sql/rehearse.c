@@ -65,10 +65,7 @@ rehearse_target(const char *name)
 	}
 	catalog_leave(&scope);
 	if (!found)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_UNKNOWN),
-				 errmsg("backfill \"%s\" is not declared", name),
-				 errhint("backfill_pending() lists the declared backfills.")));
+		report_not_declared(name);
 	check_backfill_member(name, owner);
 	check_not_retired(name, "be rehearsed");
 	/* a REVOKE since the declaration takes effect here too, as at a lane's start */

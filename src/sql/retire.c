@@ -79,10 +79,7 @@ retire_lock(const char *name, Oid *owner, char **checksum)
 	}
 	catalog_leave(&scope);
 	if (!found)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_UNKNOWN),
-				 errmsg("backfill \"%s\" is not declared", name),
-				 errhint("backfill_pending() lists the declared backfills.")));
+		report_not_declared(name);
 }
 
 /* the run a retired backfill keeps, or 0 */
