@@ -144,12 +144,13 @@ estimate_pass_rows(const char *name, Oid relid, const char *relation, const char
 	Oid			types[3] = {OIDOID, TEXTOID, INT4OID};
 	Datum		values[3];
 	char	   *why = statistics_missing(relid, relation, predicate);
+	bool		stale = false;
 	bool		isnull;
 	double		percent;
 
 	*note = NULL;
 	if (why == NULL)
-		why = statistics_stale(relid);
+		stale = (why = statistics_stale(relid)) != NULL;
 	if (why == NULL)
 		return planner_estimate(relation, predicate, rows);
 	values[0] = ObjectIdGetDatum(relid);
@@ -164,8 +165,10 @@ estimate_pass_rows(const char *name, Oid relid, const char *relation, const char
 										&isnull));
 	percent = DatumGetFloat8(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
 										   &isnull));
-	*note = percent >= 100 ? psprintf("estimate counted (%s)", why) :
-		psprintf("estimate from a %.1f%% sample (%s)", percent, why);
+	/* stale statistics are said in the log only: plan_method keeps to the plan */
+	if (!stale)
+		*note = percent >= 100 ? psprintf("estimate counted (%s)", why) :
+			psprintf("estimate from a %.1f%% sample (%s)", percent, why);
 	ereport(LOG,
 			(errmsg("backfill \"%s\": %s; about " INT64_FORMAT " rows to do, by a %s",
 					name, why, *rows, percent >= 100 ? "count of the whole table" :
