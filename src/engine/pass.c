@@ -238,6 +238,16 @@ pass_resolve_source(Pass *pass)
 	return true;
 }
 
+/* a composite key's columns, the index that serves it now and their I/O (keyset.c) */
+static void
+pass_keyset_resolve(Pass *pass, const Declaration *decl)
+{
+	pass->keyset.name = pass->name;
+	pass->keyset.relid = pass->relid;
+	pass->keyset.relation = pass->relation;
+	keyset_resolve(&pass->keyset, decl->key_columns, decl->key_types, pass->cxt);
+}
+
 /*
  * A composite key (keyset.c): its columns, the index that serves it now,
  * their I/O, in a transaction of its own.  A key of one column is a keyset
@@ -254,13 +264,10 @@ pass_resolve_keyset(Pass *pass, const Declaration *decl)
 	pass->keyset.nkeys = 1;
 	if (decl->key_columns == NULL || OidIsValid(pass->pages_fn))
 		return true;
-	pass->keyset.name = pass->name;
-	pass->keyset.relid = pass->relid;
-	pass->keyset.relation = pass->relation;
 	worker_begin_xact("pg_backfill lane: finding the key's index");
 	PG_TRY();
 	{
-		keyset_resolve(&pass->keyset, decl->key_columns, decl->key_types, pass->cxt);
+		pass_keyset_resolve(pass, decl);
 		worker_commit_xact();
 	}
 	PG_CATCH();
@@ -352,6 +359,22 @@ pass_declaration_refusal(Pass *pass, const Declaration *decl, const char *direct
 									"now that the catalogs are at 0.5",
 									decl->name, decl->key_column));
 	return NULL;
+}
+
+/*
+ * The process takes the pass's settings: names resolve as they did for the
+ * declarer's, pg_temp last (searchpath.c; a session working the pass has
+ * its own), and backfill_input() reads the pass's input in the predicate,
+ * the action and policies.
+ */
+static void
+pass_apply_settings(Pass *pass, const char *search_path)
+{
+	if (!worker_in_session())
+		searchpath_apply(search_path, GUC_ACTION_SET);
+	if (pass->input != NULL)
+		SetConfigOption("backfill.input", JsonbToCString(NULL, &pass->input->root, 0),
+						PGC_SUSET, PGC_S_OVERRIDE);
 }
 
 /*
@@ -452,14 +475,8 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 	if (ok && !pass_resolve_keyset(pass, &decl))
 		return false;
 
-	/* names resolve as they did for the declarer's, pg_temp last (searchpath.c) */
-	if (ok && !worker_in_session())
-		searchpath_apply(search_path, GUC_ACTION_SET);
-
-	/* backfill_input() reads it in the predicate, the action and policies */
-	if (ok && pass->input != NULL)
-		SetConfigOption("backfill.input", JsonbToCString(NULL, &pass->input->root, 0),
-						PGC_SUSET, PGC_S_OVERRIDE);
+	if (ok)
+		pass_apply_settings(pass, search_path);
 	return ok;
 }
 
@@ -516,14 +533,9 @@ pass_load_declared(Pass *pass, const char *name, MemoryContext cxt)
 	(void) pass_resolve_source(pass);
 	pass->keyset.nkeys = 1;
 	if (decl.key_columns != NULL)
-	{
-		pass->keyset.name = pass->name;
-		pass->keyset.relid = pass->relid;
-		pass->keyset.relation = pass->relation;
-		keyset_resolve(&pass->keyset, decl.key_columns, decl.key_types, pass->cxt);
-	}
+		pass_keyset_resolve(pass, &decl);
 	worker_commit_xact();
-	searchpath_apply(decl.search_path, GUC_ACTION_SET);
+	pass_apply_settings(pass, decl.search_path);
 }
 
 /* what planning a pass found: its partitions' bounds and the rows to do */
