@@ -7,7 +7,11 @@
 #      with the foreground throttle (backfill.foreground_throttle, on by default);
 #   2b. the same with backfill.foreground_throttle = off (what the throttle buys);
 #   3. beside an unpaced pass (rate 100000, max_parallel 2), as a contrast;
-#   4. beside the PL/pgSQL keyset loop (sql/procs.sql, batch 1000), the hand-written contrast.
+#   4. beside the PL/pgSQL keyset loop (sql/procs.sql, batch 1000), the hand-written contrast;
+#   5. a half-loaded box (issue 29): pgbench limited (-R) to half the tps of case 1, alone and
+#      beside the paced pass, and the paced pass alone on the idle box (no pgbench): the pass
+#      must keep at least 50% of its idle rows/s while pgbench's p99 stays within 1.2x of
+#      pgbench alone at that rate.
 # It prints pgbench's tps, p50 and p99 latency (exact, from pgbench's per-transaction log) for
 # each case, and the target line: paced backfill p99 within 1.2x of pgbench alone (with the
 # rows/s the pass did in the window), and the same ratio with the throttle off.
@@ -23,6 +27,7 @@
 #                             unless KEEP=1; server.log and the pgbench outputs stay)
 #   PGPORT=55471  PGBIN=/usr/lib/postgresql/15/bin
 #   CSV=bench/results/foreground.csv   one row per case is appended at the end
+#   CASES="alone paced paced_nofg unpaced loop idle_pass half_alone half_paced"   (alone is always run)
 #
 # Cases 2-4 start their backfill right before pgbench and stop it right after it: the passes
 # with backfill_cancel, the loop with pg_cancel_backend. Committed batches stay, so "rows done"
@@ -38,6 +43,7 @@ PGPORT=${PGPORT:-55471}
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 PGRUNAS=${PGRUNAS:-postgres}
 CSV=${CSV:-$HERE/results/foreground.csv}
+CASES=${CASES:-alone paced paced_nofg unpaced loop idle_pass half_alone half_paced}
 KEEP=${KEEP:-0}
 DATA=$PGBASE/data
 LOG=$PGBASE/server.log
@@ -115,8 +121,11 @@ reset_tables() {
     Q -f "$HERE/sql/fresh_items.sql"      # ends with CHECKPOINT
 }
 
+HALF_TPS=""          # half of case 1's tps, set once it ran
 run_pgbench() {  # tag -> pgbench output in $PGBASE/pgbench_<tag>.out, logs in $TMP/log_<tag>.*
-    "$PGBIN/pgbench" -c "$CLIENTS" -j "$THREADS" -T "$DURATION" -r -P 5 \
+    local limit=()
+    case $1 in half_*) limit=(-R "$HALF_TPS") ;; esac
+    "$PGBIN/pgbench" -c "$CLIENTS" -j "$THREADS" -T "$DURATION" -r -P 5 "${limit[@]}" \
         -l --log-prefix="$TMP/log_$1" >"$PGBASE/pgbench_$1.out" 2>&1 \
         || { cat "$PGBASE/pgbench_$1.out" >&2; die "pgbench ($1) failed"; }
 }
@@ -126,7 +135,7 @@ run_case() {  # case label
     reset_tables
     l0=$(loadavg | cut -d' ' -f1)
     case $c in
-        paced|paced_nofg|unpaced)
+        paced|paced_nofg|unpaced|idle_pass|half_paced)
             local rate=$PACED_RATE lanes=1
             [ "$c" = unpaced ] && { rate=100000; lanes=2; }
             name="fg_$c"
@@ -144,9 +153,9 @@ run_case() {  # case label
             BGPIDS+=("$bgpid")
             ;;
     esac
-    run_pgbench "$c"
+    if [ "$c" = idle_pass ]; then sleep "$DURATION"; else run_pgbench "$c"; fi
     case $c in
-        paced|paced_nofg|unpaced)
+        paced|paced_nofg|unpaced|idle_pass|half_paced)
             local status
             status=$(Q -c "SELECT status FROM backfill_status('$name')")
             if [ "$status" = running ]; then
@@ -174,11 +183,15 @@ run_case() {  # case label
     esac
     [ "$c" = alone ] || rows=$(Q -c "SELECT count(*) FROM items WHERE c IS NOT NULL")
     l1=$(loadavg | cut -d' ' -f1)
-    tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time).*/\1/p' "$PGBASE/pgbench_$c.out")
-    [ -n "$tps" ] || die "no tps in $PGBASE/pgbench_$c.out"
-    read -r p50 p99 nx < <(percentiles "$TMP"/log_"$c".*)
+    if [ "$c" = idle_pass ]; then
+        tps=0 p50=- p99=- nx=0
+    else
+        tps=$(sed -n 's/^tps = \([0-9.]*\) (without initial connection time).*/\1/p' "$PGBASE/pgbench_$c.out")
+        [ -n "$tps" ] || die "no tps in $PGBASE/pgbench_$c.out"
+        read -r p50 p99 nx < <(percentiles "$TMP"/log_"$c".*)
+    fi
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$c" "$label" "$tps" "$p50" "$p99" "$nx" "$rows" "$l0" "$l1" "$note" >>"$RES"
-    say "$(printf '%-8s tps %8.1f  p50 %7.2f ms  p99 %7.2f ms  %6d txns  rows done %-8s load %s -> %s  %s' \
+    say "$(printf '%-8s tps %8.1f  p50 %7s ms  p99 %7s ms  %6d txns  rows done %-8s load %s -> %s  %s' \
         "$c" "$tps" "$p50" "$p99" "$nx" "$rows" "$l0" "$l1" "$note")"
 }
 
@@ -188,11 +201,16 @@ if [ "$WARMUP" -gt 0 ]; then
     "$PGBIN/pgbench" -c "$CLIENTS" -j "$THREADS" -T "$WARMUP" >"$PGBASE/pgbench_warmup.out" 2>&1 || die "warm-up pgbench failed"
 fi
 say "cases: pgbench -c $CLIENTS -j $THREADS -T $DURATION, alone and beside three backfills over $N rows"
+wanted() { case " $CASES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 run_case alone    "pgbench alone"
-run_case paced    "beside pg_backfill, paced (1 lane, batch $PACED_BATCH, rate $PACED_RATE/s)"
-run_case paced_nofg "beside pg_backfill, paced, backfill.foreground_throttle = off"
-run_case unpaced  "beside pg_backfill, unpaced (2 lanes, batch $PACED_BATCH, rate 100000/s)"
-run_case loop     "beside PL/pgSQL keyset loop (batch $PACED_BATCH, unpaced)"
+HALF_TPS=$(awk -F'\t' '$1 == "alone" { printf "%.0f", $3 / 2 }' "$RES")
+wanted paced      && run_case paced    "beside pg_backfill, paced (1 lane, batch $PACED_BATCH, rate $PACED_RATE/s)"
+wanted paced_nofg && run_case paced_nofg "beside pg_backfill, paced, backfill.foreground_throttle = off"
+wanted unpaced    && run_case unpaced  "beside pg_backfill, unpaced (2 lanes, batch $PACED_BATCH, rate 100000/s)"
+wanted loop       && run_case loop     "beside PL/pgSQL keyset loop (batch $PACED_BATCH, unpaced)"
+wanted idle_pass  && run_case idle_pass "pg_backfill paced alone on the idle box (no pgbench)"
+wanted half_alone && run_case half_alone "pgbench -R $HALF_TPS (half of alone's tps) alone"
+wanted half_paced && run_case half_paced "pgbench -R $HALF_TPS beside pg_backfill, paced"
 LOAD_END=$(loadavg)
 
 # ------------------------------------------------------------------ report
@@ -209,7 +227,7 @@ echo
 echo "| case | pgbench tps | p50 ms | p99 ms | p99 x alone | backfill rows done during the window |"
 echo "|---|---:|---:|---:|---:|---:|"
 while IFS=$'\t' read -r c label tps p50 p99 nx rows l0 l1 note; do
-    printf '| %s | %.1f | %.2f | %.2f | %s | %s |\n' "$label" "$tps" "$p50" "$p99" "$(xalone "$p99")" "$(fmt_int "$rows")"
+    printf '| %s | %.1f | %s | %s | %s | %s |\n' "$label" "$tps" "$p50" "$p99" "$(xalone "$p99")" "$(fmt_int "$rows")"
 done <"$RES"
 echo
 while IFS=$'\t' read -r c label tps p50 p99 nx rows l0 l1 note; do
@@ -224,6 +242,15 @@ rps() { awk -F'\t' -v c="$1" -v d="$DURATION" '$1 == c { if ($7 == "-") print "-
 echo "paced backfill: p99 within ${TARGET}x of pgbench alone -> $V (${X}x; $(rps paced) rows/s in the window)"
 XN=$(xalone "$(awk -F'\t' '$1 == "paced_nofg" { print $5 }' "$RES")")
 echo "paced backfill, foreground throttle off: p99 ${XN}x pgbench alone ($(rps paced_nofg) rows/s in the window) (information: what the throttle buys)"
+# the half-loaded box: the pass's rows/s against its own on the idle box, pgbench's p99 against
+# pgbench alone at the same (-R) rate
+col() { awk -F'\t' -v c="$1" -v k="$2" '$1 == c { print $k }' "$RES"; }
+if wanted idle_pass && wanted half_alone && wanted half_paced; then
+    KEEP_RATIO=$(awk -v a="$(col half_paced 7)" -v b="$(col idle_pass 7)" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }')
+    HALF_X=$(awk -v a="$(col half_paced 5)" -v b="$(col half_alone 5)" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }')
+    HV=$(awk -v k="$KEEP_RATIO" -v x="$HALF_X" -v t="$TARGET" 'BEGIN { if (k == "-" || x == "-") print "n/a"; else if (k + 0 >= 0.5 && x + 0 <= t) print "MET"; else print "NOT MET" }')
+    echo "half-loaded box (pgbench -R $HALF_TPS): the paced pass keeps ${KEEP_RATIO}x its idle-box rows/s ($(rps half_paced) vs $(rps idle_pass); target >= 0.50) while pgbench's p99 is ${HALF_X}x pgbench alone at that rate (target <= ${TARGET}x) -> $HV"
+fi
 echo
 [ "$(date -u -r "$SOFILE" +%FT%TZ 2>/dev/null || echo unknown)" = "$SOSTAMP" ] ||
     echo "NOTE: $SOFILE was reinstalled during this run; the server kept the build installed at $SOSTAMP."
