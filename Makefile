@@ -48,6 +48,7 @@ OBJS = \
 	src/engine/windows.o \
 	src/engine/condition.o \
 	src/engine/health.o \
+	src/engine/idlecores.o \
 	src/engine/backoff.o \
 	src/engine/drift.o \
 	src/workers/launcher.o \

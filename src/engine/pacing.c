@@ -56,11 +56,15 @@
  * applies to running lanes.
  *
  * Foreground (backfill.foreground_throttle): every batch samples how many
- * client sessions are at work (health.c).  While they are as many as half
- * the cores (at least one), each fresh sample halves the share of its time
- * the lane works, down to 1/64: after a batch that took d, the lane waits
- * d * (1/share - 1).  Once they are fewer, each sample gives an eighth
- * back (additive increase, multiplicative decrease).  The lane keeps
+ * client sessions are at work (health.c) and how many cores were idle
+ * since the last sample (idlecores.c).  While the sessions are as many as
+ * half the cores (at least one) and less than FOREGROUND_IDLE_CORES cores
+ * were idle (or the idle cores are unknown), each fresh sample halves the
+ * share of its time the lane works, down to 1/64: after a batch that took
+ * d, the lane waits d * (1/share - 1).  Otherwise each sample gives an
+ * eighth back (additive increase, multiplicative decrease): on a box at
+ * half its capacity a lane keeps working in the core the foreground
+ * leaves idle, and on a saturated one it holds back.  The lane keeps
  * working at its lowest share, so a busy server still sees the pass move;
  * the checkpoint says why it holds back.  Lowering the lane's OS priority
  * instead made the foreground slower: a descheduled backend that holds an
@@ -84,6 +88,7 @@
 #include "catalog.h"
 #include "condition.h"
 #include "health.h"
+#include "idlecores.h"
 #include "pacing.h"
 #include "shmem.h"
 #include "windows.h"
@@ -113,6 +118,8 @@ pacing_start(Pass *pass, Claim *claim)
 #define FOREGROUND_MIN_SHARE	(1.0 / 64)
 #define FOREGROUND_STEP_BACK	(1.0 / 8)
 #define FOREGROUND_MAX_WAIT_MS	10000
+/* idle cores at which a busy foreground still leaves room for the lane */
+#define FOREGROUND_IDLE_CORES	0.5
 
 /* the cores of this machine, as the foreground throttle counts them */
 static int
@@ -130,6 +137,22 @@ machine_cores(void)
 }
 
 /*
+ * Is the foreground busy by a fresh sample: client sessions at work as
+ * many as half the cores, and less than FOREGROUND_IDLE_CORES idle (or
+ * no idle count)?  The idle cores are read at every sample, so that each
+ * reading covers the time since the one before.
+ */
+static bool
+foreground_busy(Claim *claim, int cores)
+{
+	double		idle = idle_cores_since_last(cores);
+
+	if (claim->health.foreground < Max(1.0, cores / 2.0))
+		return false;
+	return idle < 0 || idle < FOREGROUND_IDLE_CORES;
+}
+
+/*
  * AIMD on the lane's share of time after a fresh sample of the
  * foreground; says why in the reason the next checkpoint writes.
  */
@@ -137,7 +160,6 @@ static void
 foreground_adjust(Claim *claim)
 {
 	int			cores = machine_cores();
-	double		busy_at = Max(1.0, cores / 2.0);
 	int			was = (int) (1.0 / claim->foreground_share + 0.5);
 	int			now;
 
@@ -145,7 +167,7 @@ foreground_adjust(Claim *claim)
 		claim->foreground_share = 1.0;
 	else if (!claim->health.foreground_fresh)
 		return;
-	else if (claim->health.foreground >= busy_at)
+	else if (foreground_busy(claim, cores))
 		claim->foreground_share = Max(claim->foreground_share / 2.0, FOREGROUND_MIN_SHARE);
 	else
 		claim->foreground_share = Min(claim->foreground_share + FOREGROUND_STEP_BACK, 1.0);
