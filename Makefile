@@ -59,7 +59,8 @@ OBJS = \
 	src/advisory.o \
 	src/worker.o \
 	src/outbox/outbox.o \
-	src/outbox/relay.o
+	src/outbox/relay.o \
+	src/outbox/events.o
 
 EXTENSION = pg_backfill
 DATA = pg_backfill--0.1.sql pg_backfill--0.1--0.2.sql pg_backfill--0.2--0.3.sql pg_backfill--0.3--0.4.sql pg_backfill--0.4--0.5.sql pg_backfill--0.5--0.6.sql

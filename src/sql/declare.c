@@ -61,6 +61,7 @@
 #include "declaration.h"
 #include "errors.h"
 #include "key.h"
+#include "outbox.h"
 #include "requires.h"
 #include "scope.h"
 #include "shmem.h"
@@ -1405,6 +1406,7 @@ backfill_declare(PG_FUNCTION_ARGS)
 	read_adaptive_options(&args, &decl);
 	read_lifecycle_options(&args, &decl);
 	read_when_options(&args, &decl);
+	decl.events = arg_text(&args, "events");
 	run_as_name = read_trust_options(&args, &decl);
 
 	read_action_options(&args, &decl);
@@ -1435,6 +1437,8 @@ backfill_declare(PG_FUNCTION_ARGS)
 	/* stored as the extension's owner; lanes resolve names as the declarer did */
 	decl.search_path = pstrdup(GetConfigOption("search_path", false, false));
 	catalog_enter(&scope);
+	if (decl.events != NULL)	/* its owner may emit there (outbox/events.c) */
+		events_check_topic(decl.name, decl.events, decl.owner);
 	check_redeclaration(&decl);
 	declaration_store(&decl);
 	catalog_leave(&scope);
