@@ -11,6 +11,9 @@ OBJS = \
 	src/searchpath.o \
 	src/deadline.o \
 	src/sql/declare.o \
+	src/sql/declare_args.o \
+	src/sql/declare_check.o \
+	src/sql/declare_source.o \
 	src/sql/key.o \
 	src/sql/action.o \
 	src/sql/run.o \
