@@ -30,6 +30,7 @@
 
 #include "catalog.h"
 #include "errors.h"
+#include "events.h"
 #include "outbox.h"
 
 PG_FUNCTION_INFO_V1(backfill_event_emit);

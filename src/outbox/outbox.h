@@ -30,10 +30,4 @@ extern bool outbox_topic_owner(Datum topic, Oid *owner, Datum *grantees, bool *g
 extern int64 outbox_insert(Datum topic, Datum key, Datum payload, Oid emitter,
 						   bool check_emitter);
 
-/*
- * events => topic of a declaration (events.c): refuse a topic with no
- * sink (BF045) or one the declarer may not emit into (BF042).
- */
-extern void events_check_topic(const char *name, const char *topic, Oid declarer);
-
 #endif							/* BACKFILL_OUTBOX_H */

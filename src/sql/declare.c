@@ -61,7 +61,7 @@
 #include "declaration.h"
 #include "errors.h"
 #include "key.h"
-#include "outbox.h"
+#include "events.h"
 #include "requires.h"
 #include "scope.h"
 #include "shmem.h"
