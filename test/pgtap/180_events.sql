@@ -12,6 +12,8 @@
 --  * the payload: event, backfill, run_id, status, rows, error_code, at and
 --    a gap-free seq per backfill; emitted_by is the declaration's owner;
 --    the function sink receives each event once, in order
+--  * the relay checks that owner for every event: with the grant revoked the
+--    events die unsent, with the reason, and the pass goes on
 \set ON_ERROR_STOP 1
 SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS pg_backfill CASCADE;
@@ -33,7 +35,8 @@ GRANT USAGE ON SCHEMA backfill TO bf180_owner, bf180_other;
 GRANT SELECT, INSERT, UPDATE, DELETE ON backfill.outbox_sink, backfill.outbox_grant
     TO bf180_owner, bf180_other;
 GRANT EXECUTE ON FUNCTION backfill_outbox_sink(text, text, text, text, interval, integer, interval,
-    interval), backfill_outbox_grant(text, regrole) TO bf180_owner, bf180_other;
+    interval), backfill_outbox_grant(text, regrole), backfill_outbox_revoke(text, regrole)
+    TO bf180_owner, bf180_other;
 CREATE FUNCTION bf180_sink(topic text, key text, payload jsonb) RETURNS void
 LANGUAGE sql AS $$ INSERT INTO public.bf180_log (key, payload) VALUES (key, payload) $$;
 ALTER FUNCTION bf180_sink(text, text, jsonb) OWNER TO bf180_owner;
@@ -231,6 +234,24 @@ SELECT is((SELECT array_agg(payload->>'seq' ORDER BY n) FROM bf180_log WHERE key
     '{1,2,3,4,5,6}', 'the sink got bf180w''s events once each, in order');
 SELECT is((SELECT count(*) FROM bf180_log), (SELECT count(*) FROM backfill.outbox),
     'as many deliveries as events');
+
+-- the relay checks the emitter (the declaration's owner) of every event:
+-- after the topic's grant is revoked, the events die unsent and the pass goes on
+SET ROLE bf180_owner;
+SELECT length(backfill_declare(name => 'bf180g', relation => 'bf180_items', predicate => 'c IS NULL',
+    set => 'c = id', events => 'bf180.other', rate => 100));
+RESET ROLE;
+SET ROLE bf180_other;
+SELECT ok(backfill_outbox_revoke('bf180.other', 'bf180_owner'), 'the grant is taken back');
+RESET ROLE;
+SET ROLE bf180_owner;
+SELECT backfill_run('bf180g') AS r \gset
+SELECT is(backfill_wait(:r, '60 s'), 'completed', 'the pass goes on without its events');
+RESET ROLE;
+SELECT ok(bf180_until($$(SELECT bool_and(state = 'dead') FROM backfill.outbox WHERE key = 'bf180g')$$),
+    'its events die unsent');
+SELECT is((SELECT DISTINCT last_error FROM backfill.outbox WHERE key = 'bf180g'),
+    'role "bf180_owner" may not emit into topic "bf180.other"', 'the relay says why');
 
 DROP FUNCTION bf180_events(text);
 DROP FUNCTION bf180_last(text);

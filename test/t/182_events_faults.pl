@@ -30,7 +30,7 @@ diag("182_events_faults: seed $SEED (FE_SEED=$SEED repeats it)");
 
 my @NAMES = qw(fe_a fe_b fe_c fe_d);
 my $ROWS = 600;
-my $ROUNDS = 8;
+my $ROUNDS = 6;
 my $END_TIMEOUT = 120;
 
 my $node = BackfillTest::node('events_faults', crash_restart => 1);
