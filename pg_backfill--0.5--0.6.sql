@@ -1762,9 +1762,13 @@ ALTER FUNCTION backfill_rehearse(text, integer) CALLED ON NULL INPUT;
  * changes are caught by AFTER triggers on the catalogs that record them,
  * filtered by column lists and WHEN clauses (a batch's checkpoint fires
  * none of them unless its throttle starts or stops), so whichever C module
- * writes those rows, the event commits or rolls back with it.  The message
- * is emitted by the declaration's owner; the relay checks that role
- * against the topic's owner and grants like any message's.
+ * writes those rows, the event commits or rolls back with it.  They are
+ * constraint triggers deferred to the commit: the backfill's event number
+ * (a row lock) is then the last lock its transaction takes, so a lane
+ * ending a pass (ledger, then run) and a backfill_pause (run) never wait
+ * for each other in a cycle.  The message is emitted by the declaration's
+ * owner; the relay checks that role against the topic's owner and grants
+ * like any message's.
  */
 ALTER TABLE backfill.declaration ADD COLUMN events text;   -- not in the checksum
 
@@ -1869,9 +1873,11 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER ledger_event_queued AFTER INSERT ON backfill.ledger
+CREATE CONSTRAINT TRIGGER ledger_event_queued AFTER INSERT ON backfill.ledger
+    DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW EXECUTE FUNCTION backfill.ledger_event();
-CREATE TRIGGER ledger_event_ended AFTER UPDATE OF status ON backfill.ledger
+CREATE CONSTRAINT TRIGGER ledger_event_ended AFTER UPDATE OF status ON backfill.ledger
+    DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW WHEN (OLD.status = 'running' AND NEW.status <> 'running')
     EXECUTE FUNCTION backfill.ledger_event();
 
@@ -1900,7 +1906,8 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER run_event AFTER UPDATE OF phase, paused ON backfill.run
+CREATE CONSTRAINT TRIGGER run_event AFTER UPDATE OF phase, paused ON backfill.run
+    DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW WHEN ((OLD.phase = 'queued' AND NEW.phase <> 'queued') OR OLD.paused <> NEW.paused)
     EXECUTE FUNCTION backfill.run_event();
 
@@ -1920,7 +1927,8 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER partition_event AFTER UPDATE OF throttle ON backfill.partition
+CREATE CONSTRAINT TRIGGER partition_event AFTER UPDATE OF throttle ON backfill.partition
+    DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW WHEN ((OLD.throttle IS NULL) <> (NEW.throttle IS NULL))
     EXECUTE FUNCTION backfill.partition_event();
 
@@ -1934,9 +1942,11 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER watch_event_first AFTER INSERT ON backfill.watch
+CREATE CONSTRAINT TRIGGER watch_event_first AFTER INSERT ON backfill.watch
+    DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW WHEN (NEW.drifts > 0) EXECUTE FUNCTION backfill.watch_event();
-CREATE TRIGGER watch_event AFTER UPDATE OF drifts ON backfill.watch
+CREATE CONSTRAINT TRIGGER watch_event AFTER UPDATE OF drifts ON backfill.watch
+    DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW WHEN (NEW.drifts > OLD.drifts) EXECUTE FUNCTION backfill.watch_event();
 
 /* retired: the end of a backfill's life (its last completed pass) */
@@ -1947,7 +1957,8 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE TRIGGER retired_event AFTER INSERT ON backfill.retired
+CREATE CONSTRAINT TRIGGER retired_event AFTER INSERT ON backfill.retired
+    DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW EXECUTE FUNCTION backfill.retired_event();
 REVOKE ALL ON FUNCTION backfill.ledger_event(), backfill.run_event(), backfill.partition_event(),
     backfill.watch_event(), backfill.retired_event() FROM PUBLIC;
