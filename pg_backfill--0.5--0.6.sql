@@ -1762,13 +1762,15 @@ ALTER FUNCTION backfill_rehearse(text, integer) CALLED ON NULL INPUT;
  * changes are caught by AFTER triggers on the catalogs that record them,
  * filtered by column lists and WHEN clauses (a batch's checkpoint fires
  * none of them unless its throttle starts or stops), so whichever C module
- * writes those rows, the event commits or rolls back with it.  They are
- * constraint triggers deferred to the commit: the backfill's event number
- * (a row lock) is then the last lock its transaction takes, so a lane
- * ending a pass (ledger, then run) and a backfill_pause (run) never wait
- * for each other in a cycle.  The message is emitted by the declaration's
- * owner; the relay checks that role against the topic's owner and grants
- * like any message's.
+ * writes those rows, the event commits or rolls back with it.  (Not
+ * deferred to the commit: a deferred trigger cannot fire in a
+ * security-restricted operation, where backfill_finalize commits.)  The
+ * backfill's event number is a row lock taken after the locks the writers
+ * already take in their order (declaration, ledger, run: control.c,
+ * pass.c), so it adds no cycle; the watch's trigger takes the declaration
+ * first, as the catch-up pass will.  The message is emitted by the
+ * declaration's owner; the relay checks that role against the topic's
+ * owner and grants like any message's.
  */
 ALTER TABLE backfill.declaration ADD COLUMN events text;   -- not in the checksum
 
@@ -1873,11 +1875,9 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE CONSTRAINT TRIGGER ledger_event_queued AFTER INSERT ON backfill.ledger
-    DEFERRABLE INITIALLY DEFERRED
+CREATE TRIGGER ledger_event_queued AFTER INSERT ON backfill.ledger
     FOR EACH ROW EXECUTE FUNCTION backfill.ledger_event();
-CREATE CONSTRAINT TRIGGER ledger_event_ended AFTER UPDATE OF status ON backfill.ledger
-    DEFERRABLE INITIALLY DEFERRED
+CREATE TRIGGER ledger_event_ended AFTER UPDATE OF status ON backfill.ledger
     FOR EACH ROW WHEN (OLD.status = 'running' AND NEW.status <> 'running')
     EXECUTE FUNCTION backfill.ledger_event();
 
@@ -1906,8 +1906,7 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE CONSTRAINT TRIGGER run_event AFTER UPDATE OF phase, paused ON backfill.run
-    DEFERRABLE INITIALLY DEFERRED
+CREATE TRIGGER run_event AFTER UPDATE OF phase, paused ON backfill.run
     FOR EACH ROW WHEN ((OLD.phase = 'queued' AND NEW.phase <> 'queued') OR OLD.paused <> NEW.paused)
     EXECUTE FUNCTION backfill.run_event();
 
@@ -1927,8 +1926,7 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE CONSTRAINT TRIGGER partition_event AFTER UPDATE OF throttle ON backfill.partition
-    DEFERRABLE INITIALLY DEFERRED
+CREATE TRIGGER partition_event AFTER UPDATE OF throttle ON backfill.partition
     FOR EACH ROW WHEN ((OLD.throttle IS NULL) <> (NEW.throttle IS NULL))
     EXECUTE FUNCTION backfill.partition_event();
 
@@ -1936,17 +1934,17 @@ CREATE CONSTRAINT TRIGGER partition_event AFTER UPDATE OF throttle ON backfill.p
 CREATE FUNCTION backfill.watch_event() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+    -- the declaration before the event number, as backfill_run and the catch-up pass lock it
+    PERFORM 1 FROM backfill.declaration d WHERE d.name = NEW.declaration FOR UPDATE;
     PERFORM backfill.lifecycle_event(NEW.declaration, 'drift_found',
         (SELECT pg_catalog.max(l.run_id) FROM backfill.ledger l
           WHERE l.declaration = NEW.declaration), NEW.last_found);
     RETURN NULL;
 END
 $$;
-CREATE CONSTRAINT TRIGGER watch_event_first AFTER INSERT ON backfill.watch
-    DEFERRABLE INITIALLY DEFERRED
+CREATE TRIGGER watch_event_first AFTER INSERT ON backfill.watch
     FOR EACH ROW WHEN (NEW.drifts > 0) EXECUTE FUNCTION backfill.watch_event();
-CREATE CONSTRAINT TRIGGER watch_event AFTER UPDATE OF drifts ON backfill.watch
-    DEFERRABLE INITIALLY DEFERRED
+CREATE TRIGGER watch_event AFTER UPDATE OF drifts ON backfill.watch
     FOR EACH ROW WHEN (NEW.drifts > OLD.drifts) EXECUTE FUNCTION backfill.watch_event();
 
 /* retired: the end of a backfill's life (its last completed pass) */
@@ -1957,8 +1955,7 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE CONSTRAINT TRIGGER retired_event AFTER INSERT ON backfill.retired
-    DEFERRABLE INITIALLY DEFERRED
+CREATE TRIGGER retired_event AFTER INSERT ON backfill.retired
     FOR EACH ROW EXECUTE FUNCTION backfill.retired_event();
 REVOKE ALL ON FUNCTION backfill.ledger_event(), backfill.run_event(), backfill.partition_event(),
     backfill.watch_event(), backfill.retired_event() FROM PUBLIC;
