@@ -6,7 +6,8 @@
 --  * each change of a pass's state is one message in the same transaction:
 --    a rolled-back backfill_run emits nothing; queued, started, paused,
 --    resumed, cancelled, completed, completed_with_failures, failed,
---    stalled, reverted, retired from real passes; throttled / unthrottled
+--    stalled, reverted, retired from real passes (one finalized in the
+--    session); throttled / unthrottled
 --    (debounced: one of each a minute per pass), drift_found and healed
 --    from the catalog rows that record them
 --  * the payload: event, backfill, run_id, status, rows, error_code, at and
@@ -226,6 +227,14 @@ SELECT is(bf180_last('bf180s')->>'error_code', 'BF006', 'a stall is BF006');
 SELECT is(bf180_events('bf180w'),
     '{queued,started,completed_with_failures,queued,started,reverted}',
     'completed_with_failures, then reverted');
+
+-- a pass that backfill_finalize works in the session (a security-restricted operation)
+SET ROLE bf180_owner;
+SELECT length(backfill_declare(name => 'bf180z', relation => 'bf180_items', predicate => 'c IS NULL',
+    set => 'c = id', events => 'bf180.events', rate => 100));
+CALL backfill_finalize('bf180z', '1 minute');
+RESET ROLE;
+SELECT is(bf180_events('bf180z'), '{queued,started,completed}', 'finalize: queued, started, completed');
 
 -- the relay delivers each event once, in order per backfill
 SELECT ok(bf180_until($$NOT EXISTS (SELECT 1 FROM backfill.outbox WHERE state <> 'delivered')$$),
