@@ -11,6 +11,9 @@ OBJS = \
 	src/searchpath.o \
 	src/deadline.o \
 	src/sql/declare.o \
+	src/sql/declare_args.o \
+	src/sql/declare_check.o \
+	src/sql/declare_source.o \
 	src/sql/key.o \
 	src/sql/action.o \
 	src/sql/run.o \
@@ -60,7 +63,8 @@ OBJS = \
 	src/advisory.o \
 	src/worker.o \
 	src/outbox/outbox.o \
-	src/outbox/relay.o
+	src/outbox/relay.o \
+	src/outbox/events.o
 
 EXTENSION = pg_backfill
 DATA = pg_backfill--0.1.sql pg_backfill--0.1--0.2.sql pg_backfill--0.2--0.3.sql pg_backfill--0.3--0.4.sql pg_backfill--0.4--0.5.sql pg_backfill--0.5--0.6.sql

@@ -1754,3 +1754,302 @@ $$;
  * when its caller is gone, and one role rehearses one at a time: C only.)
  */
 ALTER FUNCTION backfill_rehearse(text, integer) CALLED ON NULL INPUT;
+
+/* ==== issue 28 point 2: lifecycle events, exactly once, through the outbox ==== */
+/*
+ * events => 'topic' on a declaration: each change of its passes' state
+ * emits one outbox message in the transaction that makes the change.  The
+ * changes are caught by AFTER triggers on the catalogs that record them,
+ * filtered by column lists and WHEN clauses (a batch's checkpoint fires
+ * none of them unless its throttle starts or stops), so whichever C module
+ * writes those rows, the event commits or rolls back with it.  (Not
+ * deferred to the commit: a deferred trigger cannot fire in a
+ * security-restricted operation, where backfill_finalize commits.)  The
+ * backfill's event number is a row lock taken after the locks the writers
+ * already take in their order (declaration, ledger, run: control.c,
+ * pass.c), so it adds no cycle; the watch's trigger takes the declaration
+ * first, as the catch-up pass will.  The message is emitted by the
+ * declaration's owner; the relay checks that role against the topic's
+ * owner and grants like any message's.
+ */
+ALTER TABLE backfill.declaration ADD COLUMN events text;   -- not in the checksum
+
+/*
+ * Per backfill: the sequence number of its last event (a consumer sees a
+ * gap), and the throttle state its events last said for its newest pass
+ * (throttled / unthrottled: at most one of each a minute per pass).
+ */
+CREATE TABLE backfill.event_state (
+    declaration    text PRIMARY KEY,
+    seq            bigint NOT NULL DEFAULT 0,
+    run_id         bigint,
+    throttled      boolean NOT NULL DEFAULT false,
+    throttled_at   timestamptz,
+    unthrottled_at timestamptz
+);
+-- dumped: a restored backfill's events go on from its last number
+SELECT pg_catalog.pg_extension_config_dump('backfill.event_state', '');
+REVOKE ALL ON backfill.event_state FROM PUBLIC;
+
+CREATE FUNCTION backfill.event_emit(topic text, key text, payload jsonb, emitter regrole)
+RETURNS bigint
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_event_emit';
+REVOKE ALL ON FUNCTION backfill.event_emit(text, text, jsonb, regrole) FROM PUBLIC;
+
+/*
+ * Emit event of a pass (run_id; NULL: none) of backfill p_declaration, if
+ * the declaration names a topic.  throttle: NULL for every event but the
+ * throttle's, whose number is taken only if no other transaction holds it
+ * (debounced anyway: a lane never waits for, nor deadlocks with, another).
+ */
+CREATE FUNCTION backfill.lifecycle_event(p_declaration text, p_event text, p_run_id bigint,
+                                         p_rows bigint DEFAULT NULL, p_throttle boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    d   record;
+    l   record;
+    st  record;
+    n   bigint;
+BEGIN
+    SELECT dc.events, dc.owner INTO d FROM backfill.declaration dc WHERE dc.name = p_declaration;
+    IF d.events IS NULL THEN
+        RETURN;
+    END IF;
+    IF p_throttle IS NULL THEN
+        INSERT INTO backfill.event_state AS s (declaration, seq) VALUES (p_declaration, 1)
+        ON CONFLICT (declaration) DO UPDATE SET seq = s.seq + 1
+        RETURNING s.seq INTO n;
+    ELSE
+        SELECT * INTO st FROM backfill.event_state s
+         WHERE s.declaration = p_declaration FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN;
+        END IF;
+        IF st.run_id IS DISTINCT FROM p_run_id THEN
+            st.throttled := false;
+            st.throttled_at := NULL;
+            st.unthrottled_at := NULL;
+        END IF;
+        IF st.throttled = p_throttle
+           OR (CASE WHEN p_throttle THEN st.throttled_at ELSE st.unthrottled_at END)
+              > now() - interval '1 minute'
+           OR (NOT p_throttle AND EXISTS (SELECT 1 FROM backfill.partition p
+                                           WHERE p.run_id = p_run_id AND p.state = 'running'
+                                             AND p.throttle IS NOT NULL)) THEN
+            RETURN;
+        END IF;
+        UPDATE backfill.event_state s
+           SET seq = s.seq + 1, run_id = p_run_id, throttled = p_throttle,
+               throttled_at = CASE WHEN p_throttle THEN now() ELSE st.throttled_at END,
+               unthrottled_at = CASE WHEN p_throttle THEN st.unthrottled_at ELSE now() END
+         WHERE s.declaration = p_declaration
+        RETURNING s.seq INTO n;
+    END IF;
+    SELECT g.ledger_name, g.status, g.rows, g.error_code, g.direction, g.watch INTO l
+      FROM backfill.ledger g WHERE g.run_id = p_run_id;
+    PERFORM backfill.event_emit(d.events, p_declaration, pg_catalog.jsonb_build_object(
+        'event', p_event, 'backfill', p_declaration, 'ledger_name', l.ledger_name,
+        'run_id', p_run_id, 'seq', n, 'status', l.status,
+        'rows', coalesce(p_rows, l.rows,
+                         (SELECT pg_catalog.sum(p.rows) FROM backfill.partition p
+                           WHERE p.run_id = p_run_id), 0),
+        'error_code', l.error_code, 'direction', l.direction, 'watch', l.watch,
+        'at', pg_catalog.clock_timestamp()), d.owner);
+END
+$$;
+REVOKE ALL ON FUNCTION backfill.lifecycle_event(text, text, bigint, bigint, boolean) FROM PUBLIC;
+
+/* a pass queued (a new ledger row) and ended (its status set, once) */
+CREATE FUNCTION backfill.ledger_event() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM backfill.lifecycle_event(NEW.declaration,
+        CASE WHEN TG_OP = 'INSERT' THEN 'queued'
+             WHEN NEW.status = 'completed' AND NEW.watch THEN 'healed'
+             WHEN NEW.status = 'completed' AND NEW.direction = 'revert' THEN 'reverted'
+             WHEN NEW.status = 'failed' AND NEW.error_code = 'BF006' THEN 'stalled'
+             ELSE NEW.status END,
+        NEW.run_id);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER ledger_event_queued AFTER INSERT ON backfill.ledger
+    FOR EACH ROW EXECUTE FUNCTION backfill.ledger_event();
+CREATE TRIGGER ledger_event_ended AFTER UPDATE OF status ON backfill.ledger
+    FOR EACH ROW WHEN (OLD.status = 'running' AND NEW.status <> 'running')
+    EXECUTE FUNCTION backfill.ledger_event();
+
+/*
+ * started (the pass left the queue: planned, or resumed from a failed
+ * pass's cursors by backfill_retry), paused and resumed; a pass that ends
+ * is unpaused by the same statement: its end is its event
+ */
+CREATE FUNCTION backfill.run_event() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    decl text;
+BEGIN
+    SELECT l.declaration INTO decl FROM backfill.ledger l
+     WHERE l.run_id = NEW.run_id AND l.status = 'running';
+    IF NOT FOUND OR NEW.phase = 'done' THEN
+        RETURN NULL;
+    END IF;
+    IF OLD.phase = 'queued' AND NEW.phase <> 'queued' THEN
+        PERFORM backfill.lifecycle_event(decl, 'started', NEW.run_id);
+    END IF;
+    IF OLD.paused <> NEW.paused THEN
+        PERFORM backfill.lifecycle_event(decl, CASE WHEN NEW.paused THEN 'paused' ELSE 'resumed' END,
+                                         NEW.run_id);
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER run_event AFTER UPDATE OF phase, paused ON backfill.run
+    FOR EACH ROW WHEN ((OLD.phase = 'queued' AND NEW.phase <> 'queued') OR OLD.paused <> NEW.paused)
+    EXECUTE FUNCTION backfill.run_event();
+
+/* throttled and unthrottled: a lane's throttle starts or stops (debounced above) */
+CREATE FUNCTION backfill.partition_event() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    decl text;
+BEGIN
+    SELECT l.declaration INTO decl FROM backfill.ledger l
+     WHERE l.run_id = NEW.run_id AND l.status = 'running';
+    IF FOUND THEN
+        PERFORM backfill.lifecycle_event(decl,
+            CASE WHEN NEW.throttle IS NULL THEN 'unthrottled' ELSE 'throttled' END,
+            NEW.run_id, NULL, NEW.throttle IS NOT NULL);
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER partition_event AFTER UPDATE OF throttle ON backfill.partition
+    FOR EACH ROW WHEN ((OLD.throttle IS NULL) <> (NEW.throttle IS NULL))
+    EXECUTE FUNCTION backfill.partition_event();
+
+/* drift_found: a watch probe found rows (the pass it drifted from: the newest) */
+CREATE FUNCTION backfill.watch_event() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    -- the declaration before the event number, as backfill_run and the catch-up pass lock it
+    PERFORM 1 FROM backfill.declaration d WHERE d.name = NEW.declaration FOR UPDATE;
+    PERFORM backfill.lifecycle_event(NEW.declaration, 'drift_found',
+        (SELECT pg_catalog.max(l.run_id) FROM backfill.ledger l
+          WHERE l.declaration = NEW.declaration), NEW.last_found);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER watch_event_first AFTER INSERT ON backfill.watch
+    FOR EACH ROW WHEN (NEW.drifts > 0) EXECUTE FUNCTION backfill.watch_event();
+CREATE TRIGGER watch_event AFTER UPDATE OF drifts ON backfill.watch
+    FOR EACH ROW WHEN (NEW.drifts > OLD.drifts) EXECUTE FUNCTION backfill.watch_event();
+
+/* retired: the end of a backfill's life (its last completed pass) */
+CREATE FUNCTION backfill.retired_event() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM backfill.lifecycle_event(NEW.declaration, 'retired', NEW.run_id);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER retired_event AFTER INSERT ON backfill.retired
+    FOR EACH ROW EXECUTE FUNCTION backfill.retired_event();
+REVOKE ALL ON FUNCTION backfill.ledger_event(), backfill.run_event(), backfill.partition_event(),
+    backfill.watch_event(), backfill.retired_event() FROM PUBLIC;
+
+/* backfill_declare gains events, last (its privileges kept) */
+SELECT pg_catalog.set_config('pg_backfill.upgrade_declare_acl', coalesce(p.proacl::text, ''), true)
+  FROM pg_catalog.pg_proc p
+ WHERE p.oid = 'backfill_declare(text, text, text, text, text, integer, double precision,
+                integer, integer, interval, text[], interval, interval, interval, interval,
+                integer, integer, jsonb, text, text, text, text, text, text, jsonb,
+                text, boolean, text, text, integer, interval, text, boolean, boolean,
+                text, text, text[], text)'::pg_catalog.regprocedure;
+
+DROP FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
+                               integer, integer, interval, text[], interval, interval,
+                               interval, interval, integer, integer, jsonb, text, text,
+                               text, text, text, text, jsonb, text, boolean, text, text,
+                               integer, interval, text, boolean, boolean, text, text,
+                               text[], text);
+
+CREATE FUNCTION backfill_declare(
+    name             text,
+    relation         text DEFAULT NULL,
+    predicate        text DEFAULT NULL,
+    action           text DEFAULT NULL,
+    key              text DEFAULT NULL,
+    batch_size       integer DEFAULT 1000,
+    rate             double precision DEFAULT NULL,
+    max_parallel     integer DEFAULT 1,
+    max_attempts     integer DEFAULT 5,
+    batch_timeout    interval DEFAULT '1 minute',
+    environments     text[] DEFAULT NULL,
+    backoff_base     interval DEFAULT '1 second',
+    backoff_cap      interval DEFAULT '1 minute',
+    lock_timeout     interval DEFAULT '2 seconds',
+    target_batch_time interval DEFAULT NULL,
+    min_batch_size   integer DEFAULT NULL,
+    max_batch_size   integer DEFAULT NULL,
+    input            jsonb DEFAULT NULL,
+    scope            text DEFAULT NULL,
+    pages            text DEFAULT NULL,
+    count_function   text DEFAULT NULL,
+    requires         text DEFAULT NULL,
+    requires_backfill text DEFAULT NULL,
+    run_as           text DEFAULT NULL,
+    settings         jsonb DEFAULT NULL,
+    tenant           text DEFAULT NULL,
+    async_commit     boolean DEFAULT true,
+    revert           text DEFAULT NULL,
+    revert_predicate text DEFAULT NULL,
+    max_failed_rows  integer DEFAULT 0,
+    watch            interval DEFAULT NULL,
+    set              text DEFAULT NULL,
+    delete           boolean DEFAULT false,
+    guard            boolean DEFAULT true,
+    max_wal_rate     text DEFAULT NULL,
+    throttle_when    text DEFAULT NULL,
+    windows          text[] DEFAULT NULL,
+    window_time_zone text DEFAULT NULL,
+    events           text DEFAULT NULL)
+RETURNS text
+LANGUAGE C CALLED ON NULL INPUT VOLATILE
+AS 'MODULE_PATHNAME', 'backfill_declare';
+
+COMMENT ON FUNCTION backfill_declare(text, text, text, text, text, integer, double precision,
+                                     integer, integer, interval, text[], interval, interval,
+                                     interval, interval, integer, integer, jsonb, text, text,
+                                     text, text, text, text, jsonb, text, boolean, text, text,
+                                     integer, interval, text, boolean, boolean, text, text,
+                                     text[], text, text) IS
+'declare (or update) a backfill; returns the checksum of its definition';
+
+DO $$
+DECLARE
+    acl pg_catalog.aclitem[] :=
+        NULLIF(pg_catalog.current_setting('pg_backfill.upgrade_declare_acl', true), '');
+    fn text := 'backfill_declare(text, text, text, text, text, integer, double precision, '
+               'integer, integer, interval, text[], interval, interval, interval, interval, '
+               'integer, integer, jsonb, text, text, text, text, text, text, jsonb, text, boolean, '
+               'text, text, integer, interval, text, boolean, boolean, text, text, text[], text, text)';
+    item record;
+BEGIN
+    IF acl IS NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE pg_catalog.format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', fn);
+    FOR item IN SELECT a.grantee, a.is_grantable FROM pg_catalog.aclexplode(acl) a
+                 WHERE a.privilege_type = 'EXECUTE'
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s%s', fn,
+            CASE WHEN item.grantee = 0 THEN 'PUBLIC'
+                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(item.grantee)) END,
+            CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
+

@@ -237,6 +237,15 @@ SELECT backfill_declare(name => 'upgrade_fill', relation => 'upgrade_items', pre
        throttle_when => 'false', windows => '{"Mon-Fri 22:00-06:00", "Sat-Sun"}',
        window_time_zone => 'UTC') = :'checksum_before' AS same_checksum_with_windows;
 SELECT throttle_when, windows, window_time_zone FROM backfill.declaration WHERE name = 'upgrade_fill';
+-- and on lifecycle events (issue 28 point 2): events, last, the grants carried
+-- over, not in the checksum; the catalogs' triggers that emit them
+SELECT p.pronargs, (p.proargnames)[39] AS last_argument,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_can_execute
+  FROM pg_proc p WHERE p.proname = 'backfill_declare';
+SELECT string_agg(tgrelid::regclass || '.' || tgname, ', ' ORDER BY tgrelid::regclass::text, tgname)
+       AS event_triggers
+  FROM pg_trigger WHERE tgname LIKE '%event%' AND NOT tgisinternal;
+SELECT events FROM backfill.declaration WHERE name = 'upgrade_fill';
 SELECT * FROM backfill.window_at('{"Mon-Fri 22:00-06:00"}', 'UTC', '2026-12-05 05:00+00');
 SELECT to_regclass('backfill.paused_role') IS NOT NULL AS has_paused_role,
        to_regprocedure('backfill_pause_all(text)') IS NOT NULL AS has_pause_all,

@@ -92,6 +92,10 @@
 #define ERRCODE_BACKFILL_REHEARSAL_BATCHES MAKE_SQLSTATE('B','F','0','4','3')
 /* a backfill's work is not done for good: backfill_ensure_complete, backfill_retire */
 #define ERRCODE_BACKFILL_INCOMPLETE		MAKE_SQLSTATE('B','F','0','4','4')
+/* events => topic: the declarer neither owns the topic nor was granted it */
+#define ERRCODE_BACKFILL_EVENTS_DENIED	MAKE_SQLSTATE('B','F','0','4','2')
+/* events => topic: the topic has no sink, so it has no owner to allow the events */
+#define ERRCODE_BACKFILL_EVENTS_NO_SINK	MAKE_SQLSTATE('B','F','0','4','5')
 
 /*
  * In a PG_CATCH block of a backend, before raising the caught error again

@@ -98,6 +98,8 @@ const DeclarationColumn declaration_columns[] = {
 	{COL(throttle_when, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "throttle_when", TEXTOID, "NULL"},
 	{COL(windows, TEXTARRAYOID, DECL_TEXT_ARRAY, false), DECL_NOT_SUMMED, NULL, "windows", TEXTARRAYOID, "NULL"},
 	{COL(window_time_zone, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "window_time_zone", TEXTOID, "NULL"},
+	/* lifecycle events through the outbox (issue 28): changed at once by a re-declaration */
+	{COL(events, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "events", TEXTOID, "NULL"},
 	/* requirements and tenancy */
 	{COL(requires, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "requires", TEXTOID, "NULL"},
 	{COL(requires_backfill, TEXTOID, DECL_TEXT, false), DECL_NOT_SUMMED, NULL, "requires_backfill", TEXTOID, "NULL"},

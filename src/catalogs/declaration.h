@@ -59,6 +59,7 @@ typedef struct Declaration
 	char	   *throttle_when;	/* an SQL boolean expression: true holds the lanes back */
 	ArrayType  *windows;		/* text[]: when the lanes may work (windows.c), or NULL */
 	char	   *window_time_zone;	/* the windows' time zone (NULL with no windows) */
+	char	   *events;			/* the outbox topic of its lifecycle events, or NULL */
 	int32		max_parallel;
 	int32		max_attempts;
 	int32		backoff_base_ms;
@@ -87,7 +88,7 @@ typedef struct Declaration
 } Declaration;
 
 /* the fields above: declaration_columns has one row for each */
-#define DECLARATION_NCOLUMNS 48
+#define DECLARATION_NCOLUMNS 49
 
 /* the most columns a key may have */
 #define DECLARATION_MAX_KEY_COLUMNS 4

@@ -78,17 +78,15 @@ outbox_role_allowed(Oid role, Oid owner, Datum grantees, bool grantees_null)
 }
 
 /*
- * Refuse to emit into a topic whose sink belongs to a role the caller may
- * not act for, unless it was granted the topic.  Runs in a catalog scope.
+ * The owner of a topic (the role that set its sink) and the roles it was
+ * granted to (an oid[] datum, or NULL); false when it has no sink.  Runs
+ * in a catalog scope.
  */
-static void
-check_topic_emitter(Datum topic, Oid emitter)
+bool
+outbox_topic_owner(Datum topic, Oid *owner, Datum *grantees, bool *grantees_null)
 {
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {topic};
-	Oid			owner;
-	Datum		grantees;
-	bool		grantees_null;
 
 	if (catalog_exec("SELECT s.run_as, pg_catalog.array_agg(g.grantee::oid)"
 					 "  FILTER (WHERE g.grantee IS NOT NULL)"
@@ -96,9 +94,25 @@ check_topic_emitter(Datum topic, Oid emitter)
 					 " LEFT JOIN backfill.outbox_grant g ON g.topic = s.topic"
 					 " WHERE s.topic = $1 GROUP BY s.run_as",
 					 1, types, values, NULL, SPI_OK_SELECT) == 0)
+		return false;
+	*owner = catalog_getoid(0, 1);
+	*grantees = catalog_getdatum(0, 2, grantees_null);
+	return true;
+}
+
+/*
+ * Refuse to emit into a topic whose sink belongs to a role the caller may
+ * not act for, unless it was granted the topic.  Runs in a catalog scope.
+ */
+static void
+check_topic_emitter(Datum topic, Oid emitter)
+{
+	Oid			owner;
+	Datum		grantees;
+	bool		grantees_null;
+
+	if (!outbox_topic_owner(topic, &owner, &grantees, &grantees_null))
 		return;					/* no sink: the message waits for one */
-	owner = catalog_getoid(0, 1);
-	grantees = catalog_getdatum(0, 2, &grantees_null);
 	if (outbox_role_allowed(emitter, owner, grantees, grantees_null))
 		return;
 	ereport(ERROR,
@@ -144,34 +158,35 @@ check_emit_arguments(FunctionCallInfo fcinfo)
 		refuse_missing(topic, "a payload", NULL, "Pass a jsonb payload, e.g. to_jsonb(the_row).");
 }
 
-Datum
-backfill_outbox_emit(PG_FUNCTION_ARGS)
+/*
+ * Insert a message of emitter, in the caller's transaction, as the
+ * extension's owner; its id.  The caller is connected to SPI and checked
+ * the emitter (backfill_outbox_emit) or leaves that to the relay alone
+ * (a lifecycle event, events.c).
+ */
+int64
+outbox_insert(Datum topic, Datum key, Datum payload, Oid emitter, bool check_emitter)
 {
 	CatalogScope scope;
 	Oid			types[5] = {TEXTOID, TEXTOID, JSONBOID, XID8OID, OIDOID};
 	Datum		values[5];
-	Oid			emitter = GetUserId();
 	bool		has_owners;
 	bool		isnull;
 	int64		id;
 
-	check_emit_arguments(fcinfo);
-	check_not_standby("emit to outbox topic", text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	/*
 	 * The relay must never deliver a message a crash can still take back:
 	 * whatever the session says, this transaction's commit waits for disk
 	 * (a lane's batches are asynchronous otherwise).
 	 */
 	ForceSyncCommit();
-	values[0] = PG_GETARG_DATUM(0);
-	values[1] = PG_GETARG_DATUM(1);
-	values[2] = PG_GETARG_DATUM(2);
+	values[0] = topic;
+	values[1] = key;
+	values[2] = payload;
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
 	catalog_enter(&scope);
 	has_owners = outbox_has_owners();
-	if (has_owners)
+	if (has_owners && check_emitter)
 		check_topic_emitter(values[0], emitter);
 	/* our xid first, so that the next xid read after it is past it */
 	(void) GetTopTransactionId();
@@ -188,8 +203,22 @@ backfill_outbox_emit(PG_FUNCTION_ARGS)
 					 4, types, values, NULL, SPI_OK_INSERT_RETURNING);
 	id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
 	catalog_leave(&scope);
-	SPI_finish();
 
 	backfill_wake_scheduler_at_commit();
+	return id;
+}
+
+Datum
+backfill_outbox_emit(PG_FUNCTION_ARGS)
+{
+	int64		id;
+
+	check_emit_arguments(fcinfo);
+	check_not_standby("emit to outbox topic", text_to_cstring(PG_GETARG_TEXT_PP(0)));
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	id = outbox_insert(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2),
+					   GetUserId(), true);
+	SPI_finish();
 	PG_RETURN_INT64(id);
 }

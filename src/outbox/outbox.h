@@ -19,4 +19,15 @@ extern bool outbox_has_owners(void);
  */
 extern bool outbox_role_allowed(Oid role, Oid owner, Datum grantees, bool grantees_null);
 
+/* a topic's owner and grantees (an oid[] datum); false: it has no sink */
+extern bool outbox_topic_owner(Datum topic, Oid *owner, Datum *grantees, bool *grantees_null);
+
+/*
+ * Queue a message in the caller's transaction (connected to SPI), its
+ * commit made synchronous; check_emitter refuses an emitter the topic's
+ * owner did not allow (BF016).  Returns its id.
+ */
+extern int64 outbox_insert(Datum topic, Datum key, Datum payload, Oid emitter,
+						   bool check_emitter);
+
 #endif							/* BACKFILL_OUTBOX_H */

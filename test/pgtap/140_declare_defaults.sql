@@ -56,8 +56,8 @@ SELECT is((SELECT async_commit FROM backfill.declaration WHERE name = 'bf140_syn
 -- the signature: the name is the only argument without a default
 SELECT results_eq(
     $$SELECT pronargs::int, pronargdefaults::int FROM pg_proc WHERE proname = 'backfill_declare'$$,
-    $$VALUES (38, 37)$$,
-    'backfill_declare has 38 arguments, 37 of them with a default');
+    $$VALUES (39, 38)$$,
+    'backfill_declare has 39 arguments, 38 of them with a default');
 
 -- a pages source as the README declares it: no relation, no predicate
 SELECT lives_ok(
