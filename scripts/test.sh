@@ -294,7 +294,7 @@ shopt -s nullglob
 
 # the TAP files that take longest (a minute or more on 2 cores), first;
 # then the rest in their order
-TAP_SLOW='/(083|023|002|022|141|020|085|086|102|110|111|150|142|131|084|089)_'
+TAP_SLOW='/(083|023|002|022|141|020|085|086|102|110|111|150|142|131|084|089|182)_'
 slow_first() {
     local f
     for f in "$@"; do [[ "$f" =~ $TAP_SLOW ]] && echo "$f"; done
