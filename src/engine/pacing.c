@@ -241,7 +241,7 @@ text_alike(const char *a, const char *b)
 
 /*
  * The declaration's throttle_when and windows as they are now (in a
- * transaction, inside a catalog scope, under catalogs that have them): a
+ * transaction, inside a catalog scope): a
  * new declaration applies to a lane at its next wake or hold.
  */
 static void
@@ -255,8 +255,7 @@ reread_when(Pass *pass)
 	Datum		windows;
 	MemoryContext old;
 
-	if (!catalog_has_column("declaration", "windows") ||
-		catalog_exec("SELECT throttle_when, windows::text || ' in ' || window_time_zone, windows,"
+	if (catalog_exec("SELECT throttle_when, windows::text || ' in ' || window_time_zone, windows,"
 					 "  window_time_zone FROM backfill.declaration WHERE name = $1",
 					 1, types, values, NULL, SPI_OK_SELECT) == 0)
 		return;

@@ -49,14 +49,6 @@
 PG_FUNCTION_INFO_V1(backfill_outbox_emit);
 
 bool
-outbox_has_owners(void)
-{
-	Oid			nsp = get_namespace_oid("backfill", true);
-
-	return OidIsValid(nsp) && OidIsValid(get_relname_relid("outbox_grant", nsp));
-}
-
-bool
 outbox_role_allowed(Oid role, Oid owner, Datum grantees, bool grantees_null)
 {
 	Datum	   *elems;
@@ -151,11 +143,11 @@ backfill_outbox_emit(PG_FUNCTION_ARGS)
 	Oid			types[5] = {TEXTOID, TEXTOID, JSONBOID, XID8OID, OIDOID};
 	Datum		values[5];
 	Oid			emitter = GetUserId();
-	bool		has_owners;
 	bool		isnull;
 	int64		id;
 
 	check_emit_arguments(fcinfo);
+	check_catalog_current("emit to outbox topic", text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	check_not_standby("emit to outbox topic", text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	/*
 	 * The relay must never deliver a message a crash can still take back:
@@ -170,22 +162,15 @@ backfill_outbox_emit(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	catalog_enter(&scope);
-	has_owners = outbox_has_owners();
-	if (has_owners)
-		check_topic_emitter(values[0], emitter);
+	check_topic_emitter(values[0], emitter);
 	/* our xid first, so that the next xid read after it is past it */
 	(void) GetTopTransactionId();
 	values[3] = FullTransactionIdGetDatum(ReadNextFullTransactionId());
 	values[4] = ObjectIdGetDatum(emitter);
-	if (has_owners)
-		catalog_exec("INSERT INTO backfill.outbox"
-					 " (topic, key, payload, emit_snapshot, emit_next_xid, emitted_by)"
-					 " VALUES ($1, $2, $3, pg_catalog.pg_current_snapshot(), $4, $5) RETURNING id",
-					 5, types, values, NULL, SPI_OK_INSERT_RETURNING);
-	else						/* schema not updated to 0.3 yet */
-		catalog_exec("INSERT INTO backfill.outbox (topic, key, payload, emit_snapshot, emit_next_xid)"
-					 " VALUES ($1, $2, $3, pg_catalog.pg_current_snapshot(), $4) RETURNING id",
-					 4, types, values, NULL, SPI_OK_INSERT_RETURNING);
+	catalog_exec("INSERT INTO backfill.outbox"
+				 " (topic, key, payload, emit_snapshot, emit_next_xid, emitted_by)"
+				 " VALUES ($1, $2, $3, pg_catalog.pg_current_snapshot(), $4, $5) RETURNING id",
+				 5, types, values, NULL, SPI_OK_INSERT_RETURNING);
 	id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
 	catalog_leave(&scope);
 	SPI_finish();

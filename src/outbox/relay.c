@@ -797,8 +797,6 @@ relay_has_work(void)
 	Oid			types[1] = {INT4OID};
 	Datum		values[1] = {Int32GetDatum(backfill_outbox_dead_retention)};
 
-	if (!outbox_has_owners())
-		return false;			/* not updated to 0.3: nothing is delivered */
 	return catalog_ask("look for outbox work",
 					   "SELECT EXISTS (SELECT 1 FROM backfill.outbox o"
 					   "   WHERE o.state = 'pending' AND o.next_attempt_at <= pg_catalog.now()"

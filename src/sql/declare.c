@@ -80,8 +80,6 @@ typedef struct DeclaredSource
 	KeyResolved composite;		/* nkeys > 1: a composite key (key.c) */
 } DeclaredSource;
 
-static char *key_column_list(const KeyResolved *key);
-
 /* Raise a SOURCE_INVALID error that carries an error caught from below. */
 static void
 rethrow_as_source_invalid(MemoryContext cxt, const char *name, const char *what,
@@ -989,16 +987,6 @@ resolve_table_source(const DeclareArgs *a, Declaration *d, const char *run_as_na
 	d->relation = src.relation;
 	d->key_column = src.key;
 	d->key_type = src.keytype;
-	if (src.composite.nkeys > 1 && !catalog_has_column("declaration", "key_columns"))
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_CATALOG_VERSION),
-				 errmsg("cannot declare backfill \"%s\" with a composite key: the catalogs of "
-						"pg_backfill are older than version 0.5", name),
-				 errdetail("The key (%s) has %d columns; the catalogs in this database have no "
-						   "column for them and would keep only the first.",
-						   key_column_list(&src.composite), src.composite.nkeys),
-				 errhint("Run ALTER EXTENSION pg_backfill UPDATE; in this database, then "
-						 "declare it again.")));
 	if (src.composite.nkeys > 1)
 	{
 		d->key_columns = src.composite.key_columns;
@@ -1013,18 +1001,6 @@ resolve_table_source(const DeclareArgs *a, Declaration *d, const char *run_as_na
 						   "how the pass proves it is done."),
 				 errhint("Pass predicate => 'total IS NULL', true for rows still to do.")));
 	tenancy_check_rls(name, d->relid, d->relation, d->run_as, d->settings, d->tenant);
-}
-
-/* a composite key's columns as a list for a message: "t, id" */
-static char *
-key_column_list(const KeyResolved *key)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	for (int i = 0; i < key->nkeys; i++)
-		appendStringInfo(&buf, "%s%s", i > 0 ? ", " : "", key->columns[i]);
-	return buf.data;
 }
 
 /*
@@ -1272,11 +1248,11 @@ check_redeclaration(const Declaration *d)
 
 	if (!declaration_lock(d->name, &old))
 		return;
-	catalog_exec(psprintf("SELECT EXISTS (SELECT 1 FROM backfill.ledger l"
-						  "                WHERE l.declaration = $1 AND l.status = 'running'),"
-						  "       EXISTS (SELECT 1 FROM backfill.ledger l"
-						  "                WHERE l.declaration = $1 AND l.status = 'running'"
-						  "                  AND %s = 'revert')", ledger_direction_sql("l")),
+	catalog_exec("SELECT EXISTS (SELECT 1 FROM backfill.ledger l"
+				 "                WHERE l.declaration = $1 AND l.status = 'running'),"
+				 "       EXISTS (SELECT 1 FROM backfill.ledger l"
+				 "                WHERE l.declaration = $1 AND l.status = 'running'"
+				 "                  AND l.direction = 'revert')",
 				 1, types, values, NULL, SPI_OK_SELECT);
 	running = DatumGetBool(catalog_getdatum(0, 1, &isnull));
 	reverting = DatumGetBool(catalog_getdatum(0, 2, &isnull));
@@ -1334,9 +1310,7 @@ check_redeclaration(const Declaration *d)
 /*
  * What runs per batch: an action as written, or set => / delete => for the
  * engine to write (action.c), exactly one; guard => false lets a
- * hand-written UPDATE or DELETE of the relation leave the predicate out
- * (catalogs older than 0.6, whose signature cannot say it, are not
- * guarded: the guard comes with ALTER EXTENSION ... UPDATE).
+ * hand-written UPDATE or DELETE of the relation leave the predicate out.
  */
 static void
 read_action_options(const DeclareArgs *a, Declaration *d)
@@ -1346,9 +1320,7 @@ read_action_options(const DeclareArgs *a, Declaration *d)
 	d->action = arg_text(a, "action");
 	d->action_set = arg_text(a, "set");
 	d->action_delete = !arg_isnull(a, "delete") && DatumGetBool(arg_datum(a, "delete"));
-	/* under catalogs older than 0.6 no signature can say guard => false: not guarded */
-	d->guard = arg_isnull(a, "guard") ? catalog_has_column("declaration", "guard") :
-		DatumGetBool(arg_datum(a, "guard"));
+	d->guard = arg_isnull(a, "guard") || DatumGetBool(arg_datum(a, "guard"));
 	given = (d->action != NULL) + (d->action_set != NULL) + d->action_delete;
 	if (given > 1)
 		ereport(ERROR,
@@ -1395,6 +1367,7 @@ backfill_declare(PG_FUNCTION_ARGS)
 	memset(&decl, 0, sizeof(decl));
 	decl.name = arg_text(&args, "name");
 	decl.owner = GetUserId();
+	check_catalog_current("declare backfill", decl.name);
 	check_new_backfill_name(decl.name);
 	check_not_standby("declare backfill", decl.name);
 	/* a declaration that returned its checksum survives a crash (synchronous_commit aside) */

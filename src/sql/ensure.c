@@ -234,6 +234,7 @@ backfill_ensure_complete(PG_FUNCTION_ARGS)
 	memset(&e, 0, sizeof(e));
 	e.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	check_backfill_name(e.name);
+	check_catalog_current("check backfill", e.name);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	ensure_read(&e);

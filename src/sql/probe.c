@@ -212,6 +212,7 @@ backfill_probe(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(0))
 		check_backfill_name(NULL);
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	check_catalog_current("probe backfill", name);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),

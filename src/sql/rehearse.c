@@ -247,6 +247,7 @@ backfill_rehearse(PG_FUNCTION_ARGS)
 	/* not STRICT: a NULL is refused, never answered with no rows */
 	name = PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0));
 	check_backfill_name(name);
+	check_catalog_current("rehearse backfill", name);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_REHEARSAL_BATCHES),

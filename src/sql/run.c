@@ -277,6 +277,7 @@ backfill_wait(PG_FUNCTION_ARGS)
 	char	   *status = NULL;
 	MemoryContext callercxt;
 
+	check_catalog_current(NULL, NULL);
 	/* CALLED ON NULL INPUT (0.6): a NULL run or timeout is refused, not answered NULL */
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,

@@ -188,7 +188,7 @@ shard_result(FunctionCallInfo fcinfo, const char *status, ShardRow *row, int64 k
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 
-/* No argument of function fn is null but those whose bit is set in nullable. */
+/* No argument of function fn is null but those whose bit is set in nullable; the catalogs current. */
 static void
 check_args(FunctionCallInfo fcinfo, const char *fn, uint32 nullable)
 {
@@ -199,6 +199,7 @@ check_args(FunctionCallInfo fcinfo, const char *fn, uint32 nullable)
 					 errmsg("argument %d of %s is null", i + 1, fn),
 					 errhint("backfill.shard_checkpoint and backfill.shard_batch are called by "
 							 "pg_backfill's lanes.")));
+	check_catalog_current(NULL, NULL);
 }
 
 /*

@@ -245,6 +245,7 @@ backfill_migration_unapplied(PG_FUNCTION_ARGS)
 	char	   *unreadable;
 	bool		listed;
 
+	check_catalog_current(NULL, NULL);
 	if (!has_privs_of_role(GetUserId(), role))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
