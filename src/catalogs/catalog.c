@@ -11,6 +11,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "names.h"
 #include "postgres.h"
 
 #include <ctype.h>
@@ -467,9 +468,7 @@ check_backfill_member(const char *name, Oid owner)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
 				 errmsg("permission denied for backfill \"%s\"", name),
-				 errdetail("The backfill belongs to role \"%s\".",
-						   GetUserNameFromId(owner, true) ?
-						   GetUserNameFromId(owner, true) : "(dropped)"),
+				 errdetail("The backfill belongs to role \"%s\".", role_name(owner)),
 				 errhint("Ask a member of that role, or have it GRANT the role to you.")));
 }
 

@@ -68,6 +68,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "names.h"
 #include "postgres.h"
 
 #include <unistd.h>
@@ -232,13 +233,6 @@ pacing_say_throttle(Pass *pass, Claim *claim, const char *reason)
 	" LEFT JOIN backfill.declaration d ON d.name = l.declaration" \
 	" WHERE l.run_id = $1"
 
-/* two texts alike, NULL alike */
-static bool
-text_alike(const char *a, const char *b)
-{
-	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
 /*
  * The declaration's throttle_when and windows as they are now (in a
  * transaction, inside a catalog scope): a
@@ -263,12 +257,12 @@ reread_when(Pass *pass)
 	windows_said = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 	/* only what changed is taken again: a held lane reads this every throttle_delay */
 	old = MemoryContextSwitchTo(pass->cxt);
-	if (!text_alike(condition, pass->throttle_when))
+	if (!text_equal(condition, pass->throttle_when))
 	{
 		pass->throttle_when = condition ? pstrdup(condition) : NULL;
 		pass->condition_at = 0;
 	}
-	if (!text_alike(windows_said, pass->windows_said))
+	if (!text_equal(windows_said, pass->windows_said))
 	{
 		windows = catalog_getdatum(0, 3, &isnull);
 		pass->windows_said = windows_said ? pstrdup(windows_said) : NULL;

@@ -25,6 +25,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "names.h"
 #include "postgres.h"
 
 #include "access/transam.h"
@@ -98,11 +99,9 @@ check_topic_emitter(Datum topic, Oid emitter)
 			 errmsg("permission denied for outbox topic \"%s\"", TextDatumGetCString(topic)),
 			 errdetail("The topic's sink was set by role \"%s\"; role \"%s\" is not a member "
 					   "of it and was not granted the topic.",
-					   GetUserNameFromId(owner, true) ? GetUserNameFromId(owner, true) : "(dropped)",
-					   GetUserNameFromId(emitter, false)),
+					   role_name(owner), GetUserNameFromId(emitter, false)),
 			 errhint("Ask a member of role \"%s\" to run SELECT backfill_outbox_grant('%s', '%s');",
-					 GetUserNameFromId(owner, true) ? GetUserNameFromId(owner, true) : "(dropped)",
-					 TextDatumGetCString(topic), GetUserNameFromId(emitter, false))));
+					 role_name(owner), TextDatumGetCString(topic), GetUserNameFromId(emitter, false))));
 }
 
 /* Refuse a message that lacks what (a key, a payload). */

@@ -12,6 +12,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "names.h"
 #include "postgres.h"
 
 #include "access/xact.h"
@@ -514,20 +515,6 @@ text_array_or_null(ArrayType *arr, const char *name, bool *isnull)
 							   nulls[i] ? "NULL" : "''"),
 					 errhint("List environment names such as 'production' or 'staging'.")));
 	return PointerGetDatum(arr);
-}
-
-/* the owner of a function */
-static Oid
-function_owner(Oid fn)
-{
-	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
-	Oid			owner;
-
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for function %u", fn);
-	owner = ((Form_pg_proc) GETSTRUCT(tup))->proowner;
-	ReleaseSysCache(tup);
-	return owner;
 }
 
 /*
@@ -1224,13 +1211,6 @@ text_array_alike(ArrayType *a, ArrayType *b)
 											 PointerGetDatum(a), PointerGetDatum(b)));
 }
 
-/* two texts alike, NULL alike */
-static bool
-text_equal(const char *a, const char *b)
-{
-	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
 /*
  * Inside the catalog scope, with the row locked: a name declared by a role
  * the caller is not a member of is refused, and so is a new checksum while
@@ -1248,11 +1228,9 @@ check_redeclaration(const Declaration *d)
 
 	if (!declaration_lock(d->name, &old))
 		return;
-	catalog_exec("SELECT EXISTS (SELECT 1 FROM backfill.ledger l"
-				 "                WHERE l.declaration = $1 AND l.status = 'running'),"
-				 "       EXISTS (SELECT 1 FROM backfill.ledger l"
-				 "                WHERE l.declaration = $1 AND l.status = 'running'"
-				 "                  AND l.direction = 'revert')",
+	/* no running pass: false, and NULL (false) for the revert */
+	catalog_exec("SELECT pg_catalog.count(*) > 0, pg_catalog.bool_or(l.direction = 'revert')"
+				 "  FROM backfill.ledger l WHERE l.declaration = $1 AND l.status = 'running'",
 				 1, types, values, NULL, SPI_OK_SELECT);
 	running = DatumGetBool(catalog_getdatum(0, 1, &isnull));
 	reverting = DatumGetBool(catalog_getdatum(0, 2, &isnull));
@@ -1261,8 +1239,7 @@ check_redeclaration(const Declaration *d)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_DUPLICATE),
 				 errmsg("backfill \"%s\" is already declared by role \"%s\"", d->name,
-						GetUserNameFromId(old.owner, true) ?
-						GetUserNameFromId(old.owner, true) : "(dropped)"),
+						role_name(old.owner)),
 				 errhint("Choose another name, or re-declare it as a member of that role.")));
 	/* a retired backfill's declaration is its history: it stays as it was */
 	check_not_retired(d->name, "be declared again");
