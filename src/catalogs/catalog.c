@@ -196,6 +196,16 @@ catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
 	return (int) SPI_processed;
 }
 
+/* a SELECT whose only parameter ($1, text) is a backfill's name: its rows */
+int
+catalog_exec_named(const char *sql, const char *name)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+
+	return catalog_exec(sql, 1, types, values, NULL, SPI_OK_SELECT);
+}
+
 /*
  * Like catalog_exec, for a statement run again and again (a lane's
  * checkpoint): parsed and planned once, on first use inside a catalog
@@ -509,6 +519,15 @@ check_not_retired(const char *name, const char *what)
 						   "ledger stays.", by, at, run_id),
 				 errhint("A retired backfill neither runs nor reverts.  Declare new work under "
 						 "a new name.")));
+}
+
+void
+check_backfill_target(const char *name, bool found, Oid owner, const char *what)
+{
+	if (!found)
+		report_not_declared(name);
+	check_backfill_member(name, owner);
+	check_not_retired(name, what);
 }
 
 void

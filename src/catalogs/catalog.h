@@ -33,6 +33,8 @@ extern void catalog_leave(CatalogScope *scope);
 /* SPI helpers; values always travel as parameters */
 extern int	catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
 						 const char *nulls, int expected);
+/* a SELECT whose only parameter ($1, text) is a backfill's name: its rows */
+extern int	catalog_exec_named(const char *sql, const char *name);
 extern int	catalog_exec_cached(SPIPlanPtr *cache, const char *sql, int nargs, Oid *types,
 								Datum *values, const char *nulls, int expected);
 /* a read with the newest committed data, whatever the transaction's snapshot */
@@ -88,6 +90,13 @@ extern char *retired_sql(const char *alias);
  * declaration's lock counts).  Inside SPI.
  */
 extern void check_not_retired(const char *name, const char *what);
+
+/*
+ * A backfill a call acts on, as the caller read it (found, its owner):
+ * declared (BF002), the caller a member of its owner, and not retired
+ * (BF041, "what" as for check_not_retired).  Outside a catalog scope.
+ */
+extern void check_backfill_target(const char *name, bool found, Oid owner, const char *what);
 
 /* BF002: no declaration of that name (hint: backfill_pending) */
 extern void report_not_declared(const char *name) pg_attribute_noreturn();

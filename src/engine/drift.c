@@ -379,18 +379,16 @@ static int64
 catch_up(Watched *w)
 {
 	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(w->name)};
 	bool		still_newest;
 
 	check_environment(w->name, w->environments, w->envlist);
 	tenancy_check_run_as(w->name, w->owner, w->run_as);
 	check_role_can_login(w->name, w->run_as);
 	catalog_enter(&scope);
-	still_newest = catalog_exec("SELECT 1 FROM backfill.declaration WHERE name = $1 FOR UPDATE",
-								1, types, values, NULL, SPI_OK_SELECT) == 1 &&
-		catalog_exec("SELECT pg_catalog.max(run_id) FROM backfill.ledger WHERE ledger_name = $1",
-					 1, types, values, NULL, SPI_OK_SELECT) == 1 &&
+	still_newest = catalog_exec_named("SELECT 1 FROM backfill.declaration WHERE name = $1 FOR UPDATE",
+									  w->name) == 1 &&
+		catalog_exec_named("SELECT pg_catalog.max(run_id) FROM backfill.ledger WHERE ledger_name = $1",
+						   w->name) == 1 &&
 		catalog_getint64(0, 1) == w->last_id;
 	catalog_leave(&scope);
 	if (!still_newest)
