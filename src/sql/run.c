@@ -124,27 +124,23 @@ read_ledger_state(const char *ledger_name, Oid owner, LedgerState *state)
 	Oid			types[2] = {TEXTOID, OIDOID};
 	Datum		values[2] = {CStringGetTextDatum(ledger_name), ObjectIdGetDatum(owner)};
 
-	char	   *direction;
-
 	catalog_enter(&scope);
-	direction = ledger_direction_sql("l");
-	catalog_exec_latest(psprintf("SELECT"
-								 "  (SELECT max(l.run_id) FROM backfill.ledger l"
-								 "    WHERE l.ledger_name = $1 AND l.status = 'running'),"
-								 "  (SELECT max(l.run_id) FROM backfill.ledger l"
-								 "    WHERE l.ledger_name = $1 AND l.status = 'completed'"
-								 "      AND %s = 'forward'"
-								 "      AND l.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $2"
-								 "      AND l.run_id > coalesce((SELECT max(v.run_id)"
-								 "            FROM backfill.ledger v WHERE v.ledger_name = $1"
-								 "             AND v.status = 'completed' AND %s = 'revert'), 0)"
-								 "      AND l.run_id > coalesce((SELECT max(f.run_id)"
-								 "            FROM backfill.ledger f WHERE f.ledger_name = $1"
-								 "             AND f.status IN ('failed', 'cancelled')), 0)),"
-								 "  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.ledger_name = $1),"
-								 "  EXISTS (SELECT 1 FROM backfill.ledger l WHERE l.ledger_name = $1"
-								 "           AND l.status = 'running' AND %s = 'revert')",
-								 direction, ledger_direction_sql("v"), direction),
+	catalog_exec_latest("SELECT"
+						"  (SELECT max(l.run_id) FROM backfill.ledger l"
+						"    WHERE l.ledger_name = $1 AND l.status = 'running'),"
+						"  (SELECT max(l.run_id) FROM backfill.ledger l"
+						"    WHERE l.ledger_name = $1 AND l.status = 'completed'"
+						"      AND l.direction = 'forward'"
+						"      AND l.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $2"
+						"      AND l.run_id > coalesce((SELECT max(v.run_id)"
+						"            FROM backfill.ledger v WHERE v.ledger_name = $1"
+						"             AND v.status = 'completed' AND v.direction = 'revert'), 0)"
+						"      AND l.run_id > coalesce((SELECT max(f.run_id)"
+						"            FROM backfill.ledger f WHERE f.ledger_name = $1"
+						"             AND f.status IN ('failed', 'cancelled')), 0)),"
+						"  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.ledger_name = $1),"
+						"  EXISTS (SELECT 1 FROM backfill.ledger l WHERE l.ledger_name = $1"
+						"           AND l.status = 'running' AND l.direction = 'revert')",
 						2, types, values, NULL);
 	state->running_id = catalog_getint64(0, 1);
 	state->completed_id = catalog_getint64(0, 2);
