@@ -10,6 +10,7 @@ OBJS = \
 	src/jsonobj.o \
 	src/searchpath.o \
 	src/deadline.o \
+	src/names.o \
 	src/sql/declare.o \
 	src/sql/declare_args.o \
 	src/sql/declare_check.o \

@@ -12,8 +12,19 @@ SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
 SELECT to_regclass('backfill.outbox') IS NULL AS no_outbox_in_0_1;
 
 CREATE TABLE upgrade_items (id int PRIMARY KEY, c int);
+-- the library works with its own catalog version only (BF027, issue 25):
+-- under the 0.1 catalogs it refuses to declare, with the way out
 SELECT length(backfill_declare('upgrade_fill', 'upgrade_items', 'c IS NULL',
        'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)')) AS checksum_length;
+-- the declaration as the 0.1 library stored it (its checksum: what every
+-- library computes for this definition, compared again under 0.6 below)
+INSERT INTO backfill.declaration (name, relid, relation, key_column, key_type, predicate, action,
+       batch_size, rate, max_attempts, backoff_base_ms, backoff_cap_ms, batch_timeout_ms,
+       min_batch_size, max_batch_size, run_as, search_path, owner, checksum)
+VALUES ('upgrade_fill', 'upgrade_items'::regclass, 'public.upgrade_items', 'id', 'integer',
+       'c IS NULL', 'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)',
+       1000, 5, 5, 1000, 60000, 60000, 100, 100000, current_user::regrole, '"$user", public',
+       current_user::regrole, '580445c0df77630b7c1ae6ba4428abf3e0f551cbd83f6dfc135af98b3ae885fc');
 SELECT checksum AS checksum_before FROM backfill.declaration WHERE name = 'upgrade_fill' \gset
 
 ALTER EXTENSION pg_backfill UPDATE TO '0.2';
@@ -36,11 +47,11 @@ SELECT p.oid::regprocedure AS function,
  WHERE p.proname LIKE 'backfill_outbox%'
  ORDER BY p.oid::regprocedure::text;
 
--- the new functions work after the upgrade
+-- the new functions check their arguments, then refuse under catalogs
+-- older than the library (BF027): nothing is written
 SELECT backfill_outbox_emit('', 'k', '{}');
 SELECT backfill_outbox_emit('upgrade.topic', 'k1', '{"n": 1}') > 0 AS emitted;
 SELECT topic, key, payload, state FROM backfill.outbox;
-DELETE FROM backfill.outbox;
 
 -- two running passes of one name, as 0.2 let two REPEATABLE READ callers
 -- enqueue them (paused: no lane takes them)
@@ -103,17 +114,28 @@ SELECT p.proname, p.pronargs, p.pronargdefaults,
        obj_description(p.oid, 'pg_proc') AS comment
   FROM pg_proc p WHERE p.proname = 'backfill_declare';
 -- a pages source with a count function declared under 0.4 (regprocedure
--- columns), and one whose function is dropped before the update
+-- columns), and one whose function is dropped before the update: as the
+-- 0.4 library stored them (it refuses now, BF027)
 CREATE FUNCTION upgrade_pages04(cursor text, input jsonb) RETURNS jsonb
 LANGUAGE sql AS $$ SELECT '{"rows": [], "next": null}'::jsonb $$;
 CREATE FUNCTION upgrade_count04(input jsonb) RETURNS bigint LANGUAGE sql AS $$ SELECT 0::bigint $$;
 CREATE FUNCTION upgrade_gone04(cursor text, input jsonb) RETURNS jsonb
 LANGUAGE sql AS $$ SELECT '{"rows": [], "next": null}'::jsonb $$;
-SELECT backfill_declare(name => 'upgrade_pages04', pages => 'upgrade_pages04',
-       count_function => 'upgrade_count04',
-       action => 'SELECT pg_catalog.jsonb_array_length($1)') AS checksum_pages04 \gset
 SELECT length(backfill_declare(name => 'upgrade_gone04', pages => 'upgrade_gone04',
        action => 'SELECT pg_catalog.jsonb_array_length($1)')) AS checksum_length;
+INSERT INTO backfill.declaration (name, pages_fn, count_fn, action, batch_size, rate, max_attempts,
+       backoff_base_ms, backoff_cap_ms, batch_timeout_ms, min_batch_size, max_batch_size, run_as,
+       search_path, owner, checksum)
+SELECT f.name, f.pages_fn, f.count_fn, 'SELECT pg_catalog.jsonb_array_length($1)', 1000, 5, 5, 1000,
+       60000, 60000, 100, 100000, current_user::regrole, '"$user", public', current_user::regrole,
+       f.checksum
+  FROM (VALUES ('upgrade_pages04', 'upgrade_pages04(text, jsonb)'::regprocedure,
+                'upgrade_count04(jsonb)'::regprocedure,
+                '817e0c12fa99b601e43e482d92138dd0d7d53f3b14ee442b609c12561dfad970'),
+               ('upgrade_gone04', 'upgrade_gone04(text, jsonb)'::regprocedure, NULL,
+                'f3ca32f3df0171ad5f4252ad261580e2c41aa787b735f19f08a1d2f8a656d7a1'))
+       f(name, pages_fn, count_fn, checksum);
+SELECT checksum AS checksum_pages04 FROM backfill.declaration WHERE name = 'upgrade_pages04' \gset
 DROP FUNCTION upgrade_gone04(text, jsonb);
 -- and on to 0.5: revert, revert_predicate, max_failed_rows and watch; a
 -- privilege taken from PUBLIC stays taken; checksums unchanged; the pages
@@ -185,6 +207,10 @@ REVOKE EXECUTE ON FUNCTION backfill_pending() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION backfill_pending() TO upgrade_reader;
 ALTER EXTENSION pg_backfill UPDATE TO '0.6';
 SELECT extversion FROM pg_extension WHERE extname = 'pg_backfill';
+-- at the library's version its functions work again (BF027 before)
+SELECT backfill_outbox_emit('upgrade.topic', 'k1', '{"n": 1}') > 0 AS emitted;
+SELECT topic, key, payload, state FROM backfill.outbox;
+DELETE FROM backfill.outbox;
 SELECT f.signature, has_function_privilege('public', f.signature, 'EXECUTE') AS public_can_execute,
        has_function_privilege('upgrade_reader', f.signature, 'EXECUTE') AS granted_can_execute
   FROM (VALUES ('backfill_status(text)'), ('backfill_pending()')) f(signature)
@@ -253,6 +279,11 @@ SELECT to_regclass('backfill.paused_role') IS NOT NULL AS has_paused_role,
 SELECT backfill_declare(name => 'upgrade_fill', relation => 'upgrade_items', predicate => 'c IS NULL',
        action => 'UPDATE upgrade_items SET c = 1 WHERE id BETWEEN $1 AND $2 AND (c IS NULL)') = :'checksum_before'
        AS same_checksum_unwatched;
+-- the pages source stored under 0.4 declares again to the same checksum
+SELECT backfill_declare(name => 'upgrade_pages04', pages => 'upgrade_pages04',
+       count_function => 'upgrade_count04',
+       action => 'SELECT pg_catalog.jsonb_array_length($1)') = :'checksum_pages04'
+       AS same_pages_checksum_under_06;
 
 \set VERBOSITY terse
 SELECT backfill_run('upgrade_gone04');

@@ -211,6 +211,39 @@ define_outbox_settings(void)
 							NULL, NULL, NULL);
 }
 
+/* the timeouts and bounds of a declarer's SQL evaluated outside a batch (probes) */
+static void
+config_define_probe_settings(void)
+{
+	DefineCustomIntVariable("backfill.probe_timeout",
+							"Statement timeout of a declarer's SQL evaluated outside a batch.",
+							"A drift probe (the watch, backfill_probe), the check of a required "
+							"backfill and the read of the migrations table end with an error "
+							"after this long.",
+							&backfill_probe_timeout,
+							60000, 100, 3600000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.max_probes_per_role",
+							"Most backfill_probe workers the calls of one role may hold at once.",
+							"A call beyond it is refused (BF038); a call for a backfill whose "
+							"probe runs waits for that one's answer instead of starting another.",
+							&backfill_max_probes_per_role,
+							2, 1, 64,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.probe_lock_timeout",
+							"Lock timeout of a declarer's SQL evaluated outside a batch.",
+							"A probe that waits longer than this for a lock (a table a session "
+							"holds locked) ends with an error, recorded as the probe's.",
+							&backfill_probe_lock_timeout,
+							1000, 10, 3600000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
+
 /* the workers: which databases, how many lanes, how often they look (a restart or a reload) */
 void
 config_define_worker_settings(void)
@@ -276,33 +309,7 @@ config_define_worker_settings(void)
 							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
 
-	DefineCustomIntVariable("backfill.probe_timeout",
-							"Statement timeout of a declarer's SQL evaluated outside a batch.",
-							"A drift probe (the watch, backfill_probe), the check of a required "
-							"backfill and the read of the migrations table end with an error "
-							"after this long.",
-							&backfill_probe_timeout,
-							60000, 100, 3600000,
-							PGC_SIGHUP, GUC_UNIT_MS,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("backfill.max_probes_per_role",
-							"Most backfill_probe workers the calls of one role may hold at once.",
-							"A call beyond it is refused (BF038); a call for a backfill whose "
-							"probe runs waits for that one's answer instead of starting another.",
-							&backfill_max_probes_per_role,
-							2, 1, 64,
-							PGC_SIGHUP, 0,
-							NULL, NULL, NULL);
-
-	DefineCustomIntVariable("backfill.probe_lock_timeout",
-							"Lock timeout of a declarer's SQL evaluated outside a batch.",
-							"A probe that waits longer than this for a lock (a table a session "
-							"holds locked) ends with an error, recorded as the probe's.",
-							&backfill_probe_lock_timeout,
-							1000, 10, 3600000,
-							PGC_SIGHUP, GUC_UNIT_MS,
-							NULL, NULL, NULL);
+	config_define_probe_settings();
 }
 
 /* the settings a session reads: declarations, health, the outbox, a pass's input */

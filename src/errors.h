@@ -113,4 +113,20 @@ backfill_take_error(MemoryContext cxt)
 	return edata;
 }
 
+/*
+ * In the caller of a worker that answered an error through shared memory
+ * (scope, rehearsal): that error raised again, its detail and hint when it
+ * had them (empty strings: none).
+ */
+static inline void
+backfill_raise_answer(int sqlerrcode, const char *message, const char *detail,
+					  const char *hint)
+{
+	ereport(ERROR,
+			(errcode(sqlerrcode),
+			 errmsg("%s", message),
+			 detail[0] ? errdetail("%s", detail) : 0,
+			 hint[0] ? errhint("%s", hint) : 0));
+}
+
 #endif							/* BACKFILL_ERRORS_H */

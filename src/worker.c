@@ -17,6 +17,9 @@
 #include "access/xact.h"
 
 #include "miscadmin.h"
+#include "storage/dsm.h"
+#include "storage/ipc.h"
+#include "tcop/tcopprot.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 
@@ -190,4 +193,15 @@ worker_key_input(Oid input, const char *text, Oid ioparam)
 	value = OidInputFunctionCall(input, (char *) text, ioparam, -1);
 	AtEOXact_GUC(true, level);
 	return value;
+}
+
+void *
+worker_attach_caller(Datum main_arg, dsm_segment **seg)
+{
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	*seg = dsm_attach(DatumGetUInt32(main_arg));
+	if (*seg == NULL)
+		proc_exit(0);
+	return dsm_segment_address(*seg);
 }

@@ -12,6 +12,7 @@
 #include "postgres.h"
 
 #include "postmaster/bgworker.h"
+#include "storage/dsm.h"
 #include "utils/guc.h"
 
 /* what a scheduler hands a lane or relay it starts (in bgw_extra) */
@@ -68,5 +69,13 @@ extern BackgroundWorkerHandle *worker_start(const char *function, const char *na
 											const char *type, Datum main_arg,
 											const void *extra, Size extra_len,
 											MemoryContext cxt);
+
+/*
+ * A worker that answers a caller through a shared memory segment (scope,
+ * rehearsal): SIGTERM ends it, signals unblocked, the segment whose handle
+ * is main_arg attached (*seg); its address.  The worker exits at once
+ * when the segment is gone (its caller left).
+ */
+extern void *worker_attach_caller(Datum main_arg, dsm_segment **seg);
 
 #endif							/* BACKFILL_WORKER_H */

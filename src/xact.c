@@ -177,6 +177,26 @@ worker_commit_xact(void)
 	MemoryContextSwitchTo(outer_cxt);
 }
 
+/*
+ * A session's subtransaction of work (if one is open) rolled back, then
+ * the procedure's transaction committed (commit) or rolled back, and the
+ * advisory locks put as they were (advisory.c); memory in keep.
+ */
+static void
+session_roll_back(MemoryContext keep, bool commit)
+{
+	if (session_in_xact)
+		RollbackAndReleaseCurrentSubTransaction();
+	session_in_xact = false;
+	MemoryContextSwitchTo(keep);
+	if (commit)
+		SPI_commit();
+	else
+		SPI_rollback();
+	MemoryContextSwitchTo(keep);
+	advisory_after_transaction(commit);
+}
+
 ErrorData *
 worker_abort_xact(MemoryContext keep)
 {
@@ -189,13 +209,7 @@ worker_abort_xact(MemoryContext keep)
 	if (in_session)
 	{
 		/* undoes the role, the settings, the SPI connections made in it */
-		if (session_in_xact)
-			RollbackAndReleaseCurrentSubTransaction();
-		session_in_xact = false;
-		MemoryContextSwitchTo(keep);
-		SPI_commit();
-		MemoryContextSwitchTo(keep);
-		advisory_after_transaction(true);
+		session_roll_back(keep, true);
 		return edata;
 	}
 	AbortCurrentTransaction();
@@ -223,13 +237,7 @@ worker_session_abort(MemoryContext keep)
 	FlushErrorState();
 	disable_timeout(STATEMENT_TIMEOUT, false);
 	QueryCancelPending = false;
-	if (session_in_xact)
-		RollbackAndReleaseCurrentSubTransaction();
-	session_in_xact = false;
-	MemoryContextSwitchTo(keep);
-	SPI_rollback();
-	MemoryContextSwitchTo(keep);
-	advisory_after_transaction(false);
+	session_roll_back(keep, false);
 	/* the declarer's SQL is over: what gives back the leases is the extension's */
 	advisory_guard_end();
 	return edata;

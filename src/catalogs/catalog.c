@@ -11,6 +11,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "names.h"
 #include "postgres.h"
 
 #include <ctype.h>
@@ -76,18 +77,29 @@ extension_row(Oid extoid, Oid *owner, char **version)
 	return found;
 }
 
-/* the role that owns the extension in this database */
-static Oid
-catalog_owner(void)
+/*
+ * The role that owns the extension in this database, and whether its
+ * catalogs here are at the library's version (*version: the version they
+ * are at).  Asked at every SQL entry point and by every catalog scope (once
+ * per batch): read from pg_extension once per transaction while they are
+ * current, and again at each ask while they are not (an ALTER EXTENSION ...
+ * UPDATE earlier in the transaction counts).
+ */
+static bool
+extension_state(Oid *owner, char **version)
 {
 	static LocalTransactionId cached_lxid = InvalidLocalTransactionId;
 	static Oid	cached_owner = InvalidOid;
 	Oid			extoid;
-	Oid			owner = InvalidOid;
+	char	   *found = NULL;
+	bool		current;
 
-	/* asked once per batch: remember the answer for the transaction */
 	if (cached_lxid == compat_my_lxid() && OidIsValid(cached_owner))
-		return cached_owner;
+	{
+		*owner = cached_owner;
+		*version = BACKFILL_CATALOG_VERSION;
+		return true;
+	}
 
 	extoid = get_extension_oid(BACKFILL_EXTENSION_NAME, true);
 	if (!OidIsValid(extoid))
@@ -97,51 +109,63 @@ catalog_owner(void)
 						BACKFILL_EXTENSION_NAME),
 				 errhint("Run CREATE EXTENSION %s;", BACKFILL_EXTENSION_NAME)));
 
-	if (!extension_row(extoid, &owner, NULL) || !OidIsValid(owner))
+	if (!extension_row(extoid, owner, &found) || !OidIsValid(*owner))
 		elog(ERROR, "could not find the owner of extension \"%s\"",
 			 BACKFILL_EXTENSION_NAME);
-	cached_lxid = compat_my_lxid();
-	cached_owner = owner;
-	return owner;
+	current = found != NULL && strcmp(found, BACKFILL_CATALOG_VERSION) == 0;
+	if (current)
+	{
+		cached_lxid = compat_my_lxid();
+		cached_owner = *owner;
+	}
+	*version = found;
+	return current;
 }
 
-/* the version of the extension's catalogs in this database (pg_extension) */
-static char *
-catalog_version(void)
+bool
+catalog_is_current(char **version)
 {
 	Oid			owner;
-	char	   *version = NULL;
 
-	(void) extension_row(get_extension_oid(BACKFILL_EXTENSION_NAME, false), &owner, &version);
-	return version;
+	return extension_state(&owner, version);
 }
 
 /*
- * A pass is started or steered only on the catalogs this library was
- * built for: after the library was updated and before ALTER EXTENSION ...
- * UPDATE, a column or table it writes may not exist yet.  Declarations and
- * the reports work across versions; this refuses, with the way out, what
- * would otherwise fail on a missing column.
+ * The library works with its own catalog version only: after the library
+ * was updated and before ALTER EXTENSION ... UPDATE, a column or table it
+ * reads or writes may not exist yet, so every SQL entry point and every
+ * catalog scope refuses (BF027) with the way out, instead of failing on a
+ * missing column or choosing another statement.  what and name say what
+ * was refused ("run backfill", its name); NULL for a scope's own refusal.
  */
 void
 check_catalog_current(const char *what, const char *name)
 {
-	char	   *version = catalog_version();
+	Oid			owner;
+	char	   *version;
 
-	if (version == NULL || strcmp(version, BACKFILL_CATALOG_VERSION) != 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_CATALOG_VERSION),
-				 errmsg("cannot %s \"%s\": the catalogs of pg_backfill are at version %s",
-						what, name, version ? version : "unknown"),
-				 errdetail("The installed library is version %s and needs its catalogs at that version.",
-						   BACKFILL_CATALOG_VERSION),
-				 errhint("Run ALTER EXTENSION pg_backfill UPDATE; in this database.")));
+	if (extension_state(&owner, &version))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_CATALOG_VERSION),
+			 what != NULL ?
+			 errmsg("cannot %s \"%s\": the catalogs of pg_backfill are at version %s",
+					what, name, version ? version : "unknown") :
+			 errmsg("the catalogs of pg_backfill in this database are at version %s",
+					version ? version : "unknown"),
+			 errdetail("The installed library is version %s and works only with its catalogs "
+					   "at that version.", BACKFILL_CATALOG_VERSION),
+			 errhint("Run ALTER EXTENSION pg_backfill UPDATE; in this database.")));
 }
 
 void
 catalog_enter(CatalogScope *scope)
 {
-	Oid			owner = catalog_owner();
+	Oid			owner;
+	char	   *version;
+
+	if (!extension_state(&owner, &version))
+		check_catalog_current(NULL, NULL);
 
 	GetUserIdAndSecContext(&scope->saved_userid, &scope->saved_sec_context);
 	SetUserIdAndSecContext(owner,
@@ -170,6 +194,16 @@ catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
 	if (rc != expected)
 		elog(ERROR, "pg_backfill catalog statement failed (SPI code %d): %s", rc, sql);
 	return (int) SPI_processed;
+}
+
+/* a SELECT whose only parameter ($1, text) is a backfill's name: its rows */
+int
+catalog_exec_named(const char *sql, const char *name)
+{
+	Oid			types[1] = {TEXTOID};
+	Datum		values[1] = {CStringGetTextDatum(name)};
+
+	return catalog_exec(sql, 1, types, values, NULL, SPI_OK_SELECT);
 }
 
 /*
@@ -444,17 +478,13 @@ check_backfill_member(const char *name, Oid owner)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_PRIVILEGE),
 				 errmsg("permission denied for backfill \"%s\"", name),
-				 errdetail("The backfill belongs to role \"%s\".",
-						   GetUserNameFromId(owner, true) ?
-						   GetUserNameFromId(owner, true) : "(dropped)"),
+				 errdetail("The backfill belongs to role \"%s\".", role_name(owner)),
 				 errhint("Ask a member of that role, or have it GRANT the role to you.")));
 }
 
 char *
 retired_sql(const char *alias)
 {
-	if (!catalog_has_column("retired", "run_id"))
-		return pstrdup("false");
 	return psprintf("EXISTS (SELECT 1 FROM backfill.retired rt WHERE rt.declaration = %s.name)",
 					alias);
 }
@@ -470,8 +500,6 @@ check_not_retired(const char *name, const char *what)
 	char	   *by = NULL;
 	bool		retired;
 
-	if (!catalog_has_column("retired", "run_id"))
-		return;
 	catalog_enter(&scope);
 	retired = catalog_exec_latest("SELECT r.run_id, r.retired_at::pg_catalog.text, r.retired_by"
 								  " FROM backfill.retired r WHERE r.declaration = $1",
@@ -491,6 +519,15 @@ check_not_retired(const char *name, const char *what)
 						   "ledger stays.", by, at, run_id),
 				 errhint("A retired backfill neither runs nor reverts.  Declare new work under "
 						 "a new name.")));
+}
+
+void
+check_backfill_target(const char *name, bool found, Oid owner, const char *what)
+{
+	if (!found)
+		report_not_declared(name);
+	check_backfill_member(name, owner);
+	check_not_retired(name, what);
 }
 
 void
@@ -514,9 +551,7 @@ catalog_has_column(const char *table, const char *column)
 char *
 ledger_direction_sql(const char *alias)
 {
-	if (catalog_has_column("ledger", "direction"))
-		return psprintf("%s.direction", alias);
-	return pstrdup("'forward'::pg_catalog.text");
+	return psprintf("%s.direction", alias);
 }
 
 /* a function's schema-qualified, quoted name, to call it in SQL */

@@ -33,6 +33,8 @@ extern void catalog_leave(CatalogScope *scope);
 /* SPI helpers; values always travel as parameters */
 extern int	catalog_exec(const char *sql, int nargs, Oid *types, Datum *values,
 						 const char *nulls, int expected);
+/* a SELECT whose only parameter ($1, text) is a backfill's name: its rows */
+extern int	catalog_exec_named(const char *sql, const char *name);
 extern int	catalog_exec_cached(SPIPlanPtr *cache, const char *sql, int nargs, Oid *types,
 								Datum *values, const char *nulls, int expected);
 /* a read with the newest committed data, whatever the transaction's snapshot */
@@ -53,19 +55,24 @@ extern bool catalog_ask(const char *what, const char *sql, int nargs, Oid *types
 /* a function's schema-qualified, quoted name, to call it in SQL */
 extern char *function_name(Oid fn);
 
-/*
- * A pass's direction in SQL: "alias.direction", or 'forward' under a
- * catalog older than 0.5 (a newer library before ALTER EXTENSION UPDATE)
- */
+/* a pass's direction in SQL: "alias.direction" */
 extern char *ledger_direction_sql(const char *alias);
 
-/* does backfill.<table> have this column (a catalog as new as the library)? */
+/* does backfill.<table> have this column? */
 extern bool catalog_has_column(const char *table, const char *column);
 
 /* the backfill name checks every entry point shares */
 extern void check_backfill_name(const char *name);
 extern void check_new_backfill_name(const char *name);
 extern bool text_has_invisible(const char *text);
+
+/*
+ * Are this database's catalogs at the library's version (cached per
+ * transaction; *version: the version they are at)?  check_catalog_current raises BF027 when not, naming what
+ * was refused ("run backfill", name), or (what NULL) only the versions;
+ * every SQL entry point calls it, and so does every catalog_enter.
+ */
+extern bool catalog_is_current(char **version);
 extern void check_catalog_current(const char *what, const char *name);
 
 /* refuse what would write the catalogs on a hot standby (BF026) */
@@ -74,10 +81,7 @@ extern void check_not_standby(const char *what, const char *name);
 /* is the caller allowed to act for the role that owns a backfill? */
 extern void check_backfill_member(const char *name, Oid owner);
 
-/*
- * Is declaration alias retired (backfill_retire), in SQL: an EXISTS over
- * backfill.retired, or false under a catalog older than it.
- */
+/* is declaration alias retired (backfill_retire), in SQL: an EXISTS over backfill.retired */
 extern char *retired_sql(const char *alias);
 
 /*
@@ -86,6 +90,13 @@ extern char *retired_sql(const char *alias);
  * declaration's lock counts).  Inside SPI.
  */
 extern void check_not_retired(const char *name, const char *what);
+
+/*
+ * A backfill a call acts on, as the caller read it (found, its owner):
+ * declared (BF002), the caller a member of its owner, and not retired
+ * (BF041, "what" as for check_not_retired).  Outside a catalog scope.
+ */
+extern void check_backfill_target(const char *name, bool found, Oid owner, const char *what);
 
 /* BF002: no declaration of that name (hint: backfill_pending) */
 extern void report_not_declared(const char *name) pg_attribute_noreturn();

@@ -138,22 +138,6 @@ declaration_column_of_argument(const char *argument)
 #define FIELD(decl, col, type) ((type *) ((char *) (decl) + (col)->offset))
 
 /*
- * Which columns of the table backfill.declaration has: a library newer
- * than the catalog (before ALTER EXTENSION ... UPDATE) neither stores a
- * column the catalog lacks nor reads it (it reads as its default).
- */
-static void
-columns_present(bool *present)
-{
-	Oid			relid = get_relname_relid("declaration",
-										  get_namespace_oid("backfill", false));
-
-	for (int i = 0; i < declaration_ncolumns; i++)
-		present[i] = OidIsValid(relid) &&
-			get_attnum(relid, declaration_columns[i].column) != InvalidAttrNumber;
-}
-
-/*
  * Collapse white space outside string literals and quoted identifiers, so
  * that re-indenting a statement does not change its checksum.
  */
@@ -418,27 +402,24 @@ column_param(const Declaration *decl, const DeclarationColumn *col, Datum *value
 
 /* the INSERT ... ON CONFLICT (name) DO UPDATE of every column */
 static char *
-store_statement(const bool *present)
+store_statement(void)
 {
 	StringInfoData sql;
-
-	int			n = 0;
 
 	initStringInfo(&sql);
 	appendStringInfoString(&sql, "INSERT INTO backfill.declaration AS d (");
 	for (int i = 0; i < declaration_ncolumns; i++)
-		if (present[i])
-			appendStringInfo(&sql, "%s%s", n++ > 0 ? ", " : "",
-							 quote_identifier(declaration_columns[i].column));
+		appendStringInfo(&sql, "%s%s", i > 0 ? ", " : "",
+						 quote_identifier(declaration_columns[i].column));
 	appendStringInfoString(&sql, ") VALUES (");
-	for (int i = 1; i <= n; i++)
+	for (int i = 1; i <= declaration_ncolumns; i++)
 		appendStringInfo(&sql, "%s$%d", i > 1 ? ", " : "", i);
 	appendStringInfoString(&sql, ") ON CONFLICT (name) DO UPDATE SET ");
 	for (int i = 0; i < declaration_ncolumns; i++)
 	{
 		const char *c = quote_identifier(declaration_columns[i].column);
 
-		if (present[i] && !kept_on_redeclaration(&declaration_columns[i]))
+		if (!kept_on_redeclaration(&declaration_columns[i]))
 			appendStringInfo(&sql, "%s = EXCLUDED.%s, ", c, c);
 	}
 	appendStringInfoString(&sql, "updated_at = pg_catalog.now()");
@@ -451,19 +432,10 @@ declaration_store(const Declaration *decl)
 	Oid			types[lengthof(declaration_columns)];
 	Datum		values[lengthof(declaration_columns)];
 	char		nulls[lengthof(declaration_columns)];
-	bool		present[lengthof(declaration_columns)];
-	int			n = 0;
 
-	columns_present(present);
 	for (int i = 0; i < declaration_ncolumns; i++)
-	{
-		if (present[i])
-		{
-			types[n] = column_param(decl, &declaration_columns[i], &values[n], &nulls[n]);
-			n++;
-		}
-	}
-	catalog_exec(store_statement(present), n, types, values, nulls, SPI_OK_INSERT);
+		types[i] = column_param(decl, &declaration_columns[i], &values[i], &nulls[i]);
+	catalog_exec(store_statement(), declaration_ncolumns, types, values, nulls, SPI_OK_INSERT);
 }
 
 /*
@@ -474,9 +446,7 @@ declaration_store(const Declaration *decl)
  * run as the declarer); backfill.identity_problem refuses to run such a
  * declaration.  A name that is only digits is the oid of a function
  * dropped before the column held names (pg_backfill 0.4), which
- * to_regprocedure would not parse.  The text of a regprocedure column (a
- * catalog before 0.5) is its name under the scope's search_path.  owner
- * is NULL for a catalog without the owner columns (before 0.5).
+ * to_regprocedure would not parse.
  */
 static char *
 function_select(const char *alias, const char *column, const char *owner)
@@ -486,47 +456,33 @@ function_select(const char *alias, const char *column, const char *owner)
 	return psprintf("(CASE WHEN %s.%s::pg_catalog.text OPERATOR(pg_catalog.~) '^[0-9]+$'"
 					" THEN NULL ELSE (SELECT f.oid FROM pg_catalog.pg_proc f"
 					"  WHERE f.oid OPERATOR(pg_catalog.=) pg_catalog.to_regprocedure(%s.%s::pg_catalog.text)"
-					"    AND %s) END)::pg_catalog.oid AS %s", alias, c, alias, c,
-					owner ? psprintf("f.proowner OPERATOR(pg_catalog.=) %s.%s", alias,
-									 quote_identifier(owner)) : "true",
-					c);
+					"    AND f.proowner OPERATOR(pg_catalog.=) %s.%s) END)::pg_catalog.oid AS %s",
+					alias, c, alias, c, alias, quote_identifier(owner), c);
 }
 
-/* the owner column of a function column, if the catalog has it */
+/* the owner column of a function column */
 static const char *
-function_owner_column(const DeclarationColumn *col, const bool *present)
+function_owner_column(const DeclarationColumn *col)
 {
-	const char *owner = strcmp(col->column, "pages_fn") == 0 ? "pages_owner" : "count_owner";
-
-	for (int i = 0; i < declaration_ncolumns; i++)
-		if (strcmp(declaration_columns[i].column, owner) == 0)
-			return present[i] ? owner : NULL;
-	return NULL;
+	return strcmp(col->column, "pages_fn") == 0 ? "pages_owner" : "count_owner";
 }
 
 char *
 declaration_select_list(const char *alias)
 {
 	StringInfoData sql;
-	bool		present[lengthof(declaration_columns)];
 
-	columns_present(present);
 	initStringInfo(&sql);
 	for (int i = 0; i < declaration_ncolumns; i++)
 	{
 		const DeclarationColumn *col = &declaration_columns[i];
 
 		appendStringInfoString(&sql, i > 0 ? ", " : "");
-		if (present[i] && col->field == DECL_FUNCTION)
+		if (col->field == DECL_FUNCTION)
 			appendStringInfoString(&sql, function_select(alias, col->column,
-														 function_owner_column(col, present)));
-		else if (present[i])
-			appendStringInfo(&sql, "%s.%s", alias, quote_identifier(col->column));
-		else if (col->field == DECL_FUNCTION)
-			appendStringInfo(&sql, "NULL::pg_catalog.oid AS %s", quote_identifier(col->column));
+														 function_owner_column(col)));
 		else
-			appendStringInfo(&sql, "(%s)::%s AS %s", col->argdefault ? col->argdefault : "NULL",
-							 format_type_be(col->sqltype), quote_identifier(col->column));
+			appendStringInfo(&sql, "%s.%s", alias, quote_identifier(col->column));
 	}
 	return sql.data;
 }
@@ -626,8 +582,6 @@ declaration_sweeps(const char *name)
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(name)};
 
-	if (!catalog_has_column("declaration", "guarded"))
-		return false;			/* a catalog older than 0.6: no pass sweeps */
 	return catalog_exec("SELECT 1 FROM backfill.declaration d WHERE d.name = $1"
 						" AND d.pages_fn IS NULL"
 						" AND (d.guarded OR d.action_set IS NOT NULL OR d.action_delete)",

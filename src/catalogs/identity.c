@@ -33,18 +33,15 @@ static bool
 identity_read(const char *name, char **code, char **message, char **detail, char **hint)
 {
 	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(name)};
 	bool		found;
 
 	catalog_enter(&scope);
-	found = catalog_exec("SELECT i.code, i.message, i.detail, i.hint"
-						 "  FROM backfill.declaration d,"
-						 "       backfill.identity_problem(d.name, d.relid, d.relation, d.owner,"
-						 "                                 d.owner_name, d.run_as,"
-						 "                                 d.run_as_name) i"
-						 " WHERE d.name = $1 AND i.code IS NOT NULL",
-						 1, types, values, NULL, SPI_OK_SELECT) > 0;
+	found = catalog_exec_named("SELECT i.code, i.message, i.detail, i.hint"
+							   "  FROM backfill.declaration d,"
+							   "       backfill.identity_problem(d.name, d.relid, d.relation, d.owner,"
+							   "                                 d.owner_name, d.run_as,"
+							   "                                 d.run_as_name) i"
+							   " WHERE d.name = $1 AND i.code IS NOT NULL", name) > 0;
 	if (found)
 	{
 		*code = catalog_gettext(0, 1);

@@ -224,9 +224,7 @@ drift_required_target(int64 waiting_run_id, DriftTarget *target, MemoryContext c
 	{
 		Required	r;
 
-		/* a catalog older than 0.6 has no backfill.probe: no drift check */
-		found = catalog_has_column("probe", "found") &&
-			read_required(waiting_run_id, &r, cxt);
+		found = read_required(waiting_run_id, &r, cxt);
 		if (found)
 		{
 			target->name = r.b_name;
@@ -300,18 +298,12 @@ typedef struct Watched
  * declared one doubled by each catch-up pass in a row that healed no row,
  * up to a day (backfill.watch_interval_ms, pg_backfill--0.5--0.6.sql), so
  * that a predicate that matches only where the scheduler probes makes ever
- * fewer passes, never more than one per interval.  A catalog older than
- * 0.6 has only the declared one.
+ * fewer passes, never more than one per interval.
  */
 static const char *
 watch_interval_in_force(void)
 {
-	Oid			argtypes[1] = {TEXTOID};
-	List	   *fn = list_make2(makeString("backfill"), makeString("watch_interval_ms"));
-
-	if (OidIsValid(LookupFuncName(fn, 1, argtypes, true)))
-		return "backfill.watch_interval_ms(d.name)";
-	return "d.watch_ms";
+	return "backfill.watch_interval_ms(d.name)";
 }
 
 /*
@@ -329,13 +321,6 @@ read_watched(MemoryContext cxt, const int64 *name_hash)
 	char		nulls[1] = {name_hash ? ' ' : 'n'};
 
 	worker_begin_xact("pg_backfill: reading the watched backfills");
-	/* a catalog older than 0.6 (or none) has nothing to watch: no backfill.probe to record in */
-	if (!catalog_has_column("declaration", "watch_ms") || !catalog_has_column("watch", "probes") ||
-		!catalog_has_column("probe", "found"))
-	{
-		worker_commit_xact();
-		return NIL;
-	}
 	catalog_enter(&scope);
 	/* a retired backfill is watched no more */
 	n = catalog_exec(psprintf(WATCHED_SQL, watch_interval_in_force(), retired_sql("d")), 1, types,
@@ -394,18 +379,16 @@ static int64
 catch_up(Watched *w)
 {
 	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(w->name)};
 	bool		still_newest;
 
 	check_environment(w->name, w->environments, w->envlist);
 	tenancy_check_run_as(w->name, w->owner, w->run_as);
 	check_role_can_login(w->name, w->run_as);
 	catalog_enter(&scope);
-	still_newest = catalog_exec("SELECT 1 FROM backfill.declaration WHERE name = $1 FOR UPDATE",
-								1, types, values, NULL, SPI_OK_SELECT) == 1 &&
-		catalog_exec("SELECT pg_catalog.max(run_id) FROM backfill.ledger WHERE ledger_name = $1",
-					 1, types, values, NULL, SPI_OK_SELECT) == 1 &&
+	still_newest = catalog_exec_named("SELECT 1 FROM backfill.declaration WHERE name = $1 FOR UPDATE",
+									  w->name) == 1 &&
+		catalog_exec_named("SELECT pg_catalog.max(run_id) FROM backfill.ledger WHERE ledger_name = $1",
+						   w->name) == 1 &&
 		catalog_getint64(0, 1) == w->last_id;
 	catalog_leave(&scope);
 	if (!still_newest)

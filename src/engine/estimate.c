@@ -64,6 +64,16 @@ predicate_columns(Oid relid, const char *relation, const char *predicate)
 	return PointerGetDatum(strlist_to_textarray(names));
 }
 
+/* the one text a read-only query of the statistics answers, or NULL for no row */
+static char *
+stats_answer(const char *sql, int nargs, Oid *types, Datum *values)
+{
+	if (SPI_execute_with_args(sql, nargs, types, values, NULL, true, 1) != SPI_OK_SELECT ||
+		SPI_processed != 1)
+		return NULL;
+	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+}
+
 /*
  * Why the planner's estimate cannot be trusted, or NULL: a column of the
  * predicate without statistics in a table that has some (a column added
@@ -78,21 +88,18 @@ statistics_missing(Oid relid, const char *relation, const char *predicate)
 	Datum		values[2] = {ObjectIdGetDatum(relid),
 	predicate_columns(relid, relation, predicate)};
 
-	if (SPI_execute_with_args(
-							  "SELECT 'column ' || pg_catalog.quote_ident(a) || ' has no statistics'"
-							  "  FROM pg_catalog.pg_class c"
-							  "  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace,"
-							  "       pg_catalog.unnest($2::pg_catalog.text[]) a"
-							  " WHERE c.oid = $1 AND NOT pg_catalog.row_security_active(c.oid)"
-							  "   AND EXISTS (SELECT 1 FROM pg_catalog.pg_stats s"
-							  "                WHERE s.schemaname = n.nspname AND s.tablename = c.relname)"
-							  "   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stats s"
-							  "                    WHERE s.schemaname = n.nspname"
-							  "                      AND s.tablename = c.relname AND s.attname = a)"
-							  " ORDER BY a LIMIT 1",
-							  2, types, values, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		return NULL;
-	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	return stats_answer("SELECT 'column ' || pg_catalog.quote_ident(a) || ' has no statistics'"
+						"  FROM pg_catalog.pg_class c"
+						"  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace,"
+						"       pg_catalog.unnest($2::pg_catalog.text[]) a"
+						" WHERE c.oid = $1 AND NOT pg_catalog.row_security_active(c.oid)"
+						"   AND EXISTS (SELECT 1 FROM pg_catalog.pg_stats s"
+						"                WHERE s.schemaname = n.nspname AND s.tablename = c.relname)"
+						"   AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stats s"
+						"                    WHERE s.schemaname = n.nspname"
+						"                      AND s.tablename = c.relname AND s.attname = a)"
+						" ORDER BY a LIMIT 1",
+						2, types, values);
 }
 
 /*
@@ -107,17 +114,14 @@ statistics_stale(Oid relid)
 	Oid			types[1] = {OIDOID};
 	Datum		values[1] = {ObjectIdGetDatum(relid)};
 
-	if (SPI_execute_with_args(
-							  "SELECT 'its statistics predate ' || s.n_mod_since_analyze"
-							  "       || ' changed rows'"
-							  "  FROM pg_catalog.pg_class c"
-							  "  JOIN pg_catalog.pg_stat_all_tables s ON s.relid = c.oid"
-							  " WHERE c.oid = $1 AND c.reltuples > 0"
-							  "   AND NOT pg_catalog.row_security_active(c.oid)"
-							  "   AND s.n_mod_since_analyze > c.reltuples * 0.1",
-							  1, types, values, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
-		return NULL;
-	return SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+	return stats_answer("SELECT 'its statistics predate ' || s.n_mod_since_analyze"
+						"       || ' changed rows'"
+						"  FROM pg_catalog.pg_class c"
+						"  JOIN pg_catalog.pg_stat_all_tables s ON s.relid = c.oid"
+						" WHERE c.oid = $1 AND c.reltuples > 0"
+						"   AND NOT pg_catalog.row_security_active(c.oid)"
+						"   AND s.n_mod_since_analyze > c.reltuples * 0.1",
+						1, types, values);
 }
 
 /* the planner's estimate (backfill.estimate_rows) */

@@ -103,11 +103,8 @@ history_record(Pass *pass, Claim *claim, const char *first_key, const char *last
 	INT4OID, TEXTOID};
 	Datum		values[9];
 	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	static bool table_seen = false; /* once seen, for the process's life */
 
-	/* catalogs older than 0.6 (the library updated first) have no history to write */
-	if (backfill_batch_history <= 0 ||
-		(!table_seen && !(table_seen = catalog_has_column("batch", "throttle"))))
+	if (backfill_batch_history <= 0)
 		return;
 	values[0] = Int64GetDatum(pass->run_id);
 	values[1] = Int32GetDatum(claim->part_no);

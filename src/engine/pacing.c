@@ -72,6 +72,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "names.h"
 #include "postgres.h"
 
 #include <unistd.h>
@@ -254,16 +255,9 @@ pacing_say_throttle(Pass *pass, Claim *claim, const char *reason)
 	" LEFT JOIN backfill.declaration d ON d.name = l.declaration" \
 	" WHERE l.run_id = $1"
 
-/* two texts alike, NULL alike */
-static bool
-text_alike(const char *a, const char *b)
-{
-	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
 /*
  * The declaration's throttle_when and windows as they are now (in a
- * transaction, inside a catalog scope, under catalogs that have them): a
+ * transaction, inside a catalog scope): a
  * new declaration applies to a lane at its next wake or hold.
  */
 static void
@@ -277,8 +271,7 @@ reread_when(Pass *pass)
 	Datum		windows;
 	MemoryContext old;
 
-	if (!catalog_has_column("declaration", "windows") ||
-		catalog_exec("SELECT throttle_when, windows::text || ' in ' || window_time_zone, windows,"
+	if (catalog_exec("SELECT throttle_when, windows::text || ' in ' || window_time_zone, windows,"
 					 "  window_time_zone FROM backfill.declaration WHERE name = $1",
 					 1, types, values, NULL, SPI_OK_SELECT) == 0)
 		return;
@@ -286,12 +279,12 @@ reread_when(Pass *pass)
 	windows_said = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 	/* only what changed is taken again: a held lane reads this every throttle_delay */
 	old = MemoryContextSwitchTo(pass->cxt);
-	if (!text_alike(condition, pass->throttle_when))
+	if (!text_equal(condition, pass->throttle_when))
 	{
 		pass->throttle_when = condition ? pstrdup(condition) : NULL;
 		pass->condition_at = 0;
 	}
-	if (!text_alike(windows_said, pass->windows_said))
+	if (!text_equal(windows_said, pass->windows_said))
 	{
 		windows = catalog_getdatum(0, 3, &isnull);
 		pass->windows_said = windows_said ? pstrdup(windows_said) : NULL;

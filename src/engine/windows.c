@@ -33,6 +33,7 @@
 #include "utils/timestamp.h"
 
 #include "config.h"
+#include "catalog.h"
 #include "errors.h"
 #include "windows.h"
 
@@ -317,6 +318,7 @@ backfill_window_at(PG_FUNCTION_ARGS)
 	Datum		values[2];
 	bool		nulls[2] = {false, false};
 
+	check_catalog_current(NULL, NULL);
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "backfill.window_at must return a record");
 	values[0] = BoolGetDatum(windows_inside(windows, at, &next));

@@ -62,8 +62,7 @@ events_check_topic(const char *name, const char *topic, Oid declarer)
 				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
 				 errmsg("events of backfill \"%s\" names an empty topic", name),
 				 errhint("Name the outbox topic whose sink receives the events, or leave events out.")));
-	if (!outbox_has_owners() ||
-		!outbox_topic_owner(values[0], &owner, &grantees, &grantees_null))
+	if (!outbox_topic_owner(values[0], &owner, &grantees, &grantees_null))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_EVENTS_NO_SINK),
 				 errmsg("events topic \"%s\" of backfill \"%s\" has no sink", topic, name),

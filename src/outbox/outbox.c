@@ -25,6 +25,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "names.h"
 #include "postgres.h"
 
 #include "access/transam.h"
@@ -47,14 +48,6 @@
 #include "shmem.h"
 
 PG_FUNCTION_INFO_V1(backfill_outbox_emit);
-
-bool
-outbox_has_owners(void)
-{
-	Oid			nsp = get_namespace_oid("backfill", true);
-
-	return OidIsValid(nsp) && OidIsValid(get_relname_relid("outbox_grant", nsp));
-}
 
 bool
 outbox_role_allowed(Oid role, Oid owner, Datum grantees, bool grantees_null)
@@ -120,11 +113,9 @@ check_topic_emitter(Datum topic, Oid emitter)
 			 errmsg("permission denied for outbox topic \"%s\"", TextDatumGetCString(topic)),
 			 errdetail("The topic's sink was set by role \"%s\"; role \"%s\" is not a member "
 					   "of it and was not granted the topic.",
-					   GetUserNameFromId(owner, true) ? GetUserNameFromId(owner, true) : "(dropped)",
-					   GetUserNameFromId(emitter, false)),
+					   role_name(owner), GetUserNameFromId(emitter, false)),
 			 errhint("Ask a member of role \"%s\" to run SELECT backfill_outbox_grant('%s', '%s');",
-					 GetUserNameFromId(owner, true) ? GetUserNameFromId(owner, true) : "(dropped)",
-					 TextDatumGetCString(topic), GetUserNameFromId(emitter, false))));
+					 role_name(owner), TextDatumGetCString(topic), GetUserNameFromId(emitter, false))));
 }
 
 /* Refuse a message that lacks what (a key, a payload). */
@@ -170,7 +161,6 @@ outbox_insert(Datum topic, Datum key, Datum payload, Oid emitter, bool check_emi
 	CatalogScope scope;
 	Oid			types[5] = {TEXTOID, TEXTOID, JSONBOID, XID8OID, OIDOID};
 	Datum		values[5];
-	bool		has_owners;
 	bool		isnull;
 	int64		id;
 
@@ -185,22 +175,16 @@ outbox_insert(Datum topic, Datum key, Datum payload, Oid emitter, bool check_emi
 	values[2] = payload;
 
 	catalog_enter(&scope);
-	has_owners = outbox_has_owners();
-	if (has_owners && check_emitter)
+	if (check_emitter)
 		check_topic_emitter(values[0], emitter);
 	/* our xid first, so that the next xid read after it is past it */
 	(void) GetTopTransactionId();
 	values[3] = FullTransactionIdGetDatum(ReadNextFullTransactionId());
 	values[4] = ObjectIdGetDatum(emitter);
-	if (has_owners)
-		catalog_exec("INSERT INTO backfill.outbox"
-					 " (topic, key, payload, emit_snapshot, emit_next_xid, emitted_by)"
-					 " VALUES ($1, $2, $3, pg_catalog.pg_current_snapshot(), $4, $5) RETURNING id",
-					 5, types, values, NULL, SPI_OK_INSERT_RETURNING);
-	else						/* schema not updated to 0.3 yet */
-		catalog_exec("INSERT INTO backfill.outbox (topic, key, payload, emit_snapshot, emit_next_xid)"
-					 " VALUES ($1, $2, $3, pg_catalog.pg_current_snapshot(), $4) RETURNING id",
-					 4, types, values, NULL, SPI_OK_INSERT_RETURNING);
+	catalog_exec("INSERT INTO backfill.outbox"
+				 " (topic, key, payload, emit_snapshot, emit_next_xid, emitted_by)"
+				 " VALUES ($1, $2, $3, pg_catalog.pg_current_snapshot(), $4, $5) RETURNING id",
+				 5, types, values, NULL, SPI_OK_INSERT_RETURNING);
 	id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
 	catalog_leave(&scope);
 
@@ -214,6 +198,7 @@ backfill_outbox_emit(PG_FUNCTION_ARGS)
 	int64		id;
 
 	check_emit_arguments(fcinfo);
+	check_catalog_current("emit to outbox topic", text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	check_not_standby("emit to outbox topic", text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");

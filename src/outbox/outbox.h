@@ -10,9 +10,6 @@
 
 #include "postgres.h"
 
-/* does this database's schema know topic owners (0.3 and later)? */
-extern bool outbox_has_owners(void);
-
 /*
  * May role emit into a topic whose sink owner is owner and which is
  * granted to grantees (an oid[] datum, or NULL)?

@@ -54,6 +54,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "names.h"
 #include "postgres.h"
 
 #include <curl/curl.h>
@@ -308,14 +309,6 @@ clip_error(const char *message)
 	return psprintf("%s...", pnstrdup(message, pg_mbcliplen(message, len, RELAY_ERROR_MAXLEN)));
 }
 
-static char *
-role_name(Oid role)
-{
-	char	   *name = GetUserNameFromId(role, true);
-
-	return name ? name : psprintf("(dropped role %u)", role);
-}
-
 /*
  * Record a failed delivery: retry later after a doubling delay, or dead.
  * attempt is the attempt a leased webhook call counted already (it is
@@ -392,20 +385,6 @@ refuse_delivery(Delivery *d)
 				 errhint("To deliver it, SELECT backfill_outbox_grant('%s', '%s'); then "
 						 "SELECT backfill_outbox_requeue(" INT64_FORMAT ");",
 						 d->topic, role_name(d->emitted_by), d->id)));
-}
-
-/* the role that owns a function (InvalidOid when it is gone) */
-static Oid
-function_owner(Oid fn)
-{
-	HeapTuple	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
-	Oid			owner;
-
-	if (!HeapTupleIsValid(tuple))
-		return InvalidOid;
-	owner = ((Form_pg_proc) GETSTRUCT(tuple))->proowner;
-	ReleaseSysCache(tuple);
-	return owner;
 }
 
 /*
@@ -797,8 +776,6 @@ relay_has_work(void)
 	Oid			types[1] = {INT4OID};
 	Datum		values[1] = {Int32GetDatum(backfill_outbox_dead_retention)};
 
-	if (!outbox_has_owners())
-		return false;			/* not updated to 0.3: nothing is delivered */
 	return catalog_ask("look for outbox work",
 					   "SELECT EXISTS (SELECT 1 FROM backfill.outbox o"
 					   "   WHERE o.state = 'pending' AND o.next_attempt_at <= pg_catalog.now()"

@@ -73,6 +73,7 @@
 #include "declare_args.h"
 #include "declare_check.h"
 #include "declare_source.h"
+#include "names.h"
 
 PG_FUNCTION_INFO_V1(backfill_declare);
 
@@ -324,13 +325,6 @@ text_array_alike(ArrayType *a, ArrayType *b)
 											 PointerGetDatum(a), PointerGetDatum(b)));
 }
 
-/* two texts alike, NULL alike */
-static bool
-text_equal(const char *a, const char *b)
-{
-	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
 /*
  * Inside the catalog scope, with the row locked: a name declared by a role
  * the caller is not a member of is refused, and so is a new checksum while
@@ -348,11 +342,9 @@ check_redeclaration(const Declaration *d)
 
 	if (!declaration_lock(d->name, &old))
 		return;
-	catalog_exec(psprintf("SELECT EXISTS (SELECT 1 FROM backfill.ledger l"
-						  "                WHERE l.declaration = $1 AND l.status = 'running'),"
-						  "       EXISTS (SELECT 1 FROM backfill.ledger l"
-						  "                WHERE l.declaration = $1 AND l.status = 'running'"
-						  "                  AND %s = 'revert')", ledger_direction_sql("l")),
+	/* no running pass: false, and NULL (false) for the revert */
+	catalog_exec("SELECT pg_catalog.count(*) > 0, pg_catalog.bool_or(l.direction = 'revert')"
+				 "  FROM backfill.ledger l WHERE l.declaration = $1 AND l.status = 'running'",
 				 1, types, values, NULL, SPI_OK_SELECT);
 	running = DatumGetBool(catalog_getdatum(0, 1, &isnull));
 	reverting = DatumGetBool(catalog_getdatum(0, 2, &isnull));
@@ -361,8 +353,7 @@ check_redeclaration(const Declaration *d)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_DUPLICATE),
 				 errmsg("backfill \"%s\" is already declared by role \"%s\"", d->name,
-						GetUserNameFromId(old.owner, true) ?
-						GetUserNameFromId(old.owner, true) : "(dropped)"),
+						role_name(old.owner)),
 				 errhint("Choose another name, or re-declare it as a member of that role.")));
 	/* a retired backfill's declaration is its history: it stays as it was */
 	check_not_retired(d->name, "be declared again");
@@ -410,9 +401,7 @@ check_redeclaration(const Declaration *d)
 /*
  * What runs per batch: an action as written, or set => / delete => for the
  * engine to write (action.c), exactly one; guard => false lets a
- * hand-written UPDATE or DELETE of the relation leave the predicate out
- * (catalogs older than 0.6, whose signature cannot say it, are not
- * guarded: the guard comes with ALTER EXTENSION ... UPDATE).
+ * hand-written UPDATE or DELETE of the relation leave the predicate out.
  */
 static void
 read_action_options(const DeclareArgs *a, Declaration *d)
@@ -422,9 +411,7 @@ read_action_options(const DeclareArgs *a, Declaration *d)
 	d->action = arg_text(a, "action");
 	d->action_set = arg_text(a, "set");
 	d->action_delete = !arg_isnull(a, "delete") && DatumGetBool(arg_datum(a, "delete"));
-	/* under catalogs older than 0.6 no signature can say guard => false: not guarded */
-	d->guard = arg_isnull(a, "guard") ? catalog_has_column("declaration", "guard") :
-		DatumGetBool(arg_datum(a, "guard"));
+	d->guard = arg_isnull(a, "guard") || DatumGetBool(arg_datum(a, "guard"));
 	given = (d->action != NULL) + (d->action_set != NULL) + d->action_delete;
 	if (given > 1)
 		ereport(ERROR,
@@ -471,6 +458,7 @@ backfill_declare(PG_FUNCTION_ARGS)
 	memset(&decl, 0, sizeof(decl));
 	decl.name = arg_text(&args, "name");
 	decl.owner = GetUserId();
+	check_catalog_current("declare backfill", decl.name);
 	check_new_backfill_name(decl.name);
 	check_not_standby("declare backfill", decl.name);
 	/* a declaration that returned its checksum survives a crash (synchronous_commit aside) */

@@ -71,6 +71,7 @@
 #include "declare_args.h"
 #include "declare_check.h"
 #include "declare_source.h"
+#include "names.h"
 
 /* the resolved source of a declaration */
 typedef struct DeclaredSource
@@ -81,8 +82,6 @@ typedef struct DeclaredSource
 	Oid			keytype;
 	KeyResolved composite;		/* nkeys > 1: a composite key (key.c) */
 } DeclaredSource;
-
-static char *key_column_list(const KeyResolved *key);
 
 static void
 resolve_relation(const char *name, const char *relation, DeclaredSource *src)
@@ -297,20 +296,6 @@ resolve_key(const char *name, const char *key, DeclaredSource *src)
 	relation_close(rel, AccessShareLock);
 }
 
-/* the owner of a function */
-static Oid
-function_owner(Oid fn)
-{
-	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
-	Oid			owner;
-
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for function %u", fn);
-	owner = ((Form_pg_proc) GETSTRUCT(tup))->proowner;
-	ReleaseSysCache(tup);
-	return owner;
-}
-
 /*
  * A pages or count function runs as the declarer in every batch, so it is
  * the declarer's SQL: its owner must be a role the declarer acts for (as
@@ -453,16 +438,6 @@ resolve_table_source(const DeclareArgs *a, Declaration *d, const char *run_as_na
 	d->relation = src.relation;
 	d->key_column = src.key;
 	d->key_type = src.keytype;
-	if (src.composite.nkeys > 1 && !catalog_has_column("declaration", "key_columns"))
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_CATALOG_VERSION),
-				 errmsg("cannot declare backfill \"%s\" with a composite key: the catalogs of "
-						"pg_backfill are older than version 0.5", name),
-				 errdetail("The key (%s) has %d columns; the catalogs in this database have no "
-						   "column for them and would keep only the first.",
-						   key_column_list(&src.composite), src.composite.nkeys),
-				 errhint("Run ALTER EXTENSION pg_backfill UPDATE; in this database, then "
-						 "declare it again.")));
 	if (src.composite.nkeys > 1)
 	{
 		d->key_columns = src.composite.key_columns;
@@ -479,14 +454,3 @@ resolve_table_source(const DeclareArgs *a, Declaration *d, const char *run_as_na
 	tenancy_check_rls(name, d->relid, d->relation, d->run_as, d->settings, d->tenant);
 }
 
-/* a composite key's columns as a list for a message: "t, id" */
-static char *
-key_column_list(const KeyResolved *key)
-{
-	StringInfoData buf;
-
-	initStringInfo(&buf);
-	for (int i = 0; i < key->nkeys; i++)
-		appendStringInfo(&buf, "%s%s", i > 0 ? ", " : "", key->columns[i]);
-	return buf.data;
-}

@@ -101,12 +101,10 @@ static void
 ensure_read(Ensure *e)
 {
 	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(e->name)};
 	int			n;
 
 	catalog_enter(&scope);
-	n = catalog_exec(ENSURE_SQL, 1, types, values, NULL, SPI_OK_SELECT);
+	n = catalog_exec_named(ENSURE_SQL, e->name);
 	if (n == 1)
 	{
 		e->owner = catalog_getoid(0, 1);
@@ -131,10 +129,7 @@ ensure_read(Ensure *e)
 	}
 	catalog_leave(&scope);
 	if (n != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_UNKNOWN),
-				 errmsg("backfill \"%s\" is not declared", e->name),
-				 errhint("backfill_pending() lists the declared backfills.")));
+		report_not_declared(e->name);
 }
 
 /* the hint of every refusal: the call that completes it, outside the transaction */
@@ -234,6 +229,7 @@ backfill_ensure_complete(PG_FUNCTION_ARGS)
 	memset(&e, 0, sizeof(e));
 	e.name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	check_backfill_name(e.name);
+	check_catalog_current("check backfill", e.name);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	ensure_read(&e);

@@ -42,16 +42,13 @@ static void
 probe_target(const char *name, DriftTarget *target)
 {
 	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(name)};
 	bool		found;
 	bool		plain = false;
 	Oid			owner = InvalidOid;
 
 	catalog_enter(&scope);
-	found = catalog_exec("SELECT d.owner, d.run_as, d.relid IS NOT NULL AND d.scope IS NULL"
-						 " FROM backfill.declaration d WHERE d.name = $1",
-						 1, types, values, NULL, SPI_OK_SELECT) == 1;
+	found = catalog_exec_named("SELECT d.owner, d.run_as, d.relid IS NOT NULL AND d.scope IS NULL"
+							   " FROM backfill.declaration d WHERE d.name = $1", name) == 1;
 	if (found)
 	{
 		owner = catalog_getoid(0, 1);
@@ -59,10 +56,7 @@ probe_target(const char *name, DriftTarget *target)
 		plain = catalog_getbool(0, 3);
 	}
 	catalog_leave(&scope);
-	if (!found)
-		report_not_declared(name);
-	check_backfill_member(name, owner);
-	check_not_retired(name, "be probed");
+	check_backfill_target(name, found, owner, "be probed");
 	if (!plain)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
@@ -212,6 +206,7 @@ backfill_probe(PG_FUNCTION_ARGS)
 	if (PG_ARGISNULL(0))
 		check_backfill_name(NULL);
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	check_catalog_current("probe backfill", name);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),

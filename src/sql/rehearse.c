@@ -49,25 +49,20 @@ static Oid
 rehearse_target(const char *name)
 {
 	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(name)};
 	bool		found;
 	Oid			owner = InvalidOid;
 	Oid			run_as = InvalidOid;
 
 	catalog_enter(&scope);
-	found = catalog_exec("SELECT d.owner, d.run_as FROM backfill.declaration d WHERE d.name = $1",
-						 1, types, values, NULL, SPI_OK_SELECT) == 1;
+	found = catalog_exec_named("SELECT d.owner, d.run_as FROM backfill.declaration d WHERE d.name = $1",
+							   name) == 1;
 	if (found)
 	{
 		owner = catalog_getoid(0, 1);
 		run_as = catalog_getoid(0, 2);
 	}
 	catalog_leave(&scope);
-	if (!found)
-		report_not_declared(name);
-	check_backfill_member(name, owner);
-	check_not_retired(name, "be rehearsed");
+	check_backfill_target(name, found, owner, "be rehearsed");
 	/* a REVOKE since the declaration takes effect here too, as at a lane's start */
 	tenancy_check_run_as(name, owner, run_as);
 	check_role_can_login(name, run_as);
@@ -227,11 +222,7 @@ rehearsal_answer(const char *name, Rehearsal *r)
 				 errhint("Check that the backfill's role may log in and connect, then call "
 						 "backfill_rehearse again.")));
 	if (r->state == 2)
-		ereport(ERROR,
-				(errcode(r->sqlerrcode),
-				 errmsg("%s", r->message),
-				 r->detail[0] ? errdetail("%s", r->detail) : 0,
-				 r->hint[0] ? errhint("%s", r->hint) : 0));
+		backfill_raise_answer(r->sqlerrcode, r->message, r->detail, r->hint);
 }
 
 Datum
@@ -247,6 +238,7 @@ backfill_rehearse(PG_FUNCTION_ARGS)
 	/* not STRICT: a NULL is refused, never answered with no rows */
 	name = PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0));
 	check_backfill_name(name);
+	check_catalog_current("rehearse backfill", name);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_REHEARSAL_BATCHES),

@@ -64,14 +64,11 @@ static void
 retire_lock(const char *name, Oid *owner, char **checksum)
 {
 	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(name)};
 	bool		found;
 
 	catalog_enter(&scope);
-	found = catalog_exec("SELECT d.owner, d.checksum FROM backfill.declaration d"
-						 " WHERE d.name = $1 FOR UPDATE", 1, types, values, NULL,
-						 SPI_OK_SELECT) == 1;
+	found = catalog_exec_named("SELECT d.owner, d.checksum FROM backfill.declaration d"
+							   " WHERE d.name = $1 FOR UPDATE", name) == 1;
 	if (found)
 	{
 		*owner = catalog_getoid(0, 1);

@@ -124,27 +124,23 @@ read_ledger_state(const char *ledger_name, Oid owner, LedgerState *state)
 	Oid			types[2] = {TEXTOID, OIDOID};
 	Datum		values[2] = {CStringGetTextDatum(ledger_name), ObjectIdGetDatum(owner)};
 
-	char	   *direction;
-
 	catalog_enter(&scope);
-	direction = ledger_direction_sql("l");
-	catalog_exec_latest(psprintf("SELECT"
-								 "  (SELECT max(l.run_id) FROM backfill.ledger l"
-								 "    WHERE l.ledger_name = $1 AND l.status = 'running'),"
-								 "  (SELECT max(l.run_id) FROM backfill.ledger l"
-								 "    WHERE l.ledger_name = $1 AND l.status = 'completed'"
-								 "      AND %s = 'forward'"
-								 "      AND l.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $2"
-								 "      AND l.run_id > coalesce((SELECT max(v.run_id)"
-								 "            FROM backfill.ledger v WHERE v.ledger_name = $1"
-								 "             AND v.status = 'completed' AND %s = 'revert'), 0)"
-								 "      AND l.run_id > coalesce((SELECT max(f.run_id)"
-								 "            FROM backfill.ledger f WHERE f.ledger_name = $1"
-								 "             AND f.status IN ('failed', 'cancelled')), 0)),"
-								 "  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.ledger_name = $1),"
-								 "  EXISTS (SELECT 1 FROM backfill.ledger l WHERE l.ledger_name = $1"
-								 "           AND l.status = 'running' AND %s = 'revert')",
-								 direction, ledger_direction_sql("v"), direction),
+	catalog_exec_latest("SELECT"
+						"  (SELECT max(l.run_id) FROM backfill.ledger l"
+						"    WHERE l.ledger_name = $1 AND l.status = 'running'),"
+						"  (SELECT max(l.run_id) FROM backfill.ledger l"
+						"    WHERE l.ledger_name = $1 AND l.status = 'completed'"
+						"      AND l.direction = 'forward'"
+						"      AND l.owner::pg_catalog.oid OPERATOR(pg_catalog.=) $2"
+						"      AND l.run_id > coalesce((SELECT max(v.run_id)"
+						"            FROM backfill.ledger v WHERE v.ledger_name = $1"
+						"             AND v.status = 'completed' AND v.direction = 'revert'), 0)"
+						"      AND l.run_id > coalesce((SELECT max(f.run_id)"
+						"            FROM backfill.ledger f WHERE f.ledger_name = $1"
+						"             AND f.status IN ('failed', 'cancelled')), 0)),"
+						"  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.ledger_name = $1),"
+						"  EXISTS (SELECT 1 FROM backfill.ledger l WHERE l.ledger_name = $1"
+						"           AND l.status = 'running' AND l.direction = 'revert')",
 						2, types, values, NULL);
 	state->running_id = catalog_getint64(0, 1);
 	state->completed_id = catalog_getint64(0, 2);
@@ -264,19 +260,18 @@ backfill_run(PG_FUNCTION_ARGS)
 }
 
 /*
- * backfill_wait(run_id, timeout): the ledger status once the pass has
- * ended, or 'running' when the timeout passes first.
+ * backfill_wait's arguments: the run (not NULL), and the deadline its
+ * timeout (not NULL, not negative) sets; from a READ COMMITTED transaction
+ * only.
  */
-Datum
-backfill_wait(PG_FUNCTION_ARGS)
+static TimestampTz
+wait_arguments(FunctionCallInfo fcinfo, int64 *run)
 {
 	int64		run_id;
 	Interval   *timeout;
 	int64		timeout_ms;
-	TimestampTz deadline;
-	char	   *status = NULL;
-	MemoryContext callercxt;
 
+	check_catalog_current(NULL, NULL);
 	/* CALLED ON NULL INPUT (0.6): a NULL run or timeout is refused, not answered NULL */
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -308,43 +303,63 @@ backfill_wait(PG_FUNCTION_ARGS)
 				 errdetail("Its snapshot would never see the pass end."),
 				 errhint("Wait from a READ COMMITTED transaction.")));
 
-	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
-	callercxt = CurrentMemoryContext;
+	*run = run_id;
+	return TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+}
+
+/*
+ * One look at the run's ledger row, as the caller (the ledger's row
+ * security hides other roles' runs): its status, in SPI's memory.  A run
+ * that does not exist, or whose row this transaction wrote, is refused.
+ */
+static char *
+wait_look(int64 run_id)
+{
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(run_id)};
+	TransactionId xmin;
+
+	if (catalog_exec("SELECT status, xmin::pg_catalog.text, declaration FROM backfill.ledger"
+					 " WHERE run_id = $1",
+					 1, types, values, NULL, SPI_OK_SELECT) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_UNKNOWN),
+				 errmsg("backfill run %lld does not exist", (long long) run_id),
+				 errhint("backfill_run() returns the run id; the backfill_ledger view lists them.")));
+	xmin = (TransactionId) strtoul(catalog_gettext(0, 2), NULL, 10);
+	if (TransactionIdIsCurrentTransactionId(xmin))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_WAIT_INVALID),
+				 errmsg("run %lld of backfill \"%s\" has not been committed yet",
+						(long long) run_id, catalog_gettext(0, 3)),
+				 errdetail("A pass starts only when the transaction that enqueued it commits."),
+				 errhint("COMMIT, then call backfill_wait(%lld).", (long long) run_id)));
+	return catalog_gettext(0, 1);
+}
+
+/*
+ * backfill_wait(run_id, timeout): the ledger status once the pass has
+ * ended, or 'running' when the timeout passes first.
+ */
+Datum
+backfill_wait(PG_FUNCTION_ARGS)
+{
+	int64		run_id;
+	TimestampTz deadline = wait_arguments(fcinfo, &run_id);
+	char	   *status = NULL;
+	MemoryContext callercxt = CurrentMemoryContext;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 
 	for (;;)
 	{
-		Oid			types[1] = {INT8OID};
-		Datum		values[1] = {Int64GetDatum(run_id)};
-		TransactionId xmin;
-		char	   *xmin_text;
-
-		/* as the caller: the ledger's row security hides other roles' runs */
-		if (catalog_exec("SELECT status, xmin::pg_catalog.text, declaration FROM backfill.ledger"
-						 " WHERE run_id = $1",
-						 1, types, values, NULL, SPI_OK_SELECT) == 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_UNKNOWN),
-					 errmsg("backfill run %lld does not exist", (long long) run_id),
-					 errhint("backfill_run() returns the run id; the backfill_ledger view lists them.")));
-		status = catalog_gettext(0, 1);
-		xmin_text = catalog_gettext(0, 2);
-		xmin = (TransactionId) strtoul(xmin_text, NULL, 10);
-		if (TransactionIdIsCurrentTransactionId(xmin))
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_WAIT_INVALID),
-					 errmsg("run %lld of backfill \"%s\" has not been committed yet",
-							(long long) run_id, catalog_gettext(0, 3)),
-					 errdetail("A pass starts only when the transaction that enqueued it commits."),
-					 errhint("COMMIT, then call backfill_wait(%lld).", (long long) run_id)));
+		status = wait_look(run_id);
 		if (strcmp(status, "running") != 0)
 			break;
 		if (GetCurrentTimestamp() >= deadline)
 			break;
 		pfree(status);
-		pfree(xmin_text);
 		SPI_freetuptable(SPI_tuptable);
 
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

@@ -46,6 +46,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "names.h"
 #include "postgres.h"
 
 #include "access/htup_details.h"
@@ -188,7 +189,7 @@ shard_result(FunctionCallInfo fcinfo, const char *status, ShardRow *row, int64 k
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 
-/* No argument of function fn is null but those whose bit is set in nullable. */
+/* No argument of function fn is null but those whose bit is set in nullable; the catalogs current. */
 static void
 check_args(FunctionCallInfo fcinfo, const char *fn, uint32 nullable)
 {
@@ -199,6 +200,7 @@ check_args(FunctionCallInfo fcinfo, const char *fn, uint32 nullable)
 					 errmsg("argument %d of %s is null", i + 1, fn),
 					 errhint("backfill.shard_checkpoint and backfill.shard_batch are called by "
 							 "pg_backfill's lanes.")));
+	check_catalog_current(NULL, NULL);
 }
 
 /*
@@ -582,12 +584,6 @@ shard_batch_settings(const char *path, bool async_commit, int lock_timeout_ms)
 							 PGC_S_SESSION, GUC_ACTION_LOCAL, true, 0, false);
 }
 
-static bool
-same_text(const char *a, const char *b)
-{
-	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
-}
-
 /*
  * Where the WAL inserted so far ends, as a flush request may name it: a
  * position up to which every commit the coordinator has seen is in WAL.
@@ -671,7 +667,7 @@ backfill_shard_batch(PG_FUNCTION_ARGS)
 				 errmsg("run " INT64_FORMAT " partition %d has no checkpoint on this node",
 						PG_GETARG_INT64(1), PG_GETARG_INT32(2)),
 				 errhint("A lane opens it first (backfill.shard_checkpoint).")));
-	if (!same_text(row.cursor, expected) || row.rows != PG_GETARG_INT64(7))
+	if (!text_equal(row.cursor, expected) || row.rows != PG_GETARG_INT64(7))
 	{
 		SPI_finish();
 		return shard_result(fcinfo, "adopt", &row, 0, true);

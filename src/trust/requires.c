@@ -24,6 +24,7 @@
  *
  *-------------------------------------------------------------------------
  */
+#include "names.h"
 #include "postgres.h"
 
 #include "access/htup_details.h"
@@ -48,7 +49,6 @@
 
 PG_FUNCTION_INFO_V1(backfill_migration_unapplied);
 
-static const char *role_name(Oid role);
 
 /* what a relation that is not a table is, for a message */
 static const char *
@@ -135,14 +135,6 @@ migrations_relation_refusal(Oid relid, const char *column, Oid role)
 	if (get_atttype(relid, attnum) >= FirstNormalObjectId)
 		return psprintf("has a column %s whose type is not built in, and %s", column, distrust);
 	return NULL;
-}
-
-static const char *
-role_name(Oid role)
-{
-	const char *name = GetUserNameFromId(role, true);
-
-	return name ? name : "(dropped)";
 }
 
 /* trim white space at both ends, in place */
@@ -245,6 +237,7 @@ backfill_migration_unapplied(PG_FUNCTION_ARGS)
 	char	   *unreadable;
 	bool		listed;
 
+	check_catalog_current(NULL, NULL);
 	if (!has_privs_of_role(GetUserId(), role))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_PRIVILEGE),

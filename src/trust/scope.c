@@ -386,14 +386,8 @@ void
 backfill_scope_main(Datum main_arg)
 {
 	dsm_segment *seg;
-	ScopeRequest *req;
+	ScopeRequest *req = (ScopeRequest *) worker_attach_caller(main_arg, &seg);
 
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-	seg = dsm_attach(DatumGetUInt32(main_arg));
-	if (seg == NULL)
-		proc_exit(0);
-	req = (ScopeRequest *) dsm_segment_address(seg);
 	BackgroundWorkerInitializeConnectionByOid(req->dboid, req->owner, 0);
 	/* before the segment's detach at exit: callbacks run in reverse order */
 	worker_request = req;
@@ -469,11 +463,7 @@ scope_worker_result(const char *name, ScopeRequest *req, const char *role)
 				 errhint("Let role %s log in, or call it in a session logged in as that role.",
 						 role ? quote_identifier(role) : "(dropped)")));
 	if (req->state == 2)
-		ereport(ERROR,
-				(errcode(req->sqlerrcode),
-				 errmsg("%s", req->answer),
-				 req->detail[0] ? errdetail("%s", req->detail) : 0,
-				 req->hint[0] ? errhint("%s", req->hint) : 0));
+		backfill_raise_answer(req->sqlerrcode, req->answer, req->detail, req->hint);
 	return pstrdup(req->answer);
 }
 

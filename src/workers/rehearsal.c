@@ -90,12 +90,7 @@ backfill_rehearsal_main(Datum main_arg)
 	MemoryContext cxt;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-	seg = dsm_attach(DatumGetUInt32(main_arg));
-	if (seg == NULL)
-		proc_exit(0);
-	r = (Rehearsal *) dsm_segment_address(seg);
+	r = (Rehearsal *) worker_attach_caller(main_arg, &seg);
 	answer_to = r;
 	before_shmem_exit(rehearsal_at_exit, (Datum) 0);
 	/* nobody waits for the answer any more: stop (a caller terminated, say) */

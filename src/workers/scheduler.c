@@ -148,6 +148,7 @@ static TimestampTz last_slot_warning = 0;
 static BackgroundWorkerHandle *relay = NULL;
 static bool outbox_pending = false;
 static bool extension_present = true;
+static bool catalogs_current = true;	/* at the library's version (catalogs_at_version) */
 static bool database_busy = true;	/* has work that needs the scheduler (database_has_work) */
 static const char *database_refusal = NULL;	/* why this database is no longer served */
 
@@ -244,18 +245,13 @@ stop_lanes_of_failed_passes(void)
 /*
  * A pass whose declaration is gone, or no longer names its table and
  * roles (identity.c), gets no lane: it fails here, so no lane ever logs in
- * as a role the declaration does not name.  Versions before 0.3 lack the
- * function; their lanes find out after they log in.
+ * as a role the declaration does not name.
  */
 static void
 fail_unbound_passes(void)
 {
 	bool		isnull;
 
-	if (SPI_execute("SELECT pg_catalog.to_regprocedure('backfill.fail_unbound_passes()')"
-					" IS NOT NULL", true, 1) != SPI_OK_SELECT ||
-		!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
-		return;
 	if (SPI_execute("SELECT backfill.fail_unbound_passes()", false, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not fail the passes that cannot start");
 	if (DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
@@ -407,14 +403,12 @@ database_has_work(void)
 					0, NULL, NULL))
 		return true;
 	/* a retired backfill is watched no more */
-	if (catalog_has_column("declaration", "watch_ms") &&
-		catalog_ask("look for watched backfills",
+	if (catalog_ask("look for watched backfills",
 					psprintf("SELECT EXISTS (SELECT 1 FROM backfill.declaration d"
 							 " WHERE d.watch_ms IS NOT NULL AND NOT %s)", retired_sql("d")),
 					0, NULL, NULL))
 		return true;
-	return catalog_has_column("outbox", "state") &&
-		catalog_ask("look for outbox messages",
+	return catalog_ask("look for outbox messages",
 					"SELECT EXISTS (SELECT 1 FROM backfill.outbox WHERE state IN ('pending', 'dead'))",
 					0, NULL, NULL);
 }
@@ -423,26 +417,48 @@ database_has_work(void)
  * A queued pass whose declaration requires a migration waits for a probe
  * worker (probe.c) to read it applied, after the pass was enqueued
  * (backfill.requirement): the scheduler's look reads no migrations table.
- * Catalogs older than 0.6 have no such record: read there as before.
  */
 static const char *
 migration_unread_sql(void)
 {
-	if (!catalog_has_column("requirement", "unmet"))
-		return "false";
 	return "r.phase = 'queued' AND d.requires IS NOT NULL"
 		"  AND NOT coalesce((SELECT q.unmet IS NULL AND q.checked_at >= l.started_at"
 		"                      FROM backfill.requirement q"
 		"                     WHERE q.declaration = l.declaration), false)";
 }
 
-/* what keeps a queued pass from starting, read from the catalogs (0.6) */
+/* what keeps a queued pass from starting, read from the catalogs */
 static const char *
 required_unmet_sql(void)
 {
-	if (!catalog_has_column("requirement", "unmet"))
-		return "backfill.unmet_requirement(l.declaration)";
 	return "backfill.unmet_required_backfill(l.declaration)";
+}
+
+/*
+ * Are the database's catalogs at the library's version?  When not (the
+ * library was updated, ALTER EXTENSION ... UPDATE not yet run) the scheduler
+ * does no work here and looks again at each naptime; it says so once, with
+ * the way out.  In the caller's transaction, the extension present.
+ */
+static bool
+catalogs_at_version(void)
+{
+	static bool warned = false;
+	char	   *version;
+
+	if (catalog_is_current(&version))
+		return true;
+	if (!warned)
+		ereport(WARNING,
+				(errcode(ERRCODE_BACKFILL_CATALOG_VERSION),
+				 errmsg("pg_backfill scheduler for database \"%s\" does no work: the catalogs "
+						"of pg_backfill are at version %s",
+						get_database_name(MyDatabaseId), version ? version : "unknown"),
+				 errdetail("The installed library is version %s and works only with its catalogs "
+						   "at that version.", BACKFILL_CATALOG_VERSION),
+				 errhint("Run ALTER EXTENSION pg_backfill UPDATE; in this database.")));
+	warned = true;
+	return false;
 }
 
 /*
@@ -458,14 +474,12 @@ read_running_passes(MemoryContext result_cxt)
 
 	database_refusal = database_no_longer_served();
 	extension_present = OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true));
-	if (extension_present)
+	catalogs_current = extension_present && catalogs_at_version();
+	if (catalogs_current)
 	{
 		int			rc;
-		/* the windows, under catalogs that have them (0.6) */
-		bool		has_windows = catalog_has_column("declaration", "windows");
-		const char *windows_sql = has_windows ? "d.windows, d.window_time_zone" :
-			"NULL::pg_catalog.text[], NULL::pg_catalog.text";
-		const char *windows_group = has_windows ? ", d.windows, d.window_time_zone" : "";
+		const char *windows_sql = "d.windows, d.window_time_zone";
+		const char *windows_group = ", d.windows, d.window_time_zone";
 
 		fail_unbound_passes();
 		if (database_refusal != NULL)
@@ -512,10 +526,10 @@ read_running_passes(MemoryContext result_cxt)
 		}
 	}
 
-	/* is there outbox work (delivery or pruning) for the relay? (0.3 and later) */
-	outbox_pending = OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true)) &&
-		relay_has_work();
-	database_busy = extension_present && database_has_work();
+	/* is there outbox work (delivery or pruning) for the relay? */
+	outbox_pending = catalogs_current && relay_has_work();
+	/* catalogs older than the library: no work, but no idle exit (it looks again) */
+	database_busy = extension_present && (!catalogs_current || database_has_work());
 
 	worker_commit_xact();
 	return needs;
@@ -1089,6 +1103,9 @@ scheduler_tick(MemoryContext scratch)
 	TimestampTz now = GetCurrentTimestamp();
 	long		sleep_ms = backfill_naptime * 1000L;
 	LaneCensus *census = palloc0(sizeof(LaneCensus));
+
+	if (!catalogs_current)
+		return sleep_ms;
 
 	/* every live lane of the cluster, whoever started it */
 	backfill_lane_sweep();

@@ -423,9 +423,22 @@ $node->safe_psql('hostile_up', q{
 	CREATE FUNCTION public.format(text, VARIADIC text[]) RETURNS text LANGUAGE sql AS
 	  $f$ SELECT pg_catalog.format($1, VARIADIC $2) WHERE att.pwn('public.format()') $f$;
 	CREATE TABLE att.u (id int PRIMARY KEY, c int);
-	SELECT backfill_declare(name => 'a_up', relation => 'att.u',
-	    predicate => 'c IS NULL AND att.ssettle(''upgrade predicate'')',
-	    action => 'UPDATE att.u SET c = 1 WHERE id BETWEEN $1 AND $2');
+});
+# the attacker's declaration as the 0.1 library stored it (the library
+# works with its own catalog version only: under 0.1 it refuses, BF027)
+my (undef, undef, $refused) = $node->psql('hostile_up', q{SET ROLE attacker;
+	SELECT backfill_declare(name => 'a_up', relation => 'att.u', predicate => 'c IS NULL',
+	    action => 'UPDATE att.u SET c = 1 WHERE id BETWEEN $1 AND $2')});
+like($refused, qr/the catalogs of pg_backfill are at version 0\.1/,
+	'upgrade: under the 0.1 catalogs the library refuses to declare (BF027)');
+$node->safe_psql('hostile_up', q{
+	INSERT INTO backfill.declaration (name, relid, relation, key_column, key_type, predicate,
+	       action, batch_size, rate, max_attempts, backoff_base_ms, backoff_cap_ms,
+	       batch_timeout_ms, min_batch_size, max_batch_size, run_as, search_path, owner, checksum)
+	VALUES ('a_up', 'att.u'::regclass, 'att.u', 'id', 'integer',
+	       'c IS NULL AND att.ssettle(''upgrade predicate'')',
+	       'UPDATE att.u SET c = 1 WHERE id BETWEEN $1 AND $2', 1000, 5, 5, 1000, 60000, 60000,
+	       100, 100000, 'attacker'::regrole, '"$user", public', 'attacker'::regrole, 'a_up');
 });
 $node->safe_psql('hostile_up', q{ALTER EXTENSION pg_backfill UPDATE TO '0.3'});
 is($node->safe_psql('hostile_up', q{SELECT extversion FROM pg_extension
