@@ -7,6 +7,9 @@ OBJS = \
 	src/pg_backfill.o \
 	src/config.o \
 	src/shmem.o \
+	src/lanetable.o \
+	src/pacers.o \
+	src/askedprobes.o \
 	src/jsonobj.o \
 	src/searchpath.o \
 	src/deadline.o \

@@ -1130,9 +1130,9 @@ scheduler_tick(MemoryContext scratch)
  * so for the launcher, which looks again later, and exit.
  */
 static void
-exit_without_extension(const char *dbname, bool dropped)
+exit_without_extension(const char *dbname, int slot, bool dropped)
 {
-	backfill_shmem_scheduler_absent();
+	backfill_shmem_scheduler_exit(slot, SCHEDULER_EXIT_ABSENT);
 	ereport(dropped ? LOG : DEBUG1,
 			(errmsg("pg_backfill scheduler for database \"%s\" stops: %s", dbname,
 					dropped ? "the extension was dropped" : "the extension is not installed")));
@@ -1151,12 +1151,12 @@ exit_idle(const char *dbname, int slot)
 {
 	bool		work;
 
-	backfill_shmem_scheduler_idle(slot, true);
+	backfill_shmem_scheduler_exit(slot, SCHEDULER_EXIT_IDLE);
 	worker_begin_xact("pg_backfill scheduler: a last look before it leaves");
 	work = OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true)) && database_has_work();
 	worker_commit_xact();
 	if (work)
-		backfill_shmem_scheduler_idle(slot, false);
+		backfill_shmem_scheduler_exit(slot, SCHEDULER_EXIT_NONE);
 	ereport(LOG,
 			(errmsg("pg_backfill scheduler for database \"%s\" stops: %s", dbname,
 					work ? "work came as it left; the launcher starts it again" :
@@ -1258,7 +1258,7 @@ backfill_scheduler_main(Datum main_arg)
 		}
 	}
 	if (!extension_installed())
-		exit_without_extension(dbname, false);
+		exit_without_extension(dbname, slot, false);
 	ereport(LOG, (errmsg("pg_backfill scheduler started for database \"%s\"", dbname)));
 
 	scheduler_cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill scheduler",
@@ -1302,7 +1302,7 @@ backfill_scheduler_main(Datum main_arg)
 		PG_END_TRY();
 		MemoryContextSwitchTo(scheduler_cxt);
 		if (!extension_present)
-			exit_without_extension(dbname, true);
+			exit_without_extension(dbname, slot, true);
 		if (database_refusal != NULL)
 		{
 			ereport(LOG,
