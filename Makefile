@@ -7,6 +7,7 @@ OBJS = \
 	src/pg_backfill.o \
 	src/config.o \
 	src/shmem.o \
+	src/spicols.o \
 	src/lanetable.o \
 	src/pacers.o \
 	src/askedprobes.o \
@@ -55,6 +56,8 @@ OBJS = \
 	src/engine/drift.o \
 	src/workers/launcher.o \
 	src/workers/scheduler.o \
+	src/workers/needs.o \
+	src/workers/children.o \
 	src/workers/lane.o \
 	src/workers/probe.o \
 	src/workers/rehearsal.o \
