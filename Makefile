@@ -24,6 +24,7 @@ OBJS = \
 	src/sql/shardmap.o \
 	src/sql/probe.o \
 	src/sql/ensure.o \
+	src/sql/newest.o \
 	src/sql/retire.o \
 	src/sql/pauseall.o \
 	src/sql/rehearse.o \
@@ -46,6 +47,7 @@ OBJS = \
 	src/engine/pagecycle.o \
 	src/engine/poison.o \
 	src/engine/work.o \
+	src/engine/drive.o \
 	src/engine/keyset.o \
 	src/engine/leaves.o \
 	src/engine/pacing.o \

@@ -48,22 +48,15 @@ static BackfillAskedProbes *shared = NULL;
 static BackfillAskedProbe *asked_probes = NULL;
 
 /* the table's size, for the shared memory request */
-Size
-backfill_asked_probes_size(void)
-{
-	return MAXALIGN(sizeof(BackfillAskedProbes));
-}
+const Size backfill_asked_probes_size = sizeof(BackfillAskedProbes);
 
-/* the table, created empty at the first attach (under AddinShmemInitLock) */
+/* the table, zeroed when created (shmem.c, under AddinShmemInitLock) */
 void
-backfill_asked_probes_attach(LWLock *lane_lock)
+backfill_asked_probes_attach(void *table, bool created, LWLock *lane_lock)
 {
-	bool		found;
-
-	shared = ShmemInitStruct("pg_backfill asked probes", sizeof(BackfillAskedProbes), &found);
-	if (!found)
+	shared = table;
+	if (created)
 	{
-		memset(shared, 0, sizeof(BackfillAskedProbes));
 		shared->lane_lock = lane_lock;
 		shared->next_token = 1;
 	}

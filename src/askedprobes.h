@@ -15,8 +15,8 @@
 #include "storage/lwlock.h"
 
 /* the table in shared memory (shmem.c asks for it), under the lane table's lock */
-extern Size backfill_asked_probes_size(void);
-extern void backfill_asked_probes_attach(LWLock *lane_lock);
+extern const Size backfill_asked_probes_size;
+extern void backfill_asked_probes_attach(void *table, bool created, LWLock *lane_lock);
 
 /* the probes backfill_probe starts: one per backfill, a cap per calling role */
 typedef enum ProbeReservation

@@ -67,25 +67,18 @@ static int	my_lane = -1;
 static uint64 my_lane_token = 0;
 
 /* the table's size, for the shared memory request */
-Size
-backfill_lane_table_size(void)
-{
-	return MAXALIGN(sizeof(BackfillLaneTable));
-}
+const Size backfill_lane_table_size = sizeof(BackfillLaneTable);
 
 /*
- * The table, created empty at the first attach (under AddinShmemInitLock);
+ * The table, zeroed when created (shmem.c, under AddinShmemInitLock);
  * returns its lock.
  */
 LWLock *
-backfill_lane_table_attach(void)
+backfill_lane_table_attach(void *table, bool created)
 {
-	bool		found;
-
-	shared = ShmemInitStruct("pg_backfill lanes", sizeof(BackfillLaneTable), &found);
-	if (!found)
+	shared = table;
+	if (created)
 	{
-		memset(shared, 0, sizeof(BackfillLaneTable));
 		shared->lane_lock = &(GetNamedLWLockTranche("pg_backfill"))->lock;
 		shared->next_token = 1;
 	}

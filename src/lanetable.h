@@ -33,8 +33,8 @@ typedef struct LaneInfo
 } LaneInfo;
 
 /* the table in shared memory (shmem.c asks for it); its lock, also the pacers' */
-extern Size backfill_lane_table_size(void);
-extern LWLock *backfill_lane_table_attach(void);
+extern const Size backfill_lane_table_size;
+extern LWLock *backfill_lane_table_attach(void *table, bool created);
 
 /* Is there a process with this pid?  (Only postmaster children use the tables.) */
 extern bool backfill_pid_alive(pid_t pid);

@@ -78,24 +78,15 @@ typedef struct BackfillPacers
 static BackfillPacers *shared = NULL;
 
 /* the pacers' size, for the shared memory request */
-Size
-backfill_pacers_size(void)
-{
-	return MAXALIGN(sizeof(BackfillPacers));
-}
+const Size backfill_pacers_size = sizeof(BackfillPacers);
 
-/* the pacers, created empty at the first attach (under AddinShmemInitLock) */
+/* the pacers, zeroed when created (shmem.c, under AddinShmemInitLock) */
 void
-backfill_pacers_attach(LWLock *lane_lock)
+backfill_pacers_attach(void *table, bool created, LWLock *lane_lock)
 {
-	bool		found;
-
-	shared = ShmemInitStruct("pg_backfill pacers", sizeof(BackfillPacers), &found);
-	if (!found)
-	{
-		memset(shared, 0, sizeof(BackfillPacers));
+	shared = table;
+	if (created)
 		shared->lane_lock = lane_lock;
-	}
 }
 
 /* When a batch of the pacer's pass may start next (by its last batch's rate). */

@@ -15,8 +15,8 @@
 #include "storage/lwlock.h"
 
 /* the pacers in shared memory (shmem.c asks for them), under the lane table's lock */
-extern Size backfill_pacers_size(void);
-extern void backfill_pacers_attach(LWLock *lane_lock);
+extern const Size backfill_pacers_size;
+extern void backfill_pacers_attach(void *table, bool created, LWLock *lane_lock);
 
 /* what a batch waits for before it may start */
 typedef enum PaceSignal

@@ -83,9 +83,20 @@ backfill_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(MAXALIGN(sizeof(BackfillShared)) + backfill_lane_table_size() +
-						   backfill_pacers_size() + backfill_asked_probes_size());
+	RequestAddinShmemSpace(MAXALIGN(sizeof(BackfillShared)) + MAXALIGN(backfill_lane_table_size) +
+						   MAXALIGN(backfill_pacers_size) + MAXALIGN(backfill_asked_probes_size));
 	RequestNamedLWLockTranche("pg_backfill", 1);
+}
+
+/* a table of the segment (ShmemInitStruct), zeroed when it is created */
+static void *
+attach_table(const char *name, Size size, bool *found)
+{
+	void	   *table = ShmemInitStruct(name, size, found);
+
+	if (!*found)
+		memset(table, 0, size);
+	return table;
 }
 
 static void
@@ -93,6 +104,7 @@ backfill_shmem_startup(void)
 {
 	bool		found;
 	LWLock	   *lane_lock;
+	void	   *table;
 
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
@@ -104,9 +116,12 @@ backfill_shmem_startup(void)
 		memset(shared, 0, sizeof(BackfillShared));
 		SpinLockInit(&shared->mutex);
 	}
-	lane_lock = backfill_lane_table_attach();
-	backfill_pacers_attach(lane_lock);
-	backfill_asked_probes_attach(lane_lock);
+	table = attach_table("pg_backfill lanes", backfill_lane_table_size, &found);
+	lane_lock = backfill_lane_table_attach(table, !found);
+	table = attach_table("pg_backfill pacers", backfill_pacers_size, &found);
+	backfill_pacers_attach(table, !found, lane_lock);
+	table = attach_table("pg_backfill asked probes", backfill_asked_probes_size, &found);
+	backfill_asked_probes_attach(table, !found, lane_lock);
 	LWLockRelease(AddinShmemInitLock);
 }
 

@@ -354,20 +354,29 @@ report_missing_listed(List *rows)
 	}
 }
 
+/* a set of views, for the transitions' assertions */
+#define VIEW(v)		(1 << (v))
+
+/* Every transition: the database leaves a view of from (a set) for to. */
+static void
+database_move(DatabaseState *st, int from, DatabaseView to)
+{
+	Assert((VIEW(st->view) & from) != 0);
+	st->view = to;
+}
+
 /* unknown or waiting ──a scheduler started there──► checking */
 static void
 database_checking(DatabaseState *st)
 {
-	Assert(st->view == DATABASE_UNKNOWN || st->view == DATABASE_WAITING);
-	st->view = DATABASE_CHECKING;
+	database_move(st, VIEW(DATABASE_UNKNOWN) | VIEW(DATABASE_WAITING), DATABASE_CHECKING);
 }
 
 /* checking ──its scheduler runs SCHEDULER_QUICK_STOP_MS──► serving */
 static void
 database_serving(DatabaseState *st)
 {
-	Assert(st->view == DATABASE_CHECKING);
-	st->view = DATABASE_SERVING;
+	database_move(st, VIEW(DATABASE_CHECKING), DATABASE_SERVING);
 	st->absent_checks = 0;
 }
 
@@ -378,8 +387,7 @@ database_serving(DatabaseState *st)
 static void
 database_waiting(DatabaseState *st, TimestampTz now)
 {
-	Assert(st->view == DATABASE_CHECKING || st->view == DATABASE_SERVING);
-	st->view = DATABASE_WAITING;
+	database_move(st, VIEW(DATABASE_CHECKING) | VIEW(DATABASE_SERVING), DATABASE_WAITING);
 	st->quick_stops = 0;
 	st->next_start = TimestampTzPlusMilliseconds(now,
 												 backoff_doubling_ms(st->absent_checks++,
@@ -391,8 +399,7 @@ database_waiting(DatabaseState *st, TimestampTz now)
 static void
 database_idle(DatabaseState *st)
 {
-	Assert(st->view == DATABASE_CHECKING || st->view == DATABASE_SERVING);
-	st->view = DATABASE_IDLE;
+	database_move(st, VIEW(DATABASE_CHECKING) | VIEW(DATABASE_SERVING), DATABASE_IDLE);
 	st->quick_stops = 0;
 }
 
@@ -400,8 +407,7 @@ database_idle(DatabaseState *st)
 static void
 database_idle_woken(DatabaseState *st)
 {
-	Assert(st->view == DATABASE_IDLE);
-	st->view = DATABASE_SERVING;
+	database_move(st, VIEW(DATABASE_IDLE), DATABASE_SERVING);
 	st->next_start = 0;
 }
 
@@ -409,8 +415,7 @@ database_idle_woken(DatabaseState *st)
 static void
 database_gone(DatabaseState *st)
 {
-	Assert(st->view != DATABASE_GONE);
-	st->view = DATABASE_GONE;
+	database_move(st, ~VIEW(DATABASE_GONE), DATABASE_GONE);
 }
 
 static DatabaseState *
