@@ -7,6 +7,10 @@ OBJS = \
 	src/pg_backfill.o \
 	src/config.o \
 	src/shmem.o \
+	src/spicols.o \
+	src/lanetable.o \
+	src/pacers.o \
+	src/askedprobes.o \
 	src/jsonobj.o \
 	src/searchpath.o \
 	src/deadline.o \
@@ -24,6 +28,7 @@ OBJS = \
 	src/sql/shardmap.o \
 	src/sql/probe.o \
 	src/sql/ensure.o \
+	src/sql/newest.o \
 	src/sql/retire.o \
 	src/sql/pauseall.o \
 	src/sql/rehearse.o \
@@ -46,6 +51,7 @@ OBJS = \
 	src/engine/pagecycle.o \
 	src/engine/poison.o \
 	src/engine/work.o \
+	src/engine/drive.o \
 	src/engine/keyset.o \
 	src/engine/leaves.o \
 	src/engine/pacing.o \
@@ -57,6 +63,8 @@ OBJS = \
 	src/engine/drift.o \
 	src/workers/launcher.o \
 	src/workers/scheduler.o \
+	src/workers/needs.o \
+	src/workers/children.o \
 	src/workers/lane.o \
 	src/workers/probe.o \
 	src/workers/rehearsal.o \

@@ -2,10 +2,10 @@
  *
  * shmem.h
  *	  Shared memory of pg_backfill: one slot per served database, where
- *	  its scheduler's latch is found, the cluster's lane table, one entry
- *	  per lane reserved or running, and the pacers, one per pass that
- *	  started a batch within its 1/rate or owes WAL, and the cluster's WAL
- *	  account (shmem.c).
+ *	  its scheduler's latch is found, the launcher's latch, the wakes at
+ *	  commit (shmem.c); and, through the headers below, the cluster's lane
+ *	  table (lanetable.c), the pacers and WAL accounts (pacers.c), and the
+ *	  probes backfill_probe starts (askedprobes.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -16,20 +16,9 @@
 
 #include "datatype/timestamp.h"
 
-/* the most lanes the cluster can have at once (backfill.max_workers' maximum) */
-#define BACKFILL_MAX_LANES	128
-
-/* a lane as the lane table shows it (a copy, taken under the lock) */
-typedef struct LaneInfo
-{
-	Oid			dboid;
-	Oid			roleoid;
-	int64		run_id;
-	int			index;			/* its entry in the table */
-	bool		yield;			/* asked to give its lane up */
-	bool		in_batch;		/* a batch of it is open ... */
-	TimestampTz batch_since;	/* ... since then */
-} LaneInfo;
+#include "askedprobes.h"
+#include "lanetable.h"
+#include "pacers.h"
 
 extern void backfill_shmem_init(void);
 
@@ -39,27 +28,30 @@ extern void backfill_shmem_init(void);
  */
 extern bool backfill_shmem_attach_scheduler(int slot, pid_t *holder);
 
-/* the scheduler found no pg_backfill in its database (before it exits) */
-extern void backfill_shmem_scheduler_absent(void);
+/* why a scheduler left, for the launcher */
+typedef enum SchedulerExit
+{
+	SCHEDULER_EXIT_NONE,		/* stopped (a crash, a kill, a refusal): started again */
+	SCHEDULER_EXIT_ABSENT,		/* found no pg_backfill in its database */
+	SCHEDULER_EXIT_IDLE			/* left with nothing to do (scheduler_idle_exit) */
+} SchedulerExit;
 
 /*
- * The scheduler leaves with nothing to do: its slot released at once (a
- * wake then reaches the launcher) and marked idle; idle false undoes the
- * mark (work came after all).
+ * The scheduler of a slot says why it leaves (before it exits).  Idle: its
+ * slot released at once (a wake then reaches the launcher); NONE undoes
+ * the mark (work came after all).
  */
-extern void backfill_shmem_scheduler_idle(int slot, bool idle);
+extern void backfill_shmem_scheduler_exit(int slot, SchedulerExit why);
 
 /*
  * The launcher: its latch, for the wakes of databases no scheduler serves
  * yet; the database to look at now (InvalidOid: none; *all: every one);
- * the slots, and whether a slot's last scheduler found no pg_backfill or
- * left with nothing to do.
+ * the slots, and why a slot's last scheduler left a database (cleared).
  */
 extern void backfill_shmem_attach_launcher(void);
 extern Oid	backfill_shmem_take_look_at(bool *all);
 extern bool backfill_shmem_slot_free(int slot, Oid *dboid, pid_t *pid);
-extern bool backfill_shmem_take_absent(int slot, Oid dboid);
-extern bool backfill_shmem_take_idle(int slot, Oid dboid);
+extern SchedulerExit backfill_shmem_take_exit(int slot, Oid dboid);
 
 /*
  * The scheduler's last start of a child worker found a worker slot or not;
@@ -73,79 +65,6 @@ extern TimestampTz backfill_shmem_no_worker_slot_since(Oid dboid);
 /* DROP DATABASE: keep the launcher off the database, stop its workers */
 extern void backfill_shmem_database_going(Oid dboid);
 extern bool backfill_shmem_database_is_going(Oid dboid);
-
-/* the lane table, for schedulers: reserve before starting a lane */
-extern int	backfill_lane_reserve(Oid dboid, Oid roleoid, int64 run_id, uint64 *token);
-extern void backfill_lane_started(int index, uint64 token, pid_t pid);
-extern void backfill_lane_forget(int index, uint64 token);
-extern void backfill_lane_sweep(void);
-extern int	backfill_lane_snapshot(LaneInfo *out);
-extern bool backfill_lane_request_yield(int index);
-extern bool backfill_lane_preempt(int index, TimestampTz batch_since);
-extern void backfill_lane_wanted(void);
-extern TimestampTz backfill_pace_next_start(Oid dboid, int64 run_id);
-extern int	backfill_lane_terminate_overdue(Oid dboid, int grace_ms, int64 *out, long *next_ms);
-
-/* the probes backfill_probe starts: one per backfill, a cap per calling role */
-typedef enum ProbeReservation
-{
-	PROBE_RESERVED,				/* start it */
-	PROBE_RUNNING,				/* one of this backfill runs: wait for it */
-	PROBE_ROLE_CAP,				/* the role has backfill.max_probes_per_role running */
-	PROBE_TABLE_FULL
-} ProbeReservation;
-
-extern ProbeReservation backfill_asked_probe_reserve(Oid dboid, Oid caller, int64 name_hash,
-													 int role_cap, int *index, uint64 *token,
-													 TimestampTz *since, int *running);
-extern void backfill_asked_probe_started(int index, uint64 token, pid_t pid);
-extern bool backfill_asked_probe_running(int index, uint64 token);
-
-/* the lane table, for the lane itself (and the engine it runs: pacing.c) */
-extern bool backfill_lane_attach(int index, uint64 token);
-extern void backfill_lane_set_in_batch(bool in_batch);
-extern void backfill_lane_batch_deadline(int timeout_ms);
-extern bool backfill_lane_stop_requested(void);
-extern bool backfill_lane_yield_requested(void);
-extern bool backfill_lane_preempted(void);
-extern bool backfill_lane_give_back_idle(void);
-
-/* what a batch waits for before it may start */
-typedef enum PaceSignal
-{
-	PACE_GO,					/* nothing: it may start now */
-	PACE_RATE,					/* the pass's rate */
-	PACE_WAL_PASS,				/* the pass's max_wal_rate */
-	PACE_WAL_CLUSTER			/* backfill.max_wal_rate */
-} PaceSignal;
-
-typedef struct PaceWait
-{
-	TimestampTz until;			/* 0: start now (recorded as started) */
-	PaceSignal	signal;
-	double		wal_rate;		/* a WAL wait: bytes/s written lately */
-	int64		wal_budget;		/* and the budget, bytes/s */
-} PaceWait;
-
-/*
- * The pass's rate and WAL budget, shared by all that work it, and the
- * cluster's WAL budget (shmem.c, the pacers): may a batch of this
- * database's pass start now, else from when, and why.
- */
-extern void backfill_pace_claim(int64 run_id, double rate, int64 wal_budget, PaceWait *wait);
-
-/* the WAL a batch of the pass wrote, charged to its budget and the cluster's */
-extern void backfill_pace_wal(int64 run_id, double rate, int64 wal_budget,
-							  TimestampTz started, int64 bytes);
-
-/*
- * A pass's throttle_when, evaluated at most once a second for all its
- * lanes: is an evaluation due (then the caller evaluates and records the
- * answer), else the last answer ("": go on), in answer.
- */
-#define BACKFILL_CONDITION_LEN	256
-extern bool backfill_condition_claim(int64 run_id, char *answer, size_t len);
-extern void backfill_condition_record(int64 run_id, const char *reason);
 
 /*
  * Wake this database's scheduler when the current transaction commits

@@ -46,6 +46,7 @@
 #include "utils/builtins.h"
 
 #include "catalog.h"
+#include "newest.h"
 #include "errors.h"
 
 PG_FUNCTION_INFO_V1(backfill_ensure_complete);
@@ -76,17 +77,18 @@ typedef struct Ensure
 } Ensure;
 
 #define ENSURE_SQL \
-	"SELECT d.owner, d.checksum, d.relid IS NOT NULL AND d.scope IS NULL, d.scope IS NOT NULL," \
-	"  l.run_id, l.status, l.direction = 'revert', l.checksum, l.error_code, l.error_message," \
-	"  l.finished_at::pg_catalog.text," \
+	"SELECT d.owner, d.checksum, d.relid IS NOT NULL AND d.scope IS NULL AS plain," \
+	"  d.scope IS NOT NULL AS scoped," \
+	"  l.run_id, l.status, l.direction = 'revert' AS revert, l.checksum AS run_checksum," \
+	"  l.error_code, l.error_message, l.finished_at::pg_catalog.text AS finished_at," \
 	"  coalesce(l.rows, (SELECT pg_catalog.sum(p.rows) FROM backfill.partition p" \
-	"                     WHERE p.run_id = l.run_id))::pg_catalog.int8," \
-	"  rt.run_id, rt.retired_at::pg_catalog.text," \
-	"  pr.taken_at IS NOT NULL, coalesce(pr.found, r.beyond, 0)," \
-	"  coalesce(pr.taken_at, l.finished_at)::pg_catalog.text," \
+	"                     WHERE p.run_id = l.run_id))::pg_catalog.int8 AS rows," \
+	"  rt.run_id AS retired_run, rt.retired_at::pg_catalog.text AS retired_at," \
+	"  pr.taken_at IS NOT NULL AS probed, coalesce(pr.found, r.beyond, 0) AS found," \
+	"  coalesce(pr.taken_at, l.finished_at)::pg_catalog.text AS counted_at," \
 	"  CASE WHEN pr.taken_at IS NOT NULL THEN 'a ' || pr.kind || ' probe'" \
-	"       ELSE 'the end of the pass' END," \
-	"  pr.error_code || ': ' || pr.error_message" \
+	"       ELSE 'the end of the pass' END AS count_kind," \
+	"  pr.error_code || ': ' || pr.error_message AS probe_error" \
 	" FROM backfill.declaration d" \
 	" LEFT JOIN LATERAL (SELECT * FROM backfill.ledger l WHERE l.ledger_name = d.name" \
 	"                     ORDER BY l.run_id DESC LIMIT 1) l ON true" \
@@ -96,40 +98,36 @@ typedef struct Ensure
 	"       AND pr.taken_at >= l.finished_at" \
 	" WHERE d.name = $1"
 
+/* ENSURE_SQL's columns, by name, and the fields they fill */
+static const NewestColumn ensure_columns[] = {
+	{"owner", NEWEST_OID, offsetof(Ensure, owner)},
+	{"checksum", NEWEST_TEXT, offsetof(Ensure, checksum)},
+	{"plain", NEWEST_BOOL, offsetof(Ensure, plain)},
+	{"scoped", NEWEST_BOOL, offsetof(Ensure, scoped)},
+	{"run_id", NEWEST_INT64, offsetof(Ensure, run_id)},
+	{"status", NEWEST_TEXT, offsetof(Ensure, status)},
+	{"revert", NEWEST_BOOL, offsetof(Ensure, revert)},
+	{"run_checksum", NEWEST_TEXT, offsetof(Ensure, run_checksum)},
+	{"error_code", NEWEST_TEXT, offsetof(Ensure, error_code)},
+	{"error_message", NEWEST_TEXT, offsetof(Ensure, error_message)},
+	{"finished_at", NEWEST_TEXT, offsetof(Ensure, finished_at)},
+	{"rows", NEWEST_INT64, offsetof(Ensure, rows)},
+	{"retired_run", NEWEST_INT64, offsetof(Ensure, retired_run)},
+	{"retired_at", NEWEST_TEXT, offsetof(Ensure, retired_at)},
+	{"probed", NEWEST_BOOL, offsetof(Ensure, probed)},
+	{"found", NEWEST_INT64, offsetof(Ensure, found)},
+	{"counted_at", NEWEST_TEXT, offsetof(Ensure, counted_at)},
+	{"count_kind", NEWEST_TEXT, offsetof(Ensure, count_kind)},
+	{"probe_error", NEWEST_TEXT, offsetof(Ensure, probe_error)},
+};
+
 /* Read the backfill as the caller's snapshot sees the catalogs. */
 static void
 ensure_read(Ensure *e)
 {
-	CatalogScope scope;
-	int			n;
-
-	catalog_enter(&scope);
-	n = catalog_exec_named(ENSURE_SQL, e->name);
-	if (n == 1)
-	{
-		e->owner = catalog_getoid(0, 1);
-		e->checksum = catalog_gettext(0, 2);
-		e->plain = catalog_getbool(0, 3);
-		e->scoped = catalog_getbool(0, 4);
-		e->run_id = catalog_getint64(0, 5);
-		e->status = catalog_gettext(0, 6);
-		e->revert = e->run_id != 0 && catalog_getbool(0, 7);
-		e->run_checksum = catalog_gettext(0, 8);
-		e->error_code = catalog_gettext(0, 9);
-		e->error_message = catalog_gettext(0, 10);
-		e->finished_at = catalog_gettext(0, 11);
-		e->rows = catalog_getint64(0, 12);
-		e->retired_run = catalog_getint64(0, 13);
-		e->retired_at = catalog_gettext(0, 14);
-		e->probed = e->run_id != 0 && catalog_getbool(0, 15);
-		e->found = catalog_getint64(0, 16);
-		e->counted_at = catalog_gettext(0, 17);
-		e->count_kind = catalog_gettext(0, 18);
-		e->probe_error = catalog_gettext(0, 19);
-	}
-	catalog_leave(&scope);
-	if (n != 1)
-		report_not_declared(e->name);
+	newest_read(ENSURE_SQL, e->name, ensure_columns, lengthof(ensure_columns), e);
+	e->revert = e->run_id != 0 && e->revert;
+	e->probed = e->run_id != 0 && e->probed;
 }
 
 /* the hint of every refusal: the call that completes it, outside the transaction */
@@ -142,7 +140,7 @@ ensure_read(Ensure *e)
 static void
 raise_not_completed(const Ensure *e)
 {
-	const char *code = e->error_code;
+	const char *code;
 
 	if (e->run_id == 0)
 		ereport(ERROR,
@@ -173,10 +171,7 @@ raise_not_completed(const Ensure *e)
 				 errdetail("Run " INT64_FORMAT " completed with checksum %s; the declaration's "
 						   "is %s.", e->run_id, e->run_checksum, e->checksum),
 				 errhint(ENSURE_HINT, e->name)));
-	if (strcmp(e->status, "completed_with_failures") == 0)
-		code = "BF018";
-	else if (code == NULL || strlen(code) != 5)
-		code = strcmp(e->status, "cancelled") == 0 ? "BF010" : "BF014";
+	code = ended_code(e->status, e->error_code);
 	ereport(ERROR,
 			(errcode(MAKE_SQLSTATE(code[0], code[1], code[2], code[3], code[4])),
 			 errmsg("backfill \"%s\" is not complete: run " INT64_FORMAT " ended %s",

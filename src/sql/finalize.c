@@ -63,12 +63,12 @@
 #include "utils/timestamp.h"
 
 #include "asrole.h"
-#include "batch.h"
 #include "catalog.h"
 #include "declaration.h"
 #include "drift.h"
+#include "drive.h"
+#include "newest.h"
 #include "errors.h"
-#include "pacing.h"
 #include "pass.h"
 #include "probe.h"
 #include "shards.h"
@@ -110,62 +110,53 @@ typedef struct Final
 
 #define FINAL_SQL \
 	"SELECT d.owner, d.run_as, d.checksum, d.search_path," \
-	"  d.input_shape IS NOT NULL, d.settings IS NOT NULL," \
-	"  l.run_id, l.status, l.checksum, l.error_code, l.error_message," \
+	"  d.input_shape IS NOT NULL AS scoped, d.settings IS NOT NULL AS has_settings," \
+	"  l.run_id, l.status, l.checksum AS run_checksum, l.error_code, l.error_message," \
 	"  CASE WHEN l.status = 'running' OR l.rows IS NULL" \
 	"       THEN coalesce((SELECT pg_catalog.sum(p.rows) FROM backfill.partition p" \
 	"                       WHERE p.run_id = l.run_id), 0)" \
-	"       ELSE l.rows END::pg_catalog.int8," \
+	"       ELSE l.rows END::pg_catalog.int8 AS rows," \
 	"  (SELECT pg_catalog.count(*) FROM backfill.partition p" \
 	"    WHERE p.run_id = l.run_id AND p.state = 'running'" \
 	"      AND EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a" \
-	"                   WHERE a.pid = p.holder_pid AND a.backend_start = p.holder_start))," \
-	"  backfill.unmet_requirement(d.name), l.direction = 'revert'," \
-	"  d.relid IS NOT NULL AND d.scope IS NULL, %s" \
+	"                   WHERE a.pid = p.holder_pid AND a.backend_start = p.holder_start))" \
+	"    AS live," \
+	"  backfill.unmet_requirement(d.name) AS unmet, l.direction = 'revert' AS revert," \
+	"  d.relid IS NOT NULL AND d.scope IS NULL AS plain, (%s) AS retired" \
 	" FROM backfill.declaration d" \
 	" LEFT JOIN LATERAL (SELECT * FROM backfill.ledger l WHERE l.ledger_name = d.name" \
 	"                     ORDER BY l.run_id DESC LIMIT 1) l ON true" \
 	" WHERE d.name = $1"
 
+/* FINAL_SQL's columns, by name, and the fields they fill */
+static const NewestColumn final_columns[] = {
+	{"owner", NEWEST_OID, offsetof(Final, owner)},
+	{"run_as", NEWEST_OID, offsetof(Final, run_as)},
+	{"checksum", NEWEST_TEXT, offsetof(Final, checksum)},
+	{"search_path", NEWEST_TEXT, offsetof(Final, search_path)},
+	{"scoped", NEWEST_BOOL, offsetof(Final, scoped)},
+	{"has_settings", NEWEST_BOOL, offsetof(Final, has_settings)},
+	{"run_id", NEWEST_INT64, offsetof(Final, run_id)},
+	{"status", NEWEST_TEXT, offsetof(Final, status)},
+	{"run_checksum", NEWEST_TEXT, offsetof(Final, run_checksum)},
+	{"error_code", NEWEST_TEXT, offsetof(Final, error_code)},
+	{"error_message", NEWEST_TEXT, offsetof(Final, error_message)},
+	{"rows", NEWEST_INT64, offsetof(Final, rows)},
+	{"live", NEWEST_INT64, offsetof(Final, live)},
+	{"unmet", NEWEST_TEXT, offsetof(Final, unmet)},
+	{"revert", NEWEST_BOOL, offsetof(Final, revert)},
+	{"plain", NEWEST_BOOL, offsetof(Final, plain)},
+	{"retired", NEWEST_BOOL, offsetof(Final, retired)},
+};
+
 /* Read the backfill and its newest pass (copied into the current context). */
 static void
 final_read(Final *f)
 {
-	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(f->name)};
-	int			n;
-
 	pgstat_clear_snapshot();
-	catalog_enter(&scope);
-	n = catalog_exec(psprintf(FINAL_SQL, retired_sql("d")), 1, types, values, NULL,
-					 SPI_OK_SELECT);
-	if (n == 1)
-	{
-		f->owner = catalog_getoid(0, 1);
-		f->run_as = catalog_getoid(0, 2);
-		f->checksum = catalog_gettext(0, 3);
-		f->search_path = catalog_gettext(0, 4);
-		f->scoped = catalog_getbool(0, 5);
-		f->has_settings = catalog_getbool(0, 6);
-		f->run_id = catalog_getint64(0, 7);
-		f->status = catalog_gettext(0, 8);
-		f->run_checksum = catalog_gettext(0, 9);
-		f->error_code = catalog_gettext(0, 10);
-		f->error_message = catalog_gettext(0, 11);
-		f->rows = catalog_getint64(0, 12);
-		f->live = catalog_getint64(0, 13);
-		f->unmet = catalog_gettext(0, 14);
-		f->revert = f->run_id != 0 && catalog_getbool(0, 15);
-		f->plain = catalog_getbool(0, 16);
-		f->retired = catalog_getbool(0, 17);
-	}
-	catalog_leave(&scope);
-	if (n != 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_UNKNOWN),
-				 errmsg("backfill \"%s\" is not declared", f->name),
-				 errhint("backfill_pending() lists the declared backfills.")));
+	newest_read(psprintf(FINAL_SQL, retired_sql("d")), f->name, final_columns,
+				lengthof(final_columns), f);
+	f->revert = f->run_id != 0 && f->revert;
 }
 
 /*
@@ -200,37 +191,31 @@ stalled_hint(const Final *f)
 static void
 raise_pass_end(const Final *f)
 {
-	const char *code = f->error_code;
-	int			sqlstate;
+	const char *code = ended_code(f->status, f->error_code);
+	const char *detail = "The pass ended without a message.";
+	char	   *hint;
 
-	if (strcmp(f->status, "completed_with_failures") == 0)
-		code = "BF018";
-	else if (code == NULL || strlen(code) != 5)
-		code = strcmp(f->status, "cancelled") == 0 ? "BF010" : "BF014";
-	sqlstate = MAKE_SQLSTATE(code[0], code[1], code[2], code[3], code[4]);
 	/* backfill_retry takes up a failed pass only; a cancelled one is run again */
 	if (strcmp(f->status, "cancelled") == 0)
-		ereport(ERROR,
-				(errcode(sqlstate),
-				 errmsg("backfill \"%s\" is not complete: run " INT64_FORMAT " ended %s",
-						f->name, f->run_id, f->status),
-				 errdetail("%s", f->error_message ? f->error_message : "The pass was cancelled."),
-				 errhint("Run it again with backfill_run('%s', force => true), then finalize "
-						 "again.", f->name)));
-	if (strcmp(code, "BF006") == 0)
-		ereport(ERROR,
-				(errcode(sqlstate),
-				 errmsg("backfill \"%s\" is not complete: run " INT64_FORMAT " ended %s",
-						f->name, f->run_id, f->status),
-				 errdetail("%s", f->error_message ? f->error_message : "It stalled."),
-				 errhint("%s", stalled_hint(f))));
+	{
+		detail = "The pass was cancelled.";
+		hint = psprintf("Run it again with backfill_run('%s', force => true), then finalize "
+						"again.", f->name);
+	}
+	else if (strcmp(code, "BF006") == 0)
+	{
+		detail = "It stalled.";
+		hint = stalled_hint(f);
+	}
+	else
+		hint = psprintf("Fix the cause and call backfill_retry('%s') (backfill_failed_rows('%s') "
+						"lists rows that failed alone), then finalize again.", f->name, f->name);
 	ereport(ERROR,
-			(errcode(sqlstate),
+			(errcode(MAKE_SQLSTATE(code[0], code[1], code[2], code[3], code[4])),
 			 errmsg("backfill \"%s\" is not complete: run " INT64_FORMAT " ended %s",
 					f->name, f->run_id, f->status),
-			 errdetail("%s", f->error_message ? f->error_message : "The pass ended without a message."),
-			 errhint("Fix the cause and call backfill_retry('%s') (backfill_failed_rows('%s') lists "
-					 "rows that failed alone), then finalize again.", f->name, f->name)));
+			 errdetail("%s", f->error_message ? f->error_message : detail),
+			 errhint("%s", hint)));
 }
 
 static void
@@ -263,14 +248,6 @@ final_enqueue(const Final *f, bool force)
 							  2, types, values, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "could not start a pass of backfill \"%s\"", f->name);
 	SPI_commit();
-}
-
-/* the steps of a pass outside any batch, as a lane does them (without session settings) */
-static void
-prepare_and_plan(Pass *pass)
-{
-	batch_prepare(pass);
-	pass_plan(pass);
 }
 
 /*
@@ -315,7 +292,6 @@ work_in_session(Final *f, TimestampTz deadline)
 	MemoryContext scratch = AllocSetContextCreate(cxt, "pg_backfill finalize batch",
 												  ALLOCSET_DEFAULT_SIZES);
 	Pass		pass;
-	Claim		claim;
 
 	/* once per call, however often it takes the pass up again (after a pause, say) */
 	if (!f->worked)
@@ -330,21 +306,7 @@ work_in_session(Final *f, TimestampTz deadline)
 	PG_TRY();
 	{
 		if (pass_load(&pass, f->run_id, cxt))
-		{
-			bool		go = work_step(&pass, prepare_and_plan, "preparing the pass");
-
-			/* the end may find leaves attached since the plan, and count again */
-			while (go)
-			{
-				while (go && pass_claim(&pass, &claim))
-				{
-					pacing_start(&pass, &claim);
-					go = work_partition(&pass, &claim, scratch);
-				}
-				go = go && work_step(&pass, pass_finish, "ending the pass") && pass.more_leaves;
-			}
-			batch_free_plans(&pass);
-		}
+			(void) drive_pass(&pass, DRIVE_SESSION, scratch);
 		/* no connection to a Citus node outlives the call (shards.c) */
 		shards_disconnect();
 	}
@@ -567,20 +529,12 @@ final_step(Final *f, TimestampTz deadline, TimestampTz *no_lane_since)
 	return false;
 }
 
-Datum
-backfill_finalize(PG_FUNCTION_ARGS)
+/* The timeout argument in milliseconds (NULL refused), and as text for the messages. */
+static int64
+final_timeout(FunctionCallInfo fcinfo, char **timeout_text)
 {
-	Final		f;
 	Interval   *timeout;
-	char	   *timeout_text;
-	int64		timeout_ms;
-	TimestampTz deadline;
-	TimestampTz no_lane_since = 0;
-	MemoryContext cxt;
 
-	/* CALLED ON NULL INPUT (a procedure cannot be STRICT): refuse a NULL first */
-	if (PG_ARGISNULL(0))
-		check_backfill_name(NULL);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
@@ -590,9 +544,25 @@ backfill_finalize(PG_FUNCTION_ARGS)
 				 errhint("Pass an interval such as '10 minutes', or leave the timeout out for "
 						 "its default of one hour.")));
 	timeout = PG_GETARG_INTERVAL_P(1);
-	timeout_text = DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(timeout)));
-	timeout_ms = (timeout->time + (int64) timeout->day * USECS_PER_DAY +
-				  (int64) timeout->month * DAYS_PER_MONTH * USECS_PER_DAY) / 1000;
+	*timeout_text = DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(timeout)));
+	return (timeout->time + (int64) timeout->day * USECS_PER_DAY +
+			(int64) timeout->month * DAYS_PER_MONTH * USECS_PER_DAY) / 1000;
+}
+
+Datum
+backfill_finalize(PG_FUNCTION_ARGS)
+{
+	Final		f;
+	char	   *timeout_text;
+	int64		timeout_ms;
+	TimestampTz deadline;
+	TimestampTz no_lane_since = 0;
+	MemoryContext cxt;
+
+	/* CALLED ON NULL INPUT (a procedure cannot be STRICT): refuse a NULL first */
+	if (PG_ARGISNULL(0))
+		check_backfill_name(NULL);
+	timeout_ms = final_timeout(fcinfo, &timeout_text);
 	cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill finalize call",
 								ALLOCSET_DEFAULT_SIZES);
 

@@ -8,7 +8,8 @@
  * It loads the pass, plans it if it is the first lane, and then claims
  * partitions one after another, working each (engine/work.c: paced
  * batches, failed ones retried with backoff or, when a row is at fault,
- * bisected down to that row) until it is exhausted.  An error no retry can
+ * bisected down to that row) until it is exhausted: engine/drive.c's loop,
+ * the one a finalizing session drives too.  An error no retry can
  * fix fails the pass.  The last lane out proves convergence and writes the
  * ledger's final word (pass.c).
  *
@@ -34,25 +35,13 @@
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
-#include "batch.h"
+#include "drive.h"
 #include "errors.h"
 #include "lane.h"
-#include "pacing.h"
 #include "pass.h"
 #include "shmem.h"
-#include "tenancy.h"
-#include "work.h"
 #include "worker.h"
 #include "xact.h"
-
-static void
-lane_prepare_and_plan(Pass *pass)
-{
-	/* the tenant settings hold for every statement of the lane's role */
-	tenancy_apply_settings(pass->name, pass->settings, pass->input);
-	batch_prepare(pass);
-	pass_plan(pass);
-}
 
 /*
  * Load the pass; false when the lane has nothing to do (the pass ended, or
@@ -78,31 +67,6 @@ lane_load(Pass *pass, int64 run_id, MemoryContext lane_cxt, bool role_read_only)
 	worker_commit_xact();
 	pass_fail(pass, -1, ERRCODE_BACKFILL_PRIVILEGE, message);
 	return false;
-}
-
-/*
- * Prepare and plan the pass, then claim and work partitions until none is
- * left, and end the pass.  Returns when the lane's work is over.
- */
-static void
-lane_work(Pass *pass, MemoryContext scratch)
-{
-	Claim		claim;
-
-	/* errors outside a batch (preparing, planning, counting): retried, or fail the pass */
-	if (!work_step(pass, lane_prepare_and_plan, "preparing the pass"))
-		return;
-
-	/* the end may find leaves attached since the plan, with partitions of their own */
-	do
-	{
-		while (pass_claim(pass, &claim))
-		{
-			pacing_start(pass, &claim);
-			if (!work_partition(pass, &claim, scratch))
-				return;
-		}
-	} while (work_step(pass, pass_finish, "ending the pass") && pass->more_leaves);
 }
 
 void
@@ -162,7 +126,7 @@ backfill_lane_main(Datum main_arg)
 	PG_TRY();
 	{
 		if (lane_load(&pass, args.run_id, lane_cxt, role_read_only))
-			lane_work(&pass, scratch);
+			(void) drive_pass(&pass, DRIVE_LANE, scratch);
 	}
 	PG_CATCH();
 	{

@@ -78,22 +78,36 @@
 /* schedulers not yet known to serve (checks) running at once */
 #define MAX_CHECKS_AT_ONCE			2
 
+/*
+ * The launcher's view of a database, as src/README.md draws it.  Whether a
+ * scheduler of it runs is its handle; each change of view is a function
+ * below (database_checking ... database_gone) that asserts the view it
+ * leaves.
+ */
+typedef enum DatabaseView
+{
+	DATABASE_UNKNOWN,			/* in pg_database, no scheduler started there yet */
+	DATABASE_CHECKING,			/* a scheduler started, not yet seen to serve (a check) */
+	DATABASE_WAITING,			/* its check found no pg_backfill: again at next_start */
+	DATABASE_SERVING,			/* its scheduler ran a while: started again when it stops */
+	DATABASE_IDLE,				/* its scheduler left with nothing to do: none until a wake */
+	DATABASE_GONE				/* not in pg_database any more: forgotten once stopped */
+} DatabaseView;
+
 /* what the launcher keeps for each database it looks at */
 typedef struct DatabaseState
 {
 	Oid			dboid;
 	char		dbname[NAMEDATALEN];
+	DatabaseView view;
 	BackgroundWorkerHandle *handle; /* NULL: not running */
 	int			slot;			/* its shared-memory slot while running */
 	TimestampTz started_at;
 	TimestampTz next_start;		/* not before then */
 	int			quick_stops;	/* in a row */
 	int			absent_checks;	/* checks in a row that found no pg_backfill */
-	bool		serving;		/* its last scheduler found pg_backfill */
-	bool		idle;			/* its last scheduler left with nothing to do */
-	bool		woken;			/* a wake came for it: start a scheduler now */
+	bool		woken;			/* a wake came for it, not taken yet: a scheduler now */
 	bool		no_slot_reported;	/* no worker slot for its scheduler, said */
-	bool		seen;			/* in pg_database at the last look */
 	bool		other_reported; /* served by an older launcher's scheduler, said */
 } DatabaseState;
 
@@ -340,6 +354,70 @@ report_missing_listed(List *rows)
 	}
 }
 
+/* a set of views, for the transitions' assertions */
+#define VIEW(v)		(1 << (v))
+
+/* Every transition: the database leaves a view of from (a set) for to. */
+static void
+database_move(DatabaseState *st, int from, DatabaseView to)
+{
+	Assert((VIEW(st->view) & from) != 0);
+	st->view = to;
+}
+
+/* unknown or waiting ──a scheduler started there──► checking */
+static void
+database_checking(DatabaseState *st)
+{
+	database_move(st, VIEW(DATABASE_UNKNOWN) | VIEW(DATABASE_WAITING), DATABASE_CHECKING);
+}
+
+/* checking ──its scheduler runs SCHEDULER_QUICK_STOP_MS──► serving */
+static void
+database_serving(DatabaseState *st)
+{
+	database_move(st, VIEW(DATABASE_CHECKING), DATABASE_SERVING);
+	st->absent_checks = 0;
+}
+
+/*
+ * checking or serving ──its scheduler found no pg_backfill (absent)──►
+ * waiting, for a doubling delay (from backfill.naptime up to ten minutes)
+ */
+static void
+database_waiting(DatabaseState *st, TimestampTz now)
+{
+	database_move(st, VIEW(DATABASE_CHECKING) | VIEW(DATABASE_SERVING), DATABASE_WAITING);
+	st->quick_stops = 0;
+	st->next_start = TimestampTzPlusMilliseconds(now,
+												 backoff_doubling_ms(st->absent_checks++,
+																	 backfill_naptime * 1000L,
+																	 CHECK_RETRY_MAX_MS));
+}
+
+/* checking or serving ──its scheduler left with nothing to do──► idle (no timed look) */
+static void
+database_idle(DatabaseState *st)
+{
+	database_move(st, VIEW(DATABASE_CHECKING) | VIEW(DATABASE_SERVING), DATABASE_IDLE);
+	st->quick_stops = 0;
+}
+
+/* idle ──a wake for the database──► serving at once */
+static void
+database_idle_woken(DatabaseState *st)
+{
+	database_move(st, VIEW(DATABASE_IDLE), DATABASE_SERVING);
+	st->next_start = 0;
+}
+
+/* any ──not in pg_database any more──► gone */
+static void
+database_gone(DatabaseState *st)
+{
+	database_move(st, ~VIEW(DATABASE_GONE), DATABASE_GONE);
+}
+
 static DatabaseState *
 state_of(const DatabaseRow *row, MemoryContext cxt)
 {
@@ -354,6 +432,7 @@ state_of(const DatabaseRow *row, MemoryContext cxt)
 	}
 	st = MemoryContextAllocZero(cxt, sizeof(DatabaseState));
 	st->dboid = row->dboid;
+	st->view = DATABASE_UNKNOWN;
 	st->slot = -1;
 	databases = lappend(databases, st);
 	return st;
@@ -419,7 +498,7 @@ checks_running(void)
 
 	foreach(lc, databases)
 		if (((DatabaseState *) lfirst(lc))->handle != NULL &&
-			!((DatabaseState *) lfirst(lc))->serving)
+			((DatabaseState *) lfirst(lc))->view == DATABASE_CHECKING)
 			n++;
 	return n;
 }
@@ -440,6 +519,8 @@ start_scheduler(DatabaseState *st, int i, MemoryContext cxt)
 	st->slot = i;
 	if (st->handle != NULL)
 	{
+		if (st->view == DATABASE_UNKNOWN || st->view == DATABASE_WAITING)
+			database_checking(st);
 		if (st->no_slot_reported)
 			ereport(LOG,
 					(errmsg("pg_backfill started the scheduler of database \"%s\": a background "
@@ -467,36 +548,33 @@ start_scheduler(DatabaseState *st, int i, MemoryContext cxt)
 
 /*
  * Its scheduler stopped: when to start one again.  A check that found no
- * pg_backfill waits longest; a serving scheduler that ran a while is
- * started again at once, one that stopped soon after a doubling delay.
+ * pg_backfill waits longest; a scheduler that left with nothing to do waits
+ * for a wake; a serving scheduler that ran a while is started again at
+ * once, one that stopped soon after a doubling delay.  A database gone
+ * keeps its view: it is forgotten.
  */
 static void
 note_stop(DatabaseState *st, TimestampTz now)
 {
-	int64		delay = 0;
+	SchedulerExit why = backfill_shmem_take_exit(st->slot, st->dboid);
 
-	if (backfill_shmem_take_idle(st->slot, st->dboid))
-	{
-		/* nothing to do there: no scheduler until a wake (look_at_database) */
-		st->idle = true;
-		st->quick_stops = 0;
-	}
-	else if (backfill_shmem_take_absent(st->slot, st->dboid))
-	{
-		st->serving = false;
-		st->quick_stops = 0;
-		delay = backoff_doubling_ms(st->absent_checks++, backfill_naptime * 1000L,
-									CHECK_RETRY_MAX_MS);
-	}
+	st->next_start = now;
+	if (st->view == DATABASE_GONE)
+		;
+	else if (why == SCHEDULER_EXIT_IDLE)
+		database_idle(st);
+	else if (why == SCHEDULER_EXIT_ABSENT)
+		database_waiting(st, now);
 	else if (TimestampDifferenceExceeds(st->started_at, now, SCHEDULER_QUICK_STOP_MS))
 		st->quick_stops = 0;
 	else
-		delay = backoff_doubling_ms(st->quick_stops++, SCHEDULER_RETRY_MIN_MS,
-									SCHEDULER_RETRY_MAX_MS);
+		st->next_start = TimestampTzPlusMilliseconds(now,
+													 backoff_doubling_ms(st->quick_stops++,
+																		 SCHEDULER_RETRY_MIN_MS,
+																		 SCHEDULER_RETRY_MAX_MS));
 	pfree(st->handle);
 	st->handle = NULL;
 	st->slot = -1;
-	st->next_start = TimestampTzPlusMilliseconds(now, delay);
 }
 
 /* May a scheduler run in this database at all? */
@@ -514,19 +592,15 @@ look_at_database(const DatabaseRow *row, TimestampTz now, long *sleep_ms, Memory
 	pid_t		pid;
 	int			slot;
 
-	st->seen = true;
 	strlcpy(st->dbname, row->dbname, NAMEDATALEN);
 	if (st->handle != NULL)
 	{
 		if (GetBackgroundWorkerPid(st->handle, &pid) != BGWH_STOPPED)
 		{
 			/* it has run long enough to be serving, not checking */
-			if (!st->serving &&
+			if (st->view == DATABASE_CHECKING &&
 				TimestampDifferenceExceeds(st->started_at, now, SCHEDULER_QUICK_STOP_MS))
-			{
-				st->serving = true;
-				st->absent_checks = 0;
-			}
+				database_serving(st);
 			return;
 		}
 		note_stop(st, now);
@@ -535,19 +609,20 @@ look_at_database(const DatabaseRow *row, TimestampTz now, long *sleep_ms, Memory
 	if (st->woken)
 	{
 		st->woken = false;
-		st->idle = false;
+		if (st->view == DATABASE_IDLE)
+			database_idle_woken(st);
 		st->next_start = 0;
 		st->absent_checks = 0;
 	}
 	if (!database_eligible(row) || backfill_shmem_database_is_going(row->dboid) ||
-		served_by_another(st) || st->idle)
+		served_by_another(st) || st->view == DATABASE_IDLE)
 		return;
 	if (st->next_start > now)
 	{
 		*sleep_ms = Min(*sleep_ms, backoff_ms_until(now, st->next_start));
 		return;
 	}
-	if (!st->serving && checks_running() >= MAX_CHECKS_AT_ONCE)
+	if (st->view != DATABASE_SERVING && checks_running() >= MAX_CHECKS_AT_ONCE)
 	{
 		*sleep_ms = Min(*sleep_ms, 1000L);
 		return;
@@ -589,17 +664,39 @@ take_wakes(void)
 	}
 }
 
-/* Forget the databases that are gone and have no scheduler left. */
+/* Is the database of dboid among the rows of pg_database? */
+static bool
+database_listed(List *rows, Oid dboid)
+{
+	ListCell   *lc;
+
+	foreach(lc, rows)
+		if (((DatabaseRow *) lfirst(lc))->dboid == dboid)
+			return true;
+	return false;
+}
+
+/*
+ * The databases gone from pg_database: their scheduler reaped once it
+ * stopped, then forgotten.
+ */
 static void
-forget_dropped(void)
+forget_dropped(List *rows, TimestampTz now)
 {
 	ListCell   *lc;
 
 	foreach(lc, databases)
 	{
 		DatabaseState *st = lfirst(lc);
+		pid_t		pid;
 
-		if (!st->seen && st->handle == NULL)
+		if (st->view != DATABASE_GONE && !database_listed(rows, st->dboid))
+			database_gone(st);
+		if (st->view != DATABASE_GONE)
+			continue;
+		if (st->handle != NULL && GetBackgroundWorkerPid(st->handle, &pid) == BGWH_STOPPED)
+			note_stop(st, now);
+		if (st->handle == NULL)
 		{
 			pfree(st);
 			databases = foreach_delete_current(databases, lc);
@@ -621,21 +718,9 @@ launcher_tick(MemoryContext cxt, MemoryContext scratch)
 
 	take_wakes();
 	report_missing_listed(rows);
-	foreach(lc, databases)
-		((DatabaseState *) lfirst(lc))->seen = false;
 	foreach(lc, rows)
 		look_at_database(lfirst(lc), now, &sleep_ms, cxt);
-	/* a scheduler whose database is gone: reaped here, then forgotten */
-	foreach(lc, databases)
-	{
-		DatabaseState *st = lfirst(lc);
-		pid_t		pid;
-
-		if (!st->seen && st->handle != NULL &&
-			GetBackgroundWorkerPid(st->handle, &pid) == BGWH_STOPPED)
-			note_stop(st, now);
-	}
-	forget_dropped();
+	forget_dropped(rows, now);
 	return sleep_ms;
 }
 

@@ -37,14 +37,9 @@
  * again only after a doubling delay, so a pass that cannot start never
  * floods the log.  See src/README.md for the state machine.
  *
- * backfill.max_workers holds for the cluster: the lanes are counted in the
- * shared lane table (shmem.c), whoever started them, so a scheduler that
- * is started again does not forget its predecessor's.  Lanes are handed
- * out round robin, the next to the waiting pass whose role holds the
- * fewest; when all are taken and a role holds less than its share, a lane
- * of the role holding the most gives its place up after its batch, or at
- * once when that batch has run longer than backfill.preempt_after (the
- * batch is cancelled and rolled back).
+ * The loop is here; which passes need lanes is read by needs.c, and the
+ * children (lanes, the relay, the fair share between roles) are started
+ * and reaped by children.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -73,840 +68,14 @@
 
 #include "config.h"
 #include "backoff.h"
-#include "catalog.h"
+#include "children.h"
 #include "drift.h"
-#include "errors.h"
-#include "pacing.h"
-#include "pass.h"
-#include "launcher.h"
+#include "needs.h"
 #include "probe.h"
-#include "relay.h"
 #include "scheduler.h"
 #include "shmem.h"
-#include "tenancy.h"
-#include "windows.h"
 #include "worker.h"
 #include "xact.h"
-
-/* a lane this scheduler started */
-typedef struct LaneHandle
-{
-	int64		run_id;
-	TimestampTz started_at;
-	BackgroundWorkerHandle *handle;
-	int			index;			/* its entry in the lane table */
-	uint64		token;
-} LaneHandle;
-
-/* what the scheduler remembers of a running pass between ticks */
-typedef struct RunMemo
-{
-	int64		run_id;
-	int			quick_exits;	/* lanes that died soon after starting, in a row */
-	TimestampTz next_start;		/* no lane for this pass before then */
-	bool		seen;			/* still running at the last tick */
-	bool		drift_checked;	/* the backfill it requires was probed (probe.c) */
-} RunMemo;
-
-/* a running pass as one tick sees it */
-typedef struct RunNeed
-{
-	int64		run_id;
-	Oid			owner;
-	int			lanes_wanted;
-	int			lanes_live;
-	int			claimable;		/* partitions a lane could claim */
-	bool		check_drift;	/* queued, and requires another backfill */
-	bool		check_migration;	/* queued, its migration not yet read applied since */
-	char	   *name;			/* the declaration's name */
-	char	   *login_problem;	/* why its lanes could not log in, or NULL */
-	int			have;			/* lanes it has, by the lane table or its leases */
-	bool		eligible;		/* may get a lane this tick */
-	TimestampTz window_next;	/* outside its windows: when the next starts; else 0 */
-	bool		idle;			/* its next batch is far off: a lane only if none else waits */
-} RunNeed;
-
-/*
- * The cluster's lanes as one tick sees them: the lane table's entries, plus
- * the lanes this tick started.
- */
-typedef struct LaneCensus
-{
-	int			n;
-	LaneInfo	lanes[BACKFILL_MAX_LANES];
-} LaneCensus;
-
-/* a lane that stops sooner than this after its start counts as a quick exit */
-#define QUICK_EXIT_MS	5000
-#define LANE_RETRY_MIN_MS	1000
-#define LANE_RETRY_MAX_MS	60000
-
-static List *lanes = NIL;
-static List *memos = NIL;
-static MemoryContext scheduler_cxt = NULL;
-static TimestampTz last_slot_warning = 0;
-static BackgroundWorkerHandle *relay = NULL;
-static bool outbox_pending = false;
-static bool extension_present = true;
-static bool catalogs_current = true;	/* at the library's version (catalogs_at_version) */
-static bool database_busy = true;	/* has work that needs the scheduler (database_has_work) */
-static const char *database_refusal = NULL;	/* why this database is no longer served */
-
-static RunMemo *
-memo_for(int64 run_id)
-{
-	ListCell   *lc;
-	RunMemo    *memo;
-	MemoryContext old;
-
-	foreach(lc, memos)
-	{
-		memo = lfirst(lc);
-		if (memo->run_id == run_id)
-			return memo;
-	}
-	old = MemoryContextSwitchTo(scheduler_cxt);
-	memo = palloc0(sizeof(RunMemo));
-	memo->run_id = run_id;
-	memos = lappend(memos, memo);
-	MemoryContextSwitchTo(old);
-	return memo;
-}
-
-/* Forget lanes that have stopped; note those that stopped too soon. */
-static void
-reap_lanes(void)
-{
-	ListCell   *lc;
-	TimestampTz now = GetCurrentTimestamp();
-
-	foreach(lc, lanes)
-	{
-		LaneHandle *lane = lfirst(lc);
-		pid_t		pid;
-
-		if (GetBackgroundWorkerPid(lane->handle, &pid) != BGWH_STOPPED)
-			continue;
-		if (TimestampDifferenceExceeds(lane->started_at, now, QUICK_EXIT_MS))
-			memo_for(lane->run_id)->quick_exits = 0;
-		else
-		{
-			RunMemo    *memo = memo_for(lane->run_id);
-
-			memo->next_start = TimestampTzPlusMilliseconds(now,
-														   backoff_doubling_ms(memo->quick_exits,
-																			   LANE_RETRY_MIN_MS,
-																			   LANE_RETRY_MAX_MS));
-			memo->quick_exits++;
-		}
-		backfill_lane_forget(lane->index, lane->token);
-		pfree(lane->handle);
-		pfree(lane);
-		lanes = foreach_delete_current(lanes, lc);
-	}
-}
-
-static int
-lanes_of_run(int64 run_id)
-{
-	ListCell   *lc;
-	int			n = 0;
-
-	foreach(lc, lanes)
-		if (((LaneHandle *) lfirst(lc))->run_id == run_id)
-			n++;
-	return n;
-}
-
-/*
- * The passes fail_unbound_passes has just failed (their ledger rows end
- * at this transaction's start) may still have lanes, started before
- * their table or roles changed: at commit they are told to stop, as the
- * lanes of a pass a lane fails (a batch in flight is cancelled), instead
- * of retrying what can no longer work until their attempts run out.
- */
-static void
-stop_lanes_of_failed_passes(void)
-{
-	if (SPI_execute("SELECT l.run_id FROM backfill.ledger l"
-					" WHERE l.status = 'failed' AND l.finished_at = pg_catalog.now()",
-					true, 0) != SPI_OK_SELECT)
-		elog(ERROR, "could not read the passes that failed");
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		bool		isnull;
-
-		backfill_wake_lanes_at_commit(DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
-																  SPI_tuptable->tupdesc, 1,
-																  &isnull)), true);
-	}
-}
-
-/*
- * A pass whose declaration is gone, or no longer names its table and
- * roles (identity.c), gets no lane: it fails here, so no lane ever logs in
- * as a role the declaration does not name.
- */
-static void
-fail_unbound_passes(void)
-{
-	bool		isnull;
-
-	if (SPI_execute("SELECT backfill.fail_unbound_passes()", false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not fail the passes that cannot start");
-	if (DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
-									&isnull)) == 0)
-		return;
-	stop_lanes_of_failed_passes();
-	ereport(LOG,
-			(errmsg("pg_backfill: failed passes whose declaration is gone or no longer "
-					"names its table and roles"),
-			 errhint("backfill_ledger shows why (BF007, BF016 or BF001).")));
-}
-
-/*
- * Outside every time window of its declaration (columns 11 and 12 of the
- * running passes; windows.c, no SQL): the pass gets no lane until the
- * next window starts, which need->window_next says.
- */
-static void
-need_window(RunNeed *need, HeapTuple tup, TupleDesc desc)
-{
-	bool		isnull;
-	Datum		windows = SPI_getbinval(tup, desc, 11, &isnull);
-	TimestampTz next;
-
-	if (isnull)
-		return;
-	if (!windows_inside(windows_parse(need->name, DatumGetArrayTypeP(windows),
-									  SPI_getvalue(tup, desc, 12)),
-						GetCurrentTimestamp(), &next))
-		need->window_next = next;
-}
-
-/*
- * Row i of the running passes (read_running_passes): what the pass needs,
- * in result_cxt.
- */
-static RunNeed *
-need_from_row(uint64 i, MemoryContext result_cxt)
-{
-	HeapTuple	tup = SPI_tuptable->vals[i];
-	TupleDesc	desc = SPI_tuptable->tupdesc;
-	bool		isnull;
-	int			max_parallel = DatumGetInt32(SPI_getbinval(tup, desc, 3, &isnull));
-	char	   *phase = SPI_getvalue(tup, desc, 4);
-	int			live = (int) DatumGetInt64(SPI_getbinval(tup, desc, 5, &isnull));
-	int			claimable = (int) DatumGetInt64(SPI_getbinval(tup, desc, 6, &isnull));
-	int			cooling = (int) DatumGetInt64(SPI_getbinval(tup, desc, 9, &isnull));
-	RunNeed    *need = MemoryContextAllocZero(result_cxt, sizeof(RunNeed));
-	char	   *problem;
-
-	need->run_id = DatumGetInt64(SPI_getbinval(tup, desc, 1, &isnull));
-	need->owner = DatumGetObjectId(SPI_getbinval(tup, desc, 2, &isnull));
-	need->lanes_live = live;
-	need->claimable = claimable;
-	need->check_drift = DatumGetBool(SPI_getbinval(tup, desc, 7, &isnull));
-	need->check_migration = DatumGetBool(SPI_getbinval(tup, desc, 10, &isnull));
-	need->name = MemoryContextStrdup(result_cxt, SPI_getvalue(tup, desc, 8));
-	problem = tenancy_login_problem(need->owner);
-	need->login_problem = problem ? MemoryContextStrdup(result_cxt, problem) : NULL;
-	need_window(need, tup, desc);
-	if (strcmp(phase, "queued") == 0)
-		need->lanes_wanted = max_parallel;
-	else if (claimable > 0)
-		need->lanes_wanted = Min(max_parallel, live + claimable);
-	else if (live == 0 && cooling == 0)
-		need->lanes_wanted = 1; /* all done, nobody finished the pass */
-	else
-		need->lanes_wanted = 0;
-	return need;
-}
-
-/*
- * A database that became a template or stopped taking connections after
- * its scheduler started is served no longer (ALTER DATABASE ends no
- * session): the reason, or NULL while it is still served.
- */
-static const char *
-database_no_longer_served(void)
-{
-	HeapTuple	tuple;
-	const char *why = NULL;
-
-	tuple = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(MyDatabaseId));
-	if (!HeapTupleIsValid(tuple))
-		return "the database is being dropped";
-	if (((Form_pg_database) GETSTRUCT(tuple))->datistemplate)
-		why = "the database is now a template";
-	else if (!((Form_pg_database) GETSTRUCT(tuple))->datallowconn)
-		why = "the database no longer allows connections";
-	ReleaseSysCache(tuple);
-	return why;
-}
-
-/*
- * The database is no longer served (why): every running pass is paused,
- * with the reason in its last_error (backfill_status shows it), and its
- * lanes are woken at commit, so that each leaves at its checkpoint after
- * the batch in flight instead of working on where no scheduler watches.
- * Resumed once the database is served again (backfill_resume refuses
- * before, BF013).  The ledger rows are locked first, as every writer of a
- * pass's state locks them.
- */
-static void
-pause_unserved_passes(const char *why)
-{
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
-	char	   *dbname = get_database_name(MyDatabaseId);
-	int			rc;
-
-	values[0] = CStringGetTextDatum(psprintf(BACKFILL_UNSERVED_PAUSE "%s, and no scheduler serves "
-											 "it; ALTER DATABASE %s IS_TEMPLATE false (or "
-											 "ALLOW_CONNECTIONS true), then backfill_resume",
-											 why, dbname ? quote_identifier(dbname) : "..."));
-	rc = SPI_execute_with_args("WITH l AS (SELECT run_id FROM backfill.ledger"
-							   "   WHERE status = 'running' ORDER BY run_id FOR UPDATE)"
-							   " UPDATE backfill.run r SET paused = true, last_error = $1,"
-							   "   updated_at = pg_catalog.now()"
-							   " FROM l WHERE r.run_id = l.run_id AND NOT r.paused"
-							   " RETURNING r.run_id",
-							   1, types, values, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "could not pause the passes of a database no longer served: SPI code %d", rc);
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		bool		isnull;
-		int64		run_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
-														 SPI_tuptable->tupdesc, 1, &isnull));
-
-		backfill_wake_lanes_at_commit(run_id, false);
-		ereport(LOG,
-				(errmsg("pg_backfill: run " INT64_FORMAT " paused: %s", run_id, why),
-				 errhint("ALTER DATABASE ... IS_TEMPLATE false (or ALLOW_CONNECTIONS true), "
-						 "then backfill_resume.")));
-	}
-}
-
-/*
- * Has the database work that needs its scheduler: a pass running (paused
- * and queued ones too: a resume wakes, but a requirement met does not), a
- * watched backfill, an outbox message pending or dead (a sink set or a
- * requeue wakes nobody)?  In the caller's transaction.
- */
-static bool
-database_has_work(void)
-{
-	if (catalog_ask("look for running passes",
-					"SELECT EXISTS (SELECT 1 FROM backfill.ledger WHERE status = 'running')",
-					0, NULL, NULL))
-		return true;
-	/* a retired backfill is watched no more */
-	if (catalog_ask("look for watched backfills",
-					psprintf("SELECT EXISTS (SELECT 1 FROM backfill.declaration d"
-							 " WHERE d.watch_ms IS NOT NULL AND NOT %s)", retired_sql("d")),
-					0, NULL, NULL))
-		return true;
-	return catalog_ask("look for outbox messages",
-					"SELECT EXISTS (SELECT 1 FROM backfill.outbox WHERE state IN ('pending', 'dead'))",
-					0, NULL, NULL);
-}
-
-/*
- * A queued pass whose declaration requires a migration waits for a probe
- * worker (probe.c) to read it applied, after the pass was enqueued
- * (backfill.requirement): the scheduler's look reads no migrations table.
- */
-static const char *
-migration_unread_sql(void)
-{
-	return "r.phase = 'queued' AND d.requires IS NOT NULL"
-		"  AND NOT coalesce((SELECT q.unmet IS NULL AND q.checked_at >= l.started_at"
-		"                      FROM backfill.requirement q"
-		"                     WHERE q.declaration = l.declaration), false)";
-}
-
-/* what keeps a queued pass from starting, read from the catalogs */
-static const char *
-required_unmet_sql(void)
-{
-	return "backfill.unmet_required_backfill(l.declaration)";
-}
-
-/*
- * Are the database's catalogs at the library's version?  When not (the
- * library was updated, ALTER EXTENSION ... UPDATE not yet run) the scheduler
- * does no work here and looks again at each naptime; it says so once, with
- * the way out.  In the caller's transaction, the extension present.
- */
-static bool
-catalogs_at_version(void)
-{
-	static bool warned = false;
-	char	   *version;
-
-	if (catalog_is_current(&version))
-		return true;
-	if (!warned)
-		ereport(WARNING,
-				(errcode(ERRCODE_BACKFILL_CATALOG_VERSION),
-				 errmsg("pg_backfill scheduler for database \"%s\" does no work: the catalogs "
-						"of pg_backfill are at version %s",
-						get_database_name(MyDatabaseId), version ? version : "unknown"),
-				 errdetail("The installed library is version %s and works only with its catalogs "
-						   "at that version.", BACKFILL_CATALOG_VERSION),
-				 errhint("Run ALTER EXTENSION pg_backfill UPDATE; in this database.")));
-	warned = true;
-	return false;
-}
-
-/*
- * Read the running passes and how many lanes each wants.  Runs in its own
- * transaction; the result is allocated in the caller's memory context.
- */
-static List *
-read_running_passes(MemoryContext result_cxt)
-{
-	List	   *needs = NIL;
-
-	worker_begin_xact("pg_backfill scheduler: reading running passes");
-
-	database_refusal = database_no_longer_served();
-	extension_present = OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true));
-	catalogs_current = extension_present && catalogs_at_version();
-	if (catalogs_current)
-	{
-		int			rc;
-		const char *windows_sql = "d.windows, d.window_time_zone";
-		const char *windows_group = ", d.windows, d.window_time_zone";
-
-		fail_unbound_passes();
-		if (database_refusal != NULL)
-			pause_unserved_passes(database_refusal);
-		rc = SPI_execute(psprintf("SELECT l.run_id, coalesce(d.run_as, l.owner), coalesce(d.max_parallel, 1),"
-						 "  r.phase,"
-						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'running' AND p.alive),"
-						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'pending'"
-						 "                     OR (p.state = 'running' AND NOT p.alive AND NOT p.cooling)),"
-						 "  r.phase = 'queued' AND d.requires_backfill IS NOT NULL, l.declaration,"
-						 "  pg_catalog.count(*) FILTER (WHERE p.state = 'running' AND NOT p.alive AND p.cooling),"
-						 "  %s, %s"
-						 " FROM backfill.ledger l"
-						 " JOIN backfill.run r ON r.run_id = l.run_id"
-						 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
-						 " LEFT JOIN LATERAL ("
-						 "   SELECT q.state, EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a"
-						 "                            WHERE a.pid = q.holder_pid"
-						 "                              AND a.backend_start = q.holder_start) AS alive,"
-						 /* as backfill.claim_partition: a dead holder that died at once cools down */
-						 "     coalesce(q.renewed_at - q.holder_start < interval '5 s'"
-						 "       AND pg_catalog.now() < q.renewed_at"
-						 "           + least(60, pg_catalog.power(2, least(q.reclaims, 6))) * interval '1 s',"
-						 "       false) AS cooling"
-						 "     FROM backfill.partition q WHERE q.run_id = l.run_id) p ON true"
-						 " WHERE l.status = 'running' AND NOT r.paused"
-						 "   AND (r.phase <> 'queued'"
-						 "        OR %s IS NULL)"
-						 " GROUP BY l.run_id, l.owner, d.run_as, d.max_parallel, r.phase,"
-						 "   d.requires_backfill, l.declaration, d.requires, l.started_at%s"
-						 " ORDER BY l.run_id", migration_unread_sql(), windows_sql,
-						 required_unmet_sql(), windows_group),
-						 false, 0);
-		if (rc != SPI_OK_SELECT)
-			elog(ERROR, "could not read the running passes: SPI code %d", rc);
-
-		for (uint64 i = 0; i < SPI_processed; i++)
-		{
-			RunNeed    *need = need_from_row(i, result_cxt);
-			MemoryContext old = MemoryContextSwitchTo(result_cxt);
-
-			needs = lappend(needs, need);
-			MemoryContextSwitchTo(old);
-		}
-	}
-
-	/* is there outbox work (delivery or pruning) for the relay? */
-	outbox_pending = catalogs_current && relay_has_work();
-	/* catalogs older than the library: no work, but no idle exit (it looks again) */
-	database_busy = extension_present && (!catalogs_current || database_has_work());
-
-	worker_commit_xact();
-	return needs;
-}
-
-/*
- * Start a child worker (lane or relay) that tells this scheduler when it
- * stops.  The handle lives in the scheduler's context.  No free slot is a
- * WARNING with a hint, at most once a minute, and NULL: the scheduler tries
- * again later and never dies of it.
- */
-static BackgroundWorkerHandle *
-start_child(const char *function, const char *name, const char *type, LaneArgs *args)
-{
-	BackgroundWorkerHandle *handle;
-
-	handle = worker_start(function, name, type, (Datum) 0, args, sizeof(LaneArgs),
-						  scheduler_cxt);
-	/* a backend waiting for lanes (finalize) reads whether there was a slot */
-	backfill_shmem_note_worker_slot(handle != NULL);
-	if (handle != NULL)
-		return handle;
-
-	/* at most one warning a minute: a full slot table is not news every tick */
-	if (TimestampDifferenceExceeds(last_slot_warning, GetCurrentTimestamp(), 60000))
-	{
-		ereport(WARNING,
-				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
-				 errmsg("could not start a %s worker", type),
-				 errdetail("Every background worker slot is in use."),
-				 errhint("Raise max_worker_processes (a restart is needed) or lower "
-						 "backfill.max_workers; pg_backfill keeps retrying.")));
-		last_slot_warning = GetCurrentTimestamp();
-	}
-	return NULL;
-}
-
-/*
- * Start a lane for a pass.  Its entry in the lane table is reserved first
- * and holds the lane's pid once the postmaster has started it, so that
- * every scheduler counts it, even after this one is gone.
- */
-static bool
-start_lane(RunNeed *need)
-{
-	BackgroundWorkerHandle *handle;
-	LaneArgs	args;
-	LaneHandle *lane;
-	pid_t		pid;
-
-	memset(&args, 0, sizeof(args));
-	args.dboid = MyDatabaseId;
-	args.roleoid = need->owner;
-	args.run_id = need->run_id;
-	args.lane_index = backfill_lane_reserve(MyDatabaseId, need->owner, need->run_id,
-											&args.lane_token);
-	if (args.lane_index < 0)
-		return false;
-	handle = start_child("backfill_lane_main",
-						 psprintf("pg_backfill lane for run " INT64_FORMAT, need->run_id),
-						 "pg_backfill lane", &args);
-	if (handle == NULL)
-	{
-		backfill_lane_forget(args.lane_index, args.lane_token);
-		return false;
-	}
-	switch (WaitForBackgroundWorkerStartup(handle, &pid))
-	{
-		case BGWH_STARTED:
-			backfill_lane_started(args.lane_index, args.lane_token, pid);
-			break;
-		case BGWH_POSTMASTER_DIED:
-			proc_exit(1);
-			break;
-		default:
-			/* it stopped already: reap_lanes counts it */
-			break;
-	}
-	lane = MemoryContextAlloc(scheduler_cxt, sizeof(LaneHandle));
-	lane->run_id = need->run_id;
-	lane->started_at = GetCurrentTimestamp();
-	lane->handle = handle;
-	lane->index = args.lane_index;
-	lane->token = args.lane_token;
-	{
-		MemoryContext old = MemoryContextSwitchTo(scheduler_cxt);
-
-		lanes = lappend(lanes, lane);
-		MemoryContextSwitchTo(old);
-	}
-	return true;
-}
-
-/* Start the outbox relay if messages wait and it is not running. */
-static void
-start_relay_if_needed(void)
-{
-	LaneArgs	args;
-	pid_t		pid;
-
-	if (relay != NULL && GetBackgroundWorkerPid(relay, &pid) == BGWH_STOPPED)
-	{
-		pfree(relay);
-		relay = NULL;
-	}
-	if (relay != NULL || !outbox_pending)
-		return;
-	memset(&args, 0, sizeof(args));
-	args.dboid = MyDatabaseId;
-	args.lane_index = -1;
-	relay = start_child("backfill_relay_main", "pg_backfill outbox relay",
-						"pg_backfill relay", &args);
-}
-
-/* Lanes in the census matching a database, role and pass (0 / InvalidOid: any). */
-static int
-census_count(LaneCensus *census, Oid dboid, Oid roleoid, int64 run_id)
-{
-	int			n = 0;
-
-	for (int i = 0; i < census->n; i++)
-	{
-		LaneInfo   *l = &census->lanes[i];
-
-		if ((!OidIsValid(dboid) || l->dboid == dboid) &&
-			(!OidIsValid(roleoid) || l->roleoid == roleoid) &&
-			(run_id == 0 || l->run_id == run_id))
-			n++;
-	}
-	return n;
-}
-
-static void
-census_add(LaneCensus *census, RunNeed *need)
-{
-	LaneInfo   *l;
-
-	if (census->n >= BACKFILL_MAX_LANES)
-		return;
-	l = &census->lanes[census->n++];
-	memset(l, 0, sizeof(LaneInfo));
-	l->dboid = MyDatabaseId;
-	l->roleoid = need->owner;
-	l->run_id = need->run_id;
-	l->index = -1;
-}
-
-/* the most lanes one role may hold: backfill.max_workers_per_role, or all */
-static int
-role_cap(void)
-{
-	return backfill_max_workers_per_role > 0 ?
-		Min(backfill_max_workers_per_role, backfill_max_workers) : backfill_max_workers;
-}
-
-/*
- * End a pass whose lanes cannot log in (tenancy_login_problem): failed,
- * with BF016 and the reason, which backfill_status shows.  Its own
- * transaction; the ledger row first, then the run row, as every writer of
- * a pass's state.
- */
-static void
-fail_pass_cannot_login(RunNeed *need)
-{
-	CatalogScope scope;
-	char	   *message = psprintf("lanes cannot connect: %s", need->login_problem);
-
-	worker_begin_xact("pg_backfill scheduler: failing a pass whose lanes cannot log in");
-	catalog_enter(&scope);
-	if (pass_end_failed(need->run_id, -1, ERRCODE_BACKFILL_PRIVILEGE, message))
-		ereport(LOG,
-				(errmsg("backfill \"%s\" run " INT64_FORMAT " failed: %s", need->name,
-						need->run_id, message),
-				 errdetail("SQLSTATE BF016."),
-				 errhint("Let the role log in again (ALTER ROLE ... LOGIN, GRANT CONNECT), "
-						 "then backfill_retry('%s') resumes the pass.", need->name)));
-	catalog_leave(&scope);
-	worker_commit_xact();
-}
-
-/*
- * Does a pass wait for a lane: eligible, with fewer than it wants, and not
- * idle (its next batch far off: it would only sleep in it)?
- */
-static bool
-need_waits(RunNeed *need)
-{
-	return need->eligible && !need->idle && need->have < need->lanes_wanted;
-}
-
-/*
- * The next pass to get a lane, round robin: the one whose role holds the
- * fewest lanes in the cluster, then the one with the fewest lanes, then the
- * oldest; a pass whose next batch is far off (idle) after all others.
- * NULL when no pass may have one.
- */
-static RunNeed *
-next_pass_for_a_lane(List *needs, LaneCensus *census)
-{
-	ListCell   *lc;
-	RunNeed    *best = NULL;
-	int			best_role_lanes = 0;
-
-	foreach(lc, needs)
-	{
-		RunNeed    *need = lfirst(lc);
-		int			role_lanes;
-
-		if (!need->eligible || need->have >= need->lanes_wanted)
-			continue;
-		role_lanes = census_count(census, InvalidOid, need->owner, 0);
-		if (role_lanes >= role_cap())
-			continue;
-		/* a pass whose next batch is far off comes after every other */
-		if (best != NULL && need->idle != best->idle)
-		{
-			if (need->idle)
-				continue;
-			best = NULL;
-		}
-		if (best == NULL || role_lanes < best_role_lanes ||
-			(role_lanes == best_role_lanes && need->have < best->have))
-		{
-			best = need;
-			best_role_lanes = role_lanes;
-		}
-	}
-	return best;
-}
-
-/* Add a role to a set of at most BACKFILL_MAX_LANES + 64 roles. */
-static void
-add_role(Oid *roles, int *nroles, Oid role)
-{
-	for (int k = 0; k < *nroles; k++)
-		if (roles[k] == role)
-			return;
-	if (*nroles < BACKFILL_MAX_LANES + 64)
-		roles[(*nroles)++] = role;
-}
-
-/*
- * The roles that hold lanes or have a pass here waiting for one, in roles;
- * true when such a pass's role holds less than its share (*share).
- */
-static bool
-fair_share_starved(List *needs, LaneCensus *census, Oid *roles, int *nroles, int *share)
-{
-	bool		starved = false;
-	ListCell   *lc;
-
-	for (int i = 0; i < census->n; i++)
-		add_role(roles, nroles, census->lanes[i].roleoid);
-	foreach(lc, needs)
-	{
-		RunNeed    *need = lfirst(lc);
-
-		if (!need_waits(need))
-			continue;
-		add_role(roles, nroles, need->owner);
-	}
-	*share = Max(1, backfill_max_workers / Max(*nroles, 1));
-	foreach(lc, needs)
-	{
-		RunNeed    *need = lfirst(lc);
-
-		if (need_waits(need) &&
-			census_count(census, InvalidOid, need->owner, 0) < Min(*share, role_cap()))
-			starved = true;
-	}
-	return starved;
-}
-
-/*
- * Of the victim role's lanes, the one to give its place up: the one whose
- * batch has run longest, else one of the pass with the most lanes.
- */
-static int
-pick_yielding_lane(LaneCensus *census, Oid victim)
-{
-	int			pick = -1;
-	int			pick_run_lanes = 0;
-
-	for (int i = 0; i < census->n; i++)
-	{
-		LaneInfo   *l = &census->lanes[i];
-		int			run_lanes;
-
-		if (l->roleoid != victim || l->index < 0)
-			continue;
-		run_lanes = census_count(census, l->dboid, InvalidOid, l->run_id);
-		if (pick < 0 ||
-			(l->in_batch && (!census->lanes[pick].in_batch ||
-							 l->batch_since < census->lanes[pick].batch_since)) ||
-			(!l->in_batch && !census->lanes[pick].in_batch && run_lanes > pick_run_lanes))
-		{
-			pick = i;
-			pick_run_lanes = run_lanes;
-		}
-	}
-	return pick;
-}
-
-/*
- * The lane asked to give its place up is still in a batch that has run
- * longer than backfill.preempt_after: cancel that batch.  It rolls back
- * with its checkpoint, its partition goes back to pending (not counted as
- * a failed attempt: work.c), and the lane leaves.
- */
-static void
-preempt_if_overdue(LaneInfo *lane)
-{
-	if (backfill_preempt_after <= 0 || !lane->in_batch ||
-		!TimestampDifferenceExceeds(lane->batch_since, GetCurrentTimestamp(),
-									backfill_preempt_after))
-		return;
-	if (backfill_lane_preempt(lane->index, lane->batch_since))
-		ereport(LOG,
-				(errmsg("pg_backfill: the batch of a lane of run " INT64_FORMAT " is cancelled for a "
-						"waiting pass of another role", lane->run_id),
-				 errdetail("It has run longer than backfill.preempt_after (%d ms) while its role "
-						   "holds more than its share of the lanes.", backfill_preempt_after)));
-}
-
-/*
- * Fair share: when every lane is taken and a pass here waits whose role
- * holds less than its share (backfill.max_workers divided among the roles
- * that hold or want lanes), ask one lane of the role that holds the most,
- * above its share, to give its lane up after its batch; a batch of it that
- * runs longer than backfill.preempt_after is cancelled.  One at a time: no
- * new request while a lane is still leaving.
- */
-static void
-ask_for_fair_share(List *needs, LaneCensus *census)
-{
-	Oid			roles[BACKFILL_MAX_LANES + 64];
-	int			nroles = 0;
-	int			share;
-	Oid			victim = InvalidOid;
-	int			victim_lanes = 0;
-	int			pick;
-
-	if (census->n < backfill_max_workers ||
-		!fair_share_starved(needs, census, roles, &nroles, &share))
-		return;
-	for (int i = 0; i < census->n; i++)
-	{
-		if (census->lanes[i].yield)
-		{
-			preempt_if_overdue(&census->lanes[i]);
-			return;
-		}
-	}
-
-	for (int k = 0; k < nroles; k++)
-	{
-		int			held = census_count(census, InvalidOid, roles[k], 0);
-
-		if (held > share && held > victim_lanes)
-		{
-			victim = roles[k];
-			victim_lanes = held;
-		}
-	}
-	if (!OidIsValid(victim))
-		return;
-
-	pick = pick_yielding_lane(census, victim);
-	if (pick < 0 || !backfill_lane_request_yield(census->lanes[pick].index))
-		return;
-	ereport(LOG,
-			(errmsg("pg_backfill: a lane of run " INT64_FORMAT " gives its place to a waiting pass",
-					census->lanes[pick].run_id),
-			 errdetail("Its role holds %d of the %d lanes (backfill.max_workers); "
-					   "%d roles share them.", victim_lanes, backfill_max_workers, nroles)));
-	preempt_if_overdue(&census->lanes[pick]);
-}
 
 /*
  * Has the backfill this queued pass requires been probed since the pass
@@ -928,28 +97,6 @@ required_probed(RunNeed *need, RunMemo *memo)
 }
 
 /*
- * Is the next batch of this pass, by its rate (shmem.c, its pacer), further
- * off than LANE_IDLE_GIVE_BACK_MS?  Then it gets a lane only when no other
- * pass waits for one (next_pass_for_a_lane), and its wait is not one that
- * takes lanes back (need_waits): a lane of it given back to a waiting pass
- * (pacing.c) is not taken again before that pass has it.  *sleep_ms is
- * lowered to when its next batch is near.
- */
-static bool
-pass_batch_far_off(RunNeed *need, TimestampTz now, long *sleep_ms)
-{
-	TimestampTz next = backfill_pace_next_start(MyDatabaseId, need->run_id);
-	TimestampTz near = TimestampTzPlusMilliseconds(now, LANE_IDLE_GIVE_BACK_MS);
-
-	/* a pass to plan or to finish runs no batch: its lane starts now */
-	if (need->claimable == 0 || next <= near)
-		return false;
-	*sleep_ms = Min(*sleep_ms,
-					backoff_ms_until(now, next - (TimestampTz) LANE_IDLE_GIVE_BACK_MS * 1000));
-	return true;
-}
-
-/*
  * Which passes may get a lane now: those with fewer than they want whose
  * role can log in, whose requirement has not drifted, and whose restart
  * delay has passed.  A pass that cannot log in and has no lane left fails.
@@ -960,8 +107,7 @@ mark_eligible(List *needs, LaneCensus *census, TimestampTz now, long *sleep_ms)
 {
 	ListCell   *lc;
 
-	foreach(lc, memos)
-		((RunMemo *) lfirst(lc))->seen = false;
+	memos_unseen();
 
 	foreach(lc, needs)
 	{
@@ -1009,58 +155,6 @@ mark_eligible(List *needs, LaneCensus *census, TimestampTz now, long *sleep_ms)
 		/* its next batch is far off (its rate): a lane would only sleep, or be given back */
 		need->idle = pass_batch_far_off(need, now, sleep_ms);
 		need->eligible = true;
-	}
-}
-
-/* Start lanes, round-robin over the eligible passes, while slots are free. */
-static void
-start_lanes(List *needs, LaneCensus *census)
-{
-	RunNeed    *need;
-
-	while (census->n < backfill_max_workers &&
-		   (need = next_pass_for_a_lane(needs, census)) != NULL)
-	{
-		if (!start_lane(need))
-			break;
-		need->have++;
-		census_add(census, need);
-		/* waiting for the lane's start may have eaten a wake meant for the next tick */
-		SetLatch(MyLatch);
-	}
-}
-
-/* does an eligible pass still wait for a lane (need_waits)? */
-static bool
-passes_waiting(List *needs)
-{
-	ListCell   *lc;
-
-	foreach(lc, needs)
-	{
-		RunNeed    *need = lfirst(lc);
-
-		if (need_waits(need))
-			return true;
-	}
-	return false;
-}
-
-/* Forget the memos of passes that have ended and have no lane left. */
-static void
-forget_ended_passes(void)
-{
-	ListCell   *lc;
-
-	foreach(lc, memos)
-	{
-		RunMemo    *memo = lfirst(lc);
-
-		if (!memo->seen && lanes_of_run(memo->run_id) == 0)
-		{
-			pfree(memo);
-			memos = foreach_delete_current(memos, lc);
-		}
 	}
 }
 
@@ -1124,7 +218,7 @@ scheduler_tick(MemoryContext scratch)
 	}
 
 	start_relay_if_needed();
-	if (outbox_pending && relay == NULL)
+	if (outbox_pending && !relay_running())
 		sleep_ms = Min(sleep_ms, 1000L);
 
 	/* completed backfills with a watch: a probe worker for each due, wake for the next */
@@ -1147,9 +241,9 @@ scheduler_tick(MemoryContext scratch)
  * so for the launcher, which looks again later, and exit.
  */
 static void
-exit_without_extension(const char *dbname, bool dropped)
+exit_without_extension(const char *dbname, int slot, bool dropped)
 {
-	backfill_shmem_scheduler_absent();
+	backfill_shmem_scheduler_exit(slot, SCHEDULER_EXIT_ABSENT);
 	ereport(dropped ? LOG : DEBUG1,
 			(errmsg("pg_backfill scheduler for database \"%s\" stops: %s", dbname,
 					dropped ? "the extension was dropped" : "the extension is not installed")));
@@ -1168,12 +262,12 @@ exit_idle(const char *dbname, int slot)
 {
 	bool		work;
 
-	backfill_shmem_scheduler_idle(slot, true);
+	backfill_shmem_scheduler_exit(slot, SCHEDULER_EXIT_IDLE);
 	worker_begin_xact("pg_backfill scheduler: a last look before it leaves");
 	work = OidIsValid(get_extension_oid(BACKFILL_EXTENSION_NAME, true)) && database_has_work();
 	worker_commit_xact();
 	if (work)
-		backfill_shmem_scheduler_idle(slot, false);
+		backfill_shmem_scheduler_exit(slot, SCHEDULER_EXIT_NONE);
 	ereport(LOG,
 			(errmsg("pg_backfill scheduler for database \"%s\" stops: %s", dbname,
 					work ? "work came as it left; the launcher starts it again" :
@@ -1195,7 +289,7 @@ note_idle(bool busy, TimestampTz *idle_since, const char *dbname, int slot, long
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz leave_at;
 
-	if (busy || lanes != NIL || relay != NULL || probes_reap() ||
+	if (busy || children_running() || probes_reap() ||
 		backfill_scheduler_idle_exit <= 0)
 	{
 		*idle_since = 0;
@@ -1233,16 +327,15 @@ read_database_name(char *dbname)
 	worker_commit_xact();
 }
 
-void
-backfill_scheduler_main(Datum main_arg)
+/*
+ * Connect to the database as the bootstrap superuser, with the scheduler's
+ * own settings, and take slot; a slot another live scheduler holds (a
+ * restarted launcher's predecessor's) makes this one exit.
+ */
+static void
+scheduler_connect(Oid dboid, int slot, char *dbname)
 {
-	int			slot = DatumGetInt32(main_arg);
-	Oid			dboid;
-	char		dbname[NAMEDATALEN];
-	MemoryContext scratch;
-	TimestampTz idle_since = 0;
-
-	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+	pid_t		holder = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -1262,20 +355,30 @@ backfill_scheduler_main(Datum main_arg)
 	SetConfigOption("deadlock_timeout", "100ms", PGC_SUSET, PGC_S_OVERRIDE);
 	read_database_name(dbname);
 
+	if (!backfill_shmem_attach_scheduler(slot, &holder))
 	{
-		pid_t		holder = 0;
-
-		if (!backfill_shmem_attach_scheduler(slot, &holder))
-		{
-			/* a restarted launcher: the scheduler it replaces still runs */
-			ereport(LOG,
-					(errmsg("pg_backfill scheduler for database \"%s\" is already running "
-							"as PID %d", dbname, (int) holder)));
-			proc_exit(0);
-		}
+		/* a restarted launcher: the scheduler it replaces still runs */
+		ereport(LOG,
+				(errmsg("pg_backfill scheduler for database \"%s\" is already running "
+						"as PID %d", dbname, (int) holder)));
+		proc_exit(0);
 	}
+}
+
+void
+backfill_scheduler_main(Datum main_arg)
+{
+	int			slot = DatumGetInt32(main_arg);
+	Oid			dboid;
+	char		dbname[NAMEDATALEN];
+	MemoryContext scratch;
+	TimestampTz idle_since = 0;
+
+	memcpy(&dboid, MyBgworkerEntry->bgw_extra, sizeof(Oid));
+
+	scheduler_connect(dboid, slot, dbname);
 	if (!extension_installed())
-		exit_without_extension(dbname, false);
+		exit_without_extension(dbname, slot, false);
 	ereport(LOG, (errmsg("pg_backfill scheduler started for database \"%s\"", dbname)));
 
 	scheduler_cxt = AllocSetContextCreate(TopMemoryContext, "pg_backfill scheduler",
@@ -1319,7 +422,7 @@ backfill_scheduler_main(Datum main_arg)
 		PG_END_TRY();
 		MemoryContextSwitchTo(scheduler_cxt);
 		if (!extension_present)
-			exit_without_extension(dbname, true);
+			exit_without_extension(dbname, slot, true);
 		if (database_refusal != NULL)
 		{
 			ereport(LOG,
