@@ -58,6 +58,7 @@
 #include "config.h"
 #include "catalog.h"
 #include "citus.h"
+#include "ctid.h"
 #include "declaration.h"
 #include "errors.h"
 #include "key.h"
@@ -272,6 +273,14 @@ resolve_key(const char *name, const char *key, DeclaredSource *src)
 		}
 		attnum = pk->rd_index->indkey.values[0];
 		index_close(pk, AccessShareLock);
+	}
+	else if (ctid_named(name, key))
+	{
+		/* the heap in block order (ctid.c) */
+		src->key = pstrdup("ctid");
+		src->keytype = TIDOID;
+		relation_close(rel, AccessShareLock);
+		return;
 	}
 	else if (list_length(key_names(name, key)) > 1)
 	{
@@ -1430,6 +1439,7 @@ backfill_declare(PG_FUNCTION_ARGS)
 	/* only a backfill of a role the declarer is a member of (checked at run too) */
 	requires_check_backfill(decl.name, decl.owner, decl.requires_backfill);
 	check_statements(&decl);
+	ctid_check_declaration(&decl);
 	check_throttle_when(&decl);
 
 	/* stored as the extension's owner; lanes resolve names as the declarer did */
