@@ -106,7 +106,7 @@ my $mid = int(sq($node, q{SELECT pg_relation_size('sb') / current_setting('block
 gate_close($node, 'gb', 'sb', "ctid = '($mid,1)'");
 sq($node, qq{SELECT backfill_declare(name => 'sb', relation => 'sb', key => 'ctid',
 	predicate => 'c IS NULL', action => '${\ guarded_action('sb')}',
-	batch_size => 300, rate => 1000, $wait_long)});
+	batch_size => 300, max_parallel => 1, rate => 1000, $wait_long)});
 my $run_b = sq($node, q{SELECT backfill_run('sb')});
 ok(lane_waits(), '(b) the lane waits at the middle of the heap');
 ok(sq($node, q{SELECT sum(rows) FROM backfill_partitions('sb')}) > 0,
@@ -142,7 +142,7 @@ my $gate_block = int(($head + $blocks) / 2);
 gate_close($node, 'gc', 'sc', "ctid = '($gate_block,1)'");
 sq($node, qq{SELECT backfill_declare(name => 'sc', relation => 'sc', key => 'ctid',
 	predicate => 'c IS NULL', action => '${\ guarded_action('sc')}',
-	batch_size => 300, rate => 1000, $wait_long)});
+	batch_size => 300, max_parallel => 1, rate => 1000, $wait_long)});
 my $run_c = sq($node, q{SELECT backfill_run('sc')});
 ok(lane_waits(), '(c) the walk waits in the middle of the heap');
 sq($node, q{SELECT backfill_pause('sc')});
