@@ -2,14 +2,20 @@
 # bench/blocks.sh: block order (key => 'ctid') against key order on a shuffled table
 # (issue 29 point 6).
 #
-#   bench/blocks.sh [N]       N rows (default 2000000)
+#   bench/blocks.sh [N]       N rows (default 1000000)
 #
 # env:
 #   REPS=2                    repetitions; each runs both passes side by side, the order
 #                             turned round in every other one (the table shows medians)
 #   BATCH=1000                the batch size of both passes (1 lane each)
-#   SHARED_BUFFERS=128MB      smaller than the table, as a table's working set is next to
-#                             years of data: pages leave shared_buffers between two visits
+#   SHARED_BUFFERS=64MB       smaller than the table (about 140 MB at N = 1000000), as a
+#                             table's working set is next to years of data: pages leave
+#                             shared_buffers between two visits
+#   FILLFACTOR=100            of the copy each pass works on: 100, every page full, so no
+#                             update is HOT and each writes an index entry (at a random place
+#                             of the index in block order, in order in key order); below 100,
+#                             room in every page, as a table that updates and vacuums has,
+#                             so updates stay HOT in their page
 #   PGBASE=/tmp/pg_backfill_bench_blocks  PGPORT=55480  PGBIN=/usr/lib/postgresql/15/bin
 #   PG_CONFIG=                the server whose binaries (and pg_backfill.so) to use
 #   CSV=bench/results/blocks.csv   one row per measured pass is appended at the end
@@ -27,10 +33,11 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-N=${1:-2000000}
+N=${1:-1000000}
 REPS=${REPS:-2}
 BATCH=${BATCH:-1000}
-SHARED_BUFFERS=${SHARED_BUFFERS:-128MB}
+SHARED_BUFFERS=${SHARED_BUFFERS:-64MB}
+FILLFACTOR=${FILLFACTOR:-100}
 PGBASE=${PGBASE:-/tmp/pg_backfill_bench_blocks}
 PGPORT=${PGPORT:-55480}
 if [ -z "${PGBIN:-}" ] && [ -n "${PG_CONFIG:-}" ]; then PGBIN=$("$PG_CONFIG" --bindir); fi
@@ -43,6 +50,7 @@ LOG=$PGBASE/server.log
 ME=blocks.sh
 
 [[ $N =~ ^[0-9]+$ ]] && [ "$N" -ge 1000 ] || { echo "blocks.sh: N must be an integer >= 1000" >&2; exit 2; }
+[[ $FILLFACTOR =~ ^[0-9]+$ ]] && [ "$FILLFACTOR" -ge 10 ] && [ "$FILLFACTOR" -le 100 ] || { echo "blocks.sh: FILLFACTOR must be 10-100" >&2; exit 2; }
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || { echo "blocks.sh: REPS must be a positive integer" >&2; exit 2; }
 case $PGBASE in /|/tmp|/tmp/|"") echo "blocks.sh: refusing PGBASE=$PGBASE" >&2; exit 2 ;; esac
 
@@ -77,10 +85,10 @@ SQL
 say "built in $(echo "$(now) - $t" | bc -l | xargs printf '%.1f') s"
 
 fresh() {
-    Q <<'SQL'
+    Q <<SQL
 SET synchronize_seqscans = off;
 DROP TABLE IF EXISTS items_shuf;
-CREATE TABLE items_shuf AS SELECT * FROM items_shuf_src;
+CREATE TABLE items_shuf WITH (fillfactor = $FILLFACTOR) AS SELECT * FROM items_shuf_src;
 ALTER TABLE items_shuf ADD PRIMARY KEY (id);
 VACUUM ANALYZE items_shuf;
 CHECKPOINT;
@@ -113,7 +121,7 @@ SQL
 }
 
 fresh
-say "items_shuf: $(Q -c "SELECT pg_size_pretty(pg_relation_size('items_shuf'))"), correlation of id with the physical order $(Q -c "SELECT round(correlation::numeric, 3) FROM pg_stats WHERE tablename = 'items_shuf' AND attname = 'id'"); shared_buffers $(Q -c 'SHOW shared_buffers'); load $(cut -d' ' -f1-3 /proc/loadavg)"
+say "items_shuf: $(Q -c "SELECT pg_size_pretty(pg_relation_size('items_shuf'))"), correlation of id with the physical order $(Q -c "SELECT round(correlation::numeric, 3) FROM pg_stats WHERE tablename = 'items_shuf' AND attname = 'id'"); shared_buffers $(Q -c 'SHOW shared_buffers'), fillfactor $FILLFACTOR; load $(cut -d' ' -f1-3 /proc/loadavg)"
 Q -c "SELECT backfill_declare(name => 'bench_blocks_explain', relation => 'items_shuf', key => 'ctid',
           predicate => 'c IS NULL', set => 'c = a * 2')" >/dev/null
 ACTION=$(Q -c "SELECT action FROM backfill.declaration WHERE name = 'bench_blocks_explain'")
@@ -132,7 +140,7 @@ done
 
 med() { awk -F'\t' -v o="$1" '$1 == o { print $4 / $3 }' "$RES" | sort -g | awk '{a[NR]=$1} END { if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2 }'; }
 echo
-echo "== block order (key => 'ctid') against key order, $N shuffled rows, batch $BATCH, 1 lane, $REPS rep(s)"
+echo "== block order (key => 'ctid') against key order, $N shuffled rows, fillfactor $FILLFACTOR, shared_buffers $SHARED_BUFFERS, batch $BATCH, 1 lane, $REPS rep(s)"
 printf '%-6s %14s %14s %8s\n' rep "key rows/s" "block rows/s" ratio
 for rep in $(seq 1 "$REPS"); do
     awk -F'\t' -v r="$rep" '$2 == r { v[$1] = $4 / $3 } END { printf "%-6s %14.0f %14.0f %7.2fx\n", r, v["key"], v["block"], v["block"] / v["key"] }' "$RES"
@@ -144,7 +152,7 @@ echo "target: block order at least 1.5x key order on the shuffled table: $RATIO 
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) (a shared box: other work runs beside this)"
 
 mkdir -p "$(dirname "$CSV")"
-[ -s "$CSV" ] || echo "when,commit,pg,n,batch,shared_buffers,order,rep,secs,rows,rows_per_s,plan" >"$CSV"
+[ -s "$CSV" ] || echo "when,commit,pg,n,batch,shared_buffers,fillfactor,order,rep,secs,rows,rows_per_s,plan" >"$CSV"
 WHEN=$(date -u +%FT%TZ)
-awk -F'\t' -v w="$WHEN" -v c="$EXTCOMMIT" -v pg="$PGVER" -v n="$N" -v b="$BATCH" -v sb="$SHARED_BUFFERS" \
-    '{ printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%.0f,\"%s\"\n", w, c, pg, n, b, sb, $1, $2, $3, $4, $4 / $3, $5 }' "$RES" >>"$CSV"
+awk -F'\t' -v w="$WHEN" -v c="$EXTCOMMIT" -v pg="$PGVER" -v n="$N" -v b="$BATCH" -v sb="$SHARED_BUFFERS" -v ff="$FILLFACTOR" \
+    '{ printf "%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%.0f,\"%s\"\n", w, c, pg, n, b, sb, ff, $1, $2, $3, $4, $4 / $3, $5 }' "$RES" >>"$CSV"
