@@ -21,6 +21,7 @@ OBJS = \
 	src/sql/declare_source.o \
 	src/sql/key.o \
 	src/sql/action.o \
+	src/sql/ctid.o \
 	src/sql/run.o \
 	src/sql/control.o \
 	src/sql/finalize.o \
@@ -46,6 +47,8 @@ OBJS = \
 	src/engine/pass.o \
 	src/engine/estimate.o \
 	src/engine/batch.o \
+	src/engine/plan_blocks.o \
+	src/engine/kind_blocks.o \
 	src/engine/history.o \
 	src/engine/rehearse.o \
 	src/engine/pagecycle.o \

@@ -50,6 +50,7 @@
 #include "history.h"
 #include "jsonobj.h"
 #include "keyset.h"
+#include "kind_blocks.h"
 #include "leaves.h"
 #include "pagecycle.h"
 #include "shards.h"
@@ -273,6 +274,8 @@ batch_prepare(Pass *pass)
 	batch_free_plans(pass);
 	if (OidIsValid(pass->pages_fn))
 		prepare_pages(pass);
+	else if (pass->blocks)
+		blocks_prepare(pass);
 	else if (pass->keyset.nkeys > 1)
 		prepare_table_composite(pass);
 	else
@@ -942,6 +945,9 @@ batch_history_first(Pass *pass, const Datum *range)
 		worker_key_output(pass->key_output, range[0]);
 }
 
+/* a pass in block order: its batch is kind_blocks.c's, around these steps */
+static const BlocksSteps blocks_steps = {begin_batch, checkpoint_batch, checkpoint_partition_done};
+
 BatchOutcome
 batch_run(Pass *pass, Claim *claim)
 {
@@ -959,6 +965,8 @@ batch_run(Pass *pass, Claim *claim)
 
 	if (OidIsValid(pass->pages_fn))
 		return batch_run_page(pass, claim);
+	if (pass->blocks)
+		return blocks_batch_run(pass, claim, &blocks_steps);
 	if (claim->shardid != 0)
 		return batch_run_shard(pass, claim);
 

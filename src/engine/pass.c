@@ -46,6 +46,7 @@
 #include "identity.h"
 #include "keyset.h"
 #include "pass.h"
+#include "plan_blocks.h"
 #include "searchpath.h"
 #include "shmem.h"
 #include "xact.h"
@@ -166,6 +167,7 @@ pass_take_declaration(Pass *pass, const Declaration *d, bool reverting)
 	pass->relid = d->relid;
 	pass->key = d->key_column;
 	pass->keytype = d->key_type;
+	pass->blocks = blocks_key(d->key_column, d->key_type);
 	pass->reverting = reverting;
 	pass->predicate = reverting ? (d->revert_predicate ? d->revert_predicate : "true") :
 		d->predicate;
@@ -312,6 +314,8 @@ key_column_unique(Oid relid, const char *column)
 
 	if (attnum == InvalidAttrNumber)
 		return true;			/* the key's column is gone: BF007's to say */
+	if (attnum < 0)
+		return true;			/* ctid: the heap in block order (plan_blocks.c) */
 	pg_index = table_open(IndexRelationId, AccessShareLock);
 	ScanKeyInit(&key, Anum_pg_index_indrelid, BTEqualStrategyNumber, F_OIDEQ,
 				ObjectIdGetDatum(relid));
@@ -515,6 +519,7 @@ pass_load_declared(Pass *pass, const char *name, MemoryContext cxt)
 				 errdetail("A page's cursor comes from the page before it: its batches cannot "
 						   "be spread over a key space."),
 				 errhint("Rehearse a backfill over a table.")));
+	blocks_refuse_rehearsal(name, decl.key_column, decl.key_type);
 	if (decl.scope != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_SCOPED),
@@ -948,7 +953,9 @@ plan_table(Pass *pass, PassPlan *plan)
 	const char *why = NULL;
 	const char *not_per_shard = NULL;
 
-	if (pass->citus_remote && plan_per_shard(pass, plan, &not_per_shard))
+	if (pass->blocks)
+		plan->bounds = blocks_plan_bounds(pass->relid, nparts, &plan->method, &plan->bound);
+	else if (pass->citus_remote && plan_per_shard(pass, plan, &not_per_shard))
 		;
 	else if (!plan_per_leaf(pass, plan, nparts, &why))
 	{
@@ -961,7 +968,8 @@ plan_table(Pass *pass, PassPlan *plan)
 	}
 	if (not_per_shard != NULL)
 		plan->method = psprintf("coordinator-side (%s); %s", not_per_shard, plan->method);
-	plan->bound = plan_upper_bound(pass);
+	if (!pass->blocks)
+		plan->bound = plan_upper_bound(pass);
 
 	if (pass->citus_remote)
 	{
@@ -2004,7 +2012,9 @@ remaining_where(Pass *pass, StringInfo sql, Oid *types, Datum *values)
 		values[nargs++] = PointerGetDatum(keys);
 	}
 	/* a bounded pass converges within its bound: what lies beyond is drift */
-	if (pass->bound != NULL && pass->keyset.nkeys > 1)
+	if (pass->blocks)
+		;						/* in block order: every row, where it lies (plan_blocks.c) */
+	else if (pass->bound != NULL && pass->keyset.nkeys > 1)
 	{
 		appendStringInfo(sql, " AND %s", keyset_bound_sql(&pass->keyset, false, nargs + 1));
 		nargs += bound_params(pass, types + nargs, values + nargs);
@@ -2125,7 +2135,7 @@ count_beyond(Pass *pass)
 	int			nargs = 1;
 	char	   *beyond;
 
-	if (pass->bound == NULL || !pass->counted || OidIsValid(pass->pages_fn))
+	if (pass->bound == NULL || !pass->counted || OidIsValid(pass->pages_fn) || pass->blocks)
 		return -1;
 	if (pass->keyset.nkeys > 1)
 	{
@@ -2346,7 +2356,9 @@ static void
 pass_sweep_again(Pass *pass, int64 remaining)
 {
 	CatalogScope scope;
-	char	   *probe = smallest_remaining_key(pass);
+	char	   *probe = pass->blocks ?
+		blocks_probe_row(pass->run_id, pass->relation, pass->predicate) :
+		smallest_remaining_key(pass);
 	Oid			types[3] = {INT8OID, TEXTOID, INT8OID};
 	Datum		values[3];
 	char		nulls[3] = {' ', probe ? ' ' : 'n', ' '};
@@ -2354,6 +2366,8 @@ pass_sweep_again(Pass *pass, int64 remaining)
 	values[0] = Int64GetDatum(pass->run_id);
 	values[1] = probe ? CStringGetTextDatum(probe) : (Datum) 0;
 	values[2] = Int64GetDatum(remaining);
+	if (pass->blocks)
+		blocks_sweep_bound(pass->run_id, pass->relid);
 	catalog_enter(&scope);
 	catalog_exec("UPDATE backfill.run SET sweep = sweep + 1, probe_key = $2, remaining = $3,"
 				 " phase = 'running', updated_at = pg_catalog.now()"
@@ -2387,11 +2401,16 @@ static void
 pass_sweep_or_end(Pass *pass, int64 remaining)
 {
 	int64		beyond;
+	char	   *row;
 
-	if (pass->sweep > 0 && pass->probe_key != NULL &&
-		key_still_matches(pass, pass->probe_key))
+	if (pass->blocks && blocks_stalled(pass->run_id, pass->relation, pass->predicate,
+									   pass->sweep, pass->probe_key, remaining, &row))
+		pass_end_counted(pass, remaining, -1, row);
+	else if (!pass->blocks && pass->sweep > 0 && pass->probe_key != NULL &&
+			 key_still_matches(pass, pass->probe_key))
 		pass_end_counted(pass, remaining, -1, pass->probe_key);
-	else if (pass->sweep < PASS_MAX_SWEEPS)
+	else if (pass->blocks ? blocks_sweep_falls(pass->run_id, pass->sweep, remaining) :
+			 pass->sweep < PASS_MAX_SWEEPS)
 		pass_sweep_again(pass, remaining);
 	else
 	{

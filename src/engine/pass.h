@@ -42,6 +42,7 @@ typedef struct Pass
 	bool		reverting;		/* a revert pass: the declaration's revert and its predicate */
 	bool		counted;		/* does the predicate prove the pass done (convergence) */
 	bool		guarded;		/* its action changes only rows that match: it may sweep again */
+	bool		blocks;			/* key => 'ctid': the heap in block order (plan_blocks.c) */
 	int			sweep;			/* the run's sweeps so far (lock_pass_to_count) */
 	char	   *probe_key;		/* the smallest key matching when the last sweep began */
 	int			batch_size;

@@ -284,14 +284,15 @@ isolate_row(Pass *pass, Claim *claim, ErrorData *edata, int *failures)
 }
 
 /*
- * a row's fault in a table's batch: isolated (a page cannot be halved, and
+ * a row's fault in a table's batch: isolated (a page cannot be halved, nor
+ * a pass in block order's blocks into rows (kind_blocks.c), and
  * a Citus shard's cursor is its node's, which isolating would not move:
  * such a batch is retried, and fails its partition after max_attempts)
  */
 static bool
 is_row_fault(Pass *pass, Claim *claim, const ErrorData *edata)
 {
-	return !OidIsValid(pass->pages_fn) && claim->shardid == 0 &&
+	return !OidIsValid(pass->pages_fn) && claim->shardid == 0 && !pass->blocks &&
 		poison_is_row_fault(edata->sqlerrcode);
 }
 

@@ -41,6 +41,7 @@
 #include "utils/plancache.h"
 
 #include "action.h"
+#include "ctid.h"
 #include "errors.h"
 #include "key.h"
 
@@ -120,6 +121,8 @@ action_range_form(const Declaration *d)
 	StringInfoData out;
 
 	memset(&k, 0, sizeof(k));
+	if (ctid_range_form(d) != NULL)
+		return ctid_range_form(d);
 	if (d->key_columns == NULL)
 	{
 		k.n = 1;

@@ -58,6 +58,7 @@
 #include "config.h"
 #include "catalog.h"
 #include "citus.h"
+#include "ctid.h"
 #include "declaration.h"
 #include "errors.h"
 #include "key.h"
@@ -495,6 +496,7 @@ backfill_declare(PG_FUNCTION_ARGS)
 	/* only a backfill of a role the declarer is a member of (checked at run too) */
 	requires_check_backfill(decl.name, decl.owner, decl.requires_backfill);
 	check_statements(&decl);
+	ctid_check_declaration(&decl);
 	check_throttle_when(&decl);
 
 	/* stored as the extension's owner; lanes resolve names as the declarer did */

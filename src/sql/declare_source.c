@@ -56,6 +56,7 @@
 #include "config.h"
 #include "catalog.h"
 #include "citus.h"
+#include "ctid.h"
 #include "declaration.h"
 #include "errors.h"
 #include "key.h"
@@ -256,6 +257,14 @@ resolve_key(const char *name, const char *key, DeclaredSource *src)
 		}
 		attnum = pk->rd_index->indkey.values[0];
 		index_close(pk, AccessShareLock);
+	}
+	else if (ctid_named(name, key))
+	{
+		/* the heap in block order (ctid.c) */
+		src->key = pstrdup("ctid");
+		src->keytype = TIDOID;
+		relation_close(rel, AccessShareLock);
+		return;
 	}
 	else if (list_length(key_names(name, key)) > 1)
 	{

@@ -1,0 +1,249 @@
+/*-------------------------------------------------------------------------
+ *
+ * plan_blocks.c
+ *	  A pass in block order (key => 'ctid'): the heap split into block
+ *	  ranges, the pass's bound, and what its convergence sweeps look at.
+ *
+ * A table whose physical order is far from its key order (years of
+ * updates) makes every key-ordered batch read pages all over the heap; a
+ * table with no unique key has no key order at all.  Such a pass walks
+ * the heap in block order instead: a partition is a range of blocks,
+ * [lo, hi), kept as TIDs '(b,0)' (the partition's lo and hi, its cursor
+ * the next block to do), and each batch is one TID range scan of a few
+ * blocks (kind_blocks.c).  The pass is bounded by the heap's size when it
+ * was planned (run.bound, the first block past it).
+ *
+ * A row that a concurrent UPDATE writes anew lands wherever the heap has
+ * room, perhaps behind the walk (a lower block, or past the bound), so
+ * the walk alone may miss it.  The convergence count of a pass in block
+ * order counts every row still matching, wherever it lies (no bound), and
+ * a guarded pass then sweeps again: its partitions from their start, the
+ * bound grown to the heap as it is now.  Sweeps go on while the count
+ * falls, up to BLOCKS_MAX_SWEEPS; a count that no longer falls is rows
+ * written faster than the sweeps fix them: the pass completes and records
+ * them as drift (run.beyond), as a key pass does past its sweeps.  Never
+ * STALLED for that: only when the probe row, the first row that matched
+ * when the sweep began, is still there as the same version (its TID and
+ * its xmin) and still matches: the sweep gave it to the action, which did
+ * not change it.  A row version moved by an UPDATE leaves a dead one
+ * behind, and its slot, reused, holds another xmin.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <stdio.h>
+
+#include "access/relation.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "storage/bufmgr.h"
+#include "storage/itemptr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/rel.h"
+
+#include "catalog.h"
+#include "errors.h"
+#include "plan_blocks.h"
+
+bool
+blocks_key(const char *column, Oid type)
+{
+	return column != NULL && type == TIDOID && strcmp(column, BLOCKS_KEY) == 0;
+}
+
+void
+blocks_refuse_rehearsal(const char *name, const char *column, Oid type)
+{
+	if (!blocks_key(column, type))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+			 errmsg("backfill \"%s\" walks its table in block order (key => 'ctid'), which is "
+					"not rehearsed", name),
+			 errdetail("A rehearsal's batches follow a key."),
+			 errhint("Rehearse a declaration of the same action over a key, or run this one "
+					 "with a low rate and watch backfill_batches('%s').", name)));
+}
+
+/* the heap's size in blocks now */
+static BlockNumber
+heap_blocks(Oid relid)
+{
+	Relation	rel = relation_open(relid, AccessShareLock);
+	BlockNumber n = RelationGetNumberOfBlocks(rel);
+
+	relation_close(rel, AccessShareLock);
+	return n;
+}
+
+static char *
+block_text(BlockNumber b)
+{
+	return psprintf("(%u,0)", b);
+}
+
+Datum
+blocks_plan_bounds(Oid relid, int nparts, const char **method, char **bound)
+{
+	BlockNumber nblocks = heap_blocks(relid);
+	int			n = (int) Min((BlockNumber) Max(nparts, 1), Max(nblocks, 1));
+	Datum	   *elems = palloc(sizeof(Datum) * n);
+	int			nelems = 0;
+	BlockNumber last = 0;
+
+	/* range i starts at block nblocks * i / n: n ranges of about equal size */
+	for (int i = 1; i < n; i++)
+	{
+		BlockNumber b = (BlockNumber) (((uint64) nblocks * i) / n);
+
+		if (b > last)
+			elems[nelems++] = CStringGetTextDatum(block_text(b));
+		last = b;
+	}
+	*method = psprintf("blocks (%u blocks in %d range%s)", nblocks, nelems + 1,
+					   nelems == 0 ? "" : "s");
+	*bound = block_text(nblocks);
+	return PointerGetDatum(construct_array(elems, nelems, TEXTOID, -1, false, TYPALIGN_INT));
+}
+
+void
+blocks_sweep_bound(int64 run_id, Oid relid)
+{
+	CatalogScope scope;
+	Oid			types[2] = {INT8OID, TEXTOID};
+	Datum		values[2];
+
+	values[0] = Int64GetDatum(run_id);
+	values[1] = CStringGetTextDatum(block_text(heap_blocks(relid)));
+	catalog_enter(&scope);
+	catalog_exec("UPDATE backfill.run SET bound = $2 WHERE run_id = $1"
+				 " AND coalesce(bound::pg_catalog.tid OPERATOR(pg_catalog.<)"
+				 "              $2::pg_catalog.tid, true)",
+				 2, types, values, NULL, SPI_OK_UPDATE);
+	catalog_leave(&scope);
+}
+
+/* the rows the pass's partitions have done, summed (catalog) */
+static int64
+rows_done(int64 run_id)
+{
+	CatalogScope scope;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(run_id)};
+	int64		rows = 0;
+	bool		isnull;
+	Datum		sum;
+
+	catalog_enter(&scope);
+	if (catalog_exec("SELECT pg_catalog.sum(rows)::pg_catalog.int8 FROM backfill.partition"
+					 " WHERE run_id = $1", 1, types, values, NULL, SPI_OK_SELECT) == 1)
+	{
+		sum = catalog_getdatum(0, 1, &isnull);
+		rows = isnull ? 0 : DatumGetInt64(sum);
+	}
+	catalog_leave(&scope);
+	return rows;
+}
+
+/* the count a sweep began with (pass.c pass_sweep_again), or -1 */
+static int64
+count_before(int64 run_id)
+{
+	CatalogScope scope;
+	Oid			types[1] = {INT8OID};
+	Datum		values[1] = {Int64GetDatum(run_id)};
+	int64		before = -1;
+	bool		isnull;
+	Datum		d;
+
+	catalog_enter(&scope);
+	if (catalog_exec("SELECT remaining FROM backfill.run WHERE run_id = $1", 1, types, values,
+					 NULL, SPI_OK_SELECT) == 1)
+	{
+		d = catalog_getdatum(0, 1, &isnull);
+		before = isnull ? -1 : DatumGetInt64(d);
+	}
+	catalog_leave(&scope);
+	return before;
+}
+
+char *
+blocks_probe_row(int64 run_id, const char *relation, const char *predicate)
+{
+	bool		isnull;
+	ItemPointer tid;
+	Datum		xmin;
+
+	if (SPI_execute(psprintf("SELECT ctid, xmin FROM %s WHERE (\n%s\n) LIMIT 1", relation,
+							 predicate), true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not read the first row left in %s", relation);
+	if (SPI_processed == 0)
+		return NULL;
+	tid = (ItemPointer) DatumGetPointer(SPI_getbinval(SPI_tuptable->vals[0],
+													  SPI_tuptable->tupdesc, 1, &isnull));
+	xmin = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	return psprintf("(%u,%u) xmin %u; " INT64_FORMAT " rows done",
+					ItemPointerGetBlockNumberNoCheck(tid), ItemPointerGetOffsetNumberNoCheck(tid),
+					DatumGetTransactionId(xmin), rows_done(run_id));
+}
+
+/* is the probe row, that very version (its TID and xmin), there and still matching? */
+static bool
+probe_matches(const char *relation, const char *predicate, unsigned int block,
+			  unsigned int offset, unsigned int xmin)
+{
+	Oid			types[2] = {TIDOID, XIDOID};
+	Datum		values[2];
+	ItemPointerData tid;
+
+	ItemPointerSet(&tid, block, (OffsetNumber) offset);
+	values[0] = PointerGetDatum(&tid);
+	values[1] = TransactionIdGetDatum((TransactionId) xmin);
+	if (SPI_execute_with_args(psprintf("SELECT 1 FROM %s WHERE ctid OPERATOR(pg_catalog.=) $1"
+									   " AND xmin OPERATOR(pg_catalog.=) $2 AND (\n%s\n)",
+									   relation, predicate),
+							  2, types, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look at row (%u,%u) of %s", block, offset, relation);
+	return SPI_processed > 0;
+}
+
+bool
+blocks_stalled(int64 run_id, const char *relation, const char *predicate, int sweep,
+			   const char *probe, int64 remaining, char **row)
+{
+	unsigned int block;
+	unsigned int offset;
+	unsigned int xmin;
+	int64		done_before;
+	int64		before;
+
+	*row = NULL;
+	if (sweep <= 0 || probe == NULL ||
+		sscanf(probe, "(%u,%u) xmin %u; " INT64_FORMAT " rows done", &block, &offset, &xmin,
+			   &done_before) != 4)
+		return false;
+	/* given to the action, and left as it was */
+	if (probe_matches(relation, predicate, block, offset, xmin))
+	{
+		*row = psprintf("(%u,%u) xmin %u", block, offset, xmin);
+		return true;
+	}
+	/* the sweep changed as many rows as matched when it began, and as many still match */
+	before = count_before(run_id);
+	return before >= 0 && remaining >= before && rows_done(run_id) - done_before >= before;
+}
+
+bool
+blocks_sweep_falls(int64 run_id, int sweep, int64 remaining)
+{
+	int64		before;
+
+	if (sweep <= 0)
+		return true;
+	if (sweep >= BLOCKS_MAX_SWEEPS)
+		return false;
+	before = count_before(run_id);
+	return before < 0 || remaining < before;
+}
