@@ -43,6 +43,7 @@ OBJS = \
 	src/engine/poison.o \
 	src/engine/work.o \
 	src/engine/keyset.o \
+	src/engine/stats.o \
 	src/engine/leaves.o \
 	src/engine/pacing.o \
 	src/engine/windows.o \
