@@ -37,6 +37,10 @@ OBJS = \
 	src/engine/pass.o \
 	src/engine/estimate.o \
 	src/engine/batch.o \
+	src/engine/kind_range.o \
+	src/engine/kind_leaf.o \
+	src/engine/kind_shard.o \
+	src/engine/kind_pages.o \
 	src/engine/history.o \
 	src/engine/rehearse.o \
 	src/engine/pagecycle.o \
