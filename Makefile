@@ -47,6 +47,10 @@ OBJS = \
 	src/engine/pass.o \
 	src/engine/estimate.o \
 	src/engine/batch.o \
+	src/engine/kind_range.o \
+	src/engine/kind_leaf.o \
+	src/engine/kind_shard.o \
+	src/engine/kind_pages.o \
 	src/engine/plan_blocks.o \
 	src/engine/kind_blocks.o \
 	src/engine/history.o \
@@ -56,6 +60,7 @@ OBJS = \
 	src/engine/work.o \
 	src/engine/drive.o \
 	src/engine/keyset.o \
+	src/engine/stats.o \
 	src/engine/leaves.o \
 	src/engine/pacing.o \
 	src/engine/windows.o \

@@ -64,6 +64,7 @@
 
 #include "errors.h"
 #include "keyset.h"
+#include "stats.h"
 #include "worker.h"
 
 /* at most this many leading values are looked at one by one when planning */
@@ -524,74 +525,12 @@ keyset_scan_sql(Keyset *ks, const char *predicate, int variant, const char *more
 	return sql.data;
 }
 
-/* the statistics of one key column that planning uses */
-typedef struct ColumnStats
-{
-	int			nhist;
-	Datum	   *hist;			/* histogram bounds, in order */
-	int			nmcv;
-	Datum	   *mcv;			/* most common values, and their frequencies */
-	float4	   *freqs;
-} ColumnStats;
-
-/* the elements of an anyarray of pg_stats, if they are of the column's type */
-static int
-stats_array(HeapTuple tuple, TupleDesc desc, int fno, Oid type, Datum **elems)
-{
-	bool		isnull;
-	Datum		d = SPI_getbinval(tuple, desc, fno, &isnull);
-	ArrayType  *arr;
-	int16		len;
-	bool		byval;
-	char		align;
-	bool	   *nulls;
-	int			n;
-
-	if (isnull)
-		return 0;
-	arr = DatumGetArrayTypeP(d);
-	if (ARR_ELEMTYPE(arr) != type)
-		return 0;
-	get_typlenbyvalalign(type, &len, &byval, &align);
-	deconstruct_array(arr, type, len, byval, align, elems, &nulls, &n);
-	return n;
-}
-
 /* pg_stats of key column i, as the lane's role (it may read the table) */
 static void
 read_column_stats(Keyset *ks, Oid relid, int i, ColumnStats *stats)
 {
-	Oid			types[4] = {TEXTOID, TEXTOID, NAMEOID, BOOLOID};
-	Datum		values[4];
-	NameData	attname;
-
-	memset(stats, 0, sizeof(ColumnStats));
-	namestrcpy(&attname, ks->cols[i].name);
-	values[0] = CStringGetTextDatum(get_namespace_name(get_rel_namespace(relid)));
-	values[1] = CStringGetTextDatum(get_rel_name(relid));
-	values[2] = NameGetDatum(&attname);
-	values[3] = BoolGetDatum(get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE);
-	if (SPI_execute_with_args("SELECT s.histogram_bounds, s.most_common_vals,"
-							  "       s.most_common_freqs FROM pg_catalog.pg_stats s"
-							  " WHERE s.schemaname = $1 AND s.tablename = $2"
-							  "   AND s.attname = $3 AND s.inherited = $4",
-							  4, types, values, NULL, true, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
-		return;
-	stats->nhist = stats_array(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1,
-							   ks->cols[i].type, &stats->hist);
-	stats->nmcv = stats_array(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2,
-							  ks->cols[i].type, &stats->mcv);
-	if (stats->nmcv > 0)
-	{
-		Datum	   *f;
-		int			nf = stats_array(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3,
-									 FLOAT4OID, &f);
-
-		stats->freqs = palloc0(sizeof(float4) * stats->nmcv);
-		for (int j = 0; j < Min(nf, stats->nmcv); j++)
-			stats->freqs[j] = DatumGetFloat4(f[j]);
-	}
+	stats_read_column(relid, ks->cols[i].name, ks->cols[i].type,
+					  get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE, stats);
 }
 
 /* the probes planning runs, prepared once per plan */

@@ -26,7 +26,11 @@
  *	  checkpoint  the cursor '(b+n,0)' and the rows the action changed,
  *	              committed with them: a crash keeps both or neither, and
  *	              the batch is done again from the checkpoint
- *	  end         the partition done once its range is walked
+ *	  end         the cursor moved; the batch that reaches the range's end
+ *	              is its last, and ends the partition with its checkpoint
+ *
+ * The driver (batch.c batch_run) begins and commits the batch's
+ * transaction and writes the checkpoint; this file is the kind's part.
  *
  * A row's error is not isolated (a block cannot be halved into rows by
  * this walk): the batch is retried with backoff as any failed batch, and
@@ -44,10 +48,8 @@
 #include "storage/itemptr.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
-#include "utils/timestamp.h"
 
-#include "kind_blocks.h"
-#include "xact.h"
+#include "kind.h"
 
 /* tuples per page assumed while pg_class knows none */
 #define BLOCKS_TUPLES_UNKNOWN 50.0
@@ -64,7 +66,7 @@ prepare_kept(Pass *pass, const char *what, const char *sql, int nargs, Oid *type
 	return plan;
 }
 
-void
+static void
 blocks_prepare(Pass *pass)
 {
 	Oid			types[2] = {TIDOID, TIDOID};
@@ -148,58 +150,82 @@ blocks_act(Pass *pass, BlockNumber from, BlockNumber to)
 	return (int64) SPI_processed;
 }
 
-/* the checkpoint is durable: the claim's cursor is block next (the pass's memory) */
+/* the claim's range: [from, to) in blocks, from its cursor (none: 0) to its hi */
 static void
-blocks_move_cursor(Pass *pass, Claim *claim, BlockNumber next)
+claim_blocks(Claim *claim, BlockNumber *from, BlockNumber *to)
+{
+	*from = claim->has_cursor ? tid_block(claim->cursor) : 0;
+	*to = claim->has_hi ? tid_block(claim->hi) : MaxBlockNumber;
+}
+
+/*
+ * The key scan: the first block left holding a matching row and the
+ * blocks the batch takes after it, as block numbers (by value, so they
+ * outlive the commit) in range[0] and range[1]; none when no block does.
+ */
+static void
+blocks_scan_batch(Pass *pass, Claim *claim, int64 limit, Batch *batch)
+{
+	BlockNumber from;
+	BlockNumber to;
+	BlockNumber first;
+
+	claim_blocks(claim, &from, &to);
+	batch->none = from >= to || !blocks_scan(pass, from, to, &first);
+	if (batch->none)
+		return;
+	batch->range[0] = UInt32GetDatum(first);
+	batch->range[1] = UInt32GetDatum(first + Min(blocks_per_batch(pass, (int) limit), to - first));
+}
+
+/* the action over the batch's blocks: the rows it changed are its keys and rows */
+static void
+blocks_act_batch(Pass *pass, Claim *claim, Batch *batch)
+{
+	batch->keys = blocks_act(pass, DatumGetUInt32(batch->range[0]),
+							 DatumGetUInt32(batch->range[1]));
+	batch->rows = batch->keys;
+}
+
+/*
+ * The checkpoint: the next block as the cursor, the first for the batch
+ * history; the batch that reaches the range's end is its last (the
+ * partition ends with its checkpoint).
+ */
+static void
+blocks_checkpoint(Pass *pass, Claim *claim, Batch *batch)
+{
+	BlockNumber from;
+	BlockNumber to;
+	BlockNumber next = DatumGetUInt32(batch->range[1]);
+
+	claim_blocks(claim, &from, &to);
+	batch->first = psprintf("(%u,0)", DatumGetUInt32(batch->range[0]));
+	batch->cursor = psprintf("(%u,0)", next);
+	batch->last = next >= to;
+}
+
+/* the checkpoint is durable: the claim's cursor is the next block (the pass's memory) */
+static void
+blocks_end(Pass *pass, Claim *claim, Batch *batch)
 {
 	ItemPointer cursor = MemoryContextAlloc(pass->cxt, sizeof(ItemPointerData));
 
-	ItemPointerSet(cursor, next, 0);
+	ItemPointerSet(cursor, DatumGetUInt32(batch->range[1]), 0);
 	if (claim->has_cursor)
 		pfree(DatumGetPointer(claim->cursor));
 	claim->cursor = PointerGetDatum(cursor);
 	claim->has_cursor = true;
 }
 
-/* the partition's walk ends: nothing left in [cursor, hi) */
-static BatchOutcome
-blocks_end(Pass *pass, Claim *claim, const BlocksSteps *steps)
-{
-	worker_statement_timeout_end();
-	steps->done(pass, claim);
-	worker_commit_xact();
-	return BATCH_PARTITION_DONE;
-}
-
-BatchOutcome
-blocks_batch_run(Pass *pass, Claim *claim, const BlocksSteps *steps)
-{
-	BlockNumber from = claim->has_cursor ? tid_block(claim->cursor) : 0;
-	BlockNumber to = claim->has_hi ? tid_block(claim->hi) : MaxBlockNumber;
-	BlockNumber first;
-	BlockNumber next;
-	TimestampTz batch_start = GetCurrentTimestamp();
-	BatchOutcome outcome;
-	int64		rows;
-
-	steps->begin(pass, claim);
-	claim->scanned_keys = -1;
-	if (from >= to || !blocks_scan(pass, from, to, &first))
-		return blocks_end(pass, claim, steps);
-	next = first + Min(blocks_per_batch(pass, CLAIM_BATCH_LIMIT(claim)), to - first);
-	rows = blocks_act(pass, first, next);
-	worker_statement_timeout_end();
-	claim->scanned_keys = rows;
-	claim->last_keys = rows;
-	claim->last_batch_ms = (GetCurrentTimestamp() - batch_start) / 1000.0;
-	outcome = steps->checkpoint(pass, claim, psprintf("(%u,0)", first),
-								psprintf("(%u,0)", next), rows);
-	if (next >= to)
-		steps->done(pass, claim);
-	worker_commit_xact();
-	blocks_move_cursor(pass, claim, next);
-	claim->rows += rows;
-	if (next >= to && outcome == BATCH_DONE)
-		return BATCH_PARTITION_DONE;
-	return outcome;
-}
+/* a row's error is not isolated: a block range cannot be halved into rows here */
+const BatchKind batch_kind_blocks = {
+	.name = "blocks",
+	.isolates_rows = false,
+	.coordinated = false,
+	.prepare = blocks_prepare,
+	.scan = blocks_scan_batch,
+	.act = blocks_act_batch,
+	.checkpoint = blocks_checkpoint,
+	.end = blocks_end,
+};

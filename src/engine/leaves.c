@@ -60,6 +60,7 @@
 #include "utils/typcache.h"
 
 #include "leaves.h"
+#include "stats.h"
 #include "worker.h"
 
 /* what the walk of the tree compares with */
@@ -760,43 +761,6 @@ leaves_still_partition(Oid leaf, Oid relid)
 	return found;
 }
 
-/* the histogram of a leaf's key column, as the lane's role sees pg_stats */
-static int
-leaf_histogram(Oid leaf, const char *key, Oid key_type, Datum **hist)
-{
-	Oid			types[3] = {TEXTOID, TEXTOID, NAMEOID};
-	Datum		values[3];
-	NameData	attname;
-	bool		isnull;
-	Datum		d;
-	ArrayType  *arr;
-	int16		len;
-	bool		byval;
-	char		align;
-	bool	   *nulls;
-	int			n;
-
-	namestrcpy(&attname, key);
-	values[0] = CStringGetTextDatum(get_namespace_name(get_rel_namespace(leaf)));
-	values[1] = CStringGetTextDatum(get_rel_name(leaf));
-	values[2] = NameGetDatum(&attname);
-	if (SPI_execute_with_args("SELECT s.histogram_bounds FROM pg_catalog.pg_stats s"
-							  " WHERE s.schemaname = $1 AND s.tablename = $2"
-							  "   AND s.attname = $3 AND NOT s.inherited",
-							  3, types, values, NULL, true, 1) != SPI_OK_SELECT ||
-		SPI_processed != 1)
-		return 0;
-	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-	if (isnull)
-		return 0;
-	arr = DatumGetArrayTypeP(d);
-	if (ARR_ELEMTYPE(arr) != key_type)
-		return 0;
-	get_typlenbyvalalign(key_type, &len, &byval, &align);
-	deconstruct_array(arr, key_type, len, byval, align, hist, &nulls, &n);
-	return n;
-}
-
 /* is the value strictly inside the piece? */
 static bool
 inside(const LeafPiece *p, Datum v, FmgrInfo *cmp, Oid collation)
@@ -847,8 +811,7 @@ leaves_single_bounds(const LeafPiece *piece, const char *relation, const char *k
 					 Oid key_type, Oid collation, int nparts, const char **method)
 {
 	FmgrInfo   *cmp = type_cmp(key_type);
-	Datum	   *hist;
-	int			nhist = nparts > 1 ? leaf_histogram(piece->leaf, key, key_type, &hist) : 0;
+	ColumnStats stats;
 	List	   *bounds = NIL;
 	List	   *within = NIL;
 	Datum	   *elems;
@@ -859,9 +822,13 @@ leaves_single_bounds(const LeafPiece *piece, const char *relation, const char *k
 
 	*method = "single";
 	getTypeOutputInfo(key_type, &output, &varlena);
-	for (int i = 0; i < nhist; i++)
-		if (inside(piece, hist[i], cmp, collation))
-			within = lappend(within, DatumGetPointer(hist[i]));
+	/* the leaf's own histogram (not inherited), as the lane's role sees pg_stats */
+	memset(&stats, 0, sizeof(ColumnStats));
+	if (nparts > 1)
+		stats_read_column(piece->leaf, key, key_type, false, &stats);
+	for (int i = 0; i < stats.nhist; i++)
+		if (inside(piece, stats.hist[i], cmp, collation))
+			within = lappend(within, DatumGetPointer(stats.hist[i]));
 	if (list_length(within) >= nparts)
 	{
 		const char *last = NULL;

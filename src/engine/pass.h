@@ -106,6 +106,7 @@ typedef struct Pass
 typedef struct Claim
 {
 	int			part_no;
+	const struct BatchKind *kind;	/* its batches' routines, picked once (work.c) */
 	/* as the catalog keeps them, until pass_claim_read_keys reads them as keys */
 	bool		keys_read;
 	char	   *cursor_text;

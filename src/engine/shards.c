@@ -551,6 +551,80 @@ split_children(Pass *pass, Claim *claim, int32 min, int32 max, SplitChild **out)
 	return k;
 }
 
+/* the parameters of a split's statements: $1 run, $2 part_no, $3..$10 (follow_split) */
+#define SPLIT_NARGS 10
+
+/*
+ * The split partition's hash range (min, max) and the first partition made
+ * of it already (done again after a crash), or -1 when none is.
+ */
+static int
+split_range(Pass *pass, Claim *claim, Oid *types, Datum *values, int32 *min, int32 *max)
+{
+	bool		isnull_min;
+	bool		isnull_max;
+	int			first = -1;
+
+	catalog_exec("SELECT shard_min, shard_max, (SELECT min(c.part_no) FROM backfill.partition c"
+				 "  WHERE c.run_id = p.run_id AND c.split_from = p.part_no)"
+				 "  FROM backfill.partition p WHERE p.run_id = $1 AND p.part_no = $2",
+				 2, types, values, NULL, SPI_OK_SELECT);
+	{
+		Datum		d = catalog_getdatum(0, 1, &isnull_min);
+		bool		none;
+
+		*min = isnull_min ? 0 : DatumGetInt32(d);
+		d = catalog_getdatum(0, 2, &isnull_max);
+		*max = isnull_max ? 0 : DatumGetInt32(d);
+		d = catalog_getdatum(0, 3, &none);
+		if (!none)
+			first = DatumGetInt32(d);
+	}
+	if (isnull_min || isnull_max)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SHARD_SPLIT),
+				 errmsg("backfill \"%s\": shard " INT64_FORMAT " of partition %d is gone from "
+						"pg_dist_shard, and the partition has no hash range to follow",
+						pass->name, claim->shardid, claim->part_no),
+				 errdetail("The table was dropped, or it is not hash-distributed, or the pass "
+						   "was planned before pg_backfill 0.6 kept shards' hash ranges."),
+				 errhint("Start a new pass with backfill_run(name, force => true).")));
+	return first;
+}
+
+/* a partition of a new shard, pending from the split one's checkpoint ($4, $5) */
+static void
+split_insert_child(const SplitChild *child, Oid *types, Datum *values, const char *nulls)
+{
+	values[5] = Int32GetDatum(child->min);
+	values[6] = Int32GetDatum(child->max);
+	values[7] = Int64GetDatum(child->shardid);
+	/* numbered after every partition there is; the old one's lo, hi */
+	catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, shard,"
+				 "   shard_run, shard_min, shard_max, split_from)"
+				 " SELECT $1, (SELECT max(q.part_no) + 1 FROM backfill.partition q"
+				 "              WHERE q.run_id = $1), p.lo, p.hi, $4, $8, $3, $6, $7, $2"
+				 "   FROM backfill.partition p WHERE p.run_id = $1 AND p.part_no = $2",
+				 SPLIT_NARGS, types, values, nulls, SPI_OK_INSERT);
+}
+
+/* the old partition's final checkpoint, under its lease, synchronously */
+static void
+split_final_checkpoint(Pass *pass, Claim *claim, Oid *types, Datum *values, const char *nulls)
+{
+	(void) set_config_option("synchronous_commit", "on", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
+	if (catalog_exec("UPDATE backfill.partition SET cursor = $4, rows = $5,"
+					 " renewed_at = pg_catalog.now()"
+					 " WHERE run_id = $1 AND part_no = $2 AND state = 'running'"
+					 "   AND holder_pid = $9 AND holder_start = $10",
+					 SPLIT_NARGS, types, values, nulls, SPI_OK_UPDATE) != 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_CONFLICT),
+				 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
+						pass->name, claim->part_no)));
+}
+
 /*
  * The claimed partition's shard was split: each shard that covers a piece
  * of its hash range gets a partition of its own, pending, whose cursor is
@@ -567,19 +641,18 @@ static void
 follow_split(Pass *pass, Claim *claim)
 {
 	CatalogScope scope;
-	Oid			types[10] = {INT8OID, INT4OID, INT8OID, TEXTOID, INT8OID, INT4OID, INT4OID,
-							 INT8OID, INT4OID, TIMESTAMPTZOID};
-	Datum		values[10];
-	char		nulls[10] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[SPLIT_NARGS] = {INT8OID, INT4OID, INT8OID, TEXTOID, INT8OID, INT4OID,
+									  INT4OID, INT8OID, INT4OID, TIMESTAMPTZOID};
+	Datum		values[SPLIT_NARGS];
+	char		nulls[SPLIT_NARGS] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	char	   *cursor = claim->cursor_text;
 	int64		rows = claim->rows;
 	SplitChild *child = NULL;
-	int			nchildren = 0;
-	bool		isnull_min;
-	bool		isnull_max;
-	int32		min = 0;
-	int32		max = 0;
-	int			first = -1;
+	int			nchildren;
+	int32		min;
+	int32		max;
+	int			first;
+	bool		isnull;
 
 	/* the old shard's checkpoint, on the node that kept it */
 	if (claim->shard_group >= 0 &&
@@ -589,30 +662,7 @@ follow_split(Pass *pass, Claim *claim)
 	values[0] = Int64GetDatum(pass->run_id);
 	values[1] = Int32GetDatum(claim->part_no);
 	catalog_enter(&scope);
-	catalog_exec("SELECT shard_min, shard_max, (SELECT min(c.part_no) FROM backfill.partition c"
-				 "  WHERE c.run_id = p.run_id AND c.split_from = p.part_no)"
-				 "  FROM backfill.partition p WHERE p.run_id = $1 AND p.part_no = $2",
-				 2, types, values, NULL, SPI_OK_SELECT);
-	{
-		Datum		d = catalog_getdatum(0, 1, &isnull_min);
-		bool		none;
-
-		min = isnull_min ? 0 : DatumGetInt32(d);
-		d = catalog_getdatum(0, 2, &isnull_max);
-		max = isnull_max ? 0 : DatumGetInt32(d);
-		d = catalog_getdatum(0, 3, &none);
-		if (!none)
-			first = DatumGetInt32(d);
-	}
-	if (isnull_min || isnull_max)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_SHARD_SPLIT),
-				 errmsg("backfill \"%s\": shard " INT64_FORMAT " of partition %d is gone from "
-						"pg_dist_shard, and the partition has no hash range to follow",
-						pass->name, claim->shardid, claim->part_no),
-				 errdetail("The table was dropped, or it is not hash-distributed, or the pass "
-						   "was planned before pg_backfill 0.6 kept shards' hash ranges."),
-				 errhint("Start a new pass with backfill_run(name, force => true).")));
+	first = split_range(pass, claim, types, values, &min, &max);
 	if (first < 0)
 	{
 		nchildren = split_children(pass, claim, min, max, &child);
@@ -623,34 +673,12 @@ follow_split(Pass *pass, Claim *claim)
 		values[8] = Int32GetDatum(LANE_PID());
 		values[9] = TimestampTzGetDatum(LANE_START());
 		for (int i = 0; i < nchildren; i++)
-		{
-			values[5] = Int32GetDatum(child[i].min);
-			values[6] = Int32GetDatum(child[i].max);
-			values[7] = Int64GetDatum(child[i].shardid);
-			/* numbered after every partition there is; the old one's lo, hi */
-			catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, shard,"
-						 "   shard_run, shard_min, shard_max, split_from)"
-						 " SELECT $1, (SELECT max(q.part_no) + 1 FROM backfill.partition q"
-						 "              WHERE q.run_id = $1), p.lo, p.hi, $4, $8, $3, $6, $7, $2"
-						 "   FROM backfill.partition p WHERE p.run_id = $1 AND p.part_no = $2",
-						 10, types, values, nulls, SPI_OK_INSERT);
-		}
-		/* the old partition's final checkpoint, under its lease */
-		(void) set_config_option("synchronous_commit", "on", PGC_USERSET, PGC_S_SESSION,
-								 GUC_ACTION_LOCAL, true, 0, false);
-		if (catalog_exec("UPDATE backfill.partition SET cursor = $4, rows = $5,"
-						 " renewed_at = pg_catalog.now()"
-						 " WHERE run_id = $1 AND part_no = $2 AND state = 'running'"
-						 "   AND holder_pid = $9 AND holder_start = $10",
-						 10, types, values, nulls, SPI_OK_UPDATE) != 1)
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_CONFLICT),
-					 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
-							pass->name, claim->part_no)));
+			split_insert_child(&child[i], types, values, nulls);
+		split_final_checkpoint(pass, claim, types, values, nulls);
 		catalog_exec("SELECT min(c.part_no) FROM backfill.partition c"
 					 " WHERE c.run_id = $1 AND c.split_from = $2",
 					 2, types, values, NULL, SPI_OK_SELECT);
-		first = DatumGetInt32(catalog_getdatum(0, 1, &isnull_min));
+		first = DatumGetInt32(catalog_getdatum(0, 1, &isnull));
 	}
 	catalog_leave(&scope);
 	ereport(LOG,

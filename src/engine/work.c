@@ -26,12 +26,24 @@
 #include "catalog.h"
 #include "citus.h"
 #include "errors.h"
+#include "kind.h"
 #include "pacing.h"
 #include "pass.h"
 #include "poison.h"
 #include "shmem.h"
 #include "work.h"
 #include "xact.h"
+
+/* the lane leaves when asked to: a cancel's signal still on its way is ignored */
+static bool
+leaving_if(bool asked)
+{
+	if (!asked)
+		return false;
+	pqsignal(SIGINT, SIG_IGN);
+	QueryCancelPending = false;
+	return true;
+}
 
 /*
  * The pass was cancelled (shmem.c says so): a cancel of the batch in flight
@@ -40,11 +52,7 @@
 static bool
 work_must_stop(void)
 {
-	if (!backfill_lane_stop_requested())
-		return false;
-	pqsignal(SIGINT, SIG_IGN);
-	QueryCancelPending = false;
-	return true;
+	return leaving_if(backfill_lane_stop_requested());
 }
 
 /*
@@ -55,11 +63,7 @@ work_must_stop(void)
 static bool
 work_preempted(void)
 {
-	if (!backfill_lane_preempted())
-		return false;
-	pqsignal(SIGINT, SIG_IGN);
-	QueryCancelPending = false;
-	return true;
+	return leaving_if(backfill_lane_preempted());
 }
 
 /*
@@ -284,16 +288,14 @@ isolate_row(Pass *pass, Claim *claim, ErrorData *edata, int *failures)
 }
 
 /*
- * a row's fault in a table's batch: isolated (a page cannot be halved, nor
- * a pass in block order's blocks into rows (kind_blocks.c), and
+ * a row's fault in a table's batch: isolated (a page cannot be halved, and
  * a Citus shard's cursor is its node's, which isolating would not move:
  * such a batch is retried, and fails its partition after max_attempts)
  */
 static bool
 is_row_fault(Pass *pass, Claim *claim, const ErrorData *edata)
 {
-	return !OidIsValid(pass->pages_fn) && claim->shardid == 0 && !pass->blocks &&
-		poison_is_row_fault(edata->sqlerrcode);
+	return claim->kind->isolates_rows && poison_is_row_fault(edata->sqlerrcode);
 }
 
 /*
@@ -378,17 +380,89 @@ leave_before_batch(Pass *pass, Claim *claim)
 	return yield_for_fair_share(pass, claim);
 }
 
+/* what the lane does after a batch: the next batch, or leave the partition */
+typedef enum WorkNext
+{
+	WORK_NEXT_BATCH,
+	WORK_EXHAUSTED,				/* the partition is done (or failed for good): the next */
+	WORK_LEAVE					/* the lane stops: cancelled, paused, yielding, failed */
+} WorkNext;
+
+/*
+ * A batch failed and its transaction is rolled back: cancelled (nothing of
+ * it is recorded), preempted (not a failed attempt), else retried, isolated
+ * or failed (batch_error).
+ */
+static WorkNext
+after_failed_batch(Pass *pass, Claim *claim, MemoryContext scratch, bool stopping,
+				   bool preempted, int *failures, TimestampTz started)
+{
+	ErrorData  *edata;
+	FailureAction next;
+
+	worker_statement_timeout_end();
+	edata = worker_abort_xact(pass->cxt);
+	MemoryContextSwitchTo(scratch);
+	rethrow_if_session_stop(edata);
+	/* cancelled: the batch rolled back, nothing of it is recorded */
+	if (stopping)
+	{
+		FreeErrorData(edata);
+		return leave_cancelled(pass, claim) ? WORK_EXHAUSTED : WORK_LEAVE;
+	}
+	/* cancelled for another role's pass: rolled back, not a failed attempt */
+	if (preempted)
+	{
+		FreeErrorData(edata);
+		return leave_preempted(pass, claim, started) ? WORK_EXHAUSTED : WORK_LEAVE;
+	}
+	next = batch_error(pass, claim, edata, failures, started);
+	FreeErrorData(edata);
+	if (next == FAILURE_STOP)
+		return WORK_LEAVE;
+	if (next == FAILURE_NEXT)
+		return WORK_EXHAUSTED;
+	return WORK_NEXT_BATCH;
+}
+
+/* A batch committed (or none ran): what its outcome, then the rate, say. */
+static WorkNext
+after_batch(Pass *pass, Claim *claim, BatchOutcome outcome, bool stopping, int *failures,
+			TimestampTz started)
+{
+	/* no batch ran (it waited out a shard move): the checks before a batch again */
+	if (outcome == BATCH_AGAIN && !stopping)
+		return WORK_NEXT_BATCH;
+	*failures = 0;
+	poison_after_batch(claim, claim->last_keys);
+	if (outcome == BATCH_STOP || stopping)
+		return WORK_LEAVE;
+	if (outcome == BATCH_PAUSED)
+		return leave_paused(pass, claim) ? WORK_EXHAUSTED : WORK_LEAVE;
+	if (outcome == BATCH_PARTITION_DONE)
+		return WORK_EXHAUSTED;
+
+	outcome = pacing_after_batch(pass, claim, started);
+	if (outcome == BATCH_STOP)
+		return WORK_LEAVE;
+	if (outcome == BATCH_PAUSED)
+		return leave_paused(pass, claim) ? WORK_EXHAUSTED : WORK_LEAVE;
+	return WORK_NEXT_BATCH;
+}
+
 /*
  * Run batches on a claimed partition until it is exhausted (true) or the
  * lane must stop (false): cancelled, paused, yielding, or past the deadline
  * of a backend working for a bounded time (the partition is given back at
- * its checkpoint).
+ * its checkpoint).  The partition's kind (kind.h) is picked here, once for
+ * all its batches: a lane works each partition it claims once.
  */
 bool
 work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 {
 	int			failures = 0;
 
+	claim->kind = batch_kind_for(pass, claim);
 	claim->bisect_size = 0;
 	claim->suspect = 0;
 	claim->bisect_failures = 0;
@@ -401,6 +475,7 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		volatile bool failed = false;
 		bool		stopping;
 		bool		preempted;
+		WorkNext	next;
 
 		CHECK_FOR_INTERRUPTS();
 		MemoryContextReset(scratch);
@@ -436,53 +511,11 @@ work_partition(Pass *pass, Claim *claim, MemoryContext scratch)
 		/* the WAL it wrote, committed or not, against the WAL budgets */
 		pacing_charge_wal(pass, claim, started);
 
-		if (failed)
-		{
-			ErrorData  *edata;
-			FailureAction next;
-
-			worker_statement_timeout_end();
-			edata = worker_abort_xact(pass->cxt);
-			MemoryContextSwitchTo(scratch);
-			rethrow_if_session_stop(edata);
-			/* cancelled: the batch rolled back, nothing of it is recorded */
-			if (stopping)
-			{
-				FreeErrorData(edata);
-				return leave_cancelled(pass, claim);
-			}
-			/* cancelled for another role's pass: rolled back, not a failed attempt */
-			if (preempted)
-			{
-				FreeErrorData(edata);
-				return leave_preempted(pass, claim, started);
-			}
-			next = batch_error(pass, claim, edata, &failures, started);
-			FreeErrorData(edata);
-			if (next == FAILURE_STOP)
-				return false;
-			if (next == FAILURE_NEXT)
-				return true;
-			continue;
-		}
-
-		/* no batch ran (it waited out a shard move): the checks before a batch again */
-		if (outcome == BATCH_AGAIN && !stopping)
-			continue;
-		failures = 0;
-		poison_after_batch(claim, claim->last_keys);
-		if (outcome == BATCH_STOP || stopping)
-			return false;
-		if (outcome == BATCH_PAUSED)
-			return leave_paused(pass, claim);
-		if (outcome == BATCH_PARTITION_DONE)
-			return true;
-
-		outcome = pacing_after_batch(pass, claim, started);
-		if (outcome == BATCH_STOP)
-			return false;
-		if (outcome == BATCH_PAUSED)
-			return leave_paused(pass, claim);
+		next = failed ?
+			after_failed_batch(pass, claim, scratch, stopping, preempted, &failures, started) :
+			after_batch(pass, claim, outcome, stopping, &failures, started);
+		if (next != WORK_NEXT_BATCH)
+			return next == WORK_EXHAUSTED;
 	}
 }
 
