@@ -1,7 +1,7 @@
 # pg_backfill: PGXS build.  `make`, `make install`, `make installcheck`.
 MODULE_big = pg_backfill
 # src/ by layer (src/README.md): sql/ entry points, catalogs/ the extension's
-# tables, trust/ as whom SQL runs, engine/ a pass, workers/ the background
+# tables, trust/ as whom SQL runs, state/ the owner of a pass's state rows, engine/ a pass, workers/ the background
 # processes, outbox/ messages and their relay; headers sit beside their file
 OBJS = \
 	src/pg_backfill.o \
@@ -59,7 +59,10 @@ OBJS = \
 	src/advisory.o \
 	src/worker.o \
 	src/outbox/outbox.o \
-	src/outbox/relay.o
+	src/outbox/relay.o \
+	src/state/states.o \
+	src/state/pass_state.o \
+	src/state/part_state.o
 
 EXTENSION = pg_backfill
 DATA = pg_backfill--0.1.sql pg_backfill--0.1--0.2.sql pg_backfill--0.2--0.3.sql pg_backfill--0.3--0.4.sql pg_backfill--0.4--0.5.sql pg_backfill--0.5--0.6.sql
@@ -77,7 +80,7 @@ REGRESS_OPTS = --use-existing
 ISOLATION = lease_claim states_run finalize_session
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso
 
-SRC_DIRS = src src/sql src/catalogs src/trust src/engine src/workers src/outbox
+SRC_DIRS = src src/sql src/catalogs src/trust src/state src/engine src/workers src/outbox
 PG_CPPFLAGS = $(addprefix -I,$(SRC_DIRS)) -I$(libpq_srcdir)
 # libpq: a lane's connections to the Citus nodes that hold its shards (shards.c)
 SHLIB_LINK = -lcurl

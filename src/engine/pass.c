@@ -48,6 +48,7 @@
 #include "pass.h"
 #include "searchpath.h"
 #include "shmem.h"
+#include "state.h"
 #include "xact.h"
 #include "tenancy.h"
 #include "windows.h"
@@ -450,9 +451,7 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 			search_path = decl.search_path;
 			owner = decl.owner;
 			run_as = decl.run_as;
-			catalog_exec("UPDATE backfill.run SET lane_starts = lane_starts + 1,"
-						 " updated_at = pg_catalog.now() WHERE run_id = $1",
-						 1, types, values, NULL, SPI_OK_UPDATE);
+			state_pass_lane_started(pass->run_id);
 		}
 	}
 	catalog_leave(&scope);
@@ -834,24 +833,11 @@ plan_array(Datum *values, bool *nulls, int n, Oid type)
 static void
 insert_leaf_partitions(Pass *pass, PassPlan *plan, int first)
 {
-	Oid			types[6] = {INT8OID, INT4OID, TEXTARRAYOID, TEXTARRAYOID, OIDARRAYOID,
-	TEXTARRAYOID};
-	Datum		values[6];
-
-	values[0] = Int64GetDatum(pass->run_id);
-	values[1] = Int32GetDatum(first);
-	values[2] = plan_array(plan->lo, plan->lo_null, plan->nleafparts, TEXTOID);
-	values[3] = plan_array(plan->hi, plan->hi_null, plan->nleafparts, TEXTOID);
-	values[4] = plan_array(plan->leaf, NULL, plan->nleafparts, OIDOID);
-	values[5] = plan_array(plan->leaf_range, NULL, plan->nleafparts, TEXTOID);
-	catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, leaf, leaf_range)"
-				 " SELECT $1, $2 + u.o::pg_catalog.int4 - 1, u.lo, u.hi,"
-				 "        CASE WHEN u.leaf OPERATOR(pg_catalog.<>) 0::pg_catalog.oid THEN u.leaf END,"
-				 "        u.leaf_range"
-				 "   FROM ROWS FROM (pg_catalog.unnest($3), pg_catalog.unnest($4),"
-				 "                   pg_catalog.unnest($5), pg_catalog.unnest($6))"
-				 "        WITH ORDINALITY AS u(lo, hi, leaf, leaf_range, o)",
-				 6, types, values, NULL, SPI_OK_INSERT);
+	state_parts_planned_leaves(pass->run_id, first,
+							   plan_array(plan->lo, plan->lo_null, plan->nleafparts, TEXTOID),
+							   plan_array(plan->hi, plan->hi_null, plan->nleafparts, TEXTOID),
+							   plan_array(plan->leaf, NULL, plan->nleafparts, OIDOID),
+							   plan_array(plan->leaf_range, NULL, plan->nleafparts, TEXTOID));
 }
 
 /*
@@ -997,16 +983,8 @@ static void
 plan_store(Pass *pass, PassPlan *plan)
 {
 	CatalogScope scope;
-	Oid			types[5] = {INT8OID, TEXTARRAYOID, TEXTOID, INT8OID, TEXTOID};
-	Datum		values[5];
-	char		nulls[5] = {' ', ' ', ' ', plan->has_estimate ? ' ' : 'n', plan->bound ? ' ' : 'n'};
 	ArrayType  *bounds = DatumGetArrayTypeP(plan->bounds);
 
-	values[0] = Int64GetDatum(pass->run_id);
-	values[1] = plan->bounds;
-	values[2] = CStringGetTextDatum(plan->method);
-	values[3] = plan->has_estimate ? plan->estimate : (Datum) 0;
-	values[4] = plan->bound ? CStringGetTextDatum(plan->bound) : (Datum) 0;
 	catalog_enter(&scope);
 	/*
 	 * partition i covers (bounds[i-1], bounds[i]]; the ends are open, and
@@ -1016,38 +994,11 @@ plan_store(Pass *pass, PassPlan *plan)
 	if (plan->nleafparts > 0)
 		insert_leaf_partitions(pass, plan, 0);
 	else if (plan->shards != (Datum) 0)
-	{
-		values[1] = plan->shards;
-		types[1] = INT8ARRAYOID;
-		/* a hash-distributed table's shard keeps its hash range, to follow a split (shards.c) */
-		catalog_exec(catalog_has_column("partition", "shard_min") ?
-					 "INSERT INTO backfill.partition (run_id, part_no, shard, shard_run, shard_min,"
-					 "   shard_max)"
-					 " SELECT $1, i - 1, $2[i], $1, h.lo, h.hi"
-					 "   FROM pg_catalog.generate_subscripts($2, 1) i"
-					 "   LEFT JOIN LATERAL (SELECT s.shardminvalue::pg_catalog.int4 AS lo,"
-					 "                             s.shardmaxvalue::pg_catalog.int4 AS hi"
-					 "     FROM pg_catalog.pg_dist_shard s"
-					 "     JOIN pg_catalog.pg_dist_partition d ON d.logicalrelid = s.logicalrelid"
-					 "    WHERE s.shardid = $2[i] AND d.partmethod = 'h') h ON true" :
-					 "INSERT INTO backfill.partition (run_id, part_no, shard, shard_run)"
-					 " SELECT $1, i - 1, $2[i], $1 FROM pg_catalog.generate_subscripts($2, 1) i",
-					 2, types, values, nulls, SPI_OK_INSERT);
-		values[1] = plan->bounds;
-		types[1] = TEXTARRAYOID;
-	}
+		state_parts_planned_shards(pass->run_id, plan->shards);
 	else
-		catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi)"
-					 " SELECT $1, i - 1, $2[i - 1], $2[i]"
-					 "   FROM pg_catalog.generate_series(1,"
-					 "          coalesce(pg_catalog.array_length($2, 1), 0) + 1) i",
-					 4, types, values, nulls, SPI_OK_INSERT);
-	catalog_exec(plan->bound ?
-				 "UPDATE backfill.run SET phase = 'running', plan_method = $3,"
-				 " estimate = $4, bound = $5, updated_at = pg_catalog.now() WHERE run_id = $1" :
-				 "UPDATE backfill.run SET phase = 'running', plan_method = $3,"
-				 " estimate = $4, updated_at = pg_catalog.now() WHERE run_id = $1",
-				 plan->bound ? 5 : 4, types, values, nulls, SPI_OK_UPDATE);
+		state_parts_planned_ranges(pass->run_id, plan->bounds);
+	state_pass_planned(pass->run_id, plan->method, plan->estimate, plan->has_estimate,
+					   plan->bound);
 	catalog_leave(&scope);
 	ereport(LOG,
 			(errmsg("backfill \"%s\" run " INT64_FORMAT " started: %d partitions by %s, "
@@ -1076,9 +1027,8 @@ plan_resumed(Pass *pass)
 	int			nparts;
 	int			nshards;
 	char	   *old_method;
-	Oid			types[3] = {INT8OID, TEXTOID, INT8OID};
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', 'n'};
+	Oid			types[1] = {OIDOID};
+	Datum		values[1];
 	bool		isnull;
 
 	catalog_enter(&scope);
@@ -1097,13 +1047,11 @@ plan_resumed(Pass *pass)
 	if (nshards > 0 && pass->citus_remote)
 	{
 		values[0] = ObjectIdGetDatum(pass->relid);
-		types[0] = OIDOID;
 		catalog_exec("SELECT pg_catalog.count(*)::pg_catalog.int4 FROM pg_catalog.pg_dist_shard s"
 					 " WHERE s.logicalrelid = $1::pg_catalog.regclass",
 					 1, types, values, NULL, SPI_OK_SELECT);
 		plan.method = psprintf("per shard: %d Citus shards",
 							   DatumGetInt32(catalog_getdatum(0, 1, &isnull)));
-		types[0] = INT8OID;
 	}
 	else
 		plan.method = old_method ? old_method : "?";
@@ -1115,14 +1063,8 @@ plan_resumed(Pass *pass)
 		plan_estimate_rows(pass, &plan);
 	plan.method = psprintf("%s; resumed from run " INT64_FORMAT " (%d partitions)",
 						   plan.method, previous, nparts);
-	values[0] = Int64GetDatum(pass->run_id);
-	values[1] = CStringGetTextDatum(plan.method);
-	values[2] = plan.has_estimate ? plan.estimate : (Datum) 0;
-	nulls[2] = plan.has_estimate ? ' ' : 'n';
 	catalog_enter(&scope);
-	catalog_exec("UPDATE backfill.run SET plan_method = $2, estimate = $3,"
-				 " updated_at = pg_catalog.now() WHERE run_id = $1",
-				 3, types, values, nulls, SPI_OK_UPDATE);
+	state_pass_replanned(pass->run_id, plan.method, plan.estimate, plan.has_estimate);
 	catalog_leave(&scope);
 	ereport(LOG,
 			(errmsg("backfill \"%s\" run " INT64_FORMAT " resumes run " INT64_FORMAT ": %d "
@@ -1231,8 +1173,9 @@ bool
 pass_claim(Pass *pass, Claim *claim)
 {
 	CatalogScope scope;
-	Oid			types[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
-	Datum		values[3];
+	Oid			types[2] = {INT8OID, INT4OID};
+	Datum		values[2];
+	StateClaim	got = {0};
 	bool		found = false;
 	int			nclaimed;
 	char	   *cursor = NULL;
@@ -1242,48 +1185,41 @@ pass_claim(Pass *pass, Claim *claim)
 	bool		isnull;
 
 	values[0] = Int64GetDatum(pass->run_id);
-	values[1] = Int32GetDatum(LANE_PID());
-	values[2] = TimestampTzGetDatum(LANE_START());
 
 	pass->claims++;
 	worker_begin_xact("pg_backfill lane: claiming a partition");
 	catalog_enter(&scope);
-	nclaimed = catalog_exec("SELECT * FROM backfill.claim_partition($1, $2, $3)",
-							3, types, values, NULL, SPI_OK_SELECT);
+	nclaimed = state_parts_claim(pass->run_id, LANE_PID(), LANE_START(), &got);
 	if (nclaimed > 1)
 		elog(ERROR, "a lane of backfill \"%s\" claimed %d partitions at once", pass->name,
 			 nclaimed);
 	if (nclaimed == 1)
 	{
-		cursor = catalog_gettext(0, 2);
-		hi = catalog_gettext(0, 3);
+		cursor = got.cursor;
+		hi = got.hi;
 		found = true;
-		claim->part_no = DatumGetInt32(catalog_getdatum(0, 1, &isnull));
-		claim->rows = DatumGetInt64(catalog_getdatum(0, 4, &isnull));
+		claim->part_no = got.part_no;
+		claim->rows = got.rows;
 		ItemPointerSetInvalid(&claim->checkpoint_tid);
-		if (DatumGetBool(catalog_getdatum(0, 5, &isnull)))
+		if (got.reclaimed)
 		{
-			int			dead_pid = DatumGetInt32(catalog_getdatum(0, 6, &isnull));
-
-			catalog_exec("UPDATE backfill.run SET interruptions = interruptions + 1,"
-						 " updated_at = pg_catalog.now() WHERE run_id = $1",
-						 1, types, values, NULL, SPI_OK_UPDATE);
+			state_pass_interrupted(pass->run_id);
 			ereport(LOG,
 					(errmsg("backfill \"%s\" run " INT64_FORMAT ": resuming partition %d "
 							"from its checkpoint after lane %d died",
-							pass->name, pass->run_id, claim->part_no, dead_pid),
+							pass->name, pass->run_id, claim->part_no, got.dead_pid),
 					 errdetail("%s", cursor ? psprintf("Last key done: %s.", cursor) :
 							   "No batch of that partition had committed.")));
 		}
 	}
-	/* the partition open at the top ends at the pass's bound (0.5 and later) */
-	if (found && hi == NULL && catalog_has_column("run", "bound"))
+	/* the partition open at the top ends at the pass's bound */
+	if (found && hi == NULL)
 	{
 		exec_on_run(pass, "SELECT bound FROM backfill.run WHERE run_id = $1", SPI_OK_SELECT);
 		hi = catalog_gettext(0, 1);
 	}
 	/* a pass planned per leaf: the partition keeps to its leaf's piece */
-	if (found && pass->partitioned && catalog_has_column("partition", "leaf_range"))
+	if (found && pass->partitioned)
 	{
 		values[1] = Int32GetDatum(claim->part_no);
 		types[1] = INT4OID;
@@ -1406,18 +1342,10 @@ void
 pass_release(Pass *pass, Claim *claim)
 {
 	CatalogScope scope;
-	Oid			types[3] = {INT8OID, INT4OID, INT4OID};
-	Datum		values[3];
 
-	values[0] = Int64GetDatum(pass->run_id);
-	values[1] = Int32GetDatum(claim->part_no);
-	values[2] = Int32GetDatum(LANE_PID());
 	worker_begin_xact("pg_backfill lane: releasing a partition");
 	catalog_enter(&scope);
-	catalog_exec("UPDATE backfill.partition SET state = 'pending', holder_pid = NULL,"
-				 " holder_start = NULL, renewed_at = pg_catalog.now()"
-				 " WHERE run_id = $1 AND part_no = $2 AND holder_pid = $3 AND state = 'running'",
-				 3, types, values, NULL, SPI_OK_UPDATE);
+	state_part_released(pass->run_id, claim->part_no, LANE_PID());
 	catalog_leave(&scope);
 	worker_commit_xact();
 }
@@ -1431,19 +1359,10 @@ void
 pass_release_held(int64 run_id)
 {
 	CatalogScope scope;
-	Oid			types[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
-	Datum		values[3];
 
-	values[0] = Int64GetDatum(run_id);
-	values[1] = Int32GetDatum(LANE_PID());
-	values[2] = TimestampTzGetDatum(LANE_START());
 	worker_begin_xact("pg_backfill: giving partitions back");
 	catalog_enter(&scope);
-	catalog_exec("UPDATE backfill.partition SET state = 'pending', holder_pid = NULL,"
-				 " holder_start = NULL, renewed_at = pg_catalog.now()"
-				 " WHERE run_id = $1 AND holder_pid = $2 AND holder_start = $3"
-				 " AND state = 'running'",
-				 3, types, values, NULL, SPI_OK_UPDATE);
+	state_parts_released_held(run_id, LANE_PID(), LANE_START());
 	catalog_leave(&scope);
 	worker_commit_xact();
 }
@@ -1457,91 +1376,16 @@ void
 pass_fail_partition(Pass *pass, Claim *claim, const char *message)
 {
 	CatalogScope scope;
-	Oid			types[3] = {INT8OID, INT4OID, TEXTOID};
-	Datum		values[3];
 
-	values[0] = Int64GetDatum(pass->run_id);
-	values[1] = Int32GetDatum(claim->part_no);
-	values[2] = CStringGetTextDatum(message);
 	worker_begin_xact("pg_backfill lane: failing a partition");
 	catalog_enter(&scope);
-	/* the run row before the partition: the order cancel takes them in */
-	catalog_exec("UPDATE backfill.run SET last_error = $3, updated_at = pg_catalog.now()"
-				 " WHERE run_id = $1",
-				 3, types, values, NULL, SPI_OK_UPDATE);
-	catalog_exec("UPDATE backfill.partition SET state = 'failed', last_error = $3,"
-				 " failures = failures + 1, finished_at = pg_catalog.now()"
-				 " WHERE run_id = $1 AND part_no = $2",
-				 3, types, values, NULL, SPI_OK_UPDATE);
+	state_part_failed(pass->run_id, claim->part_no, message);
 	catalog_leave(&scope);
 	worker_commit_xact();
 	ereport(LOG,
 			(errmsg("backfill \"%s\" run " INT64_FORMAT ": partition %d failed: %s",
 					pass->name, pass->run_id, claim->part_no, message),
 			 errhint("backfill_retry('%s') puts it back to pending.", pass->name)));
-}
-
-/*
- * Write the ledger's final word on a running pass (status, and for a
- * failure its SQLSTATE and message) with the rows and batches its
- * partitions committed.  Returns false when the pass had already ended.
- */
-static bool
-ledger_end(int64 run_id, const char *status, const char *code, const char *message)
-{
-	Oid			types[4] = {INT8OID, TEXTOID, TEXTOID, TEXTOID};
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', code ? ' ' : 'n', message ? ' ' : 'n'};
-
-	/*
-	 * The end of a pass is never taken back by a crash once seen: whatever
-	 * the lane role's synchronous_commit, this transaction waits for disk.
-	 */
-	ForceSyncCommit();
-	values[0] = Int64GetDatum(run_id);
-	values[1] = CStringGetTextDatum(status);
-	values[2] = code ? CStringGetTextDatum(code) : (Datum) 0;
-	values[3] = message ? CStringGetTextDatum(message) : (Datum) 0;
-	return catalog_exec("UPDATE backfill.ledger l SET status = $2,"
-						"  finished_at = pg_catalog.clock_timestamp(),"
-						"  error_code = $3, error_message = $4,"
-						"  rows = (SELECT coalesce(pg_catalog.sum(p.rows), 0) FROM backfill.partition p"
-						"           WHERE p.run_id = l.run_id),"
-						"  batches = (SELECT coalesce(pg_catalog.sum(p.batches), 0)"
-						"               FROM backfill.partition p WHERE p.run_id = l.run_id)"
-						" WHERE l.run_id = $1 AND l.status = 'running'",
-						4, types, values, nulls, SPI_OK_UPDATE) > 0;
-}
-
-/*
- * The run row of a pass that ended: done, never left paused; remaining
- * and last_error are set when given (>= 0, not NULL), else kept.
- */
-static void
-run_end(int64 run_id, int64 remaining, const char *last_error)
-{
-	Oid			types[3] = {INT8OID, INT8OID, TEXTOID};
-	Datum		values[3];
-	char		nulls[3] = {' ', remaining >= 0 ? ' ' : 'n', last_error ? ' ' : 'n'};
-
-	values[0] = Int64GetDatum(run_id);
-	values[1] = Int64GetDatum(remaining);
-	values[2] = last_error ? CStringGetTextDatum(last_error) : (Datum) 0;
-	catalog_exec("UPDATE backfill.run SET phase = 'done', paused = false,"
-				 " remaining = coalesce($2, remaining), last_error = coalesce($3, last_error),"
-				 " updated_at = pg_catalog.now() WHERE run_id = $1",
-				 3, types, values, nulls, SPI_OK_UPDATE);
-}
-
-/* what a completed bounded pass found beyond its bound (0.5 and later) */
-static void
-run_set_beyond(int64 run_id, int64 beyond)
-{
-	Oid			types[2] = {INT8OID, INT8OID};
-	Datum		values[2] = {Int64GetDatum(run_id), Int64GetDatum(beyond)};
-
-	catalog_exec("UPDATE backfill.run SET beyond = $2 WHERE run_id = $1",
-				 2, types, values, NULL, SPI_OK_UPDATE);
 }
 
 /*
@@ -1559,29 +1403,9 @@ run_set_beyond(int64 run_id, int64 beyond)
 bool
 pass_end_failed(int64 run_id, int part_no, int sqlerrcode, const char *message)
 {
-	Oid			types[3] = {INT8OID, INT4OID, TEXTOID};
-	Datum		values[3];
-
-	values[0] = Int64GetDatum(run_id);
-	values[1] = Int32GetDatum(part_no);
-	values[2] = CStringGetTextDatum(message);
-
-	if (catalog_exec("SELECT 1 FROM backfill.ledger WHERE run_id = $1 AND status = 'running'"
-					 " FOR UPDATE", 1, types, values, NULL, SPI_OK_SELECT) == 0)
+	if (!state_pass_end(run_id, LEDGER_FAILED, part_no, unpack_sql_state(sqlerrcode), message,
+						-1))
 		return false;
-	catalog_exec("SELECT 1 FROM backfill.run WHERE run_id = $1 FOR UPDATE",
-				 1, types, values, NULL, SPI_OK_SELECT);
-	if (part_no >= 0)
-		catalog_exec("UPDATE backfill.partition SET state = 'failed', last_error = $3,"
-					 " finished_at = pg_catalog.now() WHERE run_id = $1 AND part_no = $2",
-					 3, types, values, NULL, SPI_OK_UPDATE);
-	catalog_exec("UPDATE backfill.partition SET state = 'cancelled',"
-				 " finished_at = pg_catalog.now()"
-				 " WHERE run_id = $1 AND state IN ('pending', 'running')",
-				 1, types, values, NULL, SPI_OK_UPDATE);
-	if (!ledger_end(run_id, "failed", unpack_sql_state(sqlerrcode), message))
-		return false;
-	run_end(run_id, -1, message);
 	backfill_wake_lanes_at_commit(run_id, true);
 	return true;
 }
@@ -1634,19 +1458,12 @@ void
 pass_note_lane_error(Pass *pass, const ErrorData *edata)
 {
 	CatalogScope scope;
-	Oid			types[2] = {INT8OID, TEXTOID};
-	Datum		values[2];
+	char	   *message = psprintf("a lane died: SQLSTATE %s: %s",
+								   unpack_sql_state(edata->sqlerrcode), edata->message);
 
-	values[0] = Int64GetDatum(pass->run_id);
-	values[1] = CStringGetTextDatum(psprintf("a lane died: SQLSTATE %s: %s",
-											 unpack_sql_state(edata->sqlerrcode),
-											 edata->message));
 	worker_begin_xact("pg_backfill lane: recording why it dies");
 	catalog_enter(&scope);
-	catalog_exec("UPDATE backfill.run r SET last_error = $2, updated_at = pg_catalog.now()"
-				 " FROM backfill.ledger l WHERE r.run_id = $1 AND l.run_id = r.run_id"
-				 " AND l.status = 'running'",
-				 2, types, values, NULL, SPI_OK_UPDATE);
+	state_pass_note_error(pass->run_id, message, true);
 	catalog_leave(&scope);
 	worker_commit_xact();
 }
@@ -1824,8 +1641,7 @@ pass_count_again(Pass *pass)
 
 	(void) cover_new_leaves(pass);
 	catalog_enter(&scope);
-	exec_on_run(pass, "UPDATE backfill.run SET phase = 'running', updated_at = pg_catalog.now()"
-				" WHERE run_id = $1 AND phase = 'counting'", SPI_OK_UPDATE);
+	state_pass_leaves_attached(pass->run_id);
 	catalog_leave(&scope);
 	pass->more_leaves = true;
 }
@@ -1845,26 +1661,21 @@ pass_ready_to_count(Pass *pass)
 	CatalogScope scope;
 	int64		open_parts;
 	int64		failed_parts;
+	char	   *first_error;
 
 	worker_begin_xact("pg_backfill lane: checking the partitions");
 	catalog_enter(&scope);
-	if (exec_on_run(pass, "SELECT 1 FROM backfill.ledger WHERE run_id = $1 AND status = 'running'"
-					" FOR UPDATE", SPI_OK_SELECT) == 0)
+	if (!state_pass_lock(pass->run_id))
 	{
 		catalog_leave(&scope);
 		worker_commit_xact();
 		return false;			/* it has ended */
 	}
-	exec_on_run(pass, "SELECT pg_catalog.count(*) FILTER (WHERE state NOT IN ('done', 'failed')),"
-				"  pg_catalog.count(*) FILTER (WHERE state = 'failed'),"
-				"  (pg_catalog.array_agg(last_error ORDER BY part_no) FILTER (WHERE state = 'failed'))[1]"
-				" FROM backfill.partition WHERE run_id = $1", SPI_OK_SELECT);
-	open_parts = catalog_getint64(0, 1);
-	failed_parts = catalog_getint64(0, 2);
+	first_error = state_parts_tally(pass->run_id, &open_parts, &failed_parts);
 	if (open_parts == 0 && failed_parts > 0)
 	{
 		char	   *message = psprintf("%lld partitions failed; the first: %s",
-									   (long long) failed_parts, catalog_gettext(0, 3));
+									   (long long) failed_parts, first_error);
 
 		catalog_leave(&scope);
 		pass_fail_in_xact(pass, -1, ERRCODE_BACKFILL_BATCH_FAILED, message);
@@ -1880,8 +1691,7 @@ pass_ready_to_count(Pass *pass)
 		catalog_enter(&scope);
 	}
 	if (open_parts == 0 && !pass->more_leaves)
-		exec_on_run(pass, "UPDATE backfill.run SET phase = 'counting', updated_at = pg_catalog.now()"
-					" WHERE run_id = $1 AND phase = 'running'", SPI_OK_UPDATE);
+		(void) state_pass_counting(pass->run_id);
 	catalog_leave(&scope);
 	worker_commit_xact();
 	return open_parts == 0 && !pass->more_leaves;
@@ -2216,8 +2026,8 @@ end_with_failed_rows(Pass *pass, int64 failed)
 		message = psprintf("backfill \"%s\" has " INT64_FORMAT " row(s) that failed alone, more "
 						   "than max_failed_rows (%d); backfill_failed_rows('%s') lists them",
 						   pass->name, failed, pass->max_failed_rows, pass->name);
-		ledger_end(pass->run_id, "failed", unpack_sql_state(ERRCODE_BACKFILL_FAILED_ROWS),
-				   message);
+		(void) state_pass_end(pass->run_id, LEDGER_FAILED, -1,
+							  unpack_sql_state(ERRCODE_BACKFILL_FAILED_ROWS), message, 0);
 	}
 	else
 	{
@@ -2225,9 +2035,8 @@ end_with_failed_rows(Pass *pass, int64 failed)
 						   "%d); backfill_failed_rows('%s') lists them, backfill_retry('%s') "
 						   "tries them again", failed, pass->max_failed_rows, pass->name,
 						   pass->name);
-		ledger_end(pass->run_id, "completed_with_failures", NULL, message);
+		(void) state_pass_end(pass->run_id, LEDGER_COMPLETED_WITH_FAILURES, -1, NULL, message, 0);
 	}
-	run_end(pass->run_id, 0, message);
 	ereport(LOG, (errmsg("backfill \"%s\" run " INT64_FORMAT " ended: %s",
 						 pass->name, pass->run_id, message)));
 }
@@ -2277,8 +2086,8 @@ pass_end_counted(Pass *pass, int64 remaining, int64 beyond, const char *key)
 		const char *hint;
 		char	   *message = stalled_message(pass, remaining, key, &hint);
 
-		ledger_end(pass->run_id, "failed", "BF006", message);
-		run_end(pass->run_id, remaining, message);
+		(void) state_pass_end(pass->run_id, LEDGER_FAILED, -1,
+							  unpack_sql_state(ERRCODE_BACKFILL_STALLED), message, remaining);
 		ereport(LOG, (errmsg("%s", message), errhint("%s", hint)));
 	}
 	else if ((failed = exec_on_run(pass, "SELECT 1 FROM backfill.failed_row WHERE run_id = $1",
@@ -2286,10 +2095,9 @@ pass_end_counted(Pass *pass, int64 remaining, int64 beyond, const char *key)
 		end_with_failed_rows(pass, failed);
 	else
 	{
-		ledger_end(pass->run_id, "completed", NULL, NULL);
-		run_end(pass->run_id, 0, NULL);
+		(void) state_pass_end(pass->run_id, LEDGER_COMPLETED, -1, NULL, NULL, 0);
 		if (beyond >= 0)
-			run_set_beyond(pass->run_id, beyond);
+			state_pass_set_beyond(pass->run_id, beyond);
 		if (beyond > 0)
 			ereport(LOG, (errmsg("backfill \"%s\" run " INT64_FORMAT " completed; %s" INT64_FORMAT
 								 " rows match beyond its bound %s", pass->name, pass->run_id,
@@ -2347,22 +2155,9 @@ pass_sweep_again(Pass *pass, int64 remaining)
 {
 	CatalogScope scope;
 	char	   *probe = smallest_remaining_key(pass);
-	Oid			types[3] = {INT8OID, TEXTOID, INT8OID};
-	Datum		values[3];
-	char		nulls[3] = {' ', probe ? ' ' : 'n', ' '};
 
-	values[0] = Int64GetDatum(pass->run_id);
-	values[1] = probe ? CStringGetTextDatum(probe) : (Datum) 0;
-	values[2] = Int64GetDatum(remaining);
 	catalog_enter(&scope);
-	catalog_exec("UPDATE backfill.run SET sweep = sweep + 1, probe_key = $2, remaining = $3,"
-				 " phase = 'running', updated_at = pg_catalog.now()"
-				 " WHERE run_id = $1 AND phase = 'counting'", 3, types, values, nulls,
-				 SPI_OK_UPDATE);
-	exec_on_run(pass, "UPDATE backfill.partition SET state = 'pending', cursor = NULL,"
-				" holder_pid = NULL, holder_start = NULL, renewed_at = NULL, failures = 0,"
-				" last_error = NULL, throttle = NULL, finished_at = NULL"
-				" WHERE run_id = $1 AND state = 'done'", SPI_OK_UPDATE);
+	state_pass_swept(pass->run_id, probe, remaining);
 	catalog_leave(&scope);
 	backfill_wake_scheduler_at_commit();
 	ereport(LOG,
