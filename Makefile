@@ -62,7 +62,8 @@ OBJS = \
 	src/outbox/relay.o \
 	src/state/states.o \
 	src/state/pass_state.o \
-	src/state/part_state.o
+	src/state/part_state.o \
+	src/state/lease.o
 
 EXTENSION = pg_backfill
 DATA = pg_backfill--0.1.sql pg_backfill--0.1--0.2.sql pg_backfill--0.2--0.3.sql pg_backfill--0.3--0.4.sql pg_backfill--0.4--0.5.sql pg_backfill--0.5--0.6.sql

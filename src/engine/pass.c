@@ -412,7 +412,7 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 							  " FROM backfill.ledger l"
 							  " JOIN backfill.run r ON r.run_id = l.run_id"
 							  " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
-							  " WHERE l.run_id = $1", ledger_direction_sql("l"),
+							  " WHERE l.run_id = $1", "l.direction",
 							  declaration_select_list("d")),
 					 1, types, values, NULL, SPI_OK_SELECT) == 0)
 		ok = false;
@@ -613,8 +613,6 @@ plan_upper_bound(Pass *pass)
 	bool		isnull;
 	Datum		last;
 
-	if (!catalog_has_column("run", "bound"))
-		return NULL;
 	if (SPI_execute(pass->keyset.nkeys > 1 ? keyset_max_sql(&pass->keyset) :
 					psprintf("SELECT %s FROM %s ORDER BY %s DESC LIMIT 1", key, pass->relation,
 							 key), true, 1) != SPI_OK_SELECT)
@@ -766,7 +764,7 @@ plan_per_leaf(Pass *pass, PassPlan *plan, int nparts, const char **why)
 	int			merged = 0;
 	ListCell   *lc;
 
-	if (!pass->partitioned || !catalog_has_column("partition", "leaf_range"))
+	if (!pass->partitioned)
 		return false;
 	pass_lead(pass, &column, &type, &collation, &lead_sql);
 	pieces = leaves_pieces(pass->relid, column, type, collation, why);
@@ -1087,7 +1085,7 @@ claim_read_shard(Pass *pass, Claim *claim)
 	claim->shard_group = -1;
 	claim->shard_ready = false;
 	claim->shard_cursor = NULL;
-	if (!pass->citus_remote || !catalog_has_column("partition", "shard"))
+	if (!pass->citus_remote)
 		return;
 	values[0] = Int64GetDatum(pass->run_id);
 	values[1] = Int32GetDatum(claim->part_no);
@@ -1495,7 +1493,7 @@ cover_new_leaves(Pass *pass)
 	int			next_part;
 	ListCell   *lc;
 
-	if (!pass->partitioned || !catalog_has_column("partition", "leaf_range"))
+	if (!pass->partitioned)
 		return false;
 	catalog_enter(&scope);
 	n = exec_on_run(pass, "SELECT leaf_range, (SELECT pg_catalog.max(q.part_no) + 1"
@@ -1713,21 +1711,17 @@ lock_pass_to_count(Pass *pass)
 	bool		paused;
 
 	catalog_enter(&scope);
-	exec_on_run(pass, psprintf("SELECT l.status, r.paused, %s, %s FROM backfill.ledger l"
-							   " JOIN backfill.run r ON r.run_id = l.run_id"
-							   " WHERE l.run_id = $1 FOR UPDATE OF l",
-							   catalog_has_column("run", "bound") ? "r.bound" : "NULL::text",
-							   catalog_has_column("run", "sweep") ?
-							   "r.sweep::pg_catalog.int8, r.probe_key" :
-							   "NULL::pg_catalog.int8, NULL::text"),
+	exec_on_run(pass, "SELECT l.status, r.paused, r.bound, r.sweep::pg_catalog.int8, r.probe_key"
+				" FROM backfill.ledger l JOIN backfill.run r ON r.run_id = l.run_id"
+				" WHERE l.run_id = $1 FOR UPDATE OF l",
 				SPI_OK_SELECT);
 	status = catalog_gettext(0, 1);
 	paused = DatumGetBool(catalog_getdatum(0, 2, &isnull));
 	pass->bound = pass_strdup(pass, catalog_gettext(0, 3));
-	pass->sweep = catalog_has_column("run", "sweep") ? (int) catalog_getint64(0, 4) : -1;
+	pass->sweep = (int) catalog_getint64(0, 4);
 	pass->probe_key = pass_strdup(pass, catalog_gettext(0, 5));
 	catalog_leave(&scope);
-	return strcmp(status, "running") == 0 && !paused;
+	return strcmp(status, ledger_status_text(LEDGER_RUNNING)) == 0 && !paused;
 }
 
 /* the keys of the rows this pass recorded as failed alone, as text; their number */
@@ -2133,8 +2127,7 @@ pass_may_sweep(Pass *pass)
 		OidIsValid(pass->pages_fn) || pass->citus_remote)
 		return false;
 	catalog_enter(&scope);
-	if (catalog_has_column("partition", "shard"))
-		shards = exec_on_run(pass, "SELECT 1 FROM backfill.partition WHERE run_id = $1"
+	shards = exec_on_run(pass, "SELECT 1 FROM backfill.partition WHERE run_id = $1"
 							 " AND shard IS NOT NULL LIMIT 1", SPI_OK_SELECT) > 0;
 	/* a sweep would give a row recorded as failed alone to the action again */
 	recorded = exec_on_run(pass, "SELECT 1 FROM backfill.failed_row WHERE run_id = $1 LIMIT 1",

@@ -214,7 +214,7 @@ pass_direction(int64 run_id)
 	catalog_enter(&scope);
 	if (run_id != 0 &&
 		catalog_exec_latest(psprintf("SELECT %s FROM backfill.ledger l WHERE l.run_id = $1",
-									 ledger_direction_sql("l")),
+									 "l.direction"),
 							1, types, values, NULL) > 0)
 		direction = catalog_gettext(0, 1);
 	catalog_leave(&scope);
@@ -384,13 +384,13 @@ retry_sweeps(Target *t, const char *direction)
 	bool		sweeps;
 	bool		table;
 
-	if (strcmp(direction, "forward") != 0 || !catalog_has_column("run", "sweep"))
-		return false;			/* a revert, or a catalog older than 0.6 */
+	if (strcmp(direction, "forward") != 0)
+		return false;			/* a revert */
 	catalog_enter(&scope);
 	stalled = catalog_exec("SELECT 1 FROM backfill.ledger WHERE run_id = $1"
 						   " AND error_code = 'BF006'", 1, types, values, NULL,
 						   SPI_OK_SELECT) > 0;
-	if (stalled && catalog_has_column("partition", "shard"))
+	if (stalled)
 		resumes = catalog_exec("SELECT 1 FROM backfill.partition WHERE run_id = $1"
 							   " AND shard IS NOT NULL LIMIT 1", 1, types, values, NULL,
 							   SPI_OK_SELECT) > 0;
@@ -538,7 +538,7 @@ has_unreverted_rows(const char *name)
 								  "         FROM backfill.ledger v WHERE v.ledger_name = l.ledger_name"
 								  "          AND v.status = 'completed' AND %s = 'revert'), 0)"
 								  " LIMIT 1",
-								  ledger_direction_sql("l"), ledger_direction_sql("v")),
+								  "l.direction", "v.direction"),
 						 1, types, values, NULL, SPI_OK_SELECT) > 0;
 	catalog_leave(&scope);
 	return found;
@@ -761,7 +761,7 @@ forward_rows_to_undo(const char *ledger_name)
 	CatalogScope scope;
 	Oid			types[1] = {TEXTOID};
 	Datum		values[1] = {CStringGetTextDatum(ledger_name)};
-	char	   *direction = ledger_direction_sql("l");
+	char	   *direction = "l.direction";
 	int64		rows;
 
 	catalog_enter(&scope);
@@ -771,7 +771,7 @@ forward_rows_to_undo(const char *ledger_name)
 								 "     (SELECT pg_catalog.max(v.run_id) FROM backfill.ledger v"
 								 "       WHERE v.ledger_name = $1 AND v.status = 'completed'"
 								 "         AND %s = 'revert'), 0)",
-								 direction, ledger_direction_sql("v")),
+								 direction, "v.direction"),
 						1, types, values, NULL);
 	rows = catalog_getint64(0, 1);
 	catalog_leave(&scope);

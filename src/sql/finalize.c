@@ -118,8 +118,7 @@ typedef struct Final
 	"       ELSE l.rows END::pg_catalog.int8," \
 	"  (SELECT pg_catalog.count(*) FROM backfill.partition p" \
 	"    WHERE p.run_id = l.run_id AND p.state = 'running'" \
-	"      AND EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a" \
-	"                   WHERE a.pid = p.holder_pid AND a.backend_start = p.holder_start))," \
+	"      AND backfill.lease_live(p.holder_pid, p.holder_start))," \
 	"  backfill.unmet_requirement(d.name), l.direction = 'revert'," \
 	"  d.relid IS NOT NULL AND d.scope IS NULL, %s" \
 	" FROM backfill.declaration d" \

@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * part_state.c
- *	  The transitions of a pass's partitions: planned, claimed, released,
- *	  failed, retried, each one event of the table in states.c.
+ *	  The transitions of a pass's partitions that are not a lane's under
+ *	  its lease (lease.c): planned, retried, failed, swept; each one event
+ *	  of the table in states.c.
  *
  * Each runs in the caller's transaction and catalog scope, asserts in its
  * WHERE the state it leaves and says when it found none (state_missed).
@@ -154,80 +155,6 @@ state_parts_restarted(int64 run_id)
 				 " WHERE run_id = $1", 2, types, values, NULL, SPI_OK_UPDATE);
 }
 
-/* a column of the first row of the current SPI answer, by name */
-static Datum
-answer_column(const char *name, bool *isnull)
-{
-	int			col = SPI_fnumber(SPI_tuptable->tupdesc, name);
-
-	if (col <= 0)
-		elog(ERROR, "pg_backfill: the answer has no column \"%s\"", name);
-	return catalog_getdatum(0, col, isnull);
-}
-
-/*
- * pending -> running, or running -> running when its holder died
- * (claimed): backfill.claim_partition leases the first partition free, or
- * none (the pass paused or ended).  Fills *claim (text in the current
- * context) when it answered a row; returns how many rows it answered.
- */
-int
-state_parts_claim(int64 run_id, int pid, TimestampTz start, StateClaim *claim)
-{
-	Oid			types[3] = {INT8OID, INT4OID, TIMESTAMPTZOID};
-	Datum		values[3] = {Int64GetDatum(run_id), Int32GetDatum(pid),
-	TimestampTzGetDatum(start)};
-	int			n;
-	bool		isnull;
-
-	n = catalog_exec("SELECT * FROM backfill.claim_partition($1, $2, $3)",
-					 3, types, values, NULL, SPI_OK_SELECT);
-	if (n < 1)
-		return n;
-	claim->part_no = DatumGetInt32(answer_column("part_no", &isnull));
-	claim->cursor = catalog_gettext(0, SPI_fnumber(SPI_tuptable->tupdesc, "cursor"));
-	claim->hi = catalog_gettext(0, SPI_fnumber(SPI_tuptable->tupdesc, "hi"));
-	claim->rows = DatumGetInt64(answer_column("rows", &isnull));
-	claim->reclaimed = DatumGetBool(answer_column("reclaimed", &isnull));
-	claim->dead_pid = DatumGetInt32(answer_column("dead_pid", &isnull));
-	return n;
-}
-
-/* running -> pending (released): the lane gives its lease back (the pass was paused) */
-void
-state_part_released(int64 run_id, int part_no, int pid)
-{
-	Oid			types[5] = {INT8OID, INT4OID, INT4OID, TEXTOID, TEXTOID};
-	Datum		values[5] = {Int64GetDatum(run_id), Int32GetDatum(part_no), Int32GetDatum(pid),
-	part_state_datum(PART_PENDING), part_state_datum(PART_RUNNING)};
-
-	(void) state_missed(EV_RELEASED, "partition", run_id,
-						catalog_exec("UPDATE backfill.partition SET state = $4, holder_pid = NULL,"
-									 " holder_start = NULL, renewed_at = pg_catalog.now()"
-									 " WHERE run_id = $1 AND part_no = $2 AND holder_pid = $3"
-									 " AND state = $5",
-									 5, types, values, NULL, SPI_OK_UPDATE));
-}
-
-/*
- * running -> pending (released): every lease of run_id that the process
- * (pid, started at start) holds, each partition pending at its checkpoint.
- */
-void
-state_parts_released_held(int64 run_id, int pid, TimestampTz start)
-{
-	Oid			types[5] = {INT8OID, INT4OID, TIMESTAMPTZOID, TEXTOID, TEXTOID};
-	Datum		values[5] = {Int64GetDatum(run_id), Int32GetDatum(pid),
-		TimestampTzGetDatum(start), part_state_datum(PART_PENDING),
-	part_state_datum(PART_RUNNING)};
-
-	catalog_exec("UPDATE backfill.partition SET state = $4, holder_pid = NULL,"
-				 " holder_start = NULL, renewed_at = pg_catalog.now()"
-				 " WHERE run_id = $1 AND holder_pid = $2 AND holder_start = $3"
-				 " AND state = $5",
-				 5, types, values, NULL, SPI_OK_UPDATE);
-}
-
 /*
  * running -> failed (failed): a partition whose batch failed max_attempts
  * times in a row; the run row before the partition (the lock order), its
@@ -284,7 +211,7 @@ state_parts_tally(int64 run_id, int64 *open_parts, int64 *failed_parts)
 				 "     FILTER (WHERE state = $3))[1] AS first_error"
 				 " FROM backfill.partition WHERE run_id = $1",
 				 3, types, values, NULL, SPI_OK_SELECT);
-	*open_parts = DatumGetInt64(answer_column("open", &isnull));
-	*failed_parts = DatumGetInt64(answer_column("failed", &isnull));
+	*open_parts = DatumGetInt64(state_answer_column("open", &isnull));
+	*failed_parts = DatumGetInt64(state_answer_column("failed", &isnull));
 	return catalog_gettext(0, SPI_fnumber(SPI_tuptable->tupdesc, "first_error"));
 }

@@ -358,6 +358,27 @@ state_pass_paused(int64 run_id)
 }
 
 /*
+ * running -> paused (paused), every running pass of the database that is
+ * not paused (a scheduler whose database is no longer served), its
+ * last_error why; the ledger rows locked first.  The run ids paused are
+ * the current SPI result (column run_id); returns how many.
+ */
+int
+state_passes_paused_all(const char *why)
+{
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2] = {CStringGetTextDatum(why), ledger_status_datum(LEDGER_RUNNING)};
+
+	return catalog_exec("WITH l AS (SELECT run_id FROM backfill.ledger"
+						"   WHERE status = $2 ORDER BY run_id FOR UPDATE)"
+						" UPDATE backfill.run r SET paused = true, last_error = $1,"
+						"   updated_at = pg_catalog.now()"
+						" FROM l WHERE r.run_id = l.run_id AND NOT r.paused"
+						" RETURNING r.run_id",
+						2, types, values, NULL, SPI_OK_UPDATE_RETURNING);
+}
+
+/*
  * paused -> running (resumed), with the pass locked; a last_error that
  * begins with unserved_prefix (why a scheduler paused it) is over and
  * cleared.  False when it was not paused.

@@ -22,6 +22,7 @@
 #include "postgres.h"
 
 #include "datatype/timestamp.h"
+#include "storage/itemptr.h"
 
 typedef enum LedgerStatus
 {
@@ -97,6 +98,7 @@ extern bool state_pass_end(int64 run_id, LedgerStatus to, int failed_part, const
 extern void state_pass_set_beyond(int64 run_id, int64 beyond);
 extern void state_pass_note_error(int64 run_id, const char *message, bool if_running);
 extern bool state_pass_paused(int64 run_id);
+extern int	state_passes_paused_all(const char *why);
 extern bool state_pass_resumed(int64 run_id, const char *unserved_prefix);
 extern void state_pass_retried(int64 run_id, int64 old_id);
 
@@ -119,11 +121,25 @@ extern void state_parts_planned_leaves(int64 run_id, int first, Datum lo, Datum 
 extern int	state_parts_copied(int64 run_id, int64 old_id);
 extern int	state_parts_of_failed_rows(int64 run_id, int64 old_id);
 extern void state_parts_restarted(int64 run_id);
-extern int	state_parts_claim(int64 run_id, int pid, TimestampTz start, StateClaim *claim);
-extern void state_part_released(int64 run_id, int part_no, int pid);
-extern void state_parts_released_held(int64 run_id, int pid, TimestampTz start);
 extern void state_part_failed(int64 run_id, int part_no, const char *message);
 extern int	state_parts_retried(int64 run_id);
 extern char *state_parts_tally(int64 run_id, int64 *open_parts, int64 *failed_parts);
+
+/* ---- lease.c: a partition under a lane's lease */
+extern Datum state_answer_column(const char *name, bool *isnull);
+extern int	state_parts_claim(int64 run_id, int pid, TimestampTz start, StateClaim *claim);
+extern void state_part_released(int64 run_id, int part_no, int pid);
+extern void state_parts_released_held(int64 run_id, int pid, TimestampTz start);
+extern bool state_part_checkpointed(ItemPointer tid, Oid *types, Datum *values,
+									const char *nulls);
+extern bool state_part_done(int64 run_id, int part_no, int pid, TimestampTz start);
+extern void state_part_attempt_failed(int64 run_id, int part_no, const char *message);
+extern bool state_part_skipped_to(int64 run_id, int part_no, const char *cursor, int pid,
+								  TimestampTz start);
+extern void state_part_throttle(int64 run_id, int part_no, int pid, const char *reason);
+extern bool state_part_mirrored(int64 run_id, int part_no, int group, const char *cursor,
+								int64 rows, int pid, TimestampTz start);
+extern void state_part_split_child(int64 run_id, int part_no, const char *cursor,
+								   int64 shardid, int min, int max);
 
 #endif							/* BACKFILL_STATE_H */
