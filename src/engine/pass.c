@@ -83,6 +83,22 @@ exec_on_run(Pass *pass, const char *sql, int expected)
 }
 
 /*
+ * Refuse the pass: it fails (sqlerrcode, message) in a transaction of its
+ * own, after the current one commits; the message is copied first, as the
+ * transaction's memory goes with it.  Returns false, for the caller to
+ * return.
+ */
+static bool
+pass_refuse(Pass *pass, int sqlerrcode, const char *message)
+{
+	char	   *kept = pass_strdup(pass, message);
+
+	worker_commit_xact();
+	pass_fail(pass, -1, sqlerrcode, kept);
+	return false;
+}
+
+/*
  * Is this lane the declaration's run_as role, and does the declaration
  * still name its table and roles (identity.c)?  If not, the pass fails
  * (ending the transaction) and the lane runs none of its SQL.
@@ -104,10 +120,7 @@ lane_identity_ok(Pass *pass, Oid run_as)
 	}
 	else if (!identity_problem(pass->name, &sqlerrcode, &message))
 		return true;
-	message = pass_strdup(pass, message);	/* the transaction's memory goes with it */
-	worker_commit_xact();
-	pass_fail(pass, -1, sqlerrcode, message);
-	return false;
+	return pass_refuse(pass, sqlerrcode, message);
 }
 
 /*
@@ -121,12 +134,9 @@ lane_run_as_ok(Pass *pass, Oid owner, Oid run_as)
 
 	if (refused == NULL)
 		return true;
-	/* the transaction's memory goes with it */
-	refused = pass_strdup(pass, psprintf("permission denied to run backfill \"%s\" "
-										 "as its run_as role: %s", pass->name, refused));
-	worker_commit_xact();
-	pass_fail(pass, -1, ERRCODE_BACKFILL_PRIVILEGE, refused);
-	return false;
+	return pass_refuse(pass, ERRCODE_BACKFILL_PRIVILEGE,
+					   psprintf("permission denied to run backfill \"%s\" as its run_as "
+								"role: %s", pass->name, refused));
 }
 
 /*
@@ -148,10 +158,7 @@ lane_citus_ok(Pass *pass)
 		pass->citus_remote = citus_writes_elsewhere(pass->relid);
 		return true;
 	}
-	refused = pass_strdup(pass, refused);
-	worker_commit_xact();
-	pass_fail(pass, -1, sqlerrcode, refused);
-	return false;
+	return pass_refuse(pass, sqlerrcode, refused);
 }
 
 /*
@@ -222,12 +229,8 @@ pass_resolve_source(Pass *pass)
 		MemoryContext old;
 
 		if (relname == NULL)
-		{
-			worker_commit_xact();
-			pass_fail(pass, -1, ERRCODE_BACKFILL_SOURCE_INVALID,
-					  "the relation of the backfill was dropped");
-			return false;
-		}
+			return pass_refuse(pass, ERRCODE_BACKFILL_SOURCE_INVALID,
+							   "the relation of the backfill was dropped");
 		old = MemoryContextSwitchTo(pass->cxt);
 		pass->relation = quote_qualified_identifier(nspname, relname);
 		MemoryContextSwitchTo(old);
@@ -423,16 +426,14 @@ pass_load(Pass *pass, int64 run_id, MemoryContext cxt)
 		pass->ledger_name = pass_strdup(pass, column_text("ledger_name"));
 		pass->checksum = pass_strdup(pass, column_text("ledger_checksum"));
 		(void) declaration_read(0, &decl, pass->cxt);
-		if (strcmp(status, "running") != 0)
+		if (strcmp(status, ledger_status_text(LEDGER_RUNNING)) != 0)
 			ok = false;
 		else if ((refusal = pass_declaration_refusal(pass, &decl,
 													  column_text("ledger_direction"),
 													  &sqlerrcode)) != NULL)
 		{
 			catalog_leave(&scope);
-			worker_commit_xact();
-			pass_fail(pass, -1, sqlerrcode, refusal);
-			return false;
+			return pass_refuse(pass, sqlerrcode, refusal);
 		}
 		else
 		{
