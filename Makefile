@@ -35,6 +35,15 @@ OBJS = \
 	src/engine/shards.o \
 	src/engine/moves.o \
 	src/engine/pass.o \
+	src/engine/plan.o \
+	src/engine/planpages.o \
+	src/engine/plankey.o \
+	src/engine/planleaf.o \
+	src/engine/planshard.o \
+	src/engine/claim.o \
+	src/engine/passend.o \
+	src/engine/passcount.o \
+	src/engine/attach.o \
 	src/engine/estimate.o \
 	src/engine/batch.o \
 	src/engine/history.o \

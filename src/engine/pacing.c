@@ -84,6 +84,7 @@
 #include "catalog.h"
 #include "condition.h"
 #include "health.h"
+#include "claim.h"
 #include "pacing.h"
 #include "shmem.h"
 #include "state.h"

@@ -27,6 +27,7 @@
 #include "citus.h"
 #include "errors.h"
 #include "pacing.h"
+#include "claim.h"
 #include "pass.h"
 #include "poison.h"
 #include "shmem.h"
