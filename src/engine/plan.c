@@ -254,7 +254,7 @@ pass_plan(Pass *pass)
 	resumed = DatumGetBool(catalog_getdatum(0, 2, &isnull));
 	catalog_leave(&scope);
 
-	if (strcmp(phase, "queued") == 0)
+	if (strcmp(phase, run_phase_text(PHASE_QUEUED)) == 0)
 	{
 		PassPlan	plan = {0};
 
@@ -264,7 +264,7 @@ pass_plan(Pass *pass)
 			plan_table(pass, &plan);
 		plan_store(pass, &plan);
 	}
-	else if (strcmp(phase, "running") == 0 && resumed)
+	else if (strcmp(phase, run_phase_text(PHASE_RUNNING)) == 0 && resumed)
 		plan_resumed(pass);
 	worker_commit_xact();
 }

@@ -66,7 +66,7 @@ typedef struct Target
 	"SELECT d.owner, d.checksum, d.environments," \
 	"  array_to_string(d.environments, ', ')," \
 	"  (SELECT max(l.run_id) FROM backfill.ledger l" \
-	"    WHERE l.declaration = d.name AND l.status = 'running')," \
+	"    WHERE l.declaration = d.name AND l.status = $2)," \
 	"  last.run_id, last.status, last.checksum, last.ledger_name," \
 	"  (SELECT r.input FROM backfill.run r WHERE r.run_id = last.run_id)," \
 	"  d.run_as" \
@@ -85,8 +85,8 @@ typedef struct Target
 static void
 check_snapshot_current(Target *t, const char *control)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(t->name)};
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2] = {CStringGetTextDatum(t->name), ledger_status_datum(LEDGER_RUNNING)};
 	int64		snap_running;
 	int64		snap_last;
 
@@ -94,9 +94,9 @@ check_snapshot_current(Target *t, const char *control)
 		return;
 	catalog_exec("SELECT"
 				 "  (SELECT max(l.run_id) FROM backfill.ledger l"
-				 "    WHERE l.declaration = $1 AND l.status = 'running'),"
+				 "    WHERE l.declaration = $1 AND l.status = $2),"
 				 "  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.declaration = $1)",
-				 1, types, values, NULL, SPI_OK_SELECT);
+				 2, types, values, NULL, SPI_OK_SELECT);
 	snap_running = catalog_getint64(0, 1);
 	snap_last = catalog_getint64(0, 2);
 	if (snap_running == t->running_id && snap_last == t->last_id)
@@ -124,8 +124,8 @@ static bool
 target_load(const char *name, Target *t, bool missing_ok, const char *control)
 {
 	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
 	bool		isnull;
 	bool		found;
 
@@ -137,6 +137,7 @@ target_load(const char *name, Target *t, bool missing_ok, const char *control)
 	memset(t, 0, sizeof(Target));
 	t->name = pstrdup(name);
 	values[0] = CStringGetTextDatum(name);
+	values[1] = ledger_status_datum(LEDGER_RUNNING);
 
 	catalog_enter(&scope);
 	/* the row lock serializes the controls and runs of one backfill */
@@ -144,7 +145,7 @@ target_load(const char *name, Target *t, bool missing_ok, const char *control)
 						 1, types, values, NULL, SPI_OK_SELECT) > 0;
 	if (found)
 	{
-		catalog_exec_latest(TARGET_STATE_SQL, 1, types, values, NULL);
+		catalog_exec_latest(TARGET_STATE_SQL, 2, types, values, NULL);
 		t->owner = catalog_getoid(0, 1);
 		t->checksum = catalog_gettext(0, 2);
 		t->environments = catalog_getcopy(0, 3);
@@ -468,7 +469,8 @@ retry_failed_pass(Target *t)
 			(errmsg(sweep ?
 					"backfill \"%s\" sweeps stalled run " INT64_FORMAT " again as run "
 					INT64_FORMAT :
-					strcmp(t->last_status, "completed_with_failures") == 0 ?
+					strcmp(t->last_status,
+						   ledger_status_text(LEDGER_COMPLETED_WITH_FAILURES)) == 0 ?
 					"backfill \"%s\" retries the rows that failed alone in run " INT64_FORMAT
 					" as run " INT64_FORMAT :
 					"backfill \"%s\" resumes failed run " INT64_FORMAT " as run " INT64_FORMAT,
@@ -505,8 +507,9 @@ retry_pass(Target *t)
 	{
 		changed = on_running_pass(t, pass_parts_retried);
 	}
-	else if (t->last_id != 0 && (strcmp(t->last_status, "failed") == 0 ||
-								 strcmp(t->last_status, "completed_with_failures") == 0))
+	else if (t->last_id != 0 &&
+			 (strcmp(t->last_status, ledger_status_text(LEDGER_FAILED)) == 0 ||
+			  strcmp(t->last_status, ledger_status_text(LEDGER_COMPLETED_WITH_FAILURES)) == 0))
 	{
 		(void) retry_failed_pass(t);
 		changed = true;
@@ -526,20 +529,19 @@ static bool
 has_unreverted_rows(const char *name)
 {
 	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(name)};
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2] = {CStringGetTextDatum(name), ledger_status_datum(LEDGER_COMPLETED)};
 	bool		found;
 
 	catalog_enter(&scope);
-	found = catalog_exec(psprintf("SELECT 1 FROM backfill.ledger l"
-								  " WHERE l.declaration = $1 AND %s = 'forward'"
-								  "   AND coalesce(l.rows, 0) > 0"
-								  "   AND l.run_id > coalesce((SELECT pg_catalog.max(v.run_id)"
-								  "         FROM backfill.ledger v WHERE v.ledger_name = l.ledger_name"
-								  "          AND v.status = 'completed' AND %s = 'revert'), 0)"
-								  " LIMIT 1",
-								  "l.direction", "v.direction"),
-						 1, types, values, NULL, SPI_OK_SELECT) > 0;
+	found = catalog_exec("SELECT 1 FROM backfill.ledger l"
+						 " WHERE l.declaration = $1 AND l.direction = 'forward'"
+						 "   AND coalesce(l.rows, 0) > 0"
+						 "   AND l.run_id > coalesce((SELECT pg_catalog.max(v.run_id)"
+						 "         FROM backfill.ledger v WHERE v.ledger_name = l.ledger_name"
+						 "          AND v.status = $2 AND v.direction = 'revert'), 0)"
+						 " LIMIT 1",
+						 2, types, values, NULL, SPI_OK_SELECT) > 0;
 	catalog_leave(&scope);
 	return found;
 }
@@ -670,7 +672,7 @@ existing_revert(Target *t)
 	}
 	if (t->running_id != 0)
 		return -1;				/* it ended meanwhile: load the state again */
-	if (t->last_id != 0 && strcmp(t->last_status, "completed") == 0 &&
+	if (t->last_id != 0 && strcmp(t->last_status, ledger_status_text(LEDGER_COMPLETED)) == 0 &&
 		strcmp(pass_direction(t->last_id), "revert") == 0)
 	{
 		ereport(NOTICE,
@@ -714,8 +716,8 @@ static char *
 target_scope(Target *t, const Declaration *decl, Jsonb *input)
 {
 	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
 	char	   *ledger_name;
 
 	if (decl->scope != NULL && input == NULL)
@@ -732,14 +734,15 @@ target_scope(Target *t, const Declaration *decl, Jsonb *input)
 		return ledger_name;
 
 	values[0] = CStringGetTextDatum(ledger_name);
+	values[1] = ledger_status_datum(LEDGER_RUNNING);
 	catalog_enter(&scope);
 	catalog_exec_latest("SELECT (SELECT max(l.run_id) FROM backfill.ledger l"
-						"         WHERE l.ledger_name = $1 AND l.status = 'running'),"
+						"         WHERE l.ledger_name = $1 AND l.status = $2),"
 						"  last.run_id, last.status, last.checksum"
 						" FROM (SELECT 1) one LEFT JOIN LATERAL"
 						"  (SELECT l.run_id, l.status, l.checksum FROM backfill.ledger l"
 						"    WHERE l.ledger_name = $1 ORDER BY l.run_id DESC LIMIT 1) last ON true",
-						1, types, values, NULL);
+						2, types, values, NULL);
 	t->running_id = catalog_getint64(0, 1);
 	t->last_id = catalog_getint64(0, 2);
 	t->last_status = catalog_gettext(0, 3);
@@ -759,20 +762,19 @@ static int64
 forward_rows_to_undo(const char *ledger_name)
 {
 	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(ledger_name)};
-	char	   *direction = "l.direction";
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2] = {CStringGetTextDatum(ledger_name),
+	ledger_status_datum(LEDGER_COMPLETED)};
 	int64		rows;
 
 	catalog_enter(&scope);
-	catalog_exec_latest(psprintf("SELECT coalesce(pg_catalog.sum(l.rows), 0)::pg_catalog.int8"
-								 "  FROM backfill.ledger l WHERE l.ledger_name = $1"
-								 "   AND %s = 'forward' AND l.run_id > coalesce("
-								 "     (SELECT pg_catalog.max(v.run_id) FROM backfill.ledger v"
-								 "       WHERE v.ledger_name = $1 AND v.status = 'completed'"
-								 "         AND %s = 'revert'), 0)",
-								 direction, "v.direction"),
-						1, types, values, NULL);
+	catalog_exec_latest("SELECT coalesce(pg_catalog.sum(l.rows), 0)::pg_catalog.int8"
+						"  FROM backfill.ledger l WHERE l.ledger_name = $1"
+						"   AND l.direction = 'forward' AND l.run_id > coalesce("
+						"     (SELECT pg_catalog.max(v.run_id) FROM backfill.ledger v"
+						"       WHERE v.ledger_name = $1 AND v.status = $2"
+						"         AND v.direction = 'revert'), 0)",
+						2, types, values, NULL);
 	rows = catalog_getint64(0, 1);
 	catalog_leave(&scope);
 	return rows;
@@ -819,7 +821,7 @@ backfill_revert(PG_FUNCTION_ARGS)
 	}
 	tenancy_check_run_as(t.name, t.owner, t.run_as);
 	backfill_check_database_served(t.name);
-	if (t.last_id != 0 && strcmp(t.last_status, "completed") != 0 &&
+	if (t.last_id != 0 && strcmp(t.last_status, ledger_status_text(LEDGER_COMPLETED)) != 0 &&
 		strcmp(pass_direction(t.last_id), "revert") == 0)
 		run_id = retry_failed_pass(&t);	/* its checkpoints: no row undone twice */
 	else
