@@ -1,7 +1,7 @@
 # pg_backfill: PGXS build.  `make`, `make install`, `make installcheck`.
 MODULE_big = pg_backfill
 # src/ by layer (src/README.md): sql/ entry points, catalogs/ the extension's
-# tables, trust/ as whom SQL runs, engine/ a pass, workers/ the background
+# tables, trust/ as whom SQL runs, state/ the owner of a pass's state rows, engine/ a pass, workers/ the background
 # processes, outbox/ messages and their relay; headers sit beside their file
 OBJS = \
 	src/pg_backfill.o \
@@ -45,6 +45,15 @@ OBJS = \
 	src/engine/shards.o \
 	src/engine/moves.o \
 	src/engine/pass.o \
+	src/engine/plan.o \
+	src/engine/planpages.o \
+	src/engine/plankey.o \
+	src/engine/planleaf.o \
+	src/engine/planshard.o \
+	src/engine/claim.o \
+	src/engine/passend.o \
+	src/engine/passcount.o \
+	src/engine/attach.o \
 	src/engine/estimate.o \
 	src/engine/batch.o \
 	src/engine/kind_range.o \
@@ -81,7 +90,11 @@ OBJS = \
 	src/worker.o \
 	src/outbox/outbox.o \
 	src/outbox/relay.o \
-	src/outbox/events.o
+	src/outbox/events.o \
+	src/state/states.o \
+	src/state/pass_state.o \
+	src/state/part_state.o \
+	src/state/lease.o
 
 EXTENSION = pg_backfill
 DATA = pg_backfill--0.1.sql pg_backfill--0.1--0.2.sql pg_backfill--0.2--0.3.sql pg_backfill--0.3--0.4.sql pg_backfill--0.4--0.5.sql pg_backfill--0.5--0.6.sql
@@ -99,7 +112,7 @@ REGRESS_OPTS = --use-existing
 ISOLATION = lease_claim states_run finalize_session
 ISOLATION_OPTS = --inputdir=test --outputdir=test/output_iso
 
-SRC_DIRS = src src/sql src/catalogs src/trust src/engine src/workers src/outbox
+SRC_DIRS = src src/sql src/catalogs src/trust src/state src/engine src/workers src/outbox
 PG_CPPFLAGS = $(addprefix -I,$(SRC_DIRS)) -I$(libpq_srcdir)
 # libpq: a lane's connections to the Citus nodes that hold its shards (shards.c)
 SHLIB_LINK = -lcurl

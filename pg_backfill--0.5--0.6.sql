@@ -2053,3 +2053,70 @@ BEGIN
 END
 $$;
 
+/*
+ * Issue 25: the lease rule written once.  A partition's lease is live
+ * while a backend of its holder's pid, started when the holder did, is
+ * there (backfill.lease_live); a dead holder that held it less than 5 s
+ * (renewed_at - holder_start) is cooling: not reclaimed until 2^reclaims
+ * seconds (at most 60 s) after its last renewal (backfill.lease_cooling).
+ * backfill.claim_partition, the scheduler's look (which counts cooling
+ * partitions as not claimable) and CALL backfill_finalize (which counts
+ * the live lanes) call these, and no other place says the rule.
+ */
+CREATE FUNCTION backfill.lease_live(p_pid integer, p_start timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (SELECT 1 FROM pg_stat_activity a
+                    WHERE a.pid = p_pid AND a.backend_start = p_start);
+$$;
+REVOKE ALL ON FUNCTION backfill.lease_live(integer, timestamptz) FROM PUBLIC;
+
+CREATE FUNCTION backfill.lease_cooling(p_renewed_at timestamptz, p_holder_start timestamptz,
+                                       p_reclaims integer)
+RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(p_renewed_at - p_holder_start < interval '5 s'
+                    AND now() < p_renewed_at
+                        + least(60, power(2, least(p_reclaims, 6))) * interval '1 s', false);
+$$;
+REVOKE ALL ON FUNCTION backfill.lease_cooling(timestamptz, timestamptz, integer) FROM PUBLIC;
+
+CREATE OR REPLACE FUNCTION backfill.claim_partition(p_run_id bigint, p_pid integer,
+                                                    p_start timestamptz)
+RETURNS TABLE (part_no integer, cursor text, hi text, rows bigint,
+               reclaimed boolean, dead_pid integer)
+LANGUAGE sql VOLATILE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+    -- MATERIALIZED: the locking subquery must run once.  Inlined, the
+    -- planner may rescan it per partition row, and every rescan skips the
+    -- rows this statement has already locked and takes the next one.
+    WITH c AS MATERIALIZED (
+        SELECT q.part_no, q.state = 'running' AS reclaim, q.holder_pid
+          FROM backfill.partition q
+         WHERE q.run_id = p_run_id
+           AND EXISTS (SELECT 1 FROM backfill.run r
+                         JOIN backfill.ledger l ON l.run_id = r.run_id
+                        WHERE r.run_id = p_run_id AND NOT r.paused
+                          AND l.status = 'running')
+           AND (q.state = 'pending'
+                OR (q.state = 'running'
+                    AND NOT backfill.lease_live(q.holder_pid, q.holder_start)
+                    AND NOT backfill.lease_cooling(q.renewed_at, q.holder_start, q.reclaims)))
+         ORDER BY q.part_no
+         LIMIT 1
+           FOR UPDATE SKIP LOCKED)
+    UPDATE backfill.partition p
+       SET state = 'running', holder_pid = p_pid, holder_start = p_start,
+           renewed_at = now(), claims = p.claims + 1,
+           reclaims = p.reclaims + c.reclaim::integer,
+           started_at = coalesce(p.started_at, now())
+      FROM c
+     WHERE p.run_id = p_run_id AND p.part_no = c.part_no
+    RETURNING p.part_no, coalesce(p.cursor, p.lo), p.hi, p.rows, c.reclaim, c.holder_pid;
+$$;
+REVOKE ALL ON FUNCTION backfill.claim_partition(bigint, integer, timestamptz) FROM PUBLIC;

@@ -539,21 +539,6 @@ report_not_declared(const char *name)
 			 errhint("backfill_pending() lists the declared backfills.")));
 }
 
-bool
-catalog_has_column(const char *table, const char *column)
-{
-	Oid			nsp = get_namespace_oid("backfill", true);
-	Oid			relid = OidIsValid(nsp) ? get_relname_relid(table, nsp) : InvalidOid;
-
-	return OidIsValid(relid) && get_attnum(relid, column) != InvalidAttrNumber;
-}
-
-char *
-ledger_direction_sql(const char *alias)
-{
-	return psprintf("%s.direction", alias);
-}
-
 /* a function's schema-qualified, quoted name, to call it in SQL */
 char *
 function_name(Oid fn)

@@ -55,12 +55,6 @@ extern bool catalog_ask(const char *what, const char *sql, int nargs, Oid *types
 /* a function's schema-qualified, quoted name, to call it in SQL */
 extern char *function_name(Oid fn);
 
-/* a pass's direction in SQL: "alias.direction" */
-extern char *ledger_direction_sql(const char *alias);
-
-/* does backfill.<table> have this column? */
-extern bool catalog_has_column(const char *table, const char *column);
-
 /* the backfill name checks every entry point shares */
 extern void check_backfill_name(const char *name);
 extern void check_new_backfill_name(const char *name);

@@ -47,13 +47,9 @@
 #include "keyset.h"
 #include "kind.h"
 #include "shmem.h"
+#include "state.h"
 #include "worker.h"
 #include "xact.h"
-
-/* the checkpoint statements' plans, prepared once per lane (catalog.c) */
-static SPIPlanPtr checkpoint_plan = NULL;
-static SPIPlanPtr checkpoint_tid_plan = NULL;
-static SPIPlanPtr done_plan = NULL;
 
 /* kept plans freed, NULL again */
 static void
@@ -156,44 +152,12 @@ static void
 checkpoint_partition_done(Pass *pass, Claim *claim)
 {
 	CatalogScope scope;
-	Oid			types[4] = {INT8OID, INT4OID, INT4OID, TIMESTAMPTZOID};
-	Datum		values[4];
 
-	values[0] = Int64GetDatum(pass->run_id);
-	values[1] = Int32GetDatum(claim->part_no);
-	values[2] = Int32GetDatum(LANE_PID());
-	values[3] = TimestampTzGetDatum(LANE_START());
 	catalog_enter(&scope);
-	if (catalog_exec_cached(&done_plan,
-							"UPDATE backfill.partition SET state = 'done', finished_at = pg_catalog.now(),"
-					 " renewed_at = pg_catalog.now(), failures = 0, last_error = NULL"
-					 " WHERE run_id = $1 AND part_no = $2 AND state = 'running'"
-					 "   AND holder_pid = $3 AND holder_start = $4",
-					 4, types, values, NULL, SPI_OK_UPDATE) != 1)
+	if (!state_part_done(pass->run_id, claim->part_no, LANE_PID(), LANE_START()))
 		lost_lease(pass, claim);
 	catalog_leave(&scope);
 }
-
-/*
- * The checkpoint: the partition's row updated, the pass's state read back;
- * $9 is why the lane holds back (the WAL budget it waited for before
- * this batch, or the foreground throttle, pacing.c), or NULL.  WHERE_TID is empty, or the condition that finds the row by its
- * TID ($10).  The pass's rows are found by $1 (c's run_id), so that each is
- * an index lookup whatever the tables' statistics say: joined on c.run_id,
- * the plan hashed the run table for every batch while it was small.
- */
-#define CHECKPOINT_SQL(WHERE_TID) \
-	"WITH c AS (" \
-	"  UPDATE backfill.partition p SET cursor = $3, rows = p.rows + $4," \
-	"    batches = p.batches + 1, failures = 0, last_error = NULL," \
-	"    renewed_at = pg_catalog.now(), batch_size = $7, last_batch_ms = $8, throttle = $9" \
-	"  WHERE " WHERE_TID " p.run_id = $1 AND p.part_no = $2 AND p.state = 'running'" \
-	"    AND p.holder_pid = $5 AND p.holder_start = $6" \
-	"  RETURNING p.run_id, p.ctid)" \
-	" SELECT l.status, d.checksum, d.rate, d.batch_size, r.paused, c.ctid, d.max_wal_rate" \
-	"   FROM c JOIN backfill.ledger l ON l.run_id = $1" \
-	"   JOIN backfill.run r ON r.run_id = $1" \
-	"   LEFT JOIN backfill.declaration d ON d.name = l.declaration"
 
 /*
  * Update the partition's row, at the version the lane's last checkpoint
@@ -212,21 +176,7 @@ checkpoint_partition_done(Pass *pass, Claim *claim)
 static bool
 checkpoint_update(Claim *claim, Oid *types, Datum *values, const char *nulls)
 {
-	bool		found = false;
-	bool		isnull;
-
-	if (ItemPointerIsValid(&claim->checkpoint_tid))
-	{
-		values[9] = PointerGetDatum(&claim->checkpoint_tid);
-		found = catalog_exec_cached(&checkpoint_tid_plan, CHECKPOINT_SQL("p.ctid = $10 AND"),
-									10, types, values, nulls, SPI_OK_SELECT) == 1;
-	}
-	if (!found)
-		found = catalog_exec_cached(&checkpoint_plan, CHECKPOINT_SQL(""),
-									9, types, values, nulls, SPI_OK_SELECT) == 1;
-	if (found)
-		claim->checkpoint_tid = *(ItemPointer) DatumGetPointer(catalog_getdatum(0, 6, &isnull));
-	return found;
+	return state_part_checkpointed(&claim->checkpoint_tid, types, values, nulls);
 }
 
 /*

@@ -24,9 +24,12 @@
 #include "postgres.h"
 
 #include "batch.h"
+#include "claim.h"
 #include "drive.h"
 #include "pacing.h"
 #include "pass.h"
+#include "passend.h"
+#include "plan.h"
 #include "tenancy.h"
 #include "work.h"
 #include "xact.h"

@@ -26,6 +26,7 @@
 #include "enqueue.h"
 #include "errors.h"
 #include "shmem.h"
+#include "state.h"
 
 /*
  * Refuse, before anything is written, a pass the declaration's
@@ -99,9 +100,7 @@ enqueue_pass(const char *ledger_name, const char *name, const char *checksum, bo
 
 /*
  * enqueue_pass, of a direction ("forward" or "revert"), and for watch a
- * catch-up pass the drift watch starts.  A plain forward pass names
- * neither, so that it can be enqueued under a catalog older than 0.5
- * (where the columns are missing and every pass goes forward).
+ * catch-up pass the drift watch starts (state_pass_enqueue writes the rows).
  */
 int64
 enqueue_pass_as(const char *ledger_name, const char *name, const char *checksum, bool force,
@@ -109,12 +108,9 @@ enqueue_pass_as(const char *ledger_name, const char *name, const char *checksum,
 {
 	bool		forward = strcmp(direction, "forward") == 0 && !watch;
 	CatalogScope scope;
-	Oid			types[9] = {TEXTOID, TEXTOID, BOOLOID, INT8OID, OIDOID, TEXTOID, JSONBOID,
-	TEXTOID, BOOLOID};
 	Datum		values[9];
 	char		nulls[9] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	bool		isnull;
-	int64		run_id;
+	int64		run_id = 0;
 	MemoryContext cxt = CurrentMemoryContext;
 
 	/*
@@ -138,15 +134,7 @@ enqueue_pass_as(const char *ledger_name, const char *name, const char *checksum,
 	catalog_enter(&scope);
 	PG_TRY();
 	{
-		catalog_exec(psprintf("WITH l AS ("
-							  "  INSERT INTO backfill.ledger"
-							  "   (ledger_name, declaration, checksum, forced, previous_run_id,"
-							  "    owner%s)"
-							  "  VALUES ($1, $6, $2, $3, $4, $5%s) RETURNING run_id)"
-							  " INSERT INTO backfill.run (run_id, input) SELECT run_id, $7 FROM l"
-							  " RETURNING run_id",
-							  forward ? "" : ", direction, watch", forward ? "" : ", $8, $9"),
-					 forward ? 7 : 9, types, values, nulls, SPI_OK_INSERT_RETURNING);
+		run_id = state_pass_enqueue(values, nulls);
 	}
 	PG_CATCH();
 	{
@@ -154,7 +142,6 @@ enqueue_pass_as(const char *ledger_name, const char *name, const char *checksum,
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	run_id = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
 	catalog_leave(&scope);
 	backfill_wake_scheduler_at_commit();
 	return run_id;

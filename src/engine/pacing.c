@@ -89,9 +89,11 @@
 #include "catalog.h"
 #include "condition.h"
 #include "health.h"
+#include "claim.h"
 #include "idlecores.h"
 #include "pacing.h"
 #include "shmem.h"
+#include "state.h"
 #include "windows.h"
 #include "xact.h"
 
@@ -230,20 +232,10 @@ void
 pacing_say_throttle(Pass *pass, Claim *claim, const char *reason)
 {
 	CatalogScope scope;
-	Oid			types[4] = {INT8OID, INT4OID, INT4OID, TEXTOID};
-	Datum		values[4];
-	char		nulls[4] = {' ', ' ', ' ', ' '};
 
-	values[0] = Int64GetDatum(pass->run_id);
-	values[1] = Int32GetDatum(claim->part_no);
-	values[2] = Int32GetDatum(LANE_PID());
-	values[3] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
-	nulls[3] = reason ? ' ' : 'n';
 	worker_begin_xact("pg_backfill lane: throttled");
 	catalog_enter(&scope);
-	catalog_exec("UPDATE backfill.partition SET throttle = $4"
-				 " WHERE run_id = $1 AND part_no = $2 AND holder_pid = $3",
-				 4, types, values, nulls, SPI_OK_UPDATE);
+	state_part_throttle(pass->run_id, claim->part_no, LANE_PID(), reason);
 	catalog_leave(&scope);
 	worker_commit_xact();
 }

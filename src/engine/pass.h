@@ -2,7 +2,8 @@
  *
  * pass.h
  *	  A pass as the engine runs it (the pass, the partition a lane claimed,
- *	  how a batch ended), and its start and end (pass.c).
+ *	  how a batch ended), and loading and failing it (pass.c); its plan
+ *	  (plan.h), leases (claim.h) and end (passend.h) have headers of their own.
  *
  *-------------------------------------------------------------------------
  */
@@ -177,18 +178,15 @@ typedef enum BatchOutcome
 #define LANE_PID()		MyProcPid
 #define LANE_START()	MyStartTimestamp
 
+extern char *pass_strdup(Pass *pass, const char *s);
+extern Datum pass_key_from_text(Pass *pass, const char *text);
+extern int exec_on_run(Pass *pass, const char *sql, int expected);
 extern bool pass_load(Pass *pass, int64 run_id, MemoryContext cxt);
 extern void pass_load_declared(Pass *pass, const char *name, MemoryContext cxt);
-extern void pass_plan(Pass *pass);
-extern bool pass_claim(Pass *pass, Claim *claim);
-extern void pass_claim_read_keys(Pass *pass, Claim *claim);
-extern void pass_note_lane_error(Pass *pass, const ErrorData *edata);
-extern void pass_release(Pass *pass, Claim *claim);
-extern void pass_release_held(int64 run_id);
-extern void pass_fail_partition(Pass *pass, Claim *claim, const char *message);
-extern void pass_finish(Pass *pass);
-extern void pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message);
 extern bool pass_end_failed(int64 run_id, int part_no, int sqlerrcode, const char *message);
+extern void pass_fail_in_xact(Pass *pass, int part_no, int sqlerrcode, const char *message);
+extern void pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message);
+extern void pass_note_lane_error(Pass *pass, const ErrorData *edata);
 extern void pass_reread_max_failed_rows(Pass *pass);
 
 #endif							/* BACKFILL_PASS_H */

@@ -46,6 +46,7 @@
 #include "catalog.h"
 #include "errors.h"
 #include "plan_blocks.h"
+#include "state.h"
 
 bool
 blocks_key(const char *column, Oid type)
@@ -112,16 +113,10 @@ void
 blocks_sweep_bound(int64 run_id, Oid relid)
 {
 	CatalogScope scope;
-	Oid			types[2] = {INT8OID, TEXTOID};
-	Datum		values[2];
+	char	   *bound = block_text(heap_blocks(relid));
 
-	values[0] = Int64GetDatum(run_id);
-	values[1] = CStringGetTextDatum(block_text(heap_blocks(relid)));
 	catalog_enter(&scope);
-	catalog_exec("UPDATE backfill.run SET bound = $2 WHERE run_id = $1"
-				 " AND coalesce(bound::pg_catalog.tid OPERATOR(pg_catalog.<)"
-				 "              $2::pg_catalog.tid, true)",
-				 2, types, values, NULL, SPI_OK_UPDATE);
+	state_pass_bound_grown(run_id, bound);
 	catalog_leave(&scope);
 }
 

@@ -44,6 +44,7 @@
 #include "catalog.h"
 #include "errors.h"
 #include "poison.h"
+#include "state.h"
 #include "xact.h"
 
 /*
@@ -189,10 +190,7 @@ record_and_skip(Pass *pass, Claim *claim, const char *key, const ErrorData *edat
 	values[6] = Int32GetDatum(Max(claim->bisect_failures, 1));
 	values[7] = Int32GetDatum(LANE_PID());
 	values[8] = TimestampTzGetDatum(LANE_START());
-	if (catalog_exec("UPDATE backfill.partition SET cursor = $3, renewed_at = pg_catalog.now()"
-					 " WHERE run_id = $1 AND part_no = $2 AND state = 'running'"
-					 "   AND holder_pid = $8 AND holder_start = $9",
-					 9, types, values, nulls, SPI_OK_UPDATE) != 1)
+	if (!state_part_skipped_to(pass->run_id, claim->part_no, key, LANE_PID(), LANE_START()))
 		return false;
 	catalog_exec("INSERT INTO backfill.failed_row"
 				 " (run_id, part_no, key, after_key, sqlstate, message, attempts)"

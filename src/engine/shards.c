@@ -65,6 +65,7 @@
 #include "pacing.h"
 #include "searchpath.h"
 #include "shards.h"
+#include "state.h"
 #include "xact.h"
 
 /* the lane's connections to the nodes that hold its shards */
@@ -421,25 +422,12 @@ static void
 mirror_open(Pass *pass, Claim *claim, int group, const char *cursor, int64 rows)
 {
 	CatalogScope scope;
-	Oid			types[7] = {INT8OID, INT4OID, INT4OID, TEXTOID, INT8OID, INT4OID, TIMESTAMPTZOID};
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', cursor ? ' ' : 'n', ' ', ' ', ' '};
 
-	values[0] = Int64GetDatum(pass->run_id);
-	values[1] = Int32GetDatum(claim->part_no);
-	values[2] = Int32GetDatum(group);
-	values[3] = cursor ? CStringGetTextDatum(cursor) : (Datum) 0;
-	values[4] = Int64GetDatum(rows);
-	values[5] = Int32GetDatum(LANE_PID());
-	values[6] = TimestampTzGetDatum(LANE_START());
 	(void) set_config_option("synchronous_commit", "on", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
 	catalog_enter(&scope);
-	if (catalog_exec("UPDATE backfill.partition SET shard_group = $3, cursor = $4, rows = $5,"
-					 " renewed_at = pg_catalog.now()"
-					 " WHERE run_id = $1 AND part_no = $2 AND state = 'running'"
-					 "   AND holder_pid = $6 AND holder_start = $7",
-					 7, types, values, nulls, SPI_OK_UPDATE) != 1)
+	if (!state_part_mirrored(pass->run_id, claim->part_no, group, cursor, rows, LANE_PID(),
+							 LANE_START()))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_CONFLICT),
 				 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
@@ -552,8 +540,6 @@ split_children(Pass *pass, Claim *claim, int32 min, int32 max, SplitChild **out)
 }
 
 /* the parameters of a split's statements: $1 run, $2 part_no, $3..$10 (follow_split) */
-#define SPLIT_NARGS 10
-
 /*
  * The split partition's hash range (min, max) and the first partition made
  * of it already (done again after a crash), or -1 when none is.
@@ -592,33 +578,14 @@ split_range(Pass *pass, Claim *claim, Oid *types, Datum *values, int32 *min, int
 	return first;
 }
 
-/* a partition of a new shard, pending from the split one's checkpoint ($4, $5) */
-static void
-split_insert_child(const SplitChild *child, Oid *types, Datum *values, const char *nulls)
-{
-	values[5] = Int32GetDatum(child->min);
-	values[6] = Int32GetDatum(child->max);
-	values[7] = Int64GetDatum(child->shardid);
-	/* numbered after every partition there is; the old one's lo, hi */
-	catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, shard,"
-				 "   shard_run, shard_min, shard_max, split_from)"
-				 " SELECT $1, (SELECT max(q.part_no) + 1 FROM backfill.partition q"
-				 "              WHERE q.run_id = $1), p.lo, p.hi, $4, $8, $3, $6, $7, $2"
-				 "   FROM backfill.partition p WHERE p.run_id = $1 AND p.part_no = $2",
-				 SPLIT_NARGS, types, values, nulls, SPI_OK_INSERT);
-}
-
 /* the old partition's final checkpoint, under its lease, synchronously */
 static void
-split_final_checkpoint(Pass *pass, Claim *claim, Oid *types, Datum *values, const char *nulls)
+split_final_checkpoint(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 {
 	(void) set_config_option("synchronous_commit", "on", PGC_USERSET, PGC_S_SESSION,
 							 GUC_ACTION_LOCAL, true, 0, false);
-	if (catalog_exec("UPDATE backfill.partition SET cursor = $4, rows = $5,"
-					 " renewed_at = pg_catalog.now()"
-					 " WHERE run_id = $1 AND part_no = $2 AND state = 'running'"
-					 "   AND holder_pid = $9 AND holder_start = $10",
-					 SPLIT_NARGS, types, values, nulls, SPI_OK_UPDATE) != 1)
+	if (!state_part_mirrored(pass->run_id, claim->part_no, -1, cursor, rows, LANE_PID(),
+							 LANE_START()))
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_CONFLICT),
 				 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
@@ -641,10 +608,8 @@ static void
 follow_split(Pass *pass, Claim *claim)
 {
 	CatalogScope scope;
-	Oid			types[SPLIT_NARGS] = {INT8OID, INT4OID, INT8OID, TEXTOID, INT8OID, INT4OID,
-									  INT4OID, INT8OID, INT4OID, TIMESTAMPTZOID};
-	Datum		values[SPLIT_NARGS];
-	char		nulls[SPLIT_NARGS] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Oid			types[2] = {INT8OID, INT4OID};
+	Datum		values[2];
 	char	   *cursor = claim->cursor_text;
 	int64		rows = claim->rows;
 	SplitChild *child = NULL;
@@ -666,15 +631,11 @@ follow_split(Pass *pass, Claim *claim)
 	if (first < 0)
 	{
 		nchildren = split_children(pass, claim, min, max, &child);
-		values[2] = Int64GetDatum(pass->run_id);
-		values[3] = cursor ? CStringGetTextDatum(cursor) : (Datum) 0;
-		nulls[3] = cursor ? ' ' : 'n';
-		values[4] = Int64GetDatum(rows);
-		values[8] = Int32GetDatum(LANE_PID());
-		values[9] = TimestampTzGetDatum(LANE_START());
+		/* numbered after every partition there is; the old one's lo, hi */
 		for (int i = 0; i < nchildren; i++)
-			split_insert_child(&child[i], types, values, nulls);
-		split_final_checkpoint(pass, claim, types, values, nulls);
+			state_part_split_child(pass->run_id, claim->part_no, cursor, child[i].shardid,
+								   child[i].min, child[i].max);
+		split_final_checkpoint(pass, claim, cursor, rows);
 		catalog_exec("SELECT min(c.part_no) FROM backfill.partition c"
 					 " WHERE c.run_id = $1 AND c.split_from = $2",
 					 2, types, values, NULL, SPI_OK_SELECT);

@@ -28,9 +28,11 @@
 #include "errors.h"
 #include "kind.h"
 #include "pacing.h"
+#include "claim.h"
 #include "pass.h"
 #include "poison.h"
 #include "shmem.h"
+#include "state.h"
 #include "work.h"
 #include "xact.h"
 
@@ -159,17 +161,10 @@ static void
 record_failed_attempt(Pass *pass, Claim *claim, ErrorData *edata)
 {
 	CatalogScope scope;
-	Oid			types[3] = {INT8OID, INT4OID, TEXTOID};
-	Datum		values[3];
 
-	values[0] = Int64GetDatum(pass->run_id);
-	values[1] = Int32GetDatum(claim->part_no);
-	values[2] = CStringGetTextDatum(edata->message);
 	worker_begin_xact("pg_backfill lane: recording a failed batch");
 	catalog_enter(&scope);
-	catalog_exec("UPDATE backfill.partition SET failures = failures + 1, last_error = $3"
-				 " WHERE run_id = $1 AND part_no = $2",
-				 3, types, values, NULL, SPI_OK_UPDATE);
+	state_part_attempt_failed(pass->run_id, claim->part_no, edata->message);
 	catalog_leave(&scope);
 	/* rows a worker's crash left locked in a prepared batch are freed (citus.c) */
 	if (pass->citus_remote)

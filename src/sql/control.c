@@ -34,6 +34,7 @@
 #include "enqueue.h"
 #include "scope.h"
 #include "shmem.h"
+#include "state.h"
 #include "tenancy.h"
 
 PG_FUNCTION_INFO_V1(backfill_pause);
@@ -65,7 +66,7 @@ typedef struct Target
 	"SELECT d.owner, d.checksum, d.environments," \
 	"  array_to_string(d.environments, ', ')," \
 	"  (SELECT max(l.run_id) FROM backfill.ledger l" \
-	"    WHERE l.declaration = d.name AND l.status = 'running')," \
+	"    WHERE l.declaration = d.name AND l.status = $2)," \
 	"  last.run_id, last.status, last.checksum, last.ledger_name," \
 	"  (SELECT r.input FROM backfill.run r WHERE r.run_id = last.run_id)," \
 	"  d.run_as" \
@@ -84,8 +85,8 @@ typedef struct Target
 static void
 check_snapshot_current(Target *t, const char *control)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(t->name)};
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2] = {CStringGetTextDatum(t->name), ledger_status_datum(LEDGER_RUNNING)};
 	int64		snap_running;
 	int64		snap_last;
 
@@ -93,9 +94,9 @@ check_snapshot_current(Target *t, const char *control)
 		return;
 	catalog_exec("SELECT"
 				 "  (SELECT max(l.run_id) FROM backfill.ledger l"
-				 "    WHERE l.declaration = $1 AND l.status = 'running'),"
+				 "    WHERE l.declaration = $1 AND l.status = $2),"
 				 "  (SELECT max(l.run_id) FROM backfill.ledger l WHERE l.declaration = $1)",
-				 1, types, values, NULL, SPI_OK_SELECT);
+				 2, types, values, NULL, SPI_OK_SELECT);
 	snap_running = catalog_getint64(0, 1);
 	snap_last = catalog_getint64(0, 2);
 	if (snap_running == t->running_id && snap_last == t->last_id)
@@ -123,8 +124,8 @@ static bool
 target_load(const char *name, Target *t, bool missing_ok, const char *control)
 {
 	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
 	bool		isnull;
 	bool		found;
 
@@ -136,6 +137,7 @@ target_load(const char *name, Target *t, bool missing_ok, const char *control)
 	memset(t, 0, sizeof(Target));
 	t->name = pstrdup(name);
 	values[0] = CStringGetTextDatum(name);
+	values[1] = ledger_status_datum(LEDGER_RUNNING);
 
 	catalog_enter(&scope);
 	/* the row lock serializes the controls and runs of one backfill */
@@ -143,7 +145,7 @@ target_load(const char *name, Target *t, bool missing_ok, const char *control)
 						 1, types, values, NULL, SPI_OK_SELECT) > 0;
 	if (found)
 	{
-		catalog_exec_latest(TARGET_STATE_SQL, 1, types, values, NULL);
+		catalog_exec_latest(TARGET_STATE_SQL, 2, types, values, NULL);
 		t->owner = catalog_getoid(0, 1);
 		t->checksum = catalog_gettext(0, 2);
 		t->environments = catalog_getcopy(0, 3);
@@ -186,19 +188,12 @@ static bool
 lock_running_pass(Target *t)
 {
 	CatalogScope scope;
-	Oid			types[1] = {INT8OID};
-	Datum		values[1] = {Int64GetDatum(t->running_id)};
 	bool		running;
 
 	if (t->running_id == 0)
 		return false;
 	catalog_enter(&scope);
-	running = catalog_exec("SELECT 1 FROM backfill.ledger l"
-						   " WHERE l.run_id = $1 AND l.status = 'running' FOR UPDATE",
-						   1, types, values, NULL, SPI_OK_SELECT) > 0;
-	if (running)
-		catalog_exec("SELECT 1 FROM backfill.run r WHERE r.run_id = $1 FOR UPDATE",
-					 1, types, values, NULL, SPI_OK_SELECT);
+	running = state_pass_lock(t->running_id);
 	catalog_leave(&scope);
 	if (!running)
 		t->running_id = 0;
@@ -220,7 +215,7 @@ pass_direction(int64 run_id)
 	catalog_enter(&scope);
 	if (run_id != 0 &&
 		catalog_exec_latest(psprintf("SELECT %s FROM backfill.ledger l WHERE l.run_id = $1",
-									 ledger_direction_sql("l")),
+									 "l.direction"),
 							1, types, values, NULL) > 0)
 		direction = catalog_gettext(0, 1);
 	catalog_leave(&scope);
@@ -238,21 +233,44 @@ lock_running_pass_or_say(Target *t, const char *verb)
 	return false;
 }
 
-/* Run one catalog statement on the target's running pass; rows changed. */
-static int
-on_running_pass(Target *t, const char *sql)
+/* Move the target's running pass (a transition of state/), in the catalog scope. */
+static bool
+on_running_pass(Target *t, bool (*move) (int64 run_id))
 {
 	CatalogScope scope;
-	Oid			types[2] = {INT8OID, TEXTOID};
-	Datum		values[2];
-	int			n;
+	bool		changed;
 
-	values[0] = Int64GetDatum(t->running_id);
-	values[1] = CStringGetTextDatum(GetUserNameFromId(GetUserId(), false));
 	catalog_enter(&scope);
-	n = catalog_exec(sql, 2, types, values, NULL, SPI_OK_UPDATE);
+	changed = move(t->running_id);
 	catalog_leave(&scope);
-	return n;
+	return changed;
+}
+
+/* paused -> running, clearing why a scheduler paused it */
+static bool
+pass_resumed(int64 run_id)
+{
+	return state_pass_resumed(run_id, BACKFILL_UNSERVED_PAUSE);
+}
+
+/*
+ * Cancelled by the current user (BF010): the same end as a lane's
+ * (state_pass_end), every open partition cancelled.
+ */
+static bool
+pass_cancelled(int64 run_id)
+{
+	return state_pass_end(run_id, LEDGER_CANCELLED, -1,
+						  unpack_sql_state(ERRCODE_BACKFILL_CANCELLED),
+						  psprintf("cancelled by %s", GetUserNameFromId(GetUserId(), false)),
+						  -1);
+}
+
+/* failed -> pending: the failed partitions of the running pass */
+static bool
+pass_parts_retried(int64 run_id)
+{
+	return state_parts_retried(run_id) > 0;
 }
 
 static void
@@ -294,8 +312,7 @@ pause_pass(Target *t)
 
 	if (!lock_running_pass_or_say(t, "pause"))
 		return false;
-	changed = on_running_pass(t, "UPDATE backfill.run SET paused = true, updated_at = now()"
-							  " WHERE run_id = $1 AND NOT paused ") > 0;
+	changed = on_running_pass(t, state_pass_paused);
 	/* a lane waiting out its rate leaves at once, not after the sleep */
 	if (changed)
 		backfill_wake_lanes_at_commit(t->running_id, false);
@@ -313,10 +330,7 @@ resume_pass(Target *t)
 	backfill_check_database_served(t->name);
 	/* the reason a scheduler paused it (the database was no longer served) is over */
 	if (lock_running_pass(t))
-		changed = on_running_pass(t, "UPDATE backfill.run SET paused = false, updated_at = now(),"
-								  " last_error = CASE WHEN last_error LIKE '"
-								  BACKFILL_UNSERVED_PAUSE "%' THEN NULL ELSE last_error END"
-								  " WHERE run_id = $1 AND paused ") > 0;
+		changed = on_running_pass(t, pass_resumed);
 	if (changed)
 		backfill_wake_scheduler_at_commit();
 	return changed;
@@ -341,67 +355,14 @@ cancel_pass(Target *t)
 
 	if (!lock_running_pass_or_say(t, "cancel"))
 		return false;
-	on_running_pass(t, "UPDATE backfill.partition SET state = 'cancelled',"
-					" finished_at = now()"
-					" WHERE run_id = $1 AND state IN ('pending', 'running')"
-					"   ");
-	changed = on_running_pass(t, "UPDATE backfill.ledger l SET status = 'cancelled',"
-							  "  finished_at = now(), error_code = 'BF010',"
-							  "  error_message = 'cancelled by ' || $2,"
-							  "  rows = (SELECT coalesce(sum(p.rows), 0) FROM backfill.partition p"
-							  "           WHERE p.run_id = l.run_id),"
-							  "  batches = (SELECT coalesce(sum(p.batches), 0)"
-							  "               FROM backfill.partition p WHERE p.run_id = l.run_id)"
-							  " WHERE l.run_id = $1 AND l.status = 'running'") > 0;
+	changed = on_running_pass(t, pass_cancelled);
+	/* at commit: the lanes' batches in flight are cancelled, sleeping lanes woken */
 	if (changed)
-	{
-		on_running_pass(t, "UPDATE backfill.run SET phase = 'done', paused = false,"
-						" last_error = 'cancelled by ' || $2, updated_at = now()"
-						" WHERE run_id = $1");
-		/* at commit: the lanes' batches in flight are cancelled, sleeping lanes woken */
 		backfill_wake_lanes_at_commit(t->running_id, true);
-	}
 	return changed;
 }
 
 CONTROL_ENTRY(backfill_cancel, cancel_pass)
-
-/*
- * The rows that failed alone in run old_id, each a partition of its own in
- * run new_id: from the cursor before it (exclusive) to its key (inclusive),
- * where no other row matched when it was recorded.  Numbered after the
- * partitions copied from the old run; returns how many (in the catalog
- * scope).
- */
-static int
-retry_failed_rows(int64 new_id, int64 old_id)
-{
-	Oid			types[2] = {INT8OID, INT8OID};
-	Datum		values[2] = {Int64GetDatum(new_id), Int64GetDatum(old_id)};
-
-	/* a pass planned per leaf: the row's partition keeps to its leaf's piece */
-	if (catalog_has_column("partition", "leaf_range"))
-		return catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, state,"
-							"   leaf, leaf_range)"
-							" SELECT $1, m.n + pg_catalog.row_number() OVER (ORDER BY f.at,"
-							"        f.part_no, f.key), f.after_key, f.key, 'pending',"
-							"        o.leaf, o.leaf_range"
-							"   FROM backfill.failed_row f"
-							"   LEFT JOIN backfill.partition o"
-							"     ON o.run_id = f.run_id AND o.part_no = f.part_no,"
-							"        (SELECT coalesce(pg_catalog.max(p.part_no), -1) AS n"
-							"           FROM backfill.partition p WHERE p.run_id = $1) m"
-							"  WHERE f.run_id = $2",
-							2, types, values, NULL, SPI_OK_INSERT);
-	return catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, state)"
-						" SELECT $1, m.n + pg_catalog.row_number() OVER (ORDER BY f.at, f.part_no,"
-						"        f.key), f.after_key, f.key, 'pending'"
-						"   FROM backfill.failed_row f,"
-						"        (SELECT coalesce(pg_catalog.max(p.part_no), -1) AS n"
-						"           FROM backfill.partition p WHERE p.run_id = $1) m"
-						"  WHERE f.run_id = $2",
-						2, types, values, NULL, SPI_OK_INSERT);
-}
 
 /*
  * A forward pass that failed STALLED (BF006), retried: does the retry sweep
@@ -424,13 +385,13 @@ retry_sweeps(Target *t, const char *direction)
 	bool		sweeps;
 	bool		table;
 
-	if (strcmp(direction, "forward") != 0 || !catalog_has_column("run", "sweep"))
-		return false;			/* a revert, or a catalog older than 0.6 */
+	if (strcmp(direction, "forward") != 0)
+		return false;			/* a revert */
 	catalog_enter(&scope);
 	stalled = catalog_exec("SELECT 1 FROM backfill.ledger WHERE run_id = $1"
 						   " AND error_code = 'BF006'", 1, types, values, NULL,
 						   SPI_OK_SELECT) > 0;
-	if (stalled && catalog_has_column("partition", "shard"))
+	if (stalled)
 		resumes = catalog_exec("SELECT 1 FROM backfill.partition WHERE run_id = $1"
 							   " AND shard IS NOT NULL LIMIT 1", 1, types, values, NULL,
 							   SPI_OK_SELECT) > 0;
@@ -468,8 +429,6 @@ static int64
 retry_failed_pass(Target *t)
 {
 	CatalogScope scope;
-	Oid			types[2] = {INT8OID, INT8OID};
-	Datum		values[2];
 	int64		run_id;
 	int			copied;
 	int			rows;
@@ -491,51 +450,12 @@ retry_failed_pass(Target *t)
 	/* a failed revert resumes as a revert */
 	run_id = enqueue_pass_as(t->last_ledger_name, t->name, t->checksum, false, t->last_id,
 							 t->owner, t->last_input, direction, false);
-	values[0] = Int64GetDatum(run_id);
-	values[1] = Int64GetDatum(t->last_id);
 	catalog_enter(&scope);
-	/* a partition planned per leaf keeps its leaf's piece (engine/leaves.c) */
-	/*
-	 * a Citus shard's partition goes on from its row on the shard's node,
-	 * the old run's (shard_run), with the rows that row counts
-	 */
-	copied = catalog_exec(catalog_has_column("partition", "split_from") ?
-						  "INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, state,"
-						  "   leaf, leaf_range, shard, shard_group, shard_run, rows, shard_min,"
-						  "   shard_max, split_from)"
-						  " SELECT $1, part_no, lo, hi, cursor,"
-						  "        CASE WHEN state = 'done' THEN 'done' ELSE 'pending' END,"
-						  "        leaf, leaf_range, shard, shard_group,"
-						  "        CASE WHEN shard IS NOT NULL THEN coalesce(shard_run, run_id) END,"
-						  "        CASE WHEN shard IS NOT NULL THEN rows ELSE 0 END,"
-						  "        shard_min, shard_max, split_from"
-						  "   FROM backfill.partition WHERE run_id = $2" :
-						  catalog_has_column("partition", "shard_run") ?
-						  "INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, state,"
-						  "   leaf, leaf_range, shard, shard_group, shard_run, rows)"
-						  " SELECT $1, part_no, lo, hi, cursor,"
-						  "        CASE WHEN state = 'done' THEN 'done' ELSE 'pending' END,"
-						  "        leaf, leaf_range, shard, shard_group,"
-						  "        CASE WHEN shard IS NOT NULL THEN coalesce(shard_run, run_id) END,"
-						  "        CASE WHEN shard IS NOT NULL THEN rows ELSE 0 END"
-						  "   FROM backfill.partition WHERE run_id = $2" :
-						  catalog_has_column("partition", "leaf_range") ?
-						  "INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, state,"
-						  "   leaf, leaf_range)"
-						  " SELECT $1, part_no, lo, hi, cursor,"
-						  "        CASE WHEN state = 'done' THEN 'done' ELSE 'pending' END,"
-						  "        leaf, leaf_range"
-						  "   FROM backfill.partition WHERE run_id = $2" :
-						  "INSERT INTO backfill.partition (run_id, part_no, lo, hi, cursor, state)"
-						  " SELECT $1, part_no, lo, hi, cursor,"
-						  "        CASE WHEN state = 'done' THEN 'done' ELSE 'pending' END"
-						  "   FROM backfill.partition WHERE run_id = $2",
-						  2, types, values, NULL, SPI_OK_INSERT);
+	copied = state_parts_copied(run_id, t->last_id);
 	/* a stalled pass that sweeps: every partition again from its start */
 	if (sweep)
-		catalog_exec("UPDATE backfill.partition SET cursor = NULL, state = 'pending'"
-					 " WHERE run_id = $1", 1, types, values, NULL, SPI_OK_UPDATE);
-	rows = retry_failed_rows(run_id, t->last_id);
+		state_parts_restarted(run_id);
+	rows = state_parts_of_failed_rows(run_id, t->last_id);
 	copied += rows;
 	/*
 	 * The resumed pass keeps its bound: it converges within the same key
@@ -543,16 +463,14 @@ retry_failed_pass(Target *t)
 	 * table is then (pass.c plan_resumed), not the failed pass's.
 	 */
 	if (copied > 0)
-		catalog_exec(psprintf("UPDATE backfill.run r SET phase = 'running'%s"
-							  " FROM backfill.run o WHERE r.run_id = $1 AND o.run_id = $2",
-							  catalog_has_column("run", "bound") ? ", bound = o.bound" : ""),
-					 2, types, values, NULL, SPI_OK_UPDATE);
+		state_pass_retried(run_id, t->last_id);
 	catalog_leave(&scope);
 	ereport(NOTICE,
 			(errmsg(sweep ?
 					"backfill \"%s\" sweeps stalled run " INT64_FORMAT " again as run "
 					INT64_FORMAT :
-					strcmp(t->last_status, "completed_with_failures") == 0 ?
+					strcmp(t->last_status,
+						   ledger_status_text(LEDGER_COMPLETED_WITH_FAILURES)) == 0 ?
 					"backfill \"%s\" retries the rows that failed alone in run " INT64_FORMAT
 					" as run " INT64_FORMAT :
 					"backfill \"%s\" resumes failed run " INT64_FORMAT " as run " INT64_FORMAT,
@@ -587,13 +505,11 @@ retry_pass(Target *t)
 	tenancy_check_run_as(t->name, t->owner, t->run_as);
 	if (t->running_id != 0)
 	{
-		changed = on_running_pass(t, "UPDATE backfill.partition SET state = 'pending',"
-								  " failures = 0, holder_pid = NULL, holder_start = NULL,"
-								  " finished_at = NULL"
-								  " WHERE run_id = $1 AND state = 'failed' ") > 0;
+		changed = on_running_pass(t, pass_parts_retried);
 	}
-	else if (t->last_id != 0 && (strcmp(t->last_status, "failed") == 0 ||
-								 strcmp(t->last_status, "completed_with_failures") == 0))
+	else if (t->last_id != 0 &&
+			 (strcmp(t->last_status, ledger_status_text(LEDGER_FAILED)) == 0 ||
+			  strcmp(t->last_status, ledger_status_text(LEDGER_COMPLETED_WITH_FAILURES)) == 0))
 	{
 		(void) retry_failed_pass(t);
 		changed = true;
@@ -613,20 +529,19 @@ static bool
 has_unreverted_rows(const char *name)
 {
 	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(name)};
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2] = {CStringGetTextDatum(name), ledger_status_datum(LEDGER_COMPLETED)};
 	bool		found;
 
 	catalog_enter(&scope);
-	found = catalog_exec(psprintf("SELECT 1 FROM backfill.ledger l"
-								  " WHERE l.declaration = $1 AND %s = 'forward'"
-								  "   AND coalesce(l.rows, 0) > 0"
-								  "   AND l.run_id > coalesce((SELECT pg_catalog.max(v.run_id)"
-								  "         FROM backfill.ledger v WHERE v.ledger_name = l.ledger_name"
-								  "          AND v.status = 'completed' AND %s = 'revert'), 0)"
-								  " LIMIT 1",
-								  ledger_direction_sql("l"), ledger_direction_sql("v")),
-						 1, types, values, NULL, SPI_OK_SELECT) > 0;
+	found = catalog_exec("SELECT 1 FROM backfill.ledger l"
+						 " WHERE l.declaration = $1 AND l.direction = 'forward'"
+						 "   AND coalesce(l.rows, 0) > 0"
+						 "   AND l.run_id > coalesce((SELECT pg_catalog.max(v.run_id)"
+						 "         FROM backfill.ledger v WHERE v.ledger_name = l.ledger_name"
+						 "          AND v.status = $2 AND v.direction = 'revert'), 0)"
+						 " LIMIT 1",
+						 2, types, values, NULL, SPI_OK_SELECT) > 0;
 	catalog_leave(&scope);
 	return found;
 }
@@ -757,7 +672,7 @@ existing_revert(Target *t)
 	}
 	if (t->running_id != 0)
 		return -1;				/* it ended meanwhile: load the state again */
-	if (t->last_id != 0 && strcmp(t->last_status, "completed") == 0 &&
+	if (t->last_id != 0 && strcmp(t->last_status, ledger_status_text(LEDGER_COMPLETED)) == 0 &&
 		strcmp(pass_direction(t->last_id), "revert") == 0)
 	{
 		ereport(NOTICE,
@@ -801,8 +716,8 @@ static char *
 target_scope(Target *t, const Declaration *decl, Jsonb *input)
 {
 	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2];
 	char	   *ledger_name;
 
 	if (decl->scope != NULL && input == NULL)
@@ -819,14 +734,15 @@ target_scope(Target *t, const Declaration *decl, Jsonb *input)
 		return ledger_name;
 
 	values[0] = CStringGetTextDatum(ledger_name);
+	values[1] = ledger_status_datum(LEDGER_RUNNING);
 	catalog_enter(&scope);
 	catalog_exec_latest("SELECT (SELECT max(l.run_id) FROM backfill.ledger l"
-						"         WHERE l.ledger_name = $1 AND l.status = 'running'),"
+						"         WHERE l.ledger_name = $1 AND l.status = $2),"
 						"  last.run_id, last.status, last.checksum"
 						" FROM (SELECT 1) one LEFT JOIN LATERAL"
 						"  (SELECT l.run_id, l.status, l.checksum FROM backfill.ledger l"
 						"    WHERE l.ledger_name = $1 ORDER BY l.run_id DESC LIMIT 1) last ON true",
-						1, types, values, NULL);
+						2, types, values, NULL);
 	t->running_id = catalog_getint64(0, 1);
 	t->last_id = catalog_getint64(0, 2);
 	t->last_status = catalog_gettext(0, 3);
@@ -846,20 +762,19 @@ static int64
 forward_rows_to_undo(const char *ledger_name)
 {
 	CatalogScope scope;
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1] = {CStringGetTextDatum(ledger_name)};
-	char	   *direction = ledger_direction_sql("l");
+	Oid			types[2] = {TEXTOID, TEXTOID};
+	Datum		values[2] = {CStringGetTextDatum(ledger_name),
+	ledger_status_datum(LEDGER_COMPLETED)};
 	int64		rows;
 
 	catalog_enter(&scope);
-	catalog_exec_latest(psprintf("SELECT coalesce(pg_catalog.sum(l.rows), 0)::pg_catalog.int8"
-								 "  FROM backfill.ledger l WHERE l.ledger_name = $1"
-								 "   AND %s = 'forward' AND l.run_id > coalesce("
-								 "     (SELECT pg_catalog.max(v.run_id) FROM backfill.ledger v"
-								 "       WHERE v.ledger_name = $1 AND v.status = 'completed'"
-								 "         AND %s = 'revert'), 0)",
-								 direction, ledger_direction_sql("v")),
-						1, types, values, NULL);
+	catalog_exec_latest("SELECT coalesce(pg_catalog.sum(l.rows), 0)::pg_catalog.int8"
+						"  FROM backfill.ledger l WHERE l.ledger_name = $1"
+						"   AND l.direction = 'forward' AND l.run_id > coalesce("
+						"     (SELECT pg_catalog.max(v.run_id) FROM backfill.ledger v"
+						"       WHERE v.ledger_name = $1 AND v.status = $2"
+						"         AND v.direction = 'revert'), 0)",
+						2, types, values, NULL);
 	rows = catalog_getint64(0, 1);
 	catalog_leave(&scope);
 	return rows;
@@ -906,7 +821,7 @@ backfill_revert(PG_FUNCTION_ARGS)
 	}
 	tenancy_check_run_as(t.name, t.owner, t.run_as);
 	backfill_check_database_served(t.name);
-	if (t.last_id != 0 && strcmp(t.last_status, "completed") != 0 &&
+	if (t.last_id != 0 && strcmp(t.last_status, ledger_status_text(LEDGER_COMPLETED)) != 0 &&
 		strcmp(pass_direction(t.last_id), "revert") == 0)
 		run_id = retry_failed_pass(&t);	/* its checkpoints: no row undone twice */
 	else

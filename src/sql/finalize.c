@@ -69,7 +69,11 @@
 #include "drive.h"
 #include "newest.h"
 #include "errors.h"
+#include "pacing.h"
+#include "claim.h"
 #include "pass.h"
+#include "passend.h"
+#include "plan.h"
 #include "probe.h"
 #include "shards.h"
 #include "shmem.h"
@@ -118,8 +122,7 @@ typedef struct Final
 	"       ELSE l.rows END::pg_catalog.int8 AS rows," \
 	"  (SELECT pg_catalog.count(*) FROM backfill.partition p" \
 	"    WHERE p.run_id = l.run_id AND p.state = 'running'" \
-	"      AND EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a" \
-	"                   WHERE a.pid = p.holder_pid AND a.backend_start = p.holder_start))" \
+	"      AND backfill.lease_live(p.holder_pid, p.holder_start))" \
 	"    AS live," \
 	"  backfill.unmet_requirement(d.name) AS unmet, l.direction = 'revert' AS revert," \
 	"  d.relid IS NOT NULL AND d.scope IS NULL AS plain, (%s) AS retired" \

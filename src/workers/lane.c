@@ -39,6 +39,8 @@
 #include "errors.h"
 #include "lane.h"
 #include "pass.h"
+#include "passend.h"
+#include "plan.h"
 #include "shmem.h"
 #include "worker.h"
 #include "xact.h"

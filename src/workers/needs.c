@@ -46,6 +46,7 @@
 #include "relay.h"
 #include "shmem.h"
 #include "spicols.h"
+#include "state.h"
 #include "tenancy.h"
 #include "windows.h"
 #include "xact.h"
@@ -222,25 +223,14 @@ database_no_longer_served(void)
 static void
 pause_unserved_passes(const char *why)
 {
-	Oid			types[1] = {TEXTOID};
-	Datum		values[1];
 	char	   *dbname = get_database_name(MyDatabaseId);
-	int			rc;
+	int			n;
 
-	values[0] = CStringGetTextDatum(psprintf(BACKFILL_UNSERVED_PAUSE "%s, and no scheduler serves "
-											 "it; ALTER DATABASE %s IS_TEMPLATE false (or "
-											 "ALLOW_CONNECTIONS true), then backfill_resume",
-											 why, dbname ? quote_identifier(dbname) : "..."));
-	rc = SPI_execute_with_args("WITH l AS (SELECT run_id FROM backfill.ledger"
-							   "   WHERE status = 'running' ORDER BY run_id FOR UPDATE)"
-							   " UPDATE backfill.run r SET paused = true, last_error = $1,"
-							   "   updated_at = pg_catalog.now()"
-							   " FROM l WHERE r.run_id = l.run_id AND NOT r.paused"
-							   " RETURNING r.run_id",
-							   1, types, values, NULL, false, 0);
-	if (rc != SPI_OK_UPDATE_RETURNING)
-		elog(ERROR, "could not pause the passes of a database no longer served: SPI code %d", rc);
-	for (uint64 i = 0; i < SPI_processed; i++)
+	n = state_passes_paused_all(psprintf(BACKFILL_UNSERVED_PAUSE "%s, and no scheduler serves "
+										 "it; ALTER DATABASE %s IS_TEMPLATE false (or "
+										 "ALLOW_CONNECTIONS true), then backfill_resume",
+										 why, dbname ? quote_identifier(dbname) : "..."));
+	for (uint64 i = 0; i < n; i++)
 	{
 		bool		isnull;
 		int64		run_id = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
@@ -365,14 +355,9 @@ read_running_passes(MemoryContext result_cxt)
 						 " JOIN backfill.run r ON r.run_id = l.run_id"
 						 " LEFT JOIN backfill.declaration d ON d.name = l.declaration"
 						 " LEFT JOIN LATERAL ("
-						 "   SELECT q.state, EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a"
-						 "                            WHERE a.pid = q.holder_pid"
-						 "                              AND a.backend_start = q.holder_start) AS alive,"
+						 "   SELECT q.state, backfill.lease_live(q.holder_pid, q.holder_start) AS alive,"
 						 /* as backfill.claim_partition: a dead holder that died at once cools down */
-						 "     coalesce(q.renewed_at - q.holder_start < interval '5 s'"
-						 "       AND pg_catalog.now() < q.renewed_at"
-						 "           + least(60, pg_catalog.power(2, least(q.reclaims, 6))) * interval '1 s',"
-						 "       false) AS cooling"
+						 "     backfill.lease_cooling(q.renewed_at, q.holder_start, q.reclaims) AS cooling"
 						 "     FROM backfill.partition q WHERE q.run_id = l.run_id) p ON true"
 						 " WHERE l.status = 'running' AND NOT r.paused"
 						 "   AND (r.phase <> 'queued'"

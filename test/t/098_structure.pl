@@ -27,6 +27,7 @@ my %rank = (
 	'src/outbox'   => 4,
 	'src/engine'   => 3,
 	'src/trust'    => 2,
+	'src/state'    => 1.5,
 	'src/catalogs' => 1,
 	'src'          => 0,
 	'cli'          => 0);
