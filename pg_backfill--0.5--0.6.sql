@@ -1764,30 +1764,32 @@ ALTER FUNCTION backfill_rehearse(text, integer) CALLED ON NULL INPUT;
  * none of them unless its throttle starts or stops), so whichever C module
  * writes those rows, the event commits or rolls back with it.  (Not
  * deferred to the commit: a deferred trigger cannot fire in a
- * security-restricted operation, where backfill_finalize commits.)  The
- * backfill's event number is a row lock taken after the locks the writers
- * already take in their order (declaration, ledger, run: control.c,
- * pass.c), so it adds no cycle; the watch's trigger takes the declaration
- * first, as the catch-up pass will.  The message is emitted by the
+ * security-restricted operation, where backfill_finalize commits.)  A
+ * pass's event number is a row lock of its own (backfill.event_state, by
+ * run_id), taken after the locks the writers already take in their order
+ * (declaration, ledger, run: state/), so it adds no cycle, and a
+ * transaction that holds one pass's number open (a backfill_run not yet
+ * committed) holds up no other pass, nor the scheduler; the watch's
+ * trigger takes the declaration first, as the catch-up pass will.  The
+ * message is emitted by the
  * declaration's owner; the relay checks that role against the topic's
  * owner and grants like any message's.
  */
 ALTER TABLE backfill.declaration ADD COLUMN events text;   -- not in the checksum
 
 /*
- * Per backfill: the sequence number of its last event (a consumer sees a
- * gap), and the throttle state its events last said for its newest pass
+ * Per pass: the sequence number of its last event (1 is its queued: a
+ * consumer sees a gap), and the throttle state its events last said
  * (throttled / unthrottled: at most one of each a minute per pass).
  */
 CREATE TABLE backfill.event_state (
-    declaration    text PRIMARY KEY,
+    run_id         bigint PRIMARY KEY,
     seq            bigint NOT NULL DEFAULT 0,
-    run_id         bigint,
     throttled      boolean NOT NULL DEFAULT false,
     throttled_at   timestamptz,
     unthrottled_at timestamptz
 );
--- dumped: a restored backfill's events go on from its last number
+-- dumped: a restored pass's events go on from its last number
 SELECT pg_catalog.pg_extension_config_dump('backfill.event_state', '');
 REVOKE ALL ON backfill.event_state FROM PUBLIC;
 
@@ -1798,10 +1800,11 @@ AS 'MODULE_PATHNAME', 'backfill_event_emit';
 REVOKE ALL ON FUNCTION backfill.event_emit(text, text, jsonb, regrole) FROM PUBLIC;
 
 /*
- * Emit event of a pass (run_id; NULL: none) of backfill p_declaration, if
- * the declaration names a topic.  throttle: NULL for every event but the
- * throttle's, whose number is taken only if no other transaction holds it
- * (debounced anyway: a lane never waits for, nor deadlocks with, another).
+ * Emit event of a pass (run_id; NULL: none, and no number) of backfill
+ * p_declaration, if the declaration names a topic.  throttle: NULL for
+ * every event but the throttle's, whose number is taken only if no other
+ * transaction holds it (debounced anyway: a lane never waits for, nor
+ * deadlocks with, another).
  */
 CREATE FUNCTION backfill.lifecycle_event(p_declaration text, p_event text, p_run_id bigint,
                                          p_rows bigint DEFAULT NULL, p_throttle boolean DEFAULT NULL)
@@ -1818,19 +1821,16 @@ BEGIN
         RETURN;
     END IF;
     IF p_throttle IS NULL THEN
-        INSERT INTO backfill.event_state AS s (declaration, seq) VALUES (p_declaration, 1)
-        ON CONFLICT (declaration) DO UPDATE SET seq = s.seq + 1
-        RETURNING s.seq INTO n;
+        IF p_run_id IS NOT NULL THEN
+            INSERT INTO backfill.event_state AS s (run_id, seq) VALUES (p_run_id, 1)
+            ON CONFLICT (run_id) DO UPDATE SET seq = s.seq + 1
+            RETURNING s.seq INTO n;
+        END IF;
     ELSE
         SELECT * INTO st FROM backfill.event_state s
-         WHERE s.declaration = p_declaration FOR UPDATE SKIP LOCKED;
+         WHERE s.run_id = p_run_id FOR UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
             RETURN;
-        END IF;
-        IF st.run_id IS DISTINCT FROM p_run_id THEN
-            st.throttled := false;
-            st.throttled_at := NULL;
-            st.unthrottled_at := NULL;
         END IF;
         IF st.throttled = p_throttle
            OR (CASE WHEN p_throttle THEN st.throttled_at ELSE st.unthrottled_at END)
@@ -1841,10 +1841,10 @@ BEGIN
             RETURN;
         END IF;
         UPDATE backfill.event_state s
-           SET seq = s.seq + 1, run_id = p_run_id, throttled = p_throttle,
+           SET seq = s.seq + 1, throttled = p_throttle,
                throttled_at = CASE WHEN p_throttle THEN now() ELSE st.throttled_at END,
                unthrottled_at = CASE WHEN p_throttle THEN st.unthrottled_at ELSE now() END
-         WHERE s.declaration = p_declaration
+         WHERE s.run_id = p_run_id
         RETURNING s.seq INTO n;
     END IF;
     SELECT g.ledger_name, g.status, g.rows, g.error_code, g.direction, g.watch INTO l
@@ -2120,3 +2120,25 @@ AS $$
     RETURNING p.part_no, coalesce(p.cursor, p.lo), p.hi, p.rows, c.reclaim, c.holder_pid;
 $$;
 REVOKE ALL ON FUNCTION backfill.claim_partition(bigint, integer, timestamptz) FROM PUBLIC;
+
+/* ==== issue 28 point 2, a tester's findings: an outbox topic fits the outbox's index ==== */
+/*
+ * A topic of at most 200 bytes (OUTBOX_TOPIC_MAX in outbox.h; backfill
+ * names are too): with a backfill's name as its events' key it always fits
+ * the outbox's (topic, key, id) index, so emitting an event cannot fail
+ * the transaction that changed the pass (the scheduler's included).
+ * backfill_outbox_emit and events => check it in C; a sink's row here.
+ */
+CREATE FUNCTION backfill.outbox_sink_topic_check() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF octet_length(NEW.topic) > 200 THEN
+        RAISE EXCEPTION 'outbox topic is % bytes long, more than 200', octet_length(NEW.topic)
+              USING ERRCODE = 'BF011',
+                    HINT = 'Name the topic in at most 200 bytes, e.g. ''orders.backfills''.';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER outbox_sink_topic_check BEFORE INSERT OR UPDATE OF topic ON backfill.outbox_sink
+    FOR EACH ROW EXECUTE FUNCTION backfill.outbox_sink_topic_check();

@@ -57,6 +57,7 @@ events_check_topic(const char *name, const char *topic, Oid declarer)
 	Datum		grantees;
 	bool		grantees_null;
 
+	outbox_check_topic_length(topic);
 	if (topic[0] == '\0')
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
@@ -68,8 +69,9 @@ events_check_topic(const char *name, const char *topic, Oid declarer)
 				 errmsg("events topic \"%s\" of backfill \"%s\" has no sink", topic, name),
 				 errdetail("A topic belongs to the role that set its sink; the events of a "
 						   "backfill go to a topic its declarer owns or was granted."),
-				 errhint("Set the sink first, e.g. SELECT backfill_outbox_sink('%s', 'function', "
-						 "'my_events_fn'); or ask its owner for backfill_outbox_grant.", topic)));
+				 errhint("Set the sink first, e.g. SELECT backfill_outbox_sink(%s, 'function', "
+						 "'my_events_fn'); or ask its owner for backfill_outbox_grant.",
+						 quote_literal_cstr(topic))));
 	if (outbox_role_allowed(declarer, owner, grantees, grantees_null))
 		return;
 	ereport(ERROR,
@@ -78,8 +80,9 @@ events_check_topic(const char *name, const char *topic, Oid declarer)
 			 errdetail("The topic's sink was set by role \"%s\"; role \"%s\" is not a member "
 					   "of it and was not granted the topic.",
 					   role_or_dropped(owner), GetUserNameFromId(declarer, false)),
-			 errhint("Ask a member of role \"%s\" to run SELECT backfill_outbox_grant('%s', '%s');",
-					 role_or_dropped(owner), topic, GetUserNameFromId(declarer, false))));
+			 errhint("Ask a member of role \"%s\" to run SELECT backfill_outbox_grant(%s, %s);",
+					 role_or_dropped(owner), quote_literal_cstr(topic),
+					 quote_literal_cstr(quote_identifier(GetUserNameFromId(declarer, false))))));
 }
 
 /*

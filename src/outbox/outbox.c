@@ -141,12 +141,29 @@ check_emit_arguments(FunctionCallInfo fcinfo)
 				 errmsg("outbox message needs a topic"),
 				 errhint("Name the topic whose sink delivers it, e.g. 'orders.changed'.")));
 	topic = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	outbox_check_topic_length(topic);
 	if (PG_ARGISNULL(1))
 		refuse_missing(topic, "a key",
 					   "Messages of one key are delivered in the order they were emitted.",
 					   "Use the changed row's key, e.g. its id as text.");
 	if (PG_ARGISNULL(2))
 		refuse_missing(topic, "a payload", NULL, "Pass a jsonb payload, e.g. to_jsonb(the_row).");
+}
+
+/*
+ * A topic is at most OUTBOX_TOPIC_MAX bytes (a sink's, an emit's, a
+ * declaration's events): with a key it must fit the outbox's index.
+ */
+void
+outbox_check_topic_length(const char *topic)
+{
+	if (strlen(topic) > OUTBOX_TOPIC_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_OPTION_INVALID),
+				 errmsg("outbox topic is %zu bytes long, more than %d", strlen(topic),
+						OUTBOX_TOPIC_MAX),
+				 errhint("Name the topic in at most %d bytes, e.g. 'orders.backfills'.",
+						 OUTBOX_TOPIC_MAX)));
 }
 
 /*

@@ -10,6 +10,12 @@
 
 #include "postgres.h"
 
+/* the longest topic, in bytes (a sink's trigger says the same in SQL) */
+#define OUTBOX_TOPIC_MAX 200
+
+/* refuse a topic longer than OUTBOX_TOPIC_MAX (BF011) */
+extern void outbox_check_topic_length(const char *topic);
+
 /*
  * May role emit into a topic whose sink owner is owner and which is
  * granted to grantees (an oid[] datum, or NULL)?

@@ -382,9 +382,10 @@ refuse_delivery(Delivery *d)
 				 errdetail("The topic belongs to role \"%s\", which set its sink; the role that "
 						   "emitted the message is not a member of it and has no grant on the topic.",
 						   role_name(d->run_as)),
-				 errhint("To deliver it, SELECT backfill_outbox_grant('%s', '%s'); then "
+				 errhint("To deliver it, SELECT backfill_outbox_grant(%s, %s); then "
 						 "SELECT backfill_outbox_requeue(" INT64_FORMAT ");",
-						 d->topic, role_name(d->emitted_by), d->id)));
+						 quote_literal_cstr(d->topic),
+						 quote_literal_cstr(quote_identifier(role_name(d->emitted_by))), d->id)));
 }
 
 /*
@@ -416,8 +417,8 @@ call_function_sink(Delivery *d)
 						d->target, d->topic),
 				 errdetail("It was dropped, renamed or created again since the sink was set."),
 				 errhint("Set the sink again to run the function now of that name: "
-						 "SELECT backfill_outbox_sink('%s', 'function', '%s');",
-						 d->topic, d->target)));
+						 "SELECT backfill_outbox_sink(%s, 'function', %s);",
+						 quote_literal_cstr(d->topic), quote_literal_cstr(d->target))));
 
 	/* checked when the sink was set; the function may have changed hands since */
 	if (!has_privs_of_role(function_owner(d->target_fn), d->run_as))
@@ -517,7 +518,8 @@ check_sink_role(Delivery *d)
 			 errdetail("Its role oid %u is %s now.", d->run_as,
 					   GetUserNameFromId(d->run_as, true) ?
 					   GetUserNameFromId(d->run_as, true) : "no role"),
-			 errhint("Set the sink again: SELECT backfill_outbox_sink('%s', ...);", d->topic)));
+			 errhint("Set the sink again: SELECT backfill_outbox_sink(%s, ...);",
+					 quote_literal_cstr(d->topic))));
 }
 
 /*

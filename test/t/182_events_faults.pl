@@ -7,7 +7,7 @@
 # pg_ctl -m immediate; seeded: FE_SEED=N repeats a run, the seed is
 # printed), and some passes are paused and resumed on the way.  At the end
 # every event of every pass was delivered exactly once to the sink, in
-# order per backfill, with no gap in its sequence number; and the events
+# order per backfill, with no gap in its pass's sequence number; and the events
 # are those the ledger's history says: for each pass one queued, one
 # started and one end event of its ledger status, and one paused / resumed
 # for each backfill_pause / backfill_resume that changed something.
@@ -165,18 +165,26 @@ ok(poll_until($node, q{SELECT count(*) FROM backfill.outbox WHERE state <> 'deli
 my $emitted = $node->safe_psql('postgres', 'SELECT count(*) FROM backfill.outbox');
 my $delivered = $node->safe_psql('postgres', 'SELECT count(*) FROM fe_log');
 my $dups = $node->safe_psql('postgres', q{
-	SELECT count(*) FROM (SELECT key, payload->>'seq' FROM fe_log
-	                       GROUP BY 1, 2 HAVING count(*) > 1) d});
+	SELECT count(*) FROM (SELECT key, payload->>'run_id', payload->>'seq' FROM fe_log
+	                       GROUP BY 1, 2, 3 HAVING count(*) > 1) d});
 is($dups, '0', 'no event delivered twice');
 is($delivered, $emitted, "as many deliveries ($delivered) as events emitted");
 
-# per backfill, in delivery order: seq 1, 2, 3, ... with no gap nor swap
+# per pass, in delivery order: seq 1, 2, 3, ... with no gap nor swap; per
+# backfill, its passes' events one pass after the other, in delivery order
 my $gaps = $node->safe_psql('postgres', q{
 	SELECT count(*) FROM (
 	  SELECT key, (payload->>'seq')::bigint AS seq,
-	         row_number() OVER (PARTITION BY key ORDER BY n) AS k
+	         row_number() OVER (PARTITION BY key, payload->>'run_id' ORDER BY n) AS k
 	    FROM fe_log) s WHERE seq <> k});
-is($gaps, '0', 'each backfill\'s events arrived in order, numbered without a gap');
+is($gaps, '0', 'each pass\'s events arrived in order, numbered without a gap');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM (
+	  SELECT row_number() OVER (PARTITION BY key ORDER BY n) AS delivered,
+	         row_number() OVER (PARTITION BY key ORDER BY (payload->>'run_id')::bigint,
+	                                                     (payload->>'seq')::bigint) AS numbered
+	    FROM fe_log) s WHERE delivered <> numbered}),
+	'0', 'each backfill\'s events arrived in order: pass after pass');
 
 # the events are the ledger's history: per pass queued, started, its end
 my $bad = $node->safe_psql('postgres', q{
@@ -204,6 +212,7 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM fe_log WHERE payload->>'e
 	$resumes, "one resumed event per resume that changed something ($resumes)");
 is($node->safe_psql('postgres', q{
 	SELECT count(*) FROM fe_log f JOIN backfill.outbox o ON o.key = f.key
+	   AND o.payload->>'run_id' = f.payload->>'run_id'
 	   AND o.payload->>'seq' = f.payload->>'seq' WHERE o.emitted_by::text <> 'postgres'}),
 	'0', 'emitted by the declarations\' owner');
 
