@@ -2142,3 +2142,39 @@ END
 $$;
 CREATE TRIGGER outbox_sink_topic_check BEFORE INSERT OR UPDATE OF topic ON backfill.outbox_sink
     FOR EACH ROW EXECUTE FUNCTION backfill.outbox_sink_topic_check();
+
+/* ==== issue 24 follow-up (a new user's finding): backfill_drop(name, abandon) ==== */
+/*
+ * A backfill whose table (or the column it wrote) is gone can be neither
+ * reverted nor declared again: abandon => true drops it as it is, its
+ * owner's word that nothing is left to undo.  The one-argument form goes;
+ * its privileges carry over.
+ */
+SELECT pg_catalog.set_config('pg_backfill.upgrade_drop_acl', coalesce(p.proacl::text, ''), true)
+  FROM pg_catalog.pg_proc p WHERE p.oid = 'backfill_drop(text)'::pg_catalog.regprocedure;
+DROP FUNCTION backfill_drop(text);
+CREATE FUNCTION backfill_drop(name text, abandon boolean DEFAULT false) RETURNS boolean
+LANGUAGE C STRICT VOLATILE AS 'MODULE_PATHNAME', 'backfill_drop';
+COMMENT ON FUNCTION backfill_drop(text, boolean) IS
+'withdraw a declaration (refused once it wrote rows without a way back, unless abandon)';
+DO $$
+DECLARE
+    acl pg_catalog.aclitem[] :=
+        NULLIF(pg_catalog.current_setting('pg_backfill.upgrade_drop_acl', true), '');
+    item record;
+BEGIN
+    IF acl IS NULL THEN
+        RETURN;
+    END IF;
+    REVOKE ALL ON FUNCTION backfill_drop(text, boolean) FROM PUBLIC;
+    FOR item IN SELECT a.grantee, a.is_grantable FROM pg_catalog.aclexplode(acl) a
+                 WHERE a.privilege_type = 'EXECUTE'
+    LOOP
+        EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION backfill_drop(text, boolean) TO %s%s',
+            CASE WHEN item.grantee = 0 THEN 'PUBLIC'
+                 ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(item.grantee)) END,
+            CASE WHEN item.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
+    END LOOP;
+END
+$$;
+

@@ -69,8 +69,9 @@ events_check_topic(const char *name, const char *topic, Oid declarer)
 				 errmsg("events topic \"%s\" of backfill \"%s\" has no sink", topic, name),
 				 errdetail("A topic belongs to the role that set its sink; the events of a "
 						   "backfill go to a topic its declarer owns or was granted."),
-				 errhint("Set the sink first, e.g. SELECT backfill_outbox_sink(%s, 'function', "
-						 "'my_events_fn'); or ask its owner for backfill_outbox_grant.",
+				 errhint("An operator sets the sink first, e.g. SELECT backfill_outbox_sink(%s, "
+						 "'function', 'ops.on_event'); and grants the topic with "
+						 "backfill_outbox_grant.",
 						 quote_literal_cstr(topic))));
 	if (outbox_role_allowed(declarer, owner, grantees, grantees_null))
 		return;

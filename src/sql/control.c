@@ -591,15 +591,19 @@ check_dropped_after_revert(Target *t, int64 rows)
 					t->name, rows),
 			 errdetail("It declares no way back; the declaration documents what was done."),
 			 errhint("Declare it again with revert => '...' (the SQL that undoes the action), "
-					 "run backfill_revert('%s'), then drop it; or keep the declaration.",
-					 t->name)));
+					 "run backfill_revert('%s'), then drop it; or keep the declaration. When "
+					 "nothing is left to undo (its table or column is gone), "
+					 "backfill_drop('%s', abandon => true) drops it as it is.",
+					 t->name, t->name)));
 }
 
 /*
  * Withdraw a declaration.  Refused while a pass runs (CONFLICT), and once
  * any pass has written rows (IRREVERSIBLE), unless its newest pass is a
  * completed revert: the declaration then explains what happened to the
- * table.  Its ledger rows stay, orphaned.
+ * table.  abandon => true drops it anyway, as its owner's word that
+ * nothing is left to undo (its table dropped, say), with a NOTICE; a
+ * retired backfill stays.  Its ledger rows stay, orphaned.
  */
 Datum
 backfill_drop(PG_FUNCTION_ARGS)
@@ -610,6 +614,7 @@ backfill_drop(PG_FUNCTION_ARGS)
 	Datum		values[1];
 	bool		isnull;
 	int64		rows;
+	bool		abandon = PG_NARGS() > 1 && PG_GETARG_BOOL(1);
 
 	connect_spi();
 	if (!target_load(text_to_cstring(PG_GETARG_TEXT_PP(0)), &t, true, "backfill_drop"))
@@ -633,8 +638,16 @@ backfill_drop(PG_FUNCTION_ARGS)
 				 1, types, values, NULL, SPI_OK_SELECT);
 	rows = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
 	catalog_leave(&scope);
-	if (rows > 0)
+	if (rows > 0 && !abandon)
 		check_dropped_after_revert(&t, rows);
+	else if (rows > 0)
+	{
+		check_not_retired(t.name, "be dropped: its declaration stays as the record of its work");
+		ereport(NOTICE,
+				(errmsg("backfill \"%s\" is dropped with " INT64_FORMAT " rows written and not "
+						"reverted", t.name, rows),
+				 errdetail("Its ledger rows stay, shown as orphaned.")));
+	}
 	catalog_enter(&scope);
 	catalog_exec("DELETE FROM backfill.declaration WHERE name = $1",
 				 1, types, values, NULL, SPI_OK_DELETE);

@@ -242,7 +242,8 @@ resolve_key(const char *name, const char *key, DeclaredSource *src)
 					 errmsg("relation \"%s\" of backfill \"%s\" has no primary key",
 							src->relation, name),
 					 errdetail("Batches walk the table in key order; they need a unique, not-null key."),
-					 errhint("Pass key => 'column' naming a NOT NULL column with a unique index.")));
+					 errhint("Pass key => 'column' naming a NOT NULL column with a unique index, "
+							 "or key => 'ctid' to walk the heap in block order.")));
 		pk = index_open(pkoid, AccessShareLock);
 		if (pk->rd_index->indnkeyatts != 1)
 		{

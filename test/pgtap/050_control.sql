@@ -75,6 +75,36 @@ SELECT throws_ok($$SELECT backfill_drop('bf050_done')$$, 'BF009', NULL,
 SELECT isnt_empty($$SELECT * FROM backfill.declaration WHERE name = 'bf050_done'$$,
                   'the refused drop kept the declaration');
 
+-- its table dropped, a backfill that wrote rows can be neither reverted nor
+-- declared again: abandon => true drops it as it is (a new user's finding)
+CREATE TABLE bf050_gone (id int PRIMARY KEY, c int NOT NULL DEFAULT 0);
+INSERT INTO bf050_gone (id) SELECT g FROM generate_series(1, 40) g;
+SELECT backfill_declare('bf050_gone', 'bf050_gone', 'c = 0', set => 'c = 1', batch_size => 50);
+SELECT backfill_run('bf050_gone') AS gone_run \gset
+SELECT is(backfill_wait(:gone_run, '300 s'), 'completed', 'a pass over a table about to go');
+DROP TABLE bf050_gone;
+SELECT throws_like($$SELECT backfill_drop('bf050_gone')$$,
+                   '%cannot be dropped: it has written 40 rows%',
+                   'its table gone, a plain drop is still refused (BF009)');
+DO $$
+BEGIN
+    PERFORM backfill_drop('bf050_gone');
+EXCEPTION WHEN OTHERS THEN
+    DECLARE h text;
+    BEGIN
+        GET STACKED DIAGNOSTICS h = PG_EXCEPTION_HINT;
+        IF h NOT LIKE '%backfill_drop(''bf050_gone'', abandon => true)%' THEN
+            RAISE EXCEPTION 'the BF009 hint does not name abandon: %', h;
+        END IF;
+    END;
+END $$;
+SELECT pass('the BF009 hint names backfill_drop(name, abandon => true)');
+SELECT is(backfill_drop('bf050_gone', abandon => true), true, 'abandon => true drops it');
+SELECT is_empty($$SELECT * FROM backfill.declaration WHERE name = 'bf050_gone'$$,
+                'the declaration is gone');
+SELECT is((SELECT state FROM backfill_pending() WHERE name = 'bf050_gone'), 'orphaned',
+          'its ledger rows stay, orphaned');
+
 -- ------------------------------------------------------------------
 -- a slow pass: drop refused, other roles refused, pause/resume/cancel
 -- (200 batches at 0.1 a second a lane: it cannot end while the file runs)

@@ -112,7 +112,7 @@ EXCEPTION WHEN OTHERS THEN
     DECLARE h text;
     BEGIN
         GET STACKED DIAGNOSTICS h = PG_EXCEPTION_HINT;
-        IF h NOT LIKE $l$%backfill_outbox_sink('x''); SELECT 1; --', 'function'%$l$ THEN
+        IF h NOT LIKE $l$%backfill_outbox_sink('x''); SELECT 1; --', %$l$ THEN
             RAISE EXCEPTION 'hint does not quote the topic: %', h;
         END IF;
     END;
