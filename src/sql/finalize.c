@@ -103,6 +103,7 @@ typedef struct Final
 	char	   *error_code;
 	char	   *error_message;
 	int64		rows;
+	int			catch_ups;		/* catch-up passes this call enqueued */
 	int64		live;			/* partitions held by a live backend */
 	char	   *unmet;			/* what it requires that is not done, or NULL */
 	bool		revert;			/* the newest pass is a revert */
@@ -224,6 +225,16 @@ raise_pass_end(const Final *f)
 static void
 raise_timeout(const Final *f, const char *timeout_text)
 {
+	if (f->catch_ups > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_FINALIZE_TIMEOUT),
+				 errmsg("backfill \"%s\" was not complete within %s", f->name, timeout_text),
+				 errdetail("%d catch-up passes found rows matching its predicate again; run "
+						   INT64_FORMAT " is %s with " INT64_FORMAT " rows done; it goes on.",
+						   f->catch_ups, f->run_id, f->status ? f->status : "queued", f->rows),
+				 errhint("Code that still writes rows the old way keeps them coming: deploy the "
+						 "code that writes the new way first, then call backfill_finalize('%s') "
+						 "again.", f->name)));
 	ereport(ERROR,
 			(errcode(ERRCODE_BACKFILL_FINALIZE_TIMEOUT),
 			 errmsg("backfill \"%s\" was not complete within %s", f->name, timeout_text),
@@ -438,6 +449,7 @@ final_count(Final *f, TimestampTz deadline, TimestampTz *no_lane_since)
 	run_id = drift_catch_up(f->name, last);
 	if (run_id == 0)
 		return false;			/* another pass came first: read it at the next look */
+	f->catch_ups++;
 	ereport(NOTICE,
 			(errmsg("backfill \"%s\": %s" INT64_FORMAT " rows match its predicate again since "
 					"run " INT64_FORMAT " completed; catch-up pass run " INT64_FORMAT, f->name,

@@ -223,6 +223,34 @@ my $run_t = $node->safe_psql('postgres', q{SELECT max(run_id) FROM backfill.ledg
 is(ledger($node, $run_t, 'status'), 'running', '(d) the pass goes on after BF019');
 $node->safe_psql('postgres', q{SELECT backfill_cancel('ft')});
 
+# (d2) the old code still writing: a trigger stands for it, writing a new
+# row that matches for each row a pass fills, so every count after a
+# completed pass finds rows again; the timeout says so (a new user's finding)
+declare_fill($node, 'fw', 20, 100, 100);
+$node->safe_psql('postgres', q{
+	GRANT INSERT ON fw TO fin_user;
+	CREATE FUNCTION fw_old_code() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		IF NEW.id < 10000000 THEN
+			INSERT INTO fw (id) VALUES (NEW.id + 100000) ON CONFLICT DO NOTHING;
+		END IF;
+		RETURN NULL;
+	END $$;
+	CREATE TRIGGER fw_old_code AFTER UPDATE OF v ON fw FOR EACH ROW
+		WHEN (OLD.v IS NULL AND NEW.v IS NOT NULL) EXECUTE FUNCTION fw_old_code();
+});
+my $run_w = $node->safe_psql('postgres', q{SET ROLE fin_user; SELECT backfill_run('fw')});
+is(wait_pass_end($node, $run_w, 300), 'completed', '(d2) the pass completes');
+# (as the lanes' role, whose session counts and works each catch-up pass itself)
+($rc, $out, $err) = finalize($node, q{CALL backfill_finalize('fw', '10 seconds')}, 'fin_user');
+like($err, qr/ERROR:  BF019: backfill "fw" was not complete within 00:00:10/,
+	'(d2) rows keep matching: BF019');
+like($err, qr/DETAIL:  \d+ catch-up passes found rows matching its predicate again/,
+	'(d2) its detail counts the catch-up passes that found rows');
+like($err, qr/HINT:  Code that still writes rows the old way keeps them coming/,
+	'(d2) its hint says to deploy the new writers first');
+$node->safe_psql('postgres', q{DROP TRIGGER fw_old_code ON fw});
+
 # a reverted backfill is not complete: finalize says so (BF008)
 $node->safe_psql('postgres', q{
 	CREATE TABLE fr (id int PRIMARY KEY, v int);
