@@ -10,24 +10,32 @@
  * past the partition (the top one's is the pass's bound, plan_blocks.c).
  * A batch, as a key batch is, in four steps:
  *
- *	  key scan    SELECT ctid FROM rel WHERE ctid >= '(cursor,0)'
- *	                AND ctid < '(hi,0)' AND (predicate) LIMIT 1
- *	              the first block left holding a matching row (none: the
- *	              partition is done); a sweep over a heap whose rows are
- *	              mostly done skips the blocks between at the cost of
- *	              reading them, not of a batch each
- *	  action      its $1 '(b,0)' and $2 '(b+n,0)': the set/delete
- *	              statement the engine writes is
- *	              UPDATE rel SET ... WHERE ctid >= $1 AND ctid < $2 AND (predicate)
- *	              (PostgreSQL's Tid Range Scan); n blocks from the batch
- *	              size and the table's tuples per page (pg_class reltuples
- *	              / relpages, BLOCKS_TUPLES_UNKNOWN before any ANALYZE or
- *	              VACUUM), at least 1
- *	  checkpoint  the cursor '(b+n,0)' and the rows the action changed,
+ *	  key scan    SELECT min(ctid), max(ctid), count(*) FROM (SELECT ctid
+ *	                FROM ONLY rel WHERE ctid >= '(cursor,0)'
+ *	                AND ctid < '(w,0)' AND (predicate) LIMIT limit) s
+ *	              the next limit rows that match, within a window of
+ *	              BLOCKS_WINDOW blocks at most (w: the window's end, or hi):
+ *	              a scan never reads more of the heap than that, however
+ *	              much of it is done
+ *	  action      its $1 '(b,0)' and $2 '(e,0)': the set/delete statement
+ *	              the engine writes is
+ *	              UPDATE ONLY rel SET ... WHERE ctid >= $1 AND ctid < $2
+ *	              AND (predicate) (PostgreSQL's Tid Range Scan).  b is the
+ *	              first block the scan found, e the block past the last row
+ *	              it found when it found limit rows (the batch takes the
+ *	              blocks of its batch size in rows, whatever pg_class says
+ *	              of the rows per page: the last block's other rows are
+ *	              all it may take beyond), else the window's end (no other
+ *	              row matches before it).  No row found: the batch is an
+ *	              empty step, [w, w): no action, 0 rows, its checkpoint
+ *	              moves the cursor to the window's end
+ *	  checkpoint  the cursor '(e,0)' and the rows the action changed,
  *	              committed with them: a crash keeps both or neither, and
  *	              the batch is done again from the checkpoint
  *	  end         the cursor moved; the batch that reaches the range's end
- *	              is its last, and ends the partition with its checkpoint
+ *	              is its last, and ends the partition with its checkpoint;
+ *	              a scan whose window reaches hi and finds nothing ends the
+ *	              partition (none)
  *
  * The driver (batch.c batch_run) begins and commits the batch's
  * transaction and writes the checkpoint; this file is the kind's part.
@@ -41,18 +49,15 @@
  */
 #include "postgres.h"
 
-#include "access/htup_details.h"
-#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "storage/itemptr.h"
 #include "utils/memutils.h"
-#include "utils/syscache.h"
 
 #include "kind.h"
 
-/* tuples per page assumed while pg_class knows none */
-#define BLOCKS_TUPLES_UNKNOWN 50.0
+/* the blocks one key scan reads at most, and a batch takes at most */
+#define BLOCKS_WINDOW 4096
 
 static SPIPlanPtr
 prepare_kept(Pass *pass, const char *what, const char *sql, int nargs, Oid *types)
@@ -69,36 +74,18 @@ prepare_kept(Pass *pass, const char *what, const char *sql, int nargs, Oid *type
 static void
 blocks_prepare(Pass *pass)
 {
-	Oid			types[2] = {TIDOID, TIDOID};
+	Oid			types[3] = {TIDOID, TIDOID, INT8OID};
 
 	/* the key scan: keys_plan[0], freed with the others (batch_free_plans) */
 	pass->keys_plan[0] =
 		prepare_kept(pass, "block scan",
-					 psprintf("SELECT ctid FROM %s WHERE ctid OPERATOR(pg_catalog.>=) $1"
-							  " AND ctid OPERATOR(pg_catalog.<) $2 AND (\n%s\n) LIMIT 1",
-							  pass->relation, pass->predicate), 2, types);
+					 psprintf("SELECT pg_catalog.min(ctid), pg_catalog.max(ctid),"
+							  " pg_catalog.count(*) FROM (SELECT ctid FROM ONLY %s"
+							  " WHERE ctid OPERATOR(pg_catalog.>=) $1"
+							  " AND ctid OPERATOR(pg_catalog.<) $2 AND (\n%s\n) LIMIT $3) s",
+							  pass->relation, pass->predicate), 3, types);
 	pass->keys_aggregated = false;
 	pass->action_plan = prepare_kept(pass, "action", pass->action, 2, types);
-}
-
-/* the blocks a batch of limit rows takes: limit / tuples per page, at least 1 */
-static BlockNumber
-blocks_per_batch(Pass *pass, int limit)
-{
-	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(pass->relid));
-	double		per_page = BLOCKS_TUPLES_UNKNOWN;
-	double		n;
-
-	if (HeapTupleIsValid(tuple))
-	{
-		Form_pg_class form = (Form_pg_class) GETSTRUCT(tuple);
-
-		if (form->relpages > 0 && form->reltuples > 0)
-			per_page = Max(form->reltuples / form->relpages, 1.0);
-		ReleaseSysCache(tuple);
-	}
-	n = Max((double) limit, 1.0) / per_page;
-	return (BlockNumber) Min(Max(n + 0.5, 1.0), (double) MaxBlockNumber / 2);
 }
 
 static BlockNumber
@@ -108,28 +95,35 @@ tid_block(Datum tid)
 }
 
 /*
- * The key scan: the first block in [from, to) holding a row that matches,
- * into *first; false when none does.
+ * The key scan: the blocks of the next limit rows that match in [from,
+ * to), into *first and *last (the first and last block holding one); the
+ * rows found (0: none, first and last untouched).
  */
-static bool
-blocks_scan(Pass *pass, BlockNumber from, BlockNumber to, BlockNumber *first)
+static int64
+blocks_scan(Pass *pass, BlockNumber from, BlockNumber to, int64 limit, BlockNumber *first,
+			BlockNumber *last)
 {
 	ItemPointerData lo;
 	ItemPointerData hi;
-	Datum		values[2] = {PointerGetDatum(&lo), PointerGetDatum(&hi)};
+	Datum		values[3] = {PointerGetDatum(&lo), PointerGetDatum(&hi),
+	Int64GetDatum(Max(limit, 1))};
 	bool		isnull;
+	int64		found;
 	int			rc;
 
 	ItemPointerSet(&lo, from, 0);
 	ItemPointerSet(&hi, to, 0);
 	rc = SPI_execute_plan(pass->keys_plan[0], values, NULL, false, 1);
-	if (rc != SPI_OK_SELECT)
+	if (rc != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "block scan of backfill \"%s\" failed: %s", pass->name,
 			 SPI_result_code_string(rc));
-	if (SPI_processed == 0)
-		return false;
+	found = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3,
+										&isnull));
+	if (found == 0)
+		return 0;
 	*first = tid_block(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-	return true;
+	*last = tid_block(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
+	return found;
 }
 
 /* the action over blocks [from, to): the rows it changed */
@@ -159,32 +153,46 @@ claim_blocks(Claim *claim, BlockNumber *from, BlockNumber *to)
 }
 
 /*
- * The key scan: the first block left holding a matching row and the
- * blocks the batch takes after it, as block numbers (by value, so they
- * outlive the commit) in range[0] and range[1]; none when no block does.
+ * The key scan, within a window of at most BLOCKS_WINDOW blocks: the
+ * batch's blocks, as block numbers (by value, so they outlive the commit)
+ * in range[0] and range[1]; an empty step [w, w) when the window holds no
+ * matching row; none when the window reaches the range's end and holds
+ * none.
  */
 static void
 blocks_scan_batch(Pass *pass, Claim *claim, int64 limit, Batch *batch)
 {
 	BlockNumber from;
 	BlockNumber to;
-	BlockNumber first;
+	BlockNumber window;
+	BlockNumber first = 0;
+	BlockNumber last = 0;
 
 	claim_blocks(claim, &from, &to);
-	batch->none = from >= to || !blocks_scan(pass, from, to, &first);
+	batch->none = from >= to;
 	if (batch->none)
 		return;
+	window = (BlockNumber) Min((uint64) from + BLOCKS_WINDOW, (uint64) to);
+	batch->keys = blocks_scan(pass, from, window, limit, &first, &last);
+	if (batch->keys == 0)
+	{
+		batch->none = window >= to;
+		batch->range[0] = batch->range[1] = UInt32GetDatum(window);
+		return;
+	}
+	/* limit rows found: up to the last one's block; fewer: none other before the window's end */
 	batch->range[0] = UInt32GetDatum(first);
-	batch->range[1] = UInt32GetDatum(first + Min(blocks_per_batch(pass, (int) limit), to - first));
+	batch->range[1] = UInt32GetDatum(batch->keys >= limit ? last + 1 : window);
 }
 
-/* the action over the batch's blocks: the rows it changed are its keys and rows */
+/* the action over the batch's blocks (none for an empty step): the rows it changed */
 static void
 blocks_act_batch(Pass *pass, Claim *claim, Batch *batch)
 {
-	batch->keys = blocks_act(pass, DatumGetUInt32(batch->range[0]),
-							 DatumGetUInt32(batch->range[1]));
-	batch->rows = batch->keys;
+	BlockNumber from = DatumGetUInt32(batch->range[0]);
+	BlockNumber to = DatumGetUInt32(batch->range[1]);
+
+	batch->rows = from < to ? blocks_act(pass, from, to) : 0;
 }
 
 /*
@@ -200,7 +208,8 @@ blocks_checkpoint(Pass *pass, Claim *claim, Batch *batch)
 	BlockNumber next = DatumGetUInt32(batch->range[1]);
 
 	claim_blocks(claim, &from, &to);
-	batch->first = psprintf("(%u,0)", DatumGetUInt32(batch->range[0]));
+	/* an empty step did no row: the history keeps no first key for it */
+	batch->first = batch->keys > 0 ? psprintf("(%u,0)", DatumGetUInt32(batch->range[0])) : NULL;
 	batch->cursor = psprintf("(%u,0)", next);
 	batch->last = next >= to;
 }

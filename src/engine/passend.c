@@ -187,11 +187,17 @@ stalled_message(Pass *pass, int64 remaining, const char *key, const char **hint)
 						 "an UPDATE or DELETE of its table): a sweep could do a row twice, so "
 						 "it does not sweep; once the writers stop, backfill_run('%s', "
 						 "force => true) starts a new pass.", pass->name);
+	else if (OidIsValid(pass->pages_fn))
+		*hint = psprintf("A pages source is not swept again: once the writers stop, "
+						 "backfill_retry('%s') starts a new pass.", pass->name);
 	else
-		*hint = "Rows may be written faster than the backfill fixes them, or the action may "
-			"not fix every row it is given.";
-	return psprintf("backfill \"%s\" stalled: %lld rows still match the predicate after the "
-					"source was exhausted", pass->name, (long long) remaining);
+		*hint = psprintf("This pass could not sweep its partitions again (rows it recorded "
+						 "as failed alone, a Citus table's shards): once the writers stop, "
+						 "backfill_retry('%s') starts a new pass.", pass->name);
+	return psprintf("backfill \"%s\" stalled: %lld rows still match the predicate after %s",
+					pass->name, (long long) remaining,
+					OidIsValid(pass->pages_fn) ? "the source was exhausted" :
+					"its lanes walked every partition");
 }
 
 /*
@@ -281,7 +287,7 @@ pass_sweep_again(Pass *pass, int64 remaining)
 {
 	CatalogScope scope;
 	char	   *probe = pass->blocks ?
-		blocks_probe_row(pass->run_id, pass->relation, pass->predicate) :
+		blocks_probe_row(pass->relid, pass->relation, pass->predicate) :
 		smallest_remaining_key(pass);
 
 	if (pass->blocks)
@@ -314,13 +320,14 @@ pass_sweep_or_end(Pass *pass, int64 remaining)
 	int64		beyond;
 	char	   *row;
 
-	if (pass->blocks && blocks_stalled(pass->run_id, pass->relation, pass->predicate,
-									   pass->sweep, pass->probe_key, remaining, &row))
+	if (pass->blocks && blocks_stalled(pass->relid, pass->relation, pass->predicate,
+									   pass->sweep, pass->probe_key, &row))
 		pass_end_counted(pass, remaining, -1, row);
 	else if (!pass->blocks && pass->sweep > 0 && pass->probe_key != NULL &&
 			 key_still_matches(pass, pass->probe_key))
 		pass_end_counted(pass, remaining, -1, pass->probe_key);
-	else if (pass->blocks ? blocks_sweep_falls(pass->run_id, pass->sweep, remaining) :
+	else if (pass->blocks ? blocks_sweep_falls(pass->run_id, pass->relid, pass->sweep,
+											   pass->probe_key, remaining) :
 			 pass->sweep < PASS_MAX_SWEEPS)
 		pass_sweep_again(pass, remaining);
 	else

@@ -20,13 +20,20 @@
  * a guarded pass then sweeps again: its partitions from their start, the
  * bound grown to the heap as it is now.  Sweeps go on while the count
  * falls, up to BLOCKS_MAX_SWEEPS; a count that no longer falls is rows
- * written faster than the sweeps fix them: the pass completes and records
- * them as drift (run.beyond), as a key pass does past its sweeps.  Never
- * STALLED for that: only when the probe row, the first row that matched
- * when the sweep began, is still there as the same version (its TID and
- * its xmin) and still matches: the sweep gave it to the action, which did
- * not change it.  A row version moved by an UPDATE leaves a dead one
- * behind, and its slot, reused, holds another xmin.
+ * the application writes while the pass sweeps (a stream of inserts, how
+ * small soever): the pass completes and records them as drift (run.beyond),
+ * as a key pass does past its sweeps.  Never STALLED for that: only when
+ * the probe row, the first row that matched when the sweep began, is still
+ * there as the same version (the same heap file, its TID, its xmin) and
+ * still matches: the sweep gave it to the action, which did not change it.
+ * A row version moved by an UPDATE leaves a dead one behind, and its slot,
+ * reused, holds another xmin.  A heap rewritten during the sweep (VACUUM
+ * FULL, CLUSTER) keeps its rows' xmins but not their TIDs, and a bulk load
+ * gives every row one xmin: another row, never given to the action, may
+ * then sit at the probe's TID with its xmin.  So the probe records the
+ * heap's file (pg_class.relfilenode), and a file changed since makes the
+ * probe unknown: the pass sweeps again (within BLOCKS_MAX_SWEEPS), never
+ * STALLED for that.
  *
  *-------------------------------------------------------------------------
  */
@@ -34,7 +41,9 @@
 
 #include <stdio.h>
 
+#include "access/htup_details.h"
 #include "access/relation.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "storage/bufmgr.h"
@@ -42,11 +51,21 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 
 #include "catalog.h"
 #include "errors.h"
 #include "plan_blocks.h"
 #include "state.h"
+
+/* a sweep's probe row: its TID, its xmin, the heap file it was read in */
+typedef struct ProbeRow
+{
+	unsigned int block;
+	unsigned int offset;
+	unsigned int xmin;
+	unsigned int file;
+} ProbeRow;
 
 bool
 blocks_key(const char *column, Oid type)
@@ -120,28 +139,6 @@ blocks_sweep_bound(int64 run_id, Oid relid)
 	catalog_leave(&scope);
 }
 
-/* the rows the pass's partitions have done, summed (catalog) */
-static int64
-rows_done(int64 run_id)
-{
-	CatalogScope scope;
-	Oid			types[1] = {INT8OID};
-	Datum		values[1] = {Int64GetDatum(run_id)};
-	int64		rows = 0;
-	bool		isnull;
-	Datum		sum;
-
-	catalog_enter(&scope);
-	if (catalog_exec("SELECT pg_catalog.sum(rows)::pg_catalog.int8 FROM backfill.partition"
-					 " WHERE run_id = $1", 1, types, values, NULL, SPI_OK_SELECT) == 1)
-	{
-		sum = catalog_getdatum(0, 1, &isnull);
-		rows = isnull ? 0 : DatumGetInt64(sum);
-	}
-	catalog_leave(&scope);
-	return rows;
-}
-
 /* the count a sweep began with (pass.c pass_sweep_again), or -1 */
 static int64
 count_before(int64 run_id)
@@ -164,14 +161,33 @@ count_before(int64 run_id)
 	return before;
 }
 
+/*
+ * The file of the table's heap now (pg_class.relfilenode): VACUUM FULL,
+ * CLUSTER, TRUNCATE write a new one.  Read after a statement of this
+ * transaction has locked the table, so that it is the file that statement
+ * read.
+ */
+static Oid
+heap_file(Oid relid)
+{
+	HeapTuple	tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	Oid			file;
+
+	if (!HeapTupleIsValid(tuple))
+		return InvalidOid;
+	file = (Oid) ((Form_pg_class) GETSTRUCT(tuple))->relfilenode;
+	ReleaseSysCache(tuple);
+	return file;
+}
+
 char *
-blocks_probe_row(int64 run_id, const char *relation, const char *predicate)
+blocks_probe_row(Oid relid, const char *relation, const char *predicate)
 {
 	bool		isnull;
 	ItemPointer tid;
 	Datum		xmin;
 
-	if (SPI_execute(psprintf("SELECT ctid, xmin FROM %s WHERE (\n%s\n) LIMIT 1", relation,
+	if (SPI_execute(psprintf("SELECT ctid, xmin FROM ONLY %s WHERE (\n%s\n) LIMIT 1", relation,
 							 predicate), true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "could not read the first row left in %s", relation);
 	if (SPI_processed == 0)
@@ -179,66 +195,80 @@ blocks_probe_row(int64 run_id, const char *relation, const char *predicate)
 	tid = (ItemPointer) DatumGetPointer(SPI_getbinval(SPI_tuptable->vals[0],
 													  SPI_tuptable->tupdesc, 1, &isnull));
 	xmin = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
-	return psprintf("(%u,%u) xmin %u; " INT64_FORMAT " rows done",
+	return psprintf("(%u,%u) xmin %u in heap file %u",
 					ItemPointerGetBlockNumberNoCheck(tid), ItemPointerGetOffsetNumberNoCheck(tid),
-					DatumGetTransactionId(xmin), rows_done(run_id));
+					DatumGetTransactionId(xmin), heap_file(relid));
 }
 
-/* is the probe row, that very version (its TID and xmin), there and still matching? */
+/* a probe as blocks_probe_row writes it, parsed; false for any other text */
 static bool
-probe_matches(const char *relation, const char *predicate, unsigned int block,
-			  unsigned int offset, unsigned int xmin)
+probe_parse(const char *probe, ProbeRow *row)
+{
+	return probe != NULL &&
+		sscanf(probe, "(%u,%u) xmin %u in heap file %u", &row->block, &row->offset, &row->xmin,
+			   &row->file) == 4;
+}
+
+/*
+ * Is the probe row, that very version (its TID and xmin, in the same heap
+ * file), there and still matching?  A heap rewritten since (VACUUM FULL,
+ * CLUSTER) keeps xmins but not TIDs: another row, never given to the
+ * action, may sit at that TID with that xmin; *rewritten says so, and the
+ * probe is unknown (false).
+ */
+static bool
+probe_matches(Oid relid, const char *relation, const char *predicate, const ProbeRow *row,
+			  bool *rewritten)
 {
 	Oid			types[2] = {TIDOID, XIDOID};
 	Datum		values[2];
 	ItemPointerData tid;
+	bool		found;
 
-	ItemPointerSet(&tid, block, (OffsetNumber) offset);
+	ItemPointerSet(&tid, row->block, (OffsetNumber) row->offset);
 	values[0] = PointerGetDatum(&tid);
-	values[1] = TransactionIdGetDatum((TransactionId) xmin);
-	if (SPI_execute_with_args(psprintf("SELECT 1 FROM %s WHERE ctid OPERATOR(pg_catalog.=) $1"
+	values[1] = TransactionIdGetDatum((TransactionId) row->xmin);
+	if (SPI_execute_with_args(psprintf("SELECT 1 FROM ONLY %s WHERE ctid OPERATOR(pg_catalog.=) $1"
 									   " AND xmin OPERATOR(pg_catalog.=) $2 AND (\n%s\n)",
 									   relation, predicate),
 							  2, types, values, NULL, true, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not look at row (%u,%u) of %s", block, offset, relation);
-	return SPI_processed > 0;
+		elog(ERROR, "could not look at row (%u,%u) of %s", row->block, row->offset, relation);
+	found = SPI_processed > 0;
+	/* the statement has locked the table: the file it read is the one pg_class names now */
+	*rewritten = heap_file(relid) != (Oid) row->file;
+	return found && !*rewritten;
 }
 
 bool
-blocks_stalled(int64 run_id, const char *relation, const char *predicate, int sweep,
-			   const char *probe, int64 remaining, char **row)
+blocks_stalled(Oid relid, const char *relation, const char *predicate, int sweep,
+			   const char *probe, char **row)
 {
-	unsigned int block;
-	unsigned int offset;
-	unsigned int xmin;
-	int64		done_before;
-	int64		before;
+	ProbeRow	p;
+	bool		rewritten;
 
 	*row = NULL;
-	if (sweep <= 0 || probe == NULL ||
-		sscanf(probe, "(%u,%u) xmin %u; " INT64_FORMAT " rows done", &block, &offset, &xmin,
-			   &done_before) != 4)
+	if (sweep <= 0 || !probe_parse(probe, &p))
 		return false;
 	/* given to the action, and left as it was */
-	if (probe_matches(relation, predicate, block, offset, xmin))
-	{
-		*row = psprintf("(%u,%u) xmin %u", block, offset, xmin);
-		return true;
-	}
-	/* the sweep changed as many rows as matched when it began, and as many still match */
-	before = count_before(run_id);
-	return before >= 0 && remaining >= before && rows_done(run_id) - done_before >= before;
+	if (!probe_matches(relid, relation, predicate, &p, &rewritten))
+		return false;
+	*row = psprintf("(%u,%u) xmin %u", p.block, p.offset, p.xmin);
+	return true;
 }
 
 bool
-blocks_sweep_falls(int64 run_id, int sweep, int64 remaining)
+blocks_sweep_falls(int64 run_id, Oid relid, int sweep, const char *probe, int64 remaining)
 {
 	int64		before;
+	ProbeRow	p;
 
 	if (sweep <= 0)
 		return true;
 	if (sweep >= BLOCKS_MAX_SWEEPS)
 		return false;
+	/* the heap rewritten during the sweep: what it did is unknown, sweep again */
+	if (probe_parse(probe, &p) && heap_file(relid) != (Oid) p.file)
+		return true;
 	before = count_before(run_id);
 	return before < 0 || remaining < before;
 }

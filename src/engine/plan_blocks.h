@@ -36,20 +36,24 @@ extern void blocks_sweep_bound(int64 run_id, Oid relid);
 
 /*
  * The probe of a sweep: the first row still matching, in block order, and
- * the rows the pass has done, as "(b,o) xmin x; n rows done", or NULL
+ * the heap's file it lies in, as "(b,o) xmin x in heap file f", or NULL
  */
-extern char *blocks_probe_row(int64 run_id, const char *relation, const char *predicate);
+extern char *blocks_probe_row(Oid relid, const char *relation, const char *predicate);
 
 /*
- * After sweep sweep (its probe, the count now remaining): does the action
- * not fix what it is given?  The probe row still there, the same version,
- * and matching (*row: "(b,o) xmin x"); or the sweep changed as many rows
- * as matched when it began and as many still match (*row NULL).
+ * After sweep sweep (its probe): does the action not fix what it is given?
+ * The probe row still there, the same version in the same heap file, and
+ * matching (*row: "(b,o) xmin x").
  */
-extern bool blocks_stalled(int64 run_id, const char *relation, const char *predicate,
-						   int sweep, const char *probe, int64 remaining, char **row);
+extern bool blocks_stalled(Oid relid, const char *relation, const char *predicate,
+						   int sweep, const char *probe, char **row);
 
-/* after sweep sweep, does remaining call for another (the count fell)? */
-extern bool blocks_sweep_falls(int64 run_id, int sweep, int64 remaining);
+/*
+ * After sweep sweep (its probe), does remaining call for another?  The
+ * count fell, or the heap was rewritten since the probe (within
+ * BLOCKS_MAX_SWEEPS).
+ */
+extern bool blocks_sweep_falls(int64 run_id, Oid relid, int sweep, const char *probe,
+							   int64 remaining);
 
 #endif							/* BACKFILL_PLAN_BLOCKS_H */

@@ -187,10 +187,10 @@ action_generate(const Declaration *d)
 	if (d->action_set != NULL)
 	{
 		check_set_list(d);
-		return psprintf("UPDATE %s SET\n%s\nWHERE %s\n  AND (\n%s\n)", d->relation,
+		return psprintf("UPDATE %s SET\n%s\nWHERE %s\n  AND (\n%s\n)", ctid_target(d),
 						d->action_set, action_range_form(d), d->predicate);
 	}
-	return psprintf("DELETE FROM %s\nWHERE %s\n  AND (\n%s\n)", d->relation,
+	return psprintf("DELETE FROM %s\nWHERE %s\n  AND (\n%s\n)", ctid_target(d),
 					action_range_form(d), d->predicate);
 }
 

@@ -7,14 +7,16 @@
  * heap in block order (engine/plan_blocks.c, engine/kind_blocks.c): for a
  * table whose physical order is far from its key order, or that has no
  * unique key at all.  The declaration keeps ctid as its key column (of
- * type tid); set => and delete => write the batch's range as
- * ctid >= $1 AND ctid < $2 (a Tid Range Scan), and a hand-written action
+ * type tid); set => and delete => write UPDATE ONLY / DELETE FROM ONLY
+ * the table (its own heap, never a child added later) and the batch's
+ * range as ctid >= $1 AND ctid < $2 (a Tid Range Scan), and a hand-written action
  * gets $1 and $2 as the TIDs of that range: '(b,0)' and '(b+n,0)', the
  * first included, the second not.
  *
  * Refused, each with the way to go: a partitioned table (TIDs are a
- * leaf's), any relation that is not a plain table, a Citus table (its
- * rows are on its shards), a pages source (it names no relation: refused
+ * leaf's), a table with inheritance children (the walk reads the parent's
+ * own heap: each table is declared on its own), any relation that is not
+ * a plain table, a Citus table (its rows are on its shards), a pages source (it names no relation: refused
  * as any key with pages is), max_failed_rows above 0 (a block is not
  * halved into rows), an action that is not guarded (a row moved
  * behind the walk is done by a sweep, which must not do a row twice), and
@@ -26,6 +28,7 @@
 #include "postgres.h"
 
 #include "catalog/pg_class.h"
+#include "catalog/pg_inherits.h"
 #include "utils/lsyscache.h"
 
 #include "citus.h"
@@ -43,6 +46,14 @@ ctid_named(const char *name, const char *key)
 		return false;
 	names = key_names(name, key);
 	return list_length(names) == 1 && strcmp(linitial(names), BLOCKS_KEY) == 0;
+}
+
+char *
+ctid_target(const Declaration *d)
+{
+	if (!blocks_key(d->key_column, d->key_type))
+		return d->relation;
+	return psprintf("ONLY %s", d->relation);
 }
 
 char *
@@ -73,6 +84,15 @@ check_relation(const Declaration *d)
 				 errmsg("backfill \"%s\" cannot walk %s in block order: it is not a table",
 						d->name, d->relation),
 				 errhint("Use key => 'ctid' with a plain table, or name a unique key.")));
+	if (find_inheritance_children(d->relid, AccessShareLock) != NIL)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("backfill \"%s\" cannot walk table %s in block order: it has "
+						"inheritance children", d->name, d->relation),
+				 errdetail("A walk in block order reads the parent's own heap; a child's rows "
+						   "lie in the child's."),
+				 errhint("Declare each table, the parent and each child, as a backfill of its "
+						 "own with key => 'ctid', or use a key.")));
 	citus_describe(d->relid, &table);
 	if (table.kind != CITUS_NONE)
 		ereport(ERROR,

@@ -16,6 +16,9 @@
 /* does key (as backfill_declare got it) name ctid, alone? */
 extern bool ctid_named(const char *name, const char *key);
 
+/* the table as the engine's statements name it: ONLY it in block order */
+extern char *ctid_target(const Declaration *d);
+
 /* the WHERE clause of a batch in block order: $1, $2 the TID range, or NULL */
 extern char *ctid_range_form(const Declaration *d);
 

@@ -123,6 +123,15 @@ resolve_relation(const char *name, const char *relation, DeclaredSource *src)
 				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
 				 errmsg("relation \"%s\" of backfill \"%s\" is not a table", relation, name),
 				 errhint("A backfill reads and rewrites an ordinary or partitioned table.")));
+	if (get_rel_persistence(relid) == RELPERSISTENCE_TEMP)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("relation \"%s\" of backfill \"%s\" is a temporary table", relation,
+						name),
+				 errdetail("A backfill's passes run in background workers, which cannot read "
+						   "the temporary tables of this session."),
+				 errhint("Backfill a permanent (or unlogged) table; a temporary one is "
+						 "this session's to update itself.")));
 
 	acl = pg_class_aclcheck(relid, GetUserId(), ACL_SELECT | ACL_UPDATE);
 	if (acl == ACLCHECK_OK)

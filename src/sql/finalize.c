@@ -182,9 +182,11 @@ stalled_hint(const Final *f)
 	sweeps = declaration_sweeps(f->name);
 	catalog_leave(&scope);
 	if (sweeps)
-		return psprintf("Rows were written within its bound faster than it swept them: once "
-						"the writers stop (or slow), backfill_retry('%s') starts a pass that "
-						"sweeps the table again, then finalize again.", f->name);
+		return psprintf("Its pass could not sweep again (rows it recorded as failed alone, a "
+						"Citus table's shards), or it ended stalled before this version, which "
+						"completes a pass whose sweeps no longer reduce the rows left and "
+						"records them as drift: backfill_retry('%s') starts a pass that sweeps "
+						"the table again, then finalize again.", f->name);
 	return psprintf("Its pass does not sweep again (an action not guarded, a pages source): "
 					"once the writers stop, backfill_run('%s', force => true) (or "
 					"backfill_retry('%s') for a pages source), then finalize again.",

@@ -183,7 +183,7 @@ sq($node, q{SELECT backfill_declare(name => 'su', relation => 'su', predicate =>
 	guard => false, batch_size => 20, rate => 100)});
 my $run_u = run_of('su');
 is(wait_pass_end($node, $run_u, 180), 'failed', '(c) the unguarded pass stalled');
-like(ledger($node, $run_u, 'error_message'), qr/50 rows still match the predicate after the source was exhausted/,
+like(ledger($node, $run_u, 'error_message'), qr/50 rows still match the predicate after its lanes walked every partition/,
 	'(c) at once, without a sweep');
 is(sq($node, q{SELECT sweep FROM backfill_status('su')}), '0', '(c) no sweep');
 ($rc, $out, $err) = $node->psql('postgres', "\\set VERBOSITY verbose\nSELECT backfill_retry('su')");

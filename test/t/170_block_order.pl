@@ -16,6 +16,8 @@
 #      blocks, the later pages full): the pass completes after a sweep, not
 #      STALLED, every row done once;
 #  (d) an action that does not fix its rows: STALLED, naming the probe row;
+#      one that writes its rows anew, still matching (set => 'c = NULL'):
+#      drift, as rows written while it sweeps are (171 (b));
 #  (e) delete => true in block order;
 #  (f) refusals: a partitioned table, a view, max_failed_rows, an
 #      unguarded action, a revert, a pages source, a rehearsal.
@@ -173,7 +175,9 @@ like(slurp_file($node->logfile),
 # ------------------------------------------------------------------
 make_shuffled('sd', 200);
 sq($node, q{SELECT backfill_declare(name => 'sd', relation => 'sd', key => 'ctid',
-	predicate => 'c IS NULL', set => 'c = NULL', batch_size => 50, rate => 1000)});
+	predicate => 'c IS NULL',
+	action => 'UPDATE sd SET c = 1 WHERE ctid >= $1 AND ctid < $2 AND c IS NULL AND id < 0',
+	batch_size => 50, rate => 1000)});
 my $run_d = sq($node, q{SELECT backfill_run('sd')});
 is(wait_pass_end($node, $run_d, 180), 'failed', '(d) the pass failed');
 is(ledger($node, $run_d, 'error_code'), 'BF006', '(d) stalled: BF006');
@@ -181,6 +185,17 @@ like(ledger($node, $run_d, 'error_message'),
 	qr/stalled: 200 rows still match the predicate/,
 	'(d) the message says how many rows still match');
 is(sq($node, q{SELECT sweep FROM backfill_status('sd')}), '1', '(d) after one sweep');
+
+# an action that writes each row anew, still matching: every probe is a new
+# version, so nothing tells it from rows written while the pass sweeps: the
+# count does not fall, the pass completes with the rows as drift
+make_shuffled('sd3', 200);
+sq($node, q{SELECT backfill_declare(name => 'sd3', relation => 'sd3', key => 'ctid',
+	predicate => 'c IS NULL', set => 'c = NULL', batch_size => 50, rate => 1000)});
+my $run_d3 = sq($node, q{SELECT backfill_run('sd3')});
+is(wait_pass_end($node, $run_d3, 180), 'completed', '(d) c = NULL: completed');
+is(sq($node, q{SELECT sweep || '|' || beyond_bound FROM backfill_status('sd3')}), '1|200',
+	'(d) c = NULL: after one sweep, its 200 rows recorded as drift');
 
 # a hand-written action that leaves some rows alone: STALLED naming the probe row
 make_shuffled('sd2', 200);
