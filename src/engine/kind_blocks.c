@@ -52,6 +52,7 @@
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "storage/itemptr.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 
 #include "kind.h"
@@ -86,6 +87,20 @@ blocks_prepare(Pass *pass)
 							  pass->relation, pass->predicate), 3, types);
 	pass->keys_aggregated = false;
 	pass->action_plan = prepare_kept(pass, "action", pass->action, 2, types);
+}
+
+/*
+ * The key scan takes the first rows in block order: a sequential scan the
+ * planner may pick for it (a custom plan over a wide range) must start at
+ * the range's start, not where another scan of a large table stands.  A
+ * lane's own setting (a lane in a caller's session drops it with the
+ * batch's transaction, xact.c).
+ */
+static BatchOutcome
+blocks_begin(Pass *pass, Claim *claim)
+{
+	SetConfigOption("synchronize_seqscans", "off", PGC_USERSET, PGC_S_SESSION);
+	return BATCH_DONE;
 }
 
 static BlockNumber
@@ -233,6 +248,7 @@ const BatchKind batch_kind_blocks = {
 	.isolates_rows = false,
 	.coordinated = false,
 	.prepare = blocks_prepare,
+	.begin = blocks_begin,
 	.scan = blocks_scan_batch,
 	.act = blocks_act_batch,
 	.checkpoint = blocks_checkpoint,

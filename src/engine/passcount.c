@@ -167,7 +167,9 @@ count_table_remaining(Pass *pass)
 	int			nargs;
 
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM %s", pass->relation);
+	/* in block order, the table's own heap: the walk writes ONLY it (plan_blocks.c) */
+	appendStringInfo(&sql, "SELECT pg_catalog.count(*) FROM %s%s", pass->blocks ? "ONLY " : "",
+					 pass->relation);
 	nargs = remaining_where(pass, &sql, types, values);
 	if (SPI_execute_with_args(sql.data, nargs, types, values, NULL, true, 0) !=
 		SPI_OK_SELECT || SPI_processed != 1)

@@ -214,6 +214,8 @@ is(sq($node, q{SELECT count(*) FILTER (WHERE c = 1) || '/' || count(*) FROM ONLY
 	'(e) every row of the table done');
 is(sq($node, q{SELECT count(*) FROM vf_child WHERE c IS NULL}), '100',
 	'(e) no row of the child added later written');
+is(sq($node, q{SELECT sweep || '|' || coalesce(beyond_bound, 0) FROM backfill_status('vf')}), '0|0',
+	'(e) nor counted: no sweep, no drift');
 
 # ------------------------------------------------------------------
 # (f) a temporary table
