@@ -99,26 +99,26 @@ typedef struct Ensure
 	" WHERE d.name = $1"
 
 /* ENSURE_SQL's columns, by name, and the fields they fill */
-static const NewestColumn ensure_columns[] = {
-	{"owner", NEWEST_OID, offsetof(Ensure, owner)},
-	{"checksum", NEWEST_TEXT, offsetof(Ensure, checksum)},
-	{"plain", NEWEST_BOOL, offsetof(Ensure, plain)},
-	{"scoped", NEWEST_BOOL, offsetof(Ensure, scoped)},
-	{"run_id", NEWEST_INT64, offsetof(Ensure, run_id)},
-	{"status", NEWEST_TEXT, offsetof(Ensure, status)},
-	{"revert", NEWEST_BOOL, offsetof(Ensure, revert)},
-	{"run_checksum", NEWEST_TEXT, offsetof(Ensure, run_checksum)},
-	{"error_code", NEWEST_TEXT, offsetof(Ensure, error_code)},
-	{"error_message", NEWEST_TEXT, offsetof(Ensure, error_message)},
-	{"finished_at", NEWEST_TEXT, offsetof(Ensure, finished_at)},
-	{"rows", NEWEST_INT64, offsetof(Ensure, rows)},
-	{"retired_run", NEWEST_INT64, offsetof(Ensure, retired_run)},
-	{"retired_at", NEWEST_TEXT, offsetof(Ensure, retired_at)},
-	{"probed", NEWEST_BOOL, offsetof(Ensure, probed)},
-	{"found", NEWEST_INT64, offsetof(Ensure, found)},
-	{"counted_at", NEWEST_TEXT, offsetof(Ensure, counted_at)},
-	{"count_kind", NEWEST_TEXT, offsetof(Ensure, count_kind)},
-	{"probe_error", NEWEST_TEXT, offsetof(Ensure, probe_error)},
+static const CatalogColumn ensure_columns[] = {
+	{"owner", CATALOG_OID, offsetof(Ensure, owner)},
+	{"checksum", CATALOG_TEXT, offsetof(Ensure, checksum)},
+	{"plain", CATALOG_BOOL, offsetof(Ensure, plain)},
+	{"scoped", CATALOG_BOOL, offsetof(Ensure, scoped)},
+	{"run_id", CATALOG_INT64, offsetof(Ensure, run_id)},
+	{"status", CATALOG_TEXT, offsetof(Ensure, status)},
+	{"revert", CATALOG_BOOL, offsetof(Ensure, revert)},
+	{"run_checksum", CATALOG_TEXT, offsetof(Ensure, run_checksum)},
+	{"error_code", CATALOG_TEXT, offsetof(Ensure, error_code)},
+	{"error_message", CATALOG_TEXT, offsetof(Ensure, error_message)},
+	{"finished_at", CATALOG_TEXT, offsetof(Ensure, finished_at)},
+	{"rows", CATALOG_INT64, offsetof(Ensure, rows)},
+	{"retired_run", CATALOG_INT64, offsetof(Ensure, retired_run)},
+	{"retired_at", CATALOG_TEXT, offsetof(Ensure, retired_at)},
+	{"probed", CATALOG_BOOL, offsetof(Ensure, probed)},
+	{"found", CATALOG_INT64, offsetof(Ensure, found)},
+	{"counted_at", CATALOG_TEXT, offsetof(Ensure, counted_at)},
+	{"count_kind", CATALOG_TEXT, offsetof(Ensure, count_kind)},
+	{"probe_error", CATALOG_TEXT, offsetof(Ensure, probe_error)},
 };
 
 /* Read the backfill as the caller's snapshot sees the catalogs. */
