@@ -67,6 +67,9 @@ typedef struct CatalogColumn
 	size_t		offset;
 } CatalogColumn;
 
+/* a column whose name is its field's name in struct type */
+#define CATALOG_FIELD(type, field, kind) {#field, kind, offsetof(type, field)}
+
 extern void catalog_read_row(int row, const CatalogColumn *columns, int ncolumns, void *into);
 extern bool catalog_ask(const char *what, const char *sql, int nargs, Oid *types,
 						Datum *values);

@@ -179,18 +179,18 @@ typedef struct Required
 
 /* REQUIRED_SQL's columns, by name, and the fields they fill */
 static const CatalogColumn required_columns[] = {
-	{"a_name", CATALOG_TEXT, offsetof(Required, a_name)},
-	{"a_owner", CATALOG_OID, offsetof(Required, a_owner)},
-	{"b_name", CATALOG_TEXT, offsetof(Required, b_name)},
-	{"b_relation", CATALOG_TEXT, offsetof(Required, b_relation)},
-	{"b_predicate", CATALOG_TEXT, offsetof(Required, b_predicate)},
-	{"b_run_as", CATALOG_OID, offsetof(Required, b_run_as)},
-	{"b_checksum", CATALOG_TEXT, offsetof(Required, b_checksum)},
-	{"b_owner", CATALOG_OID, offsetof(Required, b_owner)},
-	{"b_search_path", CATALOG_TEXT, offsetof(Required, b_search_path)},
-	{"b_last", CATALOG_INT64, offsetof(Required, b_last)},
-	{"b_environments", CATALOG_COPY, offsetof(Required, b_environments)},
-	{"b_envlist", CATALOG_TEXT, offsetof(Required, b_envlist)},
+	CATALOG_FIELD(Required, a_name, CATALOG_TEXT),
+	CATALOG_FIELD(Required, a_owner, CATALOG_OID),
+	CATALOG_FIELD(Required, b_name, CATALOG_TEXT),
+	CATALOG_FIELD(Required, b_relation, CATALOG_TEXT),
+	CATALOG_FIELD(Required, b_predicate, CATALOG_TEXT),
+	CATALOG_FIELD(Required, b_run_as, CATALOG_OID),
+	CATALOG_FIELD(Required, b_checksum, CATALOG_TEXT),
+	CATALOG_FIELD(Required, b_owner, CATALOG_OID),
+	CATALOG_FIELD(Required, b_search_path, CATALOG_TEXT),
+	CATALOG_FIELD(Required, b_last, CATALOG_INT64),
+	CATALOG_FIELD(Required, b_environments, CATALOG_COPY),
+	CATALOG_FIELD(Required, b_envlist, CATALOG_TEXT),
 };
 
 /*
@@ -490,11 +490,11 @@ typedef struct Probe
 
 /* read_asked's columns, by name, and the fields they fill */
 static const CatalogColumn asked_columns[] = {
-	{"name", CATALOG_TEXT, offsetof(Probe, name)},
-	{"relation", CATALOG_TEXT, offsetof(Probe, relation)},
-	{"predicate", CATALOG_TEXT, offsetof(Probe, predicate)},
-	{"search_path", CATALOG_TEXT, offsetof(Probe, search_path)},
-	{"run_as", CATALOG_OID, offsetof(Probe, run_as)},
+	CATALOG_FIELD(Probe, name, CATALOG_TEXT),
+	CATALOG_FIELD(Probe, relation, CATALOG_TEXT),
+	CATALOG_FIELD(Probe, predicate, CATALOG_TEXT),
+	CATALOG_FIELD(Probe, search_path, CATALOG_TEXT),
+	CATALOG_FIELD(Probe, run_as, CATALOG_OID),
 };
 
 static const char *const kind_names[] = {"asked", "watch", "required", "requires", "finalize"};
