@@ -2,7 +2,8 @@
  *
  * names.c
  *	  Small lookups every layer shares: a role's name for a message, a
- *	  function's owner, two texts compared.
+ *	  function's owner, two texts compared, a value quoted as a field of
+ *	  a row or range literal.
  *
  * Each was written in several modules (the relay, the requirements, the
  * declaration, a shard's batch, the pacing); written once here, below
@@ -12,6 +13,8 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include <ctype.h>
 
 #include "access/htup_details.h"
 #include "catalog/pg_proc.h"
@@ -45,4 +48,33 @@ bool
 text_equal(const char *a, const char *b)
 {
 	return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/*
+ * A value as record_out and range_out write a field: as it is, unless it
+ * is empty or holds a double quote, a backslash, a space or one of
+ * special; then double-quoted, each double quote and backslash inside
+ * preceded by escape ('\0': by itself, doubled).
+ */
+void
+append_literal_field(StringInfo buf, const char *value, const char *special, char escape)
+{
+	bool		quote = (value[0] == '\0');
+
+	for (const char *p = value; *p && !quote; p++)
+		quote = (*p == '"' || *p == '\\' || strchr(special, *p) != NULL ||
+				 isspace((unsigned char) *p));
+	if (!quote)
+	{
+		appendStringInfoString(buf, value);
+		return;
+	}
+	appendStringInfoChar(buf, '"');
+	for (const char *p = value; *p; p++)
+	{
+		if (*p == '"' || *p == '\\')
+			appendStringInfoChar(buf, escape ? escape : *p);
+		appendStringInfoChar(buf, *p);
+	}
+	appendStringInfoChar(buf, '"');
 }

@@ -323,6 +323,42 @@ catalog_getcopy(int row, int col)
 }
 
 /*
+ * Row row of the current SPI result into the fields of into, each column
+ * found by its name (as the SELECT aliases it), never by a position
+ * counted in the query's text; copies in the current memory context.
+ */
+void
+catalog_read_row(int row, const CatalogColumn *columns, int ncolumns, void *into)
+{
+	for (int i = 0; i < ncolumns; i++)
+	{
+		int			col = SPI_fnumber(SPI_tuptable->tupdesc, columns[i].column);
+		char	   *field = (char *) into + columns[i].offset;
+
+		if (col <= 0)
+			elog(ERROR, "column \"%s\" is not in the result", columns[i].column);
+		switch (columns[i].kind)
+		{
+			case CATALOG_OID:
+				*(Oid *) field = catalog_getoid(row, col);
+				break;
+			case CATALOG_TEXT:
+				*(char **) field = catalog_gettext(row, col);
+				break;
+			case CATALOG_INT64:
+				*(int64 *) field = catalog_getint64(row, col);
+				break;
+			case CATALOG_BOOL:
+				*(bool *) field = catalog_getbool(row, col);
+				break;
+			case CATALOG_COPY:
+				*(Datum *) field = catalog_getcopy(row, col);
+				break;
+		}
+	}
+}
+
+/*
  * A yes-or-no query, read-only, with the caller's privileges: its first
  * column (false for NULL).  what is what the error says could not be done.
  */

@@ -49,6 +49,28 @@ extern Oid	catalog_getoid(int row, int col);
 /* a varlena column copied out of SPI's memory, detoasted; 0 for NULL */
 extern Datum catalog_getcopy(int row, int col);
 /* a yes-or-no query (read-only, as the current user); its error says what failed */
+/* how catalog_read_row reads a column: NULL reads as InvalidOid, NULL, 0, false */
+typedef enum CatalogKind
+{
+	CATALOG_OID,
+	CATALOG_TEXT,				/* a palloc'd copy */
+	CATALOG_INT64,
+	CATALOG_BOOL,
+	CATALOG_COPY				/* a Datum, detoasted and copied (catalog_getcopy) */
+} CatalogKind;
+
+/* a column of an SPI result, by name, and the field of the caller's struct it fills */
+typedef struct CatalogColumn
+{
+	const char *column;
+	CatalogKind kind;
+	size_t		offset;
+} CatalogColumn;
+
+/* a column whose name is its field's name in struct type */
+#define CATALOG_FIELD(type, field, kind) {#field, kind, offsetof(type, field)}
+
+extern void catalog_read_row(int row, const CatalogColumn *columns, int ncolumns, void *into);
 extern bool catalog_ask(const char *what, const char *sql, int nargs, Oid *types,
 						Datum *values);
 

@@ -134,19 +134,6 @@ batch_prepare(Pass *pass)
 	worker_commit_xact();
 }
 
-/*
- * A checkpoint found the partition no longer this lane's (the pass was
- * cancelled): the batch rolls back.
- */
-static void
-lost_lease(Pass *pass, Claim *claim)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_BACKFILL_CONFLICT),
-			 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
-					pass->name, claim->part_no)));
-}
-
 /* Mark the claimed partition done: nothing in it matches any more. */
 static void
 checkpoint_partition_done(Pass *pass, Claim *claim)
@@ -155,7 +142,7 @@ checkpoint_partition_done(Pass *pass, Claim *claim)
 
 	catalog_enter(&scope);
 	if (!state_part_done(pass->run_id, claim->part_no, LANE_PID(), LANE_START()))
-		lost_lease(pass, claim);
+		pass_lost_lease(pass, claim);
 	catalog_leave(&scope);
 }
 
@@ -221,7 +208,7 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *first, const char *cursor
 	 */
 	catalog_enter(&scope);
 	if (!checkpoint_update(claim, types, values, nulls))
-		lost_lease(pass, claim);
+		pass_lost_lease(pass, claim);
 	status = catalog_gettext(0, 1);
 	checksum = catalog_gettext(0, 2);
 	if (checksum == NULL || strcmp(checksum, pass->checksum) != 0)

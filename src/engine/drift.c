@@ -145,11 +145,13 @@ backfill_drift_probe(PG_FUNCTION_ARGS)
  * requires; never one whose oids no longer carry the roles it names.
  */
 #define REQUIRED_SQL \
-	"SELECT b.name, b.relation, b.predicate, b.run_as, b.checksum, b.owner," \
-	"  b.search_path, a.name," \
+	"SELECT b.name AS b_name, b.relation AS b_relation, b.predicate AS b_predicate," \
+	"  b.run_as AS b_run_as, b.checksum AS b_checksum, b.owner AS b_owner," \
+	"  b.search_path AS b_search_path, a.name AS a_name," \
 	"  (SELECT pg_catalog.max(l.run_id) FROM backfill.ledger l" \
-	"    WHERE l.ledger_name = b.name)," \
-	"  a.owner, b.environments, pg_catalog.array_to_string(b.environments, ', ')" \
+	"    WHERE l.ledger_name = b.name) AS b_last," \
+	"  a.owner AS a_owner, b.environments AS b_environments," \
+	"  pg_catalog.array_to_string(b.environments, ', ') AS b_envlist" \
 	" FROM backfill.ledger la" \
 	" JOIN backfill.declaration a ON a.name = la.declaration" \
 	" JOIN backfill.declaration b ON b.name = a.requires_backfill" \
@@ -175,6 +177,22 @@ typedef struct Required
 	char	   *b_envlist;
 } Required;
 
+/* REQUIRED_SQL's columns, by name, and the fields they fill */
+static const CatalogColumn required_columns[] = {
+	CATALOG_FIELD(Required, a_name, CATALOG_TEXT),
+	CATALOG_FIELD(Required, a_owner, CATALOG_OID),
+	CATALOG_FIELD(Required, b_name, CATALOG_TEXT),
+	CATALOG_FIELD(Required, b_relation, CATALOG_TEXT),
+	CATALOG_FIELD(Required, b_predicate, CATALOG_TEXT),
+	CATALOG_FIELD(Required, b_run_as, CATALOG_OID),
+	CATALOG_FIELD(Required, b_checksum, CATALOG_TEXT),
+	CATALOG_FIELD(Required, b_owner, CATALOG_OID),
+	CATALOG_FIELD(Required, b_search_path, CATALOG_TEXT),
+	CATALOG_FIELD(Required, b_last, CATALOG_INT64),
+	CATALOG_FIELD(Required, b_environments, CATALOG_COPY),
+	CATALOG_FIELD(Required, b_envlist, CATALOG_TEXT),
+};
+
 /*
  * Read B, the table backfill the waiting pass's declaration requires.
  * False when there is none to check: no such declaration, a pages or
@@ -196,18 +214,7 @@ read_required(int64 waiting_run_id, Required *r, MemoryContext cxt)
 	{
 		MemoryContext old = MemoryContextSwitchTo(cxt);
 
-		r->b_name = catalog_gettext(0, 1);
-		r->b_relation = catalog_gettext(0, 2);
-		r->b_predicate = catalog_gettext(0, 3);
-		r->b_run_as = catalog_getoid(0, 4);
-		r->b_checksum = catalog_gettext(0, 5);
-		r->b_owner = catalog_getoid(0, 6);
-		r->b_search_path = catalog_gettext(0, 7);
-		r->a_name = catalog_gettext(0, 8);
-		r->b_last = catalog_getint64(0, 9);
-		r->a_owner = catalog_getoid(0, 10);
-		r->b_environments = catalog_getcopy(0, 11);
-		r->b_envlist = catalog_gettext(0, 12);
+		catalog_read_row(0, required_columns, lengthof(required_columns), r);
 		MemoryContextSwitchTo(old);
 	}
 	catalog_leave(&scope);
@@ -481,6 +488,15 @@ typedef struct Probe
 	Required	required;		/* kind required: A waits for B, the one probed */
 } Probe;
 
+/* read_asked's columns, by name, and the fields they fill */
+static const CatalogColumn asked_columns[] = {
+	CATALOG_FIELD(Probe, name, CATALOG_TEXT),
+	CATALOG_FIELD(Probe, relation, CATALOG_TEXT),
+	CATALOG_FIELD(Probe, predicate, CATALOG_TEXT),
+	CATALOG_FIELD(Probe, search_path, CATALOG_TEXT),
+	CATALOG_FIELD(Probe, run_as, CATALOG_OID),
+};
+
 static const char *const kind_names[] = {"asked", "watch", "required", "requires", "finalize"};
 
 /*
@@ -565,11 +581,7 @@ read_asked(Probe *p, int64 name_hash, bool any_source, MemoryContext cxt)
 	{
 		MemoryContext old = MemoryContextSwitchTo(cxt);
 
-		p->name = catalog_gettext(0, 1);
-		p->relation = catalog_gettext(0, 2);
-		p->predicate = catalog_gettext(0, 3);
-		p->search_path = catalog_gettext(0, 4);
-		p->run_as = catalog_getoid(0, 5);
+		catalog_read_row(0, asked_columns, lengthof(asked_columns), p);
 		MemoryContextSwitchTo(old);
 	}
 	catalog_leave(&scope);

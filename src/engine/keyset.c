@@ -64,6 +64,7 @@
 
 #include "errors.h"
 #include "keyset.h"
+#include "names.h"
 #include "stats.h"
 #include "worker.h"
 
@@ -305,30 +306,6 @@ keyset_resolve(Keyset *ks, ArrayType *columns, ArrayType *types, MemoryContext c
 			index.collations[i] : InvalidOid;
 }
 
-/* record_out's rule: quote an empty value and one with a special character */
-static void
-append_row_field(StringInfo buf, const char *value)
-{
-	bool		quote = (value[0] == '\0');
-
-	for (const char *p = value; *p && !quote; p++)
-		quote = (*p == '"' || *p == '\\' || *p == '(' || *p == ')' || *p == ',' ||
-				 isspace((unsigned char) *p));
-	if (!quote)
-	{
-		appendStringInfoString(buf, value);
-		return;
-	}
-	appendStringInfoChar(buf, '"');
-	for (const char *p = value; *p; p++)
-	{
-		if (*p == '"' || *p == '\\')
-			appendStringInfoChar(buf, *p);
-		appendStringInfoChar(buf, *p);
-	}
-	appendStringInfoChar(buf, '"');
-}
-
 /* a key as a row literal, "(1,42)", as record_out writes it */
 char *
 keyset_row_text(Keyset *ks, const Datum *values)
@@ -341,7 +318,9 @@ keyset_row_text(Keyset *ks, const Datum *values)
 	{
 		if (i > 0)
 			appendStringInfoChar(&buf, ',');
-		append_row_field(&buf, worker_key_output(ks->cols[i].output, values[i]));
+		/* record_out's rule: quote an empty value and one with a special character */
+		append_literal_field(&buf, worker_key_output(ks->cols[i].output, values[i]), "(),",
+							 '\0');
 	}
 	appendStringInfoChar(&buf, ')');
 	return buf.data;

@@ -60,6 +60,7 @@
 #include "utils/typcache.h"
 
 #include "leaves.h"
+#include "names.h"
 #include "stats.h"
 #include "worker.h"
 
@@ -350,6 +351,21 @@ sort_pieces(List **pieces, LeafWalk *w)
 	return true;
 }
 
+/* walk relid's whole tree into w (zeroed), comparing on its lead column */
+static void
+walk_tree(Oid relid, const char *lead_column, Oid lead_type, Oid lead_collation, bool lenient,
+		  LeafWalk *w)
+{
+	LeafPiece	all = {0};
+
+	w->lead_column = lead_column;
+	w->lead_type = lead_type;
+	w->lead_collation = lead_collation;
+	w->cmp = type_cmp(lead_type);
+	w->lenient = lenient;
+	walk_level(relid, &all, w);
+}
+
 /*
  * The pieces of a partitioned table's leaves in key order, or NIL with
  * *why saying why the table is walked through its parent instead.
@@ -360,13 +376,8 @@ leaves_pieces(Oid relid, const char *lead_column, Oid lead_type, Oid lead_collat
 			  const char **why)
 {
 	LeafWalk	w = {0};
-	LeafPiece	all = {0};
 
-	w.lead_column = lead_column;
-	w.lead_type = lead_type;
-	w.lead_collation = lead_collation;
-	w.cmp = type_cmp(lead_type);
-	walk_level(relid, &all, &w);
+	walk_tree(relid, lead_column, lead_type, lead_collation, false, &w);
 	if (w.why == NULL && w.pieces == NIL)
 		w.why = "it has no leaves";
 	if (w.why == NULL && !sort_pieces(&w.pieces, &w))
@@ -389,14 +400,8 @@ List *
 leaves_attached(Oid relid, const char *lead_column, Oid lead_type, Oid lead_collation)
 {
 	LeafWalk	w = {0};
-	LeafPiece	all = {0};
 
-	w.lead_column = lead_column;
-	w.lead_type = lead_type;
-	w.lead_collation = lead_collation;
-	w.cmp = type_cmp(lead_type);
-	w.lenient = true;
-	walk_level(relid, &all, &w);
+	walk_tree(relid, lead_column, lead_type, lead_collation, true, &w);
 	return w.why ? NIL : w.pieces;
 }
 
@@ -520,28 +525,9 @@ append_value(StringInfo buf, Datum value, Oid type)
 {
 	Oid			output;
 	bool		varlena;
-	char	   *text;
-	bool		quote;
 
 	getTypeOutputInfo(type, &output, &varlena);
-	text = worker_key_output(output, value);
-	quote = (text[0] == '\0');
-	for (const char *p = text; *p && !quote; p++)
-		quote = (*p == '"' || *p == '\\' || *p == '(' || *p == ')' || *p == '[' ||
-				 *p == ']' || *p == ',' || isspace((unsigned char) *p));
-	if (!quote)
-	{
-		appendStringInfoString(buf, text);
-		return;
-	}
-	appendStringInfoChar(buf, '"');
-	for (const char *p = text; *p; p++)
-	{
-		if (*p == '"' || *p == '\\')
-			appendStringInfoChar(buf, '\\');
-		appendStringInfoChar(buf, *p);
-	}
-	appendStringInfoChar(buf, '"');
+	append_literal_field(buf, worker_key_output(output, value), "()[],", '\\');
 }
 
 /* a piece as text, as a range literal writes it: "[10,15)", "[7,7]", "(,100)" */

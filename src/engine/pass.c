@@ -589,6 +589,19 @@ pass_fail_in_xact(Pass *pass, int part_no, int sqlerrcode, const char *message)
 }
 
 /*
+ * A checkpoint found the partition no longer this lane's (the pass was
+ * cancelled): the batch rolls back.
+ */
+void
+pass_lost_lease(Pass *pass, Claim *claim)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_BACKFILL_CONFLICT),
+			 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
+					pass->name, claim->part_no)));
+}
+
+/*
  * Fail the pass (see pass_fail_in_xact) in a transaction of its own; the
  * caller must not be in one.
  */

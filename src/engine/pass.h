@@ -186,6 +186,7 @@ extern void pass_load_declared(Pass *pass, const char *name, MemoryContext cxt);
 extern bool pass_end_failed(int64 run_id, int part_no, int sqlerrcode, const char *message);
 extern void pass_fail_in_xact(Pass *pass, int part_no, int sqlerrcode, const char *message);
 extern void pass_fail(Pass *pass, int part_no, int sqlerrcode, const char *message);
+extern void pass_lost_lease(Pass *pass, Claim *claim);
 extern void pass_note_lane_error(Pass *pass, const ErrorData *edata);
 extern void pass_reread_max_failed_rows(Pass *pass);
 

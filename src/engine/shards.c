@@ -428,10 +428,7 @@ mirror_open(Pass *pass, Claim *claim, int group, const char *cursor, int64 rows)
 	catalog_enter(&scope);
 	if (!state_part_mirrored(pass->run_id, claim->part_no, group, cursor, rows, LANE_PID(),
 							 LANE_START()))
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_CONFLICT),
-				 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
-						pass->name, claim->part_no)));
+		pass_lost_lease(pass, claim);
 	catalog_leave(&scope);
 }
 
@@ -586,10 +583,7 @@ split_final_checkpoint(Pass *pass, Claim *claim, const char *cursor, int64 rows)
 							 GUC_ACTION_LOCAL, true, 0, false);
 	if (!state_part_mirrored(pass->run_id, claim->part_no, -1, cursor, rows, LANE_PID(),
 							 LANE_START()))
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_CONFLICT),
-				 errmsg("lane of backfill \"%s\" lost its lease on partition %d",
-						pass->name, claim->part_no)));
+		pass_lost_lease(pass, claim);
 }
 
 /*

@@ -230,24 +230,22 @@ action_trimmed(const char *action)
 	return s;
 }
 
-bool
-action_check_guard(const Declaration *d, SPIPlanPtr predicate_plan, SPIPlanPtr action_plan)
+/*
+ * The predicate's conjuncts must each be a conjunct of q's WHERE: q is
+ * an UPDATE or DELETE of the relation, the action itself (top) or a
+ * query of its WITH.  Else SOURCE_INVALID.
+ */
+static void
+check_repeats_predicate(const Declaration *d, Query *q, SPIPlanPtr predicate_plan, bool top)
 {
-	Query	   *action = plan_query(action_plan);
-	Node	   *predicate;
+	Node	   *predicate = copyObject(plan_query(predicate_plan)->jointree->quals);
 	List	   *where;
 	ListCell   *lc;
+	const char *kind = q->commandType == CMD_UPDATE ? "UPDATE" : "DELETE";
 
-	if (d->action_set != NULL || d->action_delete)
-		return true;			/* the engine's statement: AND the predicate */
-	if (!d->guard ||
-		(action->commandType != CMD_UPDATE && action->commandType != CMD_DELETE) ||
-		rt_fetch(action->resultRelation, action->rtable)->relid != d->relid)
-		return false;
-	predicate = copyObject(plan_query(predicate_plan)->jointree->quals);
-	if (action->resultRelation != 1)
-		ChangeVarNodes(predicate, 1, action->resultRelation, 0);
-	where = conjuncts(action->jointree->quals, NIL);
+	if (q->resultRelation != 1)
+		ChangeVarNodes(predicate, 1, q->resultRelation, 0);
+	where = conjuncts(q->jointree->quals, NIL);
 	foreach(lc, conjuncts(predicate, NIL))
 	{
 		if (list_member(where, lfirst(lc)))
@@ -256,15 +254,51 @@ action_check_guard(const Declaration *d, SPIPlanPtr predicate_plan, SPIPlanPtr a
 				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
 				 errmsg("the action of backfill \"%s\" does not repeat its predicate",
 						d->name),
-				 errdetail("It is an %s of %s whose WHERE clause lacks the predicate (%s) as "
+				 errdetail("%s an %s of %s whose WHERE clause lacks the predicate (%s) as "
 						   "a condition of its own: a batch would also change the rows of its "
 						   "key range that no longer need work.",
-						   action->commandType == CMD_UPDATE ? "UPDATE" : "DELETE",
+						   top ? "It is" : "A query of its WITH is", kind,
 						   d->relation, d->predicate),
+				 top ?
 				 errhint("Write %s%s (%s); or declare set => '...' (delete => true) and let the "
 						 "engine write the statement; or pass guard => false to run it as "
 						 "written.", action_trimmed(d->action),
-						 action->jointree->quals ? " AND" : " WHERE", d->predicate)));
+						 q->jointree->quals ? " AND" : " WHERE", d->predicate) :
+				 errhint("Repeat the predicate (%s) in that %s's WHERE clause too; or pass "
+						 "guard => false to run it as written.", d->predicate, kind)));
+	}
+}
+
+/*
+ * Is the action guarded: an UPDATE or DELETE of the relation whose WHERE
+ * repeats the predicate (the engine's set / delete always are)?  One that
+ * does not, and every UPDATE or DELETE of the relation in its WITH that
+ * does not, is refused unless guard => false; any other action (one whose
+ * WITH adds rows to the relation too) is not guarded.
+ */
+bool
+action_check_guard(const Declaration *d, SPIPlanPtr predicate_plan, SPIPlanPtr action_plan)
+{
+	Query	   *action = plan_query(action_plan);
+	ListCell   *lc;
+
+	if (d->action_set != NULL || d->action_delete)
+		return true;			/* the engine's statement: AND the predicate */
+	if (!d->guard ||
+		(action->commandType != CMD_UPDATE && action->commandType != CMD_DELETE) ||
+		rt_fetch(action->resultRelation, action->rtable)->relid != d->relid)
+		return false;
+	check_repeats_predicate(d, action, predicate_plan, true);
+	foreach(lc, action->cteList)
+	{
+		Query	   *q = castNode(Query, ((CommonTableExpr *) lfirst(lc))->ctequery);
+
+		if (q->resultRelation == 0 ||
+			rt_fetch(q->resultRelation, q->rtable)->relid != d->relid)
+			continue;			/* reads, or writes another table */
+		if (q->commandType != CMD_UPDATE && q->commandType != CMD_DELETE)
+			return false;		/* it adds rows to the relation (INSERT, MERGE) */
+		check_repeats_predicate(d, q, predicate_plan, false);
 	}
 	return true;
 }

@@ -305,18 +305,30 @@ run_control(FunctionCallInfo fcinfo, const char *control, ControlAction act)
 #define CONTROL_ENTRY(fn, act) \
 	Datum fn(PG_FUNCTION_ARGS) { PG_RETURN_BOOL(run_control(fcinfo, #fn, act)); }
 
+/*
+ * A control that stops the lanes of the running pass: the pass locked (or
+ * a NOTICE that there is none to verb), moved by transition; when it
+ * moved, at commit its lanes are woken (a lane waiting out its rate leaves
+ * at once, not after the sleep) and, with cancel, the statements of their
+ * batches in flight cancelled.
+ */
 static bool
-pause_pass(Target *t)
+stop_lanes(Target *t, const char *verb, bool (*transition) (int64 run_id), bool cancel)
 {
 	bool		changed;
 
-	if (!lock_running_pass_or_say(t, "pause"))
+	if (!lock_running_pass_or_say(t, verb))
 		return false;
-	changed = on_running_pass(t, state_pass_paused);
-	/* a lane waiting out its rate leaves at once, not after the sleep */
+	changed = on_running_pass(t, transition);
 	if (changed)
-		backfill_wake_lanes_at_commit(t->running_id, false);
+		backfill_wake_lanes_at_commit(t->running_id, cancel);
 	return changed;
+}
+
+static bool
+pause_pass(Target *t)
+{
+	return stop_lanes(t, "pause", state_pass_paused, false);
 }
 
 CONTROL_ENTRY(backfill_pause, pause_pass)
@@ -351,15 +363,7 @@ CONTROL_ENTRY(backfill_resume, resume_pass)
 static bool
 cancel_pass(Target *t)
 {
-	bool		changed;
-
-	if (!lock_running_pass_or_say(t, "cancel"))
-		return false;
-	changed = on_running_pass(t, pass_cancelled);
-	/* at commit: the lanes' batches in flight are cancelled, sleeping lanes woken */
-	if (changed)
-		backfill_wake_lanes_at_commit(t->running_id, true);
-	return changed;
+	return stop_lanes(t, "cancel", pass_cancelled, true);
 }
 
 CONTROL_ENTRY(backfill_cancel, cancel_pass)

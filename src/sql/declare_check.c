@@ -88,6 +88,32 @@ rethrow_as_source_invalid(MemoryContext cxt, const char *name, const char *what,
 }
 
 /*
+ * The one statement of a raw parse tree when it is a plain SELECT of one
+ * target: no set operation, WITH, INTO, DISTINCT, VALUES, GROUP BY,
+ * HAVING, WINDOW, ORDER BY, LIMIT, OFFSET nor locking clause (its FROM and
+ * WHERE are the caller's to check); NULL otherwise.
+ */
+static SelectStmt *
+one_plain_select(List *stmts)
+{
+	SelectStmt *sel;
+
+	if (list_length(stmts) != 1 ||
+		!IsA(((RawStmt *) linitial(stmts))->stmt, SelectStmt))
+		return NULL;
+	sel = (SelectStmt *) ((RawStmt *) linitial(stmts))->stmt;
+	if (sel->op == SETOP_NONE && sel->larg == NULL && sel->rarg == NULL &&
+		sel->withClause == NULL && sel->intoClause == NULL &&
+		sel->distinctClause == NIL && sel->valuesLists == NIL &&
+		list_length(sel->targetList) == 1 && sel->groupClause == NIL &&
+		sel->havingClause == NULL && sel->windowClause == NIL &&
+		sel->sortClause == NIL && sel->limitCount == NULL &&
+		sel->limitOffset == NULL && sel->lockingClause == NIL)
+		return sel;
+	return NULL;
+}
+
+/*
  * The predicate is pasted into the lanes' key scan, so it must be one
  * boolean expression and nothing else: no closing parenthesis followed by
  * a UNION, an ORDER BY or a comment that would swallow what follows it.
@@ -98,20 +124,9 @@ rethrow_as_source_invalid(MemoryContext cxt, const char *name, const char *what,
 static bool
 predicate_is_one_expression(List *stmts)
 {
-	SelectStmt *sel;
+	SelectStmt *sel = one_plain_select(stmts);
 
-	if (list_length(stmts) != 1 ||
-		!IsA(((RawStmt *) linitial(stmts))->stmt, SelectStmt))
-		return false;
-	sel = (SelectStmt *) ((RawStmt *) linitial(stmts))->stmt;
-	return sel->op == SETOP_NONE && sel->larg == NULL && sel->rarg == NULL &&
-		sel->withClause == NULL && sel->intoClause == NULL &&
-		sel->distinctClause == NIL && sel->valuesLists == NIL &&
-		list_length(sel->targetList) == 1 && list_length(sel->fromClause) == 1 &&
-		sel->whereClause != NULL && sel->groupClause == NIL &&
-		sel->havingClause == NULL && sel->windowClause == NIL &&
-		sel->sortClause == NIL && sel->limitCount == NULL &&
-		sel->limitOffset == NULL && sel->lockingClause == NIL;
+	return sel != NULL && list_length(sel->fromClause) == 1 && sel->whereClause != NULL;
 }
 
 /*
@@ -366,18 +381,9 @@ check_statements(Declaration *d)
 static bool
 condition_is_one_expression(List *stmts)
 {
-	SelectStmt *sel;
+	SelectStmt *sel = one_plain_select(stmts);
 
-	if (list_length(stmts) != 1 ||
-		!IsA(((RawStmt *) linitial(stmts))->stmt, SelectStmt))
-		return false;
-	sel = (SelectStmt *) ((RawStmt *) linitial(stmts))->stmt;
-	return sel->op == SETOP_NONE && sel->withClause == NULL && sel->intoClause == NULL &&
-		sel->distinctClause == NIL && sel->valuesLists == NIL &&
-		list_length(sel->targetList) == 1 && sel->fromClause == NIL &&
-		sel->whereClause == NULL && sel->groupClause == NIL && sel->havingClause == NULL &&
-		sel->windowClause == NIL && sel->sortClause == NIL && sel->limitCount == NULL &&
-		sel->limitOffset == NULL && sel->lockingClause == NIL;
+	return sel != NULL && sel->fromClause == NIL && sel->whereClause == NULL;
 }
 
 /*

@@ -99,26 +99,26 @@ typedef struct Ensure
 	" WHERE d.name = $1"
 
 /* ENSURE_SQL's columns, by name, and the fields they fill */
-static const NewestColumn ensure_columns[] = {
-	{"owner", NEWEST_OID, offsetof(Ensure, owner)},
-	{"checksum", NEWEST_TEXT, offsetof(Ensure, checksum)},
-	{"plain", NEWEST_BOOL, offsetof(Ensure, plain)},
-	{"scoped", NEWEST_BOOL, offsetof(Ensure, scoped)},
-	{"run_id", NEWEST_INT64, offsetof(Ensure, run_id)},
-	{"status", NEWEST_TEXT, offsetof(Ensure, status)},
-	{"revert", NEWEST_BOOL, offsetof(Ensure, revert)},
-	{"run_checksum", NEWEST_TEXT, offsetof(Ensure, run_checksum)},
-	{"error_code", NEWEST_TEXT, offsetof(Ensure, error_code)},
-	{"error_message", NEWEST_TEXT, offsetof(Ensure, error_message)},
-	{"finished_at", NEWEST_TEXT, offsetof(Ensure, finished_at)},
-	{"rows", NEWEST_INT64, offsetof(Ensure, rows)},
-	{"retired_run", NEWEST_INT64, offsetof(Ensure, retired_run)},
-	{"retired_at", NEWEST_TEXT, offsetof(Ensure, retired_at)},
-	{"probed", NEWEST_BOOL, offsetof(Ensure, probed)},
-	{"found", NEWEST_INT64, offsetof(Ensure, found)},
-	{"counted_at", NEWEST_TEXT, offsetof(Ensure, counted_at)},
-	{"count_kind", NEWEST_TEXT, offsetof(Ensure, count_kind)},
-	{"probe_error", NEWEST_TEXT, offsetof(Ensure, probe_error)},
+static const CatalogColumn ensure_columns[] = {
+	CATALOG_FIELD(Ensure, owner, CATALOG_OID),
+	CATALOG_FIELD(Ensure, checksum, CATALOG_TEXT),
+	CATALOG_FIELD(Ensure, plain, CATALOG_BOOL),
+	CATALOG_FIELD(Ensure, scoped, CATALOG_BOOL),
+	CATALOG_FIELD(Ensure, run_id, CATALOG_INT64),
+	CATALOG_FIELD(Ensure, status, CATALOG_TEXT),
+	CATALOG_FIELD(Ensure, revert, CATALOG_BOOL),
+	CATALOG_FIELD(Ensure, run_checksum, CATALOG_TEXT),
+	CATALOG_FIELD(Ensure, error_code, CATALOG_TEXT),
+	CATALOG_FIELD(Ensure, error_message, CATALOG_TEXT),
+	CATALOG_FIELD(Ensure, finished_at, CATALOG_TEXT),
+	CATALOG_FIELD(Ensure, rows, CATALOG_INT64),
+	CATALOG_FIELD(Ensure, retired_run, CATALOG_INT64),
+	CATALOG_FIELD(Ensure, retired_at, CATALOG_TEXT),
+	CATALOG_FIELD(Ensure, probed, CATALOG_BOOL),
+	CATALOG_FIELD(Ensure, found, CATALOG_INT64),
+	CATALOG_FIELD(Ensure, counted_at, CATALOG_TEXT),
+	CATALOG_FIELD(Ensure, count_kind, CATALOG_TEXT),
+	CATALOG_FIELD(Ensure, probe_error, CATALOG_TEXT),
 };
 
 /* Read the backfill as the caller's snapshot sees the catalogs. */

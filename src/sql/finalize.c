@@ -133,24 +133,24 @@ typedef struct Final
 	" WHERE d.name = $1"
 
 /* FINAL_SQL's columns, by name, and the fields they fill */
-static const NewestColumn final_columns[] = {
-	{"owner", NEWEST_OID, offsetof(Final, owner)},
-	{"run_as", NEWEST_OID, offsetof(Final, run_as)},
-	{"checksum", NEWEST_TEXT, offsetof(Final, checksum)},
-	{"search_path", NEWEST_TEXT, offsetof(Final, search_path)},
-	{"scoped", NEWEST_BOOL, offsetof(Final, scoped)},
-	{"has_settings", NEWEST_BOOL, offsetof(Final, has_settings)},
-	{"run_id", NEWEST_INT64, offsetof(Final, run_id)},
-	{"status", NEWEST_TEXT, offsetof(Final, status)},
-	{"run_checksum", NEWEST_TEXT, offsetof(Final, run_checksum)},
-	{"error_code", NEWEST_TEXT, offsetof(Final, error_code)},
-	{"error_message", NEWEST_TEXT, offsetof(Final, error_message)},
-	{"rows", NEWEST_INT64, offsetof(Final, rows)},
-	{"live", NEWEST_INT64, offsetof(Final, live)},
-	{"unmet", NEWEST_TEXT, offsetof(Final, unmet)},
-	{"revert", NEWEST_BOOL, offsetof(Final, revert)},
-	{"plain", NEWEST_BOOL, offsetof(Final, plain)},
-	{"retired", NEWEST_BOOL, offsetof(Final, retired)},
+static const CatalogColumn final_columns[] = {
+	CATALOG_FIELD(Final, owner, CATALOG_OID),
+	CATALOG_FIELD(Final, run_as, CATALOG_OID),
+	CATALOG_FIELD(Final, checksum, CATALOG_TEXT),
+	CATALOG_FIELD(Final, search_path, CATALOG_TEXT),
+	CATALOG_FIELD(Final, scoped, CATALOG_BOOL),
+	CATALOG_FIELD(Final, has_settings, CATALOG_BOOL),
+	CATALOG_FIELD(Final, run_id, CATALOG_INT64),
+	CATALOG_FIELD(Final, status, CATALOG_TEXT),
+	CATALOG_FIELD(Final, run_checksum, CATALOG_TEXT),
+	CATALOG_FIELD(Final, error_code, CATALOG_TEXT),
+	CATALOG_FIELD(Final, error_message, CATALOG_TEXT),
+	CATALOG_FIELD(Final, rows, CATALOG_INT64),
+	CATALOG_FIELD(Final, live, CATALOG_INT64),
+	CATALOG_FIELD(Final, unmet, CATALOG_TEXT),
+	CATALOG_FIELD(Final, revert, CATALOG_BOOL),
+	CATALOG_FIELD(Final, plain, CATALOG_BOOL),
+	CATALOG_FIELD(Final, retired, CATALOG_BOOL),
 };
 
 /* Read the backfill and its newest pass (copied into the current context). */

@@ -18,31 +18,8 @@
 #include "catalog.h"
 #include "newest.h"
 
-/* one column of row 0 into its field */
-static void
-read_column(int col, const NewestColumn *column, void *into)
-{
-	char	   *field = (char *) into + column->offset;
-
-	switch (column->kind)
-	{
-		case NEWEST_OID:
-			*(Oid *) field = catalog_getoid(0, col);
-			break;
-		case NEWEST_TEXT:
-			*(char **) field = catalog_gettext(0, col);
-			break;
-		case NEWEST_INT64:
-			*(int64 *) field = catalog_getint64(0, col);
-			break;
-		case NEWEST_BOOL:
-			*(bool *) field = catalog_getbool(0, col);
-			break;
-	}
-}
-
 void
-newest_read(const char *sql, const char *name, const NewestColumn *columns, int ncolumns,
+newest_read(const char *sql, const char *name, const CatalogColumn *columns, int ncolumns,
 			void *into)
 {
 	CatalogScope scope;
@@ -52,14 +29,8 @@ newest_read(const char *sql, const char *name, const NewestColumn *columns, int 
 
 	catalog_enter(&scope);
 	n = catalog_exec(sql, 1, types, values, NULL, SPI_OK_SELECT);
-	for (int i = 0; n == 1 && i < ncolumns; i++)
-	{
-		int			col = SPI_fnumber(SPI_tuptable->tupdesc, columns[i].column);
-
-		if (col <= 0)
-			elog(ERROR, "column \"%s\" is not in the result", columns[i].column);
-		read_column(col, &columns[i], into);
-	}
+	if (n == 1)
+		catalog_read_row(0, columns, ncolumns, into);
 	catalog_leave(&scope);
 	if (n != 1)
 		report_not_declared(name);

@@ -11,29 +11,14 @@
 
 #include "postgres.h"
 
-/* how a column of the row is read: NULL reads as InvalidOid, NULL, 0, false */
-typedef enum NewestKind
-{
-	NEWEST_OID,
-	NEWEST_TEXT,				/* a palloc'd copy */
-	NEWEST_INT64,
-	NEWEST_BOOL
-} NewestKind;
-
-/* a column of the row, by name, and the field of the caller's struct it fills */
-typedef struct NewestColumn
-{
-	const char *column;
-	NewestKind	kind;
-	size_t		offset;
-} NewestColumn;
+#include "catalog.h"
 
 /*
  * Run sql, a SELECT of one backfill's row ($1: its name), as the
  * extension's owner, and read its columns by name into the fields of into
  * (copied into the current context).  A backfill not declared is BF002.
  */
-extern void newest_read(const char *sql, const char *name, const NewestColumn *columns,
+extern void newest_read(const char *sql, const char *name, const CatalogColumn *columns,
 						int ncolumns, void *into);
 
 /*

@@ -22,6 +22,19 @@
 #include "state.h"
 
 /*
+ * An INSERT of pending partitions of run_id: $1 the run_id, $2 arg (of
+ * type), $3 the pending state.  Returns how many.
+ */
+static int
+insert_pending(const char *sql, int64 run_id, Oid type, Datum arg)
+{
+	Oid			types[3] = {INT8OID, type, TEXTOID};
+	Datum		values[3] = {Int64GetDatum(run_id), arg, part_state_datum(PART_PENDING)};
+
+	return catalog_exec(sql, 3, types, values, NULL, SPI_OK_INSERT);
+}
+
+/*
  * new -> pending (planned): partition i covers (bounds[i-1], bounds[i]];
  * the ends are open, and the run's bound closes the last one when a lane
  * claims it.
@@ -29,14 +42,11 @@
 void
 state_parts_planned_ranges(int64 run_id, Datum bounds)
 {
-	Oid			types[3] = {INT8OID, TEXTARRAYOID, TEXTOID};
-	Datum		values[3] = {Int64GetDatum(run_id), bounds, part_state_datum(PART_PENDING)};
-
-	catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, state)"
-				 " SELECT $1, i - 1, $2[i - 1], $2[i], $3"
-				 "   FROM pg_catalog.generate_series(1,"
-				 "          coalesce(pg_catalog.array_length($2, 1), 0) + 1) i",
-				 3, types, values, NULL, SPI_OK_INSERT);
+	insert_pending("INSERT INTO backfill.partition (run_id, part_no, lo, hi, state)"
+				   " SELECT $1, i - 1, $2[i - 1], $2[i], $3"
+				   "   FROM pg_catalog.generate_series(1,"
+				   "          coalesce(pg_catalog.array_length($2, 1), 0) + 1) i",
+				   run_id, TEXTARRAYOID, bounds);
 }
 
 /*
@@ -47,19 +57,16 @@ state_parts_planned_ranges(int64 run_id, Datum bounds)
 void
 state_parts_planned_shards(int64 run_id, Datum shards)
 {
-	Oid			types[3] = {INT8OID, INT8ARRAYOID, TEXTOID};
-	Datum		values[3] = {Int64GetDatum(run_id), shards, part_state_datum(PART_PENDING)};
-
-	catalog_exec("INSERT INTO backfill.partition (run_id, part_no, shard, shard_run, shard_min,"
-				 "   shard_max, state)"
-				 " SELECT $1, i - 1, $2[i], $1, h.lo, h.hi, $3"
-				 "   FROM pg_catalog.generate_subscripts($2, 1) i"
-				 "   LEFT JOIN LATERAL (SELECT s.shardminvalue::pg_catalog.int4 AS lo,"
-				 "                             s.shardmaxvalue::pg_catalog.int4 AS hi"
-				 "     FROM pg_catalog.pg_dist_shard s"
-				 "     JOIN pg_catalog.pg_dist_partition d ON d.logicalrelid = s.logicalrelid"
-				 "    WHERE s.shardid = $2[i] AND d.partmethod = 'h') h ON true",
-				 3, types, values, NULL, SPI_OK_INSERT);
+	insert_pending("INSERT INTO backfill.partition (run_id, part_no, shard, shard_run, shard_min,"
+				   "   shard_max, state)"
+				   " SELECT $1, i - 1, $2[i], $1, h.lo, h.hi, $3"
+				   "   FROM pg_catalog.generate_subscripts($2, 1) i"
+				   "   LEFT JOIN LATERAL (SELECT s.shardminvalue::pg_catalog.int4 AS lo,"
+				   "                             s.shardmaxvalue::pg_catalog.int4 AS hi"
+				   "     FROM pg_catalog.pg_dist_shard s"
+				   "     JOIN pg_catalog.pg_dist_partition d ON d.logicalrelid = s.logicalrelid"
+				   "    WHERE s.shardid = $2[i] AND d.partmethod = 'h') h ON true",
+				   run_id, INT8ARRAYOID, shards);
 }
 
 /*
@@ -123,22 +130,18 @@ state_parts_copied(int64 run_id, int64 old_id)
 int
 state_parts_of_failed_rows(int64 run_id, int64 old_id)
 {
-	Oid			types[3] = {INT8OID, INT8OID, TEXTOID};
-	Datum		values[3] = {Int64GetDatum(run_id), Int64GetDatum(old_id),
-	part_state_datum(PART_PENDING)};
-
-	return catalog_exec("INSERT INTO backfill.partition (run_id, part_no, lo, hi, state,"
-						"   leaf, leaf_range)"
-						" SELECT $1, m.n + pg_catalog.row_number() OVER (ORDER BY f.at,"
-						"        f.part_no, f.key), f.after_key, f.key, $3,"
-						"        o.leaf, o.leaf_range"
-						"   FROM backfill.failed_row f"
-						"   LEFT JOIN backfill.partition o"
-						"     ON o.run_id = f.run_id AND o.part_no = f.part_no,"
-						"        (SELECT coalesce(pg_catalog.max(p.part_no), -1) AS n"
-						"           FROM backfill.partition p WHERE p.run_id = $1) m"
-						"  WHERE f.run_id = $2",
-						3, types, values, NULL, SPI_OK_INSERT);
+	return insert_pending("INSERT INTO backfill.partition (run_id, part_no, lo, hi, state,"
+						  "   leaf, leaf_range)"
+						  " SELECT $1, m.n + pg_catalog.row_number() OVER (ORDER BY f.at,"
+						  "        f.part_no, f.key), f.after_key, f.key, $3,"
+						  "        o.leaf, o.leaf_range"
+						  "   FROM backfill.failed_row f"
+						  "   LEFT JOIN backfill.partition o"
+						  "     ON o.run_id = f.run_id AND o.part_no = f.part_no,"
+						  "        (SELECT coalesce(pg_catalog.max(p.part_no), -1) AS n"
+						  "           FROM backfill.partition p WHERE p.run_id = $1) m"
+						  "  WHERE f.run_id = $2",
+						  run_id, INT8OID, Int64GetDatum(old_id));
 }
 
 /*

@@ -74,16 +74,22 @@ state_pass_enqueue(Datum *values, const char *nulls)
 	return DatumGetInt64(run_id);
 }
 
-/* a lane started on the pass (counted; no change of state) */
-void
-state_pass_lane_started(int64 run_id)
+/* an UPDATE of the run's row, $1 its run_id; returns how many rows it changed */
+static int
+run_update(const char *sql, int64 run_id)
 {
 	Oid			types[1] = {INT8OID};
 	Datum		values[1] = {Int64GetDatum(run_id)};
 
-	catalog_exec("UPDATE backfill.run SET lane_starts = lane_starts + 1,"
-				 " updated_at = pg_catalog.now() WHERE run_id = $1",
-				 1, types, values, NULL, SPI_OK_UPDATE);
+	return catalog_exec(sql, 1, types, values, NULL, SPI_OK_UPDATE);
+}
+
+/* a lane started on the pass (counted; no change of state) */
+void
+state_pass_lane_started(int64 run_id)
+{
+	run_update("UPDATE backfill.run SET lane_starts = lane_starts + 1,"
+			   " updated_at = pg_catalog.now() WHERE run_id = $1", run_id);
 }
 
 /*
@@ -130,12 +136,8 @@ state_pass_replanned(int64 run_id, const char *method, Datum estimate, bool has_
 void
 state_pass_interrupted(int64 run_id)
 {
-	Oid			types[1] = {INT8OID};
-	Datum		values[1] = {Int64GetDatum(run_id)};
-
-	catalog_exec("UPDATE backfill.run SET interruptions = interruptions + 1,"
-				 " updated_at = pg_catalog.now() WHERE run_id = $1",
-				 1, types, values, NULL, SPI_OK_UPDATE);
+	run_update("UPDATE backfill.run SET interruptions = interruptions + 1,"
+			   " updated_at = pg_catalog.now() WHERE run_id = $1", run_id);
 }
 
 /* a run's phase moves from one to another (with the ledger row locked by the caller) */
@@ -364,13 +366,9 @@ state_pass_note_error(int64 run_id, const char *message, bool if_running)
 bool
 state_pass_paused(int64 run_id)
 {
-	Oid			types[1] = {INT8OID};
-	Datum		values[1] = {Int64GetDatum(run_id)};
-
 	return state_missed(EV_PAUSED, "run", run_id,
-						catalog_exec("UPDATE backfill.run SET paused = true, updated_at = now()"
-									 " WHERE run_id = $1 AND NOT paused ",
-									 1, types, values, NULL, SPI_OK_UPDATE));
+						run_update("UPDATE backfill.run SET paused = true, updated_at = now()"
+								   " WHERE run_id = $1 AND NOT paused ", run_id));
 }
 
 /*

@@ -207,6 +207,26 @@ is(length(sq(q{SELECT backfill_declare(name => 'cents2', relation => 'orders',
 is(length(sq(qq{SELECT backfill_declare(name => 'cents', relation => 'orders',
 	predicate => 'total_cents IS NULL', action => '$unguarded', guard => false)})), 64,
 	'guard => false: the unguarded UPDATE is accepted');
+# a data-modifying WITH: an UPDATE of the relation there must repeat the predicate too
+# (a tester's finding: it got past the check and rows were done two to six times)
+($rc, $out, $err) = $node->psql('postgres', q{
+	SELECT backfill_declare(name => 'cents3', relation => 'orders', predicate => 'total_cents IS NULL',
+		action => 'WITH w AS (UPDATE orders SET total_cents = total_cents + 1 RETURNING 1)
+		           UPDATE orders SET total_cents = total * 100
+		            WHERE id BETWEEN $1 AND $2 AND total_cents IS NULL')},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/BF001: the action of backfill "cents3" does not repeat its predicate/,
+	'an UPDATE of the relation in the action\'s WITH without the predicate is refused (BF001)');
+like($err, qr/DETAIL:  A query of its WITH is an UPDATE of public\.orders/,
+	'the detail says the WITH query lacks it');
+is(length(sq(q{SELECT backfill_declare(name => 'cents4', relation => 'orders',
+	predicate => 'total_cents IS NULL',
+	action => 'WITH w AS (UPDATE orders SET total_cents = total * 100
+	                       WHERE id BETWEEN $1 AND $2 AND total_cents IS NULL RETURNING id)
+	           UPDATE orders SET total_cents = total * 100
+	            WHERE id BETWEEN $1 AND $2 AND total_cents IS NULL')})), 64,
+	'with the predicate repeated there too: accepted');
+is(sq(q{SELECT guarded FROM backfill.declaration WHERE name = 'cents4'}), 't', 'and guarded');
 sq(q{CREATE TABLE audit (lo bigint, hi bigint)});
 is(length(sq(q{SELECT backfill_declare(name => 'audit', relation => 'orders',
 	predicate => 'total_cents IS NULL', action => 'INSERT INTO audit VALUES ($1, $2)')})), 64,
