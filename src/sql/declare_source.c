@@ -231,6 +231,44 @@ refuse_search_path_key(const char *name, const char *column, Oid type)
 	}
 }
 
+/*
+ * The primary key's column, or InvalidAttrNumber when the key is composite
+ * (then resolved into src, rel closed).  SOURCE_INVALID without one.
+ */
+static AttrNumber
+resolve_primary_key(const char *name, Relation rel, DeclaredSource *src)
+{
+	Oid			pkoid;
+	Relation	pk;
+	AttrNumber	attnum;
+
+	list_free(RelationGetIndexList(rel));
+	pkoid = rel->rd_pkindex;
+	if (!OidIsValid(pkoid))
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("relation \"%s\" of backfill \"%s\" has no primary key",
+						src->relation, name),
+				 errdetail("Batches walk the table in key order; they need a unique, not-null key."),
+				 errhint("Pass key => 'column' naming a NOT NULL column with a unique index, "
+						 "or key => 'ctid' to walk the heap in block order.")));
+	pk = index_open(pkoid, AccessShareLock);
+	if (pk->rd_index->indnkeyatts != 1)
+	{
+		int			n = pk->rd_index->indnkeyatts;
+		char	  **columns = palloc(sizeof(char *) * n);
+
+		for (int i = 0; i < n; i++)
+			columns[i] = get_attname(src->relid, pk->rd_index->indkey.values[i], false);
+		index_close(pk, AccessShareLock);
+		resolve_composite_key(name, rel, NULL, n, columns, src);
+		return InvalidAttrNumber;
+	}
+	attnum = pk->rd_index->indkey.values[0];
+	index_close(pk, AccessShareLock);
+	return attnum;
+}
+
 static void
 resolve_key(const char *name, const char *key, DeclaredSource *src)
 {
@@ -240,33 +278,9 @@ resolve_key(const char *name, const char *key, DeclaredSource *src)
 
 	if (key == NULL)
 	{
-		Oid			pkoid;
-		Relation	pk;
-
-		list_free(RelationGetIndexList(rel));
-		pkoid = rel->rd_pkindex;
-		if (!OidIsValid(pkoid))
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-					 errmsg("relation \"%s\" of backfill \"%s\" has no primary key",
-							src->relation, name),
-					 errdetail("Batches walk the table in key order; they need a unique, not-null key."),
-					 errhint("Pass key => 'column' naming a NOT NULL column with a unique index, "
-							 "or key => 'ctid' to walk the heap in block order.")));
-		pk = index_open(pkoid, AccessShareLock);
-		if (pk->rd_index->indnkeyatts != 1)
-		{
-			int			n = pk->rd_index->indnkeyatts;
-			char	  **columns = palloc(sizeof(char *) * n);
-
-			for (int i = 0; i < n; i++)
-				columns[i] = get_attname(src->relid, pk->rd_index->indkey.values[i], false);
-			index_close(pk, AccessShareLock);
-			resolve_composite_key(name, rel, NULL, n, columns, src);
-			return;
-		}
-		attnum = pk->rd_index->indkey.values[0];
-		index_close(pk, AccessShareLock);
+		attnum = resolve_primary_key(name, rel, src);
+		if (attnum == InvalidAttrNumber)
+			return;				/* composite */
 	}
 	else if (ctid_named(name, key))
 	{
