@@ -166,6 +166,16 @@ checkpoint_update(Claim *claim, Oid *types, Datum *values, const char *nulls)
 	return state_part_checkpointed(&claim->checkpoint_tid, types, values, nulls);
 }
 
+/* a text column of the checkpoint's answer, by name; NULL when it is NULL */
+static char *
+checkpoint_text(const char *name)
+{
+	bool		isnull;
+	Datum		d = state_answer_column(name, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
 /*
  * Write the checkpoint of a batch and read back what may have changed
  * meanwhile: the pass's status, whether it is paused, and the
@@ -209,8 +219,8 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *first, const char *cursor
 	catalog_enter(&scope);
 	if (!checkpoint_update(claim, types, values, nulls))
 		pass_lost_lease(pass, claim);
-	status = catalog_gettext(0, 1);
-	checksum = catalog_gettext(0, 2);
+	status = TextDatumGetCString(state_answer_column("status", &isnull));
+	checksum = checkpoint_text("checksum");
 	if (checksum == NULL || strcmp(checksum, pass->checksum) != 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_BACKFILL_CHANGED),
@@ -219,17 +229,17 @@ checkpoint_batch(Pass *pass, Claim *claim, const char *first, const char *cursor
 				 errdetail("The pass started with checksum %s; the declaration now has %s.",
 						   pass->checksum, checksum ? checksum : "none (dropped)"),
 				 errhint("Run the backfill again to start a pass with the new definition.")));
-	pass->rate = DatumGetFloat8(catalog_getdatum(0, 3, &isnull));
-	pass->batch_size = DatumGetInt32(catalog_getdatum(0, 4, &isnull));
-	paused = DatumGetBool(catalog_getdatum(0, 5, &isnull));
-	wal_budget = catalog_getdatum(0, 7, &isnull);
+	pass->rate = DatumGetFloat8(state_answer_column("rate", &isnull));
+	pass->batch_size = DatumGetInt32(state_answer_column("batch_size", &isnull));
+	paused = DatumGetBool(state_answer_column("paused", &isnull));
+	wal_budget = state_answer_column("max_wal_rate", &isnull);
 	pass->max_wal_rate = isnull ? 0 : DatumGetInt64(wal_budget);
 	/* after the checkpoint's answer is read: it runs a statement of its own */
 	history_record(pass, claim, first, cursor, rows, why);
 	health_read_if_due(&claim->health, pass->relid, pass->name);
 	health_sample_foreground(&claim->health);
 	catalog_leave(&scope);
-	if (strcmp(status, "running") != 0)
+	if (strcmp(status, ledger_status_text(LEDGER_RUNNING)) != 0)
 		return BATCH_STOP;
 	return paused ? BATCH_PAUSED : BATCH_DONE;
 }
