@@ -55,22 +55,11 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
+#include "batch.h"
 #include "kind.h"
 
 /* the blocks one key scan reads at most, and a batch takes at most */
 #define BLOCKS_WINDOW 4096
-
-static SPIPlanPtr
-prepare_kept(Pass *pass, const char *what, const char *sql, int nargs, Oid *types)
-{
-	SPIPlanPtr	plan = SPI_prepare(sql, nargs, types);
-
-	if (plan == NULL)
-		elog(ERROR, "could not prepare the %s of backfill \"%s\": %s",
-			 what, pass->name, SPI_result_code_string(SPI_result));
-	SPI_keepplan(plan);
-	return plan;
-}
 
 static void
 blocks_prepare(Pass *pass)
@@ -79,14 +68,14 @@ blocks_prepare(Pass *pass)
 
 	/* the key scan: keys_plan[0], freed with the others (batch_free_plans) */
 	pass->keys_plan[0] =
-		prepare_kept(pass, "block scan",
+		batch_prepare_kept(pass, "block scan",
 					 psprintf("SELECT pg_catalog.min(ctid), pg_catalog.max(ctid),"
 							  " pg_catalog.count(*) FROM (SELECT ctid FROM ONLY %s"
 							  " WHERE ctid OPERATOR(pg_catalog.>=) $1"
 							  " AND ctid OPERATOR(pg_catalog.<) $2 AND (\n%s\n) LIMIT $3) s",
-							  pass->relation, pass->predicate), 3, types);
+							  pass->relation, pass->predicate), 3, types, 0);
 	pass->keys_aggregated = false;
-	pass->action_plan = prepare_kept(pass, "action", pass->action, 2, types);
+	pass->action_plan = batch_prepare_kept(pass, "action", pass->action, 2, types, 0);
 }
 
 /*

@@ -31,18 +31,10 @@
 #include "catalog.h"
 #include "errors.h"
 #include "events.h"
+#include "names.h"
 #include "outbox.h"
 
 PG_FUNCTION_INFO_V1(backfill_event_emit);
-
-/* the name of a role, or a word for a dropped one */
-static const char *
-role_or_dropped(Oid role)
-{
-	const char *n = GetUserNameFromId(role, true);
-
-	return n ? n : "(dropped)";
-}
 
 /*
  * Refuse events => topic unless the topic's sink is set and the declarer
@@ -80,9 +72,9 @@ events_check_topic(const char *name, const char *topic, Oid declarer)
 			 errmsg("backfill \"%s\" may not send its events to outbox topic \"%s\"", name, topic),
 			 errdetail("The topic's sink was set by role \"%s\"; role \"%s\" is not a member "
 					   "of it and was not granted the topic.",
-					   role_or_dropped(owner), GetUserNameFromId(declarer, false)),
+					   role_name(owner), GetUserNameFromId(declarer, false)),
 			 errhint("Ask a member of role \"%s\" to run SELECT backfill_outbox_grant(%s, %s);",
-					 role_or_dropped(owner), quote_literal_cstr(topic),
+					 role_name(owner), quote_literal_cstr(topic),
 					 quote_literal_cstr(quote_identifier(GetUserNameFromId(declarer, false))))));
 }
 

@@ -565,8 +565,6 @@ check_dropped_after_revert(Target *t, int64 rows)
 
 	if (!has_unreverted_rows(t->name))
 		return;
-	/* a retired backfill keeps its declaration: its record, never reverted */
-	check_not_retired(t->name, "be dropped: its declaration stays as the record of its work");
 	catalog_enter(&scope);
 	has_revert = declaration_lock(t->name, &decl) && decl.revert != NULL;
 	catalog_leave(&scope);
@@ -642,15 +640,17 @@ backfill_drop(PG_FUNCTION_ARGS)
 				 1, types, values, NULL, SPI_OK_SELECT);
 	rows = DatumGetInt64(catalog_getdatum(0, 1, &isnull));
 	catalog_leave(&scope);
-	if (rows > 0 && !abandon)
-		check_dropped_after_revert(&t, rows);
-	else if (rows > 0)
+	if (rows > 0)
 	{
+		/* a retired backfill's declaration is the record of its work (never reverted) */
 		check_not_retired(t.name, "be dropped: its declaration stays as the record of its work");
-		ereport(NOTICE,
-				(errmsg("backfill \"%s\" is dropped with " INT64_FORMAT " rows written and not "
-						"reverted", t.name, rows),
-				 errdetail("Its ledger rows stay, shown as orphaned.")));
+		if (!abandon)
+			check_dropped_after_revert(&t, rows);
+		else
+			ereport(NOTICE,
+					(errmsg("backfill \"%s\" is dropped with " INT64_FORMAT " rows written and "
+							"not reverted", t.name, rows),
+					 errdetail("Its ledger rows stay, shown as orphaned.")));
 	}
 	catalog_enter(&scope);
 	catalog_exec("DELETE FROM backfill.declaration WHERE name = $1",

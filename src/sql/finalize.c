@@ -227,21 +227,21 @@ raise_pass_end(const Final *f)
 static void
 raise_timeout(const Final *f, const char *timeout_text)
 {
-	if (f->catch_ups > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_BACKFILL_FINALIZE_TIMEOUT),
-				 errmsg("backfill \"%s\" was not complete within %s", f->name, timeout_text),
-				 errdetail("%d catch-up passes found rows matching its predicate again; run "
-						   INT64_FORMAT " is %s with " INT64_FORMAT " rows done; it goes on.",
-						   f->catch_ups, f->run_id, f->status ? f->status : "queued", f->rows),
-				 errhint("Code that still writes rows the old way keeps them coming: deploy the "
-						 "code that writes the new way first, then call backfill_finalize('%s') "
-						 "again.", f->name)));
+	const char *status = f->status ? f->status : "queued";
+
 	ereport(ERROR,
 			(errcode(ERRCODE_BACKFILL_FINALIZE_TIMEOUT),
 			 errmsg("backfill \"%s\" was not complete within %s", f->name, timeout_text),
+			 f->catch_ups > 0 ?
+			 errdetail("%d catch-up passes found rows matching its predicate again; run "
+					   INT64_FORMAT " is %s with " INT64_FORMAT " rows done; it goes on.",
+					   f->catch_ups, f->run_id, status, f->rows) :
 			 errdetail("Run " INT64_FORMAT " is %s with " INT64_FORMAT " rows done; it goes on.",
-					   f->run_id, f->status ? f->status : "queued", f->rows),
+					   f->run_id, status, f->rows),
+			 f->catch_ups > 0 ?
+			 errhint("Code that still writes rows the old way keeps them coming: deploy the "
+					 "code that writes the new way first, then call backfill_finalize('%s') "
+					 "again.", f->name) :
 			 errhint("Call backfill_finalize('%s') again, or with a longer timeout.", f->name)));
 }
 
