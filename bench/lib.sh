@@ -15,6 +15,7 @@ die() { echo "$ME: $*" >&2; [ -f "$LOG" ] && { echo "--- tail of $LOG" >&2; tail
 
 # A fresh cluster with the baseline's settings (BASELINE.md) and pg_backfill
 # preloaded; the extension and the bench procedures created in postgres.
+# EXTRA_CONF: more lines for postgresql.conf (backfill.lane_nice = 0, say).
 # Sets PGVER, EXTCOMMIT, SOFILE and SOSTAMP (the build the postmaster
 # preloaded: later installs do not reach this run).
 fresh_cluster() {
@@ -42,6 +43,7 @@ backfill.database_names = 'postgres'
 backfill.naptime = 1
 max_worker_processes = 16
 backfill.max_workers = 4
+${EXTRA_CONF:-}
 CONF
     as_owner "$PGBIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null || die "server did not start"
     Q -c "CREATE EXTENSION IF NOT EXISTS pg_backfill"

@@ -17,6 +17,10 @@
 #                             autocommit) and pg_backfill 1 lane at each batch size, side by
 #                             side in each repetition (BATCHES defaults to "200 1000 5000 10000"
 #                             here); prints the ratios and the targets, appends to the CSV
+#   SPEED_SHAPES="plain wide" with SPEED_ONLY, the shapes one run measures, each with its own table
+#                             (the wide one at N_WIDE=500000 rows); with N_BIG too, the scale pair of
+#                             issue 29 point 4 (1 lane and the loop at batch 1000 on N_SCALE=5000000
+#                             and N_BIG rows; target: rows/s at N_BIG >= 0.85x N_SCALE)
 #   SHAPE=wide                the wide table instead (sql/make_src_wide.sql, fresh_items_wide.sql:
 #                             ~330-byte rows, keys with gaps, an index on c so no update is HOT);
 #                             N defaults to 500000 and the composite and partitioned pairs are off
@@ -33,6 +37,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 SHAPE=${SHAPE:-plain}
+SHAPE0=$SHAPE
 case $SHAPE in
     plain) N=${1:-5000000} ;;
     wide)  N=${1:-500000}; COMPOSITE=${COMPOSITE:-0}; PARTITIONED=${PARTITIONED:-0} ;;
@@ -41,6 +46,13 @@ esac
 REPS=${REPS:-1}
 SPEED_ONLY=${SPEED_ONLY:-0}
 if [ "$SPEED_ONLY" = 1 ]; then BATCHES=${BATCHES:-"200 1000 5000 10000"}; fi
+# SPEED_ONLY: the shapes whose speed tables one run prints (the wide one at N_WIDE rows),
+# and with N_BIG the scale pair at N_SCALE and N_BIG rows
+if [ -z "${SPEED_SHAPES:-}" ]; then
+    SPEED_SHAPES=$SHAPE0; [ "$SHAPE0" = plain ] && SPEED_SHAPES="plain wide"
+fi
+N_WIDE=${N_WIDE:-500000}; [ "$SHAPE0" = wide ] && N_WIDE=$N
+N_SCALE=${N_SCALE:-5000000}
 BATCHES=${BATCHES:-"200 1000 10000"}
 PGBASE=${PGBASE:-/tmp/pg_backfill_bench}
 PGPORT=${PGPORT:-55470}
@@ -140,7 +152,7 @@ run_case() {  # kind lanes batch rep
     Q -f "$FRESH_SQL"
     case $kind in
         bf|bfsync)
-            name="bench_${KEY_PREFIX//:/_}${kind}_${lanes}_${b}_${rep}"
+            name="bench_${SHAPE}_${KEY_PREFIX//:/_}${kind}_${lanes}_${b}_${rep}"
             Q -c "SELECT backfill_declare(name => '$name', relation => 'items', predicate => 'c IS NULL',
                       action => 'UPDATE items SET c = a * 2 WHERE id BETWEEN \$1 AND \$2 AND c IS NULL',
                       batch_size => $b, rate => 100000, max_parallel => $lanes,
@@ -447,10 +459,62 @@ speed_report() {
     echo "Appended $(wc -l <"$RES") rows to $SPEED_CSV"
 }
 
+# The scale pair of issue 29 point 4 (SPEED_ONLY with N_BIG): pg_backfill 1 lane at batch 1000
+# on N_SCALE (5,000,000) rows and on N_BIG rows of the plain table, the PL/pgSQL loop at each
+# as the control (what a bigger table costs any batched job); the lane's RssAnon first -> last.
+speed_scale() {
+    local n
+    : >"$RES"
+    for n in "$N_SCALE" "$N_BIG"; do
+        N=$n; KEY_PREFIX="n$n:"
+        say "scale pair: building items_src with $N rows"
+        Q -v n="$N" -f "$HERE/sql/make_src.sql"
+        run_case loop - 1000 1
+        run_case bf 1 1000 1
+    done
+    KEY_PREFIX=
+    local ls lb fs fb
+    ls=$(speed_med "n$N_SCALE:loop:-:1000"); lb=$(speed_med "n$N_BIG:loop:-:1000")
+    fs=$(speed_med "n$N_SCALE:bf:1:1000"); fb=$(speed_med "n$N_BIG:bf:1:1000")
+    echo
+    echo "## Scale (issue 29 point 4): plain table, batch 1000, 1 lane, $N_SCALE against $N_BIG rows"
+    echo
+    echo "| rows | PL/pgSQL loop rows/s | pg_backfill rows/s | lane RssAnon first -> last kB |"
+    echo "|---:|---:|---:|---|"
+    for n in "$N_SCALE" "$N_BIG"; do
+        awk -F'\t' -v k="n$n:bf:1:1000" -v l="n$n:loop:-:1000" -v n="$n" '
+            $1 == l { ls = $6 } $1 == k { fs = $6; a = $19 " -> " $20 }
+            END { printf "| %d | %.0f | %.0f | %s |\n", n, n / ls, n / fs, a }' "$RES"
+    done
+    x=$(awk -v s="$fs" -v b="$fb" -v ns="$N_SCALE" -v nb="$N_BIG" 'BEGIN { printf "%.2f", (nb / b) / (ns / s) }')
+    echo
+    echo "- $N_BIG rows >= 0.85x the rows/s of $N_SCALE (1 lane, batch 1000): ${x}x -> $(awk -v x="$x" 'BEGIN { print (x >= 0.85) ? "MET" : "NOT MET" }')"
+    echo "- the PL/pgSQL loop, the same: $(awk -v s="$ls" -v b="$lb" -v ns="$N_SCALE" -v nb="$N_BIG" 'BEGIN { printf "%.2f", (nb / b) / (ns / s) }')x (the control)"
+    echo "- lane RssAnon flat (within $RSS_FLAT_KB kB) at $N_BIG rows: $(awk -F'\t' -v k="n$N_BIG:bf:1:1000" -v f="$RSS_FLAT_KB" '$1 == k { if ($19 == "-" || $20 == "-") print "n/a (no samples)"; else print ($20 - $19 <= f) ? "MET" : "NOT MET" }' "$RES")"
+}
+
 if [ "$SPEED_ONLY" = 1 ]; then
     say "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-    speed_pairs
-    speed_report
+    N_FIRST=$N; src_of=$SHAPE0
+    for shape in $SPEED_SHAPES; do
+        SHAPE=$shape
+        if [ "$shape" = wide ]; then
+            SRC_SQL=$HERE/sql/make_src_wide.sql; FRESH_SQL=$HERE/sql/fresh_items_wide.sql; N=$N_WIDE
+        else
+            SRC_SQL=$HERE/sql/make_src.sql; FRESH_SQL=$HERE/sql/fresh_items.sql; N=$N_FIRST
+        fi
+        # the source built above serves the first shape when it is that shape
+        if [ "$src_of" != "$shape" ]; then
+            say "speed ($shape): building items_src with N=$N rows"
+            Q -v n="$N" -f "$SRC_SQL"
+            src_of=$shape
+        fi
+        : >"$RES"; : >"$TMP/load"
+        speed_pairs
+        speed_report
+    done
+    FRESH_SQL=$HERE/sql/fresh_items.sql
+    if [ -n "${N_BIG:-}" ]; then speed_scale; fi
     exit 0
 fi
 # ------------------------------------------------------------------ end of speed (issue 29)

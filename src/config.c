@@ -39,6 +39,7 @@ int			backfill_max_slot_retained = -1;	/* kB */
 int			backfill_batch_history = 100;	/* batches per pass */
 bool		backfill_paused_for_all = false;
 bool		backfill_foreground_throttle = true;
+int			backfill_lane_nice = 10;
 bool		backfill_citus_per_shard = true;
 static char *backfill_migrations_table = NULL;	/* read with GetConfigOption */
 char	   *backfill_input = NULL;
@@ -286,6 +287,16 @@ config_define_worker_settings(void)
 							&backfill_preempt_after,
 							10000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("backfill.lane_nice",
+							"The CPU priority (nice value, 0 to 19) a lane lowers itself to when it starts.",
+							"The kernel then gives the application's sessions the cores first and "
+							"a lane what they leave idle; on an idle machine a lane runs as fast "
+							"as at 0.  0 leaves lanes at the server's own priority.",
+							&backfill_lane_nice,
+							10, 0, 19,
+							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("backfill.naptime",

@@ -54,6 +54,7 @@ extern int	backfill_max_slot_retained;
 extern int	backfill_batch_history;
 extern bool backfill_paused_for_all;
 extern bool backfill_foreground_throttle;
+extern int	backfill_lane_nice;
 extern bool backfill_citus_per_shard;
 extern char *backfill_input;
 extern int	backfill_outbox_retention;
