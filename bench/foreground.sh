@@ -28,7 +28,10 @@
 #   PGPORT=55471  PGBIN=/usr/lib/postgresql/15/bin
 #   CSV=bench/results/foreground.csv   one row per case is appended at the end
 #   HALF_REPS=3               the half-loaded pair (half_alone, half_paced) this many times, turn about
-#   CASES="alone paced paced_nofg unpaced loop idle_pass half_alone half_paced"   (alone is always run)
+#   CASES="alone paced paced_nice0 paced_nofg unpaced loop idle_pass half_alone half_paced half_nice0"   (alone is
+#                             always run; paced_nice0, half_nice0: paced and half_paced with
+#                             backfill.lane_nice = 0, the lanes at the server's own CPU priority,
+#                             information)
 #
 # Cases 2-4 start their backfill right before pgbench and stop it right after it: the passes
 # with backfill_cancel, the loop with pg_cancel_backend. Committed batches stay, so "rows done"
@@ -44,7 +47,7 @@ PGPORT=${PGPORT:-55471}
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 PGRUNAS=${PGRUNAS:-postgres}
 CSV=${CSV:-$HERE/results/foreground.csv}
-CASES=${CASES:-alone paced paced_nofg unpaced loop idle_pass half_alone half_paced}
+CASES=${CASES:-alone paced paced_nice0 paced_nofg unpaced loop idle_pass half_alone half_paced half_nice0}
 KEEP=${KEEP:-0}
 HALF_REPS=${HALF_REPS:-3}
 DATA=$PGBASE/data
@@ -145,12 +148,14 @@ run_case() {  # case label
     reset_tables
     l0=$(loadavg | cut -d' ' -f1)
     case $c in
-        paced|paced_nofg|unpaced|idle_pass|half_paced*)
+        paced|paced_nofg|paced_nice0|unpaced|idle_pass|half_paced*|half_nice0*)
             local rate=$PACED_RATE lanes=1
             [ "$c" = unpaced ] && { rate=100000; lanes=2; }
             name="fg_${c//./_}"
             # the foreground throttle (on by default) off for this case only; lanes start after the reload
             [ "$c" = paced_nofg ] && Q -c "ALTER SYSTEM SET backfill.foreground_throttle = off" -c "SELECT pg_reload_conf()" >/dev/null
+            # the lanes at the server's own CPU priority for this case only (a lane reads it as it starts)
+            case $c in paced_nice0|half_nice0*) Q -c "ALTER SYSTEM SET backfill.lane_nice = 0" -c "SELECT pg_reload_conf()" >/dev/null ;; esac
             Q -c "SELECT backfill_declare(name => '$name', relation => 'items', predicate => 'c IS NULL',
                       action => 'UPDATE items SET c = a * 2 WHERE id BETWEEN \$1 AND \$2 AND c IS NULL',
                       batch_size => $PACED_BATCH, rate => $rate, max_parallel => $lanes)" >/dev/null
@@ -165,7 +170,7 @@ run_case() {  # case label
     esac
     if [ "$c" = idle_pass ]; then sleep "$DURATION"; else run_pgbench "$c"; fi
     case $c in
-        paced|paced_nofg|unpaced|idle_pass|half_paced*)
+        paced|paced_nofg|paced_nice0|unpaced|idle_pass|half_paced*|half_nice0*)
             local status
             status=$(Q -c "SELECT status FROM backfill_status('$name')")
             if [ "$status" = running ]; then
@@ -175,6 +180,7 @@ run_case() {  # case label
                 note="pass ended '$status' before pgbench did"
             fi
             [ "$c" = paced_nofg ] && Q -c "ALTER SYSTEM RESET backfill.foreground_throttle" -c "SELECT pg_reload_conf()" >/dev/null
+            case $c in paced_nice0|half_nice0*) Q -c "ALTER SYSTEM RESET backfill.lane_nice" -c "SELECT pg_reload_conf()" >/dev/null ;; esac
             touch "$stop"; wait "$sampler" || true
             local ns nt
             ns=$(wc -l <"$TMP/throttle_$c"); nt=$(grep -vc '^-$' "$TMP/throttle_$c" || true)
@@ -216,6 +222,7 @@ wanted() { case " $CASES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 run_case alone    "pgbench alone"
 HALF_TPS=$(awk -F'\t' '$1 == "alone" { printf "%.0f", $3 / 2 }' "$RES")
 wanted paced      && run_case paced    "beside pg_backfill, paced (1 lane, batch $PACED_BATCH, rate $PACED_RATE/s)"
+wanted paced_nice0 && run_case paced_nice0 "beside pg_backfill, paced, backfill.lane_nice = 0"
 wanted paced_nofg && run_case paced_nofg "beside pg_backfill, paced, backfill.foreground_throttle = off"
 wanted unpaced    && run_case unpaced  "beside pg_backfill, unpaced (2 lanes, batch $PACED_BATCH, rate 100000/s)"
 wanted loop       && run_case loop     "beside PL/pgSQL keyset loop (batch $PACED_BATCH, unpaced)"
@@ -225,6 +232,7 @@ wanted idle_pass  && run_case idle_pass "pg_backfill paced alone on the idle box
 for r in $(seq 1 "$HALF_REPS"); do
     wanted half_alone && run_case "half_alone.$r" "pgbench -R $HALF_TPS (half of alone's tps) alone, rep $r"
     wanted half_paced && run_case "half_paced.$r" "pgbench -R $HALF_TPS beside pg_backfill, paced, rep $r"
+    wanted half_nice0 && run_case "half_nice0.$r" "pgbench -R $HALF_TPS beside pg_backfill, paced, backfill.lane_nice = 0, rep $r"
 done
 LOAD_END=$(loadavg)
 
@@ -255,6 +263,8 @@ PACED_NOTE=$(awk -F'\t' '$1 == "paced" { print $10 }' "$RES")
 case $PACED_NOTE in *"before pgbench did"*) V="$V (but the paced pass ended before pgbench did: raise N)" ;; esac
 rps() { awk -F'\t' -v c="$1" -v d="$DURATION" '$1 == c { if ($7 == "-") print "-"; else printf "%.0f", $7 / d }' "$RES"; }
 echo "paced backfill: p99 within ${TARGET}x of pgbench alone -> $V (${X}x; $(rps paced) rows/s in the window)"
+XZ=$(xalone "$(awk -F'\t' '$1 == "paced_nice0" { print $5 }' "$RES")")
+echo "paced backfill, backfill.lane_nice = 0: p99 ${XZ}x pgbench alone ($(rps paced_nice0) rows/s in the window) (information: what the lanes' lower CPU priority buys)"
 XN=$(xalone "$(awk -F'\t' '$1 == "paced_nofg" { print $5 }' "$RES")")
 echo "paced backfill, foreground throttle off: p99 ${XN}x pgbench alone ($(rps paced_nofg) rows/s in the window) (information: what the throttle buys)"
 # the half-loaded box: the pass's rows/s against its own on the idle box, pgbench's p99 against
@@ -270,6 +280,11 @@ if wanted idle_pass && wanted half_alone && wanted half_paced; then
     SERV_X=$(awk -v a="$(medcol half_paced 11)" -v b="$(medcol half_alone 11)" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }')
     echo "half-loaded box (pgbench -R $HALF_TPS, $HALF_REPS reps, medians): the paced pass keeps ${KEEP_RATIO}x its idle-box rows/s ($(awk -v r="$(medcol half_paced 7)" -v d="$DURATION" 'BEGIN { printf "%.0f", r / d }') vs $(rps idle_pass); target >= 0.50) while pgbench's p99 is ${HALF_X}x pgbench alone at that rate (target <= ${TARGET}x) -> $HV"
     echo "half-loaded box: pgbench's p99 less its schedule lag ${SERV_X}x pgbench alone (information: the server's own time, without -R's queue for a client)"
+    if wanted half_nice0; then
+        N0_X=$(awk -v a="$(medcol half_nice0 5)" -v b="$(medcol half_alone 5)" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }')
+        N0_K=$(awk -v a="$(medcol half_nice0 7)" -v b="$(col idle_pass 7)" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }')
+        echo "half-loaded box with backfill.lane_nice = 0: the pass keeps ${N0_K}x its idle-box rows/s, pgbench's p99 ${N0_X}x alone (information: what the lanes' lower CPU priority buys)"
+    fi
 fi
 echo
 [ "$(date -u -r "$SOFILE" +%FT%TZ 2>/dev/null || echo unknown)" = "$SOSTAMP" ] ||

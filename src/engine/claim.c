@@ -139,6 +139,7 @@ pass_claim(Pass *pass, Claim *claim)
 		found = true;
 		claim->part_no = got.part_no;
 		claim->rows = got.rows;
+		claim->filtered_left = 0;
 		ItemPointerSetInvalid(&claim->checkpoint_tid);
 		if (got.reclaimed)
 		{

@@ -96,6 +96,7 @@ typedef struct Pass
 	bool		keys_aggregated;	/* keys_plan answers min, max, count */
 	SPIPlanPtr	keys_sized_plan[4];	/* the same with LIMIT keys_sized_limit written in */
 	int64		keys_sized_limit;	/* (batch.c; 0: none prepared) */
+	SPIPlanPtr	keys_bare_plan[4];	/* the same without the predicate (kind_range.c) */
 	SPIPlanPtr	action_plan;
 	char	   *key_eq;			/* the key type's btree equality, spelled (batch.c) */
 	char	   *bound;			/* the upper end of the pass's key range, as key text, or NULL */
@@ -142,6 +143,7 @@ typedef struct Claim
 	int64		suspect;		/* keys after the cursor among which a row failed */
 	int			bisect_failures;	/* failed batches since the halving began, or the last row isolated */
 	int64		scanned_keys;	/* keys the last key scan found (-1: it failed) */
+	int			filtered_left;	/* batches before the key scan may leave the predicate out (kind_range.c) */
 
 	/* a Citus shard's partition, worked on the shard's node (shards.c) */
 	int64		shardid;		/* 0: not a shard's */
