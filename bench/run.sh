@@ -154,7 +154,7 @@ run_case() {  # kind lanes batch rep
         bf|bfsync)
             name="bench_${SHAPE}_${KEY_PREFIX//:/_}${kind}_${lanes}_${b}_${rep}"
             Q -c "SELECT backfill_declare(name => '$name', relation => 'items', predicate => 'c IS NULL',
-                      action => 'UPDATE items SET c = a * 2 WHERE id BETWEEN \$1 AND \$2 AND c IS NULL',
+                      set => 'c = a * 2',
                       batch_size => $b, rate => 100000, max_parallel => $lanes,
                       async_commit => $([ "$kind" = bf ] && echo true || echo false))" >/dev/null
             rm -f "$TMP/stop" "$TMP/samples"; : >"$TMP/samples"

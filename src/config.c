@@ -290,10 +290,11 @@ config_define_worker_settings(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("backfill.lane_nice",
-							"The CPU priority (nice value, 0 to 19) a lane lowers itself to when it starts.",
+							"The CPU priority (nice value, 0 to 19) a lane, a rehearsal or a probe "
+							"worker lowers itself to when it starts.",
 							"The kernel then gives the application's sessions the cores first and "
-							"a lane what they leave idle; on an idle machine a lane runs as fast "
-							"as at 0.  0 leaves lanes at the server's own priority.",
+							"those workers what they leave idle; on an idle machine a lane runs as "
+							"fast as at 0.  0 leaves them at the server's own priority.",
 							&backfill_lane_nice,
 							10, 0, 19,
 							PGC_SIGHUP, 0,

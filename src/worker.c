@@ -14,6 +14,8 @@
  */
 #include "postgres.h"
 
+#include <sys/resource.h>
+
 #include "access/xact.h"
 
 #include "miscadmin.h"
@@ -23,6 +25,7 @@
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 
+#include "config.h"
 #include "worker.h"
 
 void
@@ -204,4 +207,28 @@ worker_attach_caller(Datum main_arg, dsm_segment **seg)
 	if (*seg == NULL)
 		proc_exit(0);
 	return dsm_segment_address(*seg);
+}
+
+/*
+ * Lower this worker's CPU priority to backfill.lane_nice: a lane, a
+ * rehearsal or a probe runs the declarer's SQL as background work, so the
+ * kernel gives the application's sessions the cores first and the worker
+ * what they leave idle (issue 29's half-loaded box).  Only ever lowered:
+ * a process may not raise its own priority again, and a server started
+ * with nice keeps its.
+ */
+void
+worker_lower_priority(void)
+{
+	int			now;
+
+	errno = 0;
+	now = getpriority(PRIO_PROCESS, 0);
+	if ((now == -1 && errno != 0) || now >= backfill_lane_nice)
+		return;
+	if (setpriority(PRIO_PROCESS, 0, backfill_lane_nice) != 0)
+		ereport(LOG,
+				(errmsg("%s could not lower its CPU priority to %d: %m",
+						MyBgworkerEntry ? MyBgworkerEntry->bgw_type : "pg_backfill",
+						backfill_lane_nice)));
 }

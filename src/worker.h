@@ -78,4 +78,7 @@ extern BackgroundWorkerHandle *worker_start(const char *function, const char *na
  */
 extern void *worker_attach_caller(Datum main_arg, dsm_segment **seg);
 
+/* a lane's, a rehearsal's or a probe's CPU priority lowered to backfill.lane_nice */
+extern void worker_lower_priority(void);
+
 #endif							/* BACKFILL_WORKER_H */

@@ -139,7 +139,8 @@ pass_claim(Pass *pass, Claim *claim)
 		found = true;
 		claim->part_no = got.part_no;
 		claim->rows = got.rows;
-		claim->filtered_left = 0;
+		/* its first batch filters in the scan: a partition with nothing to do does no batch */
+		claim->filtered_left = 1;
 		ItemPointerSetInvalid(&claim->checkpoint_tid);
 		if (got.reclaimed)
 		{

@@ -283,16 +283,19 @@ sized_key_scan(Pass *pass, int variant, int64 limit, bool bare)
  * May this batch's key scan leave the predicate out (the bare scan)?  Its
  * keys are then the next batch_size keys of the table, matching or not,
  * read from the key's index alone (an index-only scan where the pages are
- * all visible), and the action's own guard picks the rows that match: a
- * guarded action (set, delete, or a hand-written UPDATE or DELETE that
- * repeats the predicate) changes only those, so each is still done once,
- * the batch never holds more than batch_size rows, and its rows are what
- * the action changed.  Each row's heap tuple is then read once a batch
+ * all visible), and the action's own condition picks the rows that match:
+ * the engine's own statement (set, delete) changes exactly those, so each
+ * is still done once, the batch never holds more than batch_size rows,
+ * and its rows are the rows that matched, as a filtering scan counts
+ * them.  (A hand-written guarded action may add conditions of its own,
+ * so the rows it changes are not the rows that matched: it keeps the
+ * filtering scan.)  Each row's heap tuple is then read once a batch
  * instead of twice (issue 29: a twentieth of a lane at batch 200).
- * Only while the rows match densely: a batch whose keys matched less than
- * BARE_MIN_MATCH of them (a pass over a table mostly done already) makes
- * the next BARE_PAUSE batches skip the rows that do not match in the scan,
- * as before; then the bare scan is tried again.
+ * Only while the rows match densely: a claim's first batch filters (a
+ * partition with nothing left to do does no batch), and a batch whose
+ * keys matched less than BARE_MIN_MATCH of them (a pass over a table
+ * mostly done already) makes the next BARE_PAUSE batches filter, as
+ * before; then the bare scan is tried again.
  */
 #define BARE_MIN_MATCH 0.9
 #define BARE_PAUSE 16
@@ -300,7 +303,7 @@ sized_key_scan(Pass *pass, int variant, int64 limit, bool bare)
 static bool
 bare_key_scan(Pass *pass, Claim *claim)
 {
-	if (!pass->guarded || !pass->keys_aggregated || claim->bisect_size > 0)
+	if (!pass->engine_action || !pass->keys_aggregated || claim->bisect_size > 0)
 		return false;
 	if (claim->filtered_left > 0)
 	{
@@ -310,12 +313,11 @@ bare_key_scan(Pass *pass, Claim *claim)
 	return true;
 }
 
-/* after a bare scan's batch: how many of its keys the action changed */
+/* after a bare scan's batch: too few of its keys matched, the next batches filter */
 static void
-bare_key_scan_matched(Claim *claim, Batch *batch, uint64 changed)
+bare_key_scan_matched(Claim *claim, Batch *batch)
 {
-	batch->rows = (int64) changed;
-	if (batch->keys > 0 && (double) changed < BARE_MIN_MATCH * (double) batch->keys)
+	if (batch->keys > 0 && (double) batch->rows < BARE_MIN_MATCH * (double) batch->keys)
 		claim->filtered_left = BARE_PAUSE;
 }
 
@@ -347,12 +349,23 @@ range_scan(Pass *pass, Claim *claim, int64 limit, Batch *batch)
 }
 
 /* the action on the range: $1..$k the first key, $k+1..$2k the last */
+/*
+ * The action on the range.  The engine's own statement (set, delete)
+ * changes exactly the rows of the range that match when it runs: those
+ * are the batch's rows, whatever the scan saw (a row the application
+ * fixed or wrote meanwhile is counted as it is then).  A hand-written
+ * action's rows are the keys its scan found.
+ */
 void
 range_act(Pass *pass, Claim *claim, Batch *batch)
 {
 	batch_act(pass, batch->range);
+	if (!pass->engine_action)
+		return;
+	batch->rows = (int64) SPI_processed;
+	batch->counted = true;
 	if (batch->bare)
-		bare_key_scan_matched(claim, batch, SPI_processed);
+		bare_key_scan_matched(claim, batch);
 }
 
 /*
@@ -365,8 +378,8 @@ range_checkpoint(Pass *pass, Claim *claim, Batch *batch)
 {
 	batch->first = backfill_batch_history > 0 ? batch_key_text(pass, batch->range) : NULL;
 	batch->cursor = batch_key_text(pass, batch->range + pass->keyset.nkeys);
-	/* a bare scan's batch: the rows its action changed (range_act) */
-	if (!batch->bare)
+	/* the engine's statement counted the rows it changed (range_act) */
+	if (!batch->counted)
 		batch->rows = batch->keys;
 }
 

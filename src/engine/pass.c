@@ -181,6 +181,7 @@ pass_take_declaration(Pass *pass, const Declaration *d, bool reverting)
 	pass->action = reverting ? d->revert : d->action;
 	pass->counted = !reverting || d->revert_predicate != NULL;
 	pass->guarded = !reverting && (d->guarded || d->action_set != NULL || d->action_delete);
+	pass->engine_action = !reverting && (d->action_set != NULL || d->action_delete);
 	pass->batch_size = d->batch_size;
 	pass->rate = d->rate;
 	pass->max_wal_rate = d->max_wal_rate;

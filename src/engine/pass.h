@@ -43,6 +43,8 @@ typedef struct Pass
 	bool		reverting;		/* a revert pass: the declaration's revert and its predicate */
 	bool		counted;		/* does the predicate prove the pass done (convergence) */
 	bool		guarded;		/* its action changes only rows that match: it may sweep again */
+	bool		engine_action;	/* its action is the engine's own (set, delete): it changes
+								 * exactly the rows of its range that match (kind_range.c) */
 	bool		blocks;			/* key => 'ctid': the heap in block order (plan_blocks.c) */
 	int			sweep;			/* the run's sweeps so far (lock_pass_to_count) */
 	char	   *probe_key;		/* the smallest key matching when the last sweep began */

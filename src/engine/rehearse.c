@@ -382,8 +382,8 @@ measure_batch(Pass *pass, Claim *claim, RehearsalBatch *b)
 		capture = &seen[1];
 		batch_act(pass, range);
 		capture = NULL;
-		/* the keys of a scan without the predicate: the rows are what the action changed */
-		if (bare)
+		/* the engine's statement: the rows are what it changed, as a lane counts them */
+		if (bare || pass->engine_action)
 			b->rows = (int64) SPI_processed;
 	}
 	worker_statement_timeout_end();

@@ -19,12 +19,14 @@
 #include "access/genam.h"
 #include "access/relation.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_am.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_index.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "commands/defrem.h"
 #include "common/int.h"
 #include "common/keywords.h"
 #include "executor/spi.h"
@@ -151,15 +153,29 @@ resolve_relation(const char *name, const char *relation, DeclaredSource *src)
 											   get_rel_name(relid));
 }
 
-/*
- * Is attnum the single column of a valid, unique, non-partial index?
- */
-static bool
-has_unique_index_on(Relation rel, AttrNumber attnum)
+/* what the unique indexes of a key column of one column offer */
+typedef enum KeyColumnIndex
 {
+	KEY_COLUMN_INDEXED,			/* a btree that orders it as the batches do */
+	KEY_COLUMN_OTHER_ORDER,		/* only under another collation or operator class */
+	KEY_COLUMN_NO_INDEX
+} KeyColumnIndex;
+
+/*
+ * Is attnum the single column of a valid, unique, non-partial btree index
+ * under the column's own collation and its type's default operator class?
+ * Batches walk the key in that order (ORDER BY key, key > cursor): an index
+ * in another order (COLLATE "C" on a column of another collation) would
+ * give partitions and batches that overlap, and rows done twice or never.
+ */
+static KeyColumnIndex
+key_column_index(Relation rel, AttrNumber attnum)
+{
+	Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), attnum - 1);
+	Oid			opclass = GetDefaultOpClass(att->atttypid, BTREE_AM_OID);
 	List	   *indexes = RelationGetIndexList(rel);
 	ListCell   *lc;
-	bool		found = false;
+	KeyColumnIndex found = KEY_COLUMN_NO_INDEX;
 
 	foreach(lc, indexes)
 	{
@@ -169,9 +185,15 @@ has_unique_index_on(Relation rel, AttrNumber attnum)
 		if (form->indisunique && form->indisvalid && form->indnkeyatts == 1 &&
 			form->indkey.values[0] == attnum &&
 			heap_attisnull(idx->rd_indextuple, Anum_pg_index_indpred, NULL))
-			found = true;
+		{
+			if (idx->rd_rel->relam == BTREE_AM_OID && idx->rd_indcollation[0] == att->attcollation &&
+				OidIsValid(opclass) && idx->rd_opfamily[0] == get_opclass_family(opclass))
+				found = KEY_COLUMN_INDEXED;
+			else
+				found = KEY_COLUMN_OTHER_ORDER;
+		}
 		index_close(idx, AccessShareLock);
-		if (found)
+		if (found == KEY_COLUMN_INDEXED)
 			break;
 	}
 	list_free(indexes);
@@ -306,7 +328,16 @@ resolve_key(const char *name, const char *key, DeclaredSource *src)
 					 errmsg("key column \"%s\" of backfill \"%s\" does not exist in \"%s\"",
 							key, name, src->relation),
 					 errhint("Name a column of the table, or leave key out to use the primary key.")));
-		if (!has_unique_index_on(rel, attnum))
+		if (key_column_index(rel, attnum) == KEY_COLUMN_OTHER_ORDER)
+			ereport(ERROR,
+					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+					 errmsg("key column \"%s\" of backfill \"%s\" has a unique index only under "
+							"another collation or operator class than its own", key, name),
+					 errdetail("Batches walk the key in the column's own order; an index in another "
+							   "order would give batches that overlap or skip rows."),
+					 errhint("CREATE UNIQUE INDEX ON %s (%s); then declare again.",
+							 src->relation, quote_identifier(key))));
+		if (key_column_index(rel, attnum) != KEY_COLUMN_INDEXED)
 			ereport(ERROR,
 					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
 					 errmsg("key column \"%s\" of backfill \"%s\" has no unique index", key, name),

@@ -20,8 +20,6 @@
  */
 #include "postgres.h"
 
-#include <sys/resource.h>
-
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -37,7 +35,6 @@
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
-#include "config.h"
 #include "drive.h"
 #include "errors.h"
 #include "lane.h"
@@ -74,27 +71,6 @@ lane_load(Pass *pass, int64 run_id, MemoryContext lane_cxt, bool role_read_only)
 	return false;
 }
 
-/*
- * Lower the lane's CPU priority to backfill.lane_nice: the kernel gives
- * the application's sessions the cores first and the lane what they leave
- * idle (issue 29's half-loaded box).  Only ever lowered: a process may not
- * raise its own priority again, and a server started with nice keeps its.
- */
-static void
-lane_lower_priority(void)
-{
-	int			now;
-
-	errno = 0;
-	now = getpriority(PRIO_PROCESS, 0);
-	if ((now == -1 && errno != 0) || now >= backfill_lane_nice)
-		return;
-	if (setpriority(PRIO_PROCESS, 0, backfill_lane_nice) != 0)
-		ereport(LOG,
-				(errmsg("pg_backfill lane could not lower its CPU priority to %d: %m",
-						backfill_lane_nice)));
-}
-
 void
 backfill_lane_main(Datum main_arg)
 {
@@ -109,7 +85,7 @@ backfill_lane_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-	lane_lower_priority();
+	worker_lower_priority();
 
 	/* the entry its scheduler reserved: every scheduler counts it */
 	if (!backfill_lane_attach(args.lane_index, args.lane_token))

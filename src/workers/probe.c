@@ -369,6 +369,7 @@ backfill_probe_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
+	worker_lower_priority();
 
 	/* as the backfill's role, as its lanes: never more privilege than it has */
 	BackgroundWorkerInitializeConnectionByOid(args.dboid, args.roleoid, 0);

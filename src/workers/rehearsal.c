@@ -91,6 +91,7 @@ backfill_rehearsal_main(Datum main_arg)
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	r = (Rehearsal *) worker_attach_caller(main_arg, &seg);
+	worker_lower_priority();
 	answer_to = r;
 	before_shmem_exit(rehearsal_at_exit, (Datum) 0);
 	/* nobody waits for the answer any more: stop (a caller terminated, say) */

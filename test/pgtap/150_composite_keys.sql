@@ -14,7 +14,7 @@ CREATE EXTENSION IF NOT EXISTS pgtap;
 \ir include/poll.psql
 
 DROP TABLE IF EXISTS bf150_t, bf150_mixed, bf150_five, bf150_nullable, bf150_partial,
-    bf150_expr, bf150_order, bf150_noidx, bf150_coll CASCADE;
+    bf150_expr, bf150_order, bf150_noidx, bf150_coll, bf150_coll1 CASCADE;
 CREATE TABLE bf150_t (tenant_id int, id bigint, n int NOT NULL DEFAULT 0, done boolean,
                       PRIMARY KEY (tenant_id, id));
 -- gaps in id, tenants of very different sizes
@@ -41,6 +41,10 @@ CREATE UNIQUE INDEX ON bf150_order (b, a);
 CREATE TABLE bf150_noidx (a int NOT NULL, b int NOT NULL, done boolean);
 CREATE TABLE bf150_coll (a text NOT NULL, b int NOT NULL, done boolean);
 CREATE UNIQUE INDEX ON bf150_coll (a COLLATE "C", b);
+-- a key of one column whose only unique index orders it under another collation (attack s34 D3:
+-- partitions bounded in the index's order, batches walking the column's, rows done twice)
+CREATE TABLE bf150_coll1 (k text COLLATE "POSIX" NOT NULL, done boolean);
+CREATE UNIQUE INDEX ON bf150_coll1 (k COLLATE "C");
 
 \ir include/bf_error.psql
 
@@ -153,6 +157,17 @@ SELECT results_eq(
              key => 'a, b')$q$)$$,
     $$VALUES ('BF001', true, true)$$,
     'an index under another collation than its column: BF001');
+SELECT results_eq(
+    $$SELECT message LIKE '%"bf150_rcoll1"%another collation%', hint LIKE '%CREATE UNIQUE INDEX ON %bf150_coll1 (k)%'
+        FROM pg_temp.bf_error($q$SELECT backfill_declare(name => 'bf150_rcoll1', relation => 'bf150_coll1',
+             key => 'k', predicate => 'done IS NULL', set => 'done = true')$q$)$$,
+    $$VALUES (true, true)$$,
+    'a key of one column whose unique index has another collation: refused, the hint creates the index');
+CREATE UNIQUE INDEX ON bf150_coll1 (k);
+SELECT lives_ok(
+    $$SELECT backfill_declare(name => 'bf150_okcoll1', relation => 'bf150_coll1', key => 'k',
+          predicate => 'done IS NULL', set => 'done = true')$$,
+    'with a unique index under the column''s own collation beside it, the key is accepted');
 -- parameters that do not fit the key
 SELECT results_eq(
     $$SELECT state, message LIKE '%"bf150_rp12"%does not use $3%', detail LIKE '%$1, $2%$3, $4%',

@@ -104,6 +104,34 @@ $node->safe_psql('postgres',
 poll_until($node, 'SHOW backfill.lane_nice', '0', 60);
 is(lane_nice_for_a_pass('0'), $pm_nice, 'backfill.lane_nice = 0: the lane keeps the server\'s priority');
 
+# a rehearsal worker runs the declarer's batches too: it lowers itself the same way
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET backfill.lane_nice = 15; SELECT pg_reload_conf();");
+poll_until($node, 'SHOW backfill.lane_nice', '15', 60);
+$node->safe_psql('postgres', q{
+	UPDATE t SET c = NULL, done = 0 WHERE id <= 100;
+	SELECT backfill_declare(name => 'nice_rehearsal', relation => 't', predicate => 'c IS NULL',
+		set => 'c = id * 2', batch_size => 10, lock_timeout => '10 min', batch_timeout => '20 min')});
+{
+	my $holder = $node->background_psql('postgres');
+	$holder->query_safe("BEGIN; SELECT 1 FROM t WHERE id = 5 FOR UPDATE;");
+	my $caller = $node->background_psql('postgres');
+	$caller->query_until(qr/started/, q{\echo started
+SELECT count(*) FROM backfill_rehearse('nice_rehearsal');
+});
+	ok( poll_until($node, q{
+				SELECT count(*) FROM pg_stat_activity
+				 WHERE backend_type = 'pg_backfill rehearsal' AND wait_event_type = 'Lock'}, '1', 180),
+		'rehearsal: its worker waits at the held row');
+	my $worker = $node->safe_psql('postgres', q{
+		SELECT pid FROM pg_stat_activity
+		 WHERE backend_type = 'pg_backfill rehearsal' AND wait_event_type = 'Lock'});
+	is(nice_of($worker), $max->(15, $pm_nice), 'rehearsal: its worker runs at backfill.lane_nice');
+	$holder->query_safe('ROLLBACK');
+	$holder->quit;
+	$caller->quit;
+}
+
 # a session cannot change it, superuser or not
 my ($rc, $out, $err) = $node->psql('postgres', 'SET backfill.lane_nice = 0', extra_params => ['-U', 'filler']);
 like($err, qr/cannot be changed now/, 'a role cannot SET backfill.lane_nice in its session');
