@@ -259,6 +259,12 @@ check_repeats_predicate(const Declaration *d, Query *q, SPIPlanPtr predicate_pla
 						   "key range that no longer need work.",
 						   top ? "It is" : "A query of its WITH is", kind,
 						   d->relation, d->predicate),
+				 /* appended after a top-level OR, the predicate would bind to its last operand */
+				 top && q->jointree->quals != NULL && is_orclause(q->jointree->quals) ?
+				 errhint("Put its WHERE clause in parentheses and add AND (%s) after them; or "
+						 "declare set => '...' (delete => true) and let the engine write the "
+						 "statement; or pass guard => false to run it as written.",
+						 d->predicate) :
 				 top ?
 				 errhint("Write %s%s (%s); or declare set => '...' (delete => true) and let the "
 						 "engine write the statement; or pass guard => false to run it as "

@@ -227,6 +227,14 @@ is(length(sq(q{SELECT backfill_declare(name => 'cents4', relation => 'orders',
 	            WHERE id BETWEEN $1 AND $2 AND total_cents IS NULL')})), 64,
 	'with the predicate repeated there too: accepted');
 is(sq(q{SELECT guarded FROM backfill.declaration WHERE name = 'cents4'}), 't', 'and guarded');
+# a WHERE clause with a top-level OR: appending the predicate would bind it to the last operand,
+# so the hint says to wrap the clause (attack s34)
+($rc, $out, $err) = $node->psql('postgres', q{
+	SELECT backfill_declare(name => 'cents5', relation => 'orders', predicate => 'total_cents IS NULL',
+		action => 'UPDATE orders SET total_cents = total * 100 WHERE id BETWEEN $1 AND $2 OR id = 5')},
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/HINT:  Put its WHERE clause in parentheses and add AND \(total_cents IS NULL\) after them/,
+	'a top-level OR: the hint says to wrap the WHERE clause, not to append the predicate');
 sq(q{CREATE TABLE audit (lo bigint, hi bigint)});
 is(length(sq(q{SELECT backfill_declare(name => 'audit', relation => 'orders',
 	predicate => 'total_cents IS NULL', action => 'INSERT INTO audit VALUES ($1, $2)')})), 64,
