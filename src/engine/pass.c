@@ -340,9 +340,10 @@ key_column_unique(Oid relid, const char *column)
 /*
  * Why a running pass cannot go on with its declaration as it is now, or
  * NULL: the declaration was dropped or changed (BF007), a revert pass's
- * declaration no longer declares a revert (BF021), or it was declared
- * with a composite key under catalogs older than 0.5, which kept only
- * the key's first column (BF027: its action's $3 would fail every batch).
+ * declaration no longer declares a revert (BF021), or its key column has
+ * no unique index (BF027): dropped since, or a composite key declared
+ * under catalogs older than 0.5 kept only its first column (its action's
+ * $3 would fail every batch).
  */
 static const char *
 pass_declaration_refusal(Pass *pass, const Declaration *decl, const char *direction,
@@ -361,10 +362,12 @@ pass_declaration_refusal(Pass *pass, const Declaration *decl, const char *direct
 		get_rel_name(decl->relid) != NULL && !key_column_unique(decl->relid, decl->key_column))
 		/* in the pass's memory: the message outlives the transaction (pass_fail) */
 		return pass_strdup(pass,
-						   psprintf("backfill \"%s\" was declared with a composite key under "
-									"catalogs older than 0.5, which kept only its first column "
-									"(%s, not unique); declare it again with backfill_declare "
-									"now that the catalogs are at 0.5",
+						   psprintf("backfill \"%s\" has no unique index on its key column: "
+									"the index was dropped since the declaration, or a "
+									"composite key declared under catalogs older than 0.5 "
+									"kept only its first column (%s, not unique); create the "
+									"unique index again, or declare it again with "
+									"backfill_declare",
 									decl->name, decl->key_column));
 	return NULL;
 }

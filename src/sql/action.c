@@ -254,10 +254,11 @@ check_repeats_predicate(const Declaration *d, Query *q, SPIPlanPtr predicate_pla
 				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
 				 errmsg("the action of backfill \"%s\" does not repeat its predicate",
 						d->name),
-				 errdetail("%s an %s of %s whose WHERE clause lacks the predicate (%s) as "
+				 errdetail("%s %s of %s whose WHERE clause lacks the predicate (%s) as "
 						   "a condition of its own: a batch would also change the rows of its "
 						   "key range that no longer need work.",
-						   top ? "It is" : "A query of its WITH is", kind,
+						   top ? "It is" : "A query of its WITH is",
+						   q->commandType == CMD_UPDATE ? "an UPDATE" : "a DELETE",
 						   d->relation, d->predicate),
 				 /* appended after a top-level OR, the predicate would bind to its last operand */
 				 top && q->jointree->quals != NULL && is_orclause(q->jointree->quals) ?

@@ -47,6 +47,7 @@
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/plancache.h"
+#include "rewrite/prs2lock.h"
 #include "utils/rel.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -332,6 +333,33 @@ check_revert_statements(const Declaration *d)
 							  "first and last key of the batch.");
 }
 
+/*
+ * The engine's own statement (set, delete) must change the table's rows: a
+ * DO INSTEAD rule on UPDATE (DELETE) of the table would run something else,
+ * and the batches would count its rows as the table's (attack s34).
+ */
+static void
+check_no_instead_rule(const Declaration *d)
+{
+	CmdType		event = d->action_delete ? CMD_DELETE : CMD_UPDATE;
+	Relation	rel = relation_open(d->relid, AccessShareLock);
+	RuleLock   *rules = rel->rd_rules;
+	bool		found = false;
+
+	for (int i = 0; rules != NULL && i < rules->numLocks; i++)
+		if (rules->rules[i]->event == event && rules->rules[i]->isInstead)
+			found = true;
+	relation_close(rel, AccessShareLock);
+	if (found)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("table %s of backfill \"%s\" has a DO INSTEAD rule on %s",
+						d->relation, d->name, d->action_delete ? "DELETE" : "UPDATE"),
+				 errdetail("The engine's statement would run the rule's instead of changing the "
+						   "table's rows, and count what the rule changed as the table's."),
+				 errhint("Drop the rule, or write the action yourself (action => '...').")));
+}
+
 /* the predicate, the scope, the action and the revert parse and plan as the caller; d->guarded found */
 void
 check_statements(Declaration *d)
@@ -358,6 +386,8 @@ check_statements(Declaration *d)
 		check_statement(d->name, "the scope", sql.data, jsonb_type, 1, d->scope,
 						"Write an expression over input, such as input->>'tenant_id'.");
 	}
+	if (!OidIsValid(d->pages_fn) && (d->action_set != NULL || d->action_delete))
+		check_no_instead_rule(d);
 	/* a page's action gets the rows ($1); a batch's the first and last key */
 	if (OidIsValid(d->pages_fn))
 		check_statement(d->name, "the action", d->action, jsonb_type, 1, NULL,

@@ -235,6 +235,21 @@ is(sq(q{SELECT guarded FROM backfill.declaration WHERE name = 'cents4'}), 't', '
 	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
 like($err, qr/HINT:  Put its WHERE clause in parentheses and add AND \(total_cents IS NULL\) after them/,
 	'a top-level OR: the hint says to wrap the WHERE clause, not to append the predicate');
+# the engine's statement on a table whose UPDATE a DO INSTEAD rule replaces: refused (attack s34)
+sq(q{CREATE TABLE ruled (id int PRIMARY KEY, done boolean);
+	 CREATE TABLE ruled_log (id int, n int);
+	 CREATE RULE ruled_instead AS ON UPDATE TO ruled DO INSTEAD
+	   UPDATE ruled_log SET n = n + 1 WHERE ruled_log.id = old.id});
+($rc, $out, $err) = $node->psql('postgres', q{
+	SELECT backfill_declare(name => 'ruled', relation => 'ruled', predicate => 'done IS NULL',
+		set => 'done = true')}, extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/BF001: table public\.ruled of backfill "ruled" has a DO INSTEAD rule on UPDATE/,
+	'set on a table with a DO INSTEAD rule on UPDATE: refused (BF001)');
+like($err, qr/HINT:  Drop the rule, or write the action yourself/, 'the hint says the way out');
+($rc, $out, $err) = $node->psql('postgres', q{
+	SELECT backfill_declare(name => 'ruled_del', relation => 'ruled', predicate => 'done IS NULL',
+		delete => true)});
+is($rc, 0, 'delete => true on the same table (its rule is on UPDATE): accepted');
 sq(q{CREATE TABLE audit (lo bigint, hi bigint)});
 is(length(sq(q{SELECT backfill_declare(name => 'audit', relation => 'orders',
 	predicate => 'total_cents IS NULL', action => 'INSERT INTO audit VALUES ($1, $2)')})), 64,
