@@ -28,10 +28,10 @@
 #   PGPORT=55471  PGBIN=/usr/lib/postgresql/15/bin
 #   CSV=bench/results/foreground.csv   one row per case is appended at the end
 #   HALF_REPS=3               the half-loaded pair (half_alone, half_paced) this many times, turn about
-#   CASES="alone paced paced_nice0 paced_nofg unpaced loop idle_pass half_alone half_paced half_nice0"   (alone is
-#                             always run; paced_nice0, half_nice0: paced and half_paced with
-#                             backfill.lane_nice = 0, the lanes at the server's own CPU priority,
-#                             information)
+#   CASES="alone paced paced_nice10 paced_nofg unpaced loop idle_pass half_alone half_paced half_nice10"   (alone is
+#                             always run; paced_nice10, half_nice10: paced and half_paced with
+#                             backfill.lane_nice = 10, the lanes at a lower CPU priority than the
+#                             server's (the default is 0), information)
 #
 # Cases 2-4 start their backfill right before pgbench and stop it right after it: the passes
 # with backfill_cancel, the loop with pg_cancel_backend. Committed batches stay, so "rows done"
@@ -47,7 +47,7 @@ PGPORT=${PGPORT:-55471}
 PGBIN=${PGBIN:-/usr/lib/postgresql/15/bin}
 PGRUNAS=${PGRUNAS:-postgres}
 CSV=${CSV:-$HERE/results/foreground.csv}
-CASES=${CASES:-alone paced paced_nice0 paced_nofg unpaced loop idle_pass half_alone half_paced half_nice0}
+CASES=${CASES:-alone paced paced_nice10 paced_nofg unpaced loop idle_pass half_alone half_paced half_nice10}
 KEEP=${KEEP:-0}
 HALF_REPS=${HALF_REPS:-3}
 DATA=$PGBASE/data
@@ -125,7 +125,7 @@ throttle_sampler() {  # name out stopfile
 }
 
 # results, one tab-separated line per case:
-#   case label tps p50 p99 txns rows_done load1_before load1_after note service_p99
+#   case label tps p50 p99 txns rows_done load1_before load1_after service_p99 note (last: it may be empty)
 RES=$TMP/results.tsv
 : >"$RES"
 
@@ -148,14 +148,14 @@ run_case() {  # case label
     reset_tables
     l0=$(loadavg | cut -d' ' -f1)
     case $c in
-        paced|paced_nofg|paced_nice0|unpaced|idle_pass|half_paced*|half_nice0*)
+        paced|paced_nofg|paced_nice10|unpaced|idle_pass|half_paced*|half_nice10*)
             local rate=$PACED_RATE lanes=1
             [ "$c" = unpaced ] && { rate=100000; lanes=2; }
             name="fg_${c//./_}"
             # the foreground throttle (on by default) off for this case only; lanes start after the reload
             [ "$c" = paced_nofg ] && Q -c "ALTER SYSTEM SET backfill.foreground_throttle = off" -c "SELECT pg_reload_conf()" >/dev/null
-            # the lanes at the server's own CPU priority for this case only (a lane reads it as it starts)
-            case $c in paced_nice0|half_nice0*) Q -c "ALTER SYSTEM SET backfill.lane_nice = 0" -c "SELECT pg_reload_conf()" >/dev/null ;; esac
+            # the lanes at a lower CPU priority for this case only (a lane reads it as it starts)
+            case $c in paced_nice10|half_nice10*) Q -c "ALTER SYSTEM SET backfill.lane_nice = 10" -c "SELECT pg_reload_conf()" >/dev/null ;; esac
             Q -c "SELECT backfill_declare(name => '$name', relation => 'items', predicate => 'c IS NULL',
                       action => 'UPDATE items SET c = a * 2 WHERE id BETWEEN \$1 AND \$2 AND c IS NULL',
                       batch_size => $PACED_BATCH, rate => $rate, max_parallel => $lanes)" >/dev/null
@@ -170,7 +170,7 @@ run_case() {  # case label
     esac
     if [ "$c" = idle_pass ]; then sleep "$DURATION"; else run_pgbench "$c"; fi
     case $c in
-        paced|paced_nofg|paced_nice0|unpaced|idle_pass|half_paced*|half_nice0*)
+        paced|paced_nofg|paced_nice10|unpaced|idle_pass|half_paced*|half_nice10*)
             local status
             status=$(Q -c "SELECT status FROM backfill_status('$name')")
             if [ "$status" = running ]; then
@@ -180,7 +180,7 @@ run_case() {  # case label
                 note="pass ended '$status' before pgbench did"
             fi
             [ "$c" = paced_nofg ] && Q -c "ALTER SYSTEM RESET backfill.foreground_throttle" -c "SELECT pg_reload_conf()" >/dev/null
-            case $c in paced_nice0|half_nice0*) Q -c "ALTER SYSTEM RESET backfill.lane_nice" -c "SELECT pg_reload_conf()" >/dev/null ;; esac
+            case $c in paced_nice10|half_nice10*) Q -c "ALTER SYSTEM RESET backfill.lane_nice" -c "SELECT pg_reload_conf()" >/dev/null ;; esac
             touch "$stop"; wait "$sampler" || true
             local ns nt
             ns=$(wc -l <"$TMP/throttle_$c"); nt=$(grep -vc '^-$' "$TMP/throttle_$c" || true)
@@ -207,7 +207,7 @@ run_case() {  # case label
         read -r p50 p99 nx < <(percentiles "$TMP"/log_"$c".*)
         sp99=$(service_p99 "$TMP"/log_"$c".*)
     fi
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$c" "$label" "$tps" "$p50" "$p99" "$nx" "$rows" "$l0" "$l1" "$note" "$sp99" >>"$RES"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$c" "$label" "$tps" "$p50" "$p99" "$nx" "$rows" "$l0" "$l1" "$sp99" "$note" >>"$RES"
     say "$(printf '%-8s tps %8.1f  p50 %7s ms  p99 %7s ms  %6d txns  rows done %-8s load %s -> %s  %s' \
         "$c" "$tps" "$p50" "$p99" "$nx" "$rows" "$l0" "$l1" "$note")"
 }
@@ -222,7 +222,7 @@ wanted() { case " $CASES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 run_case alone    "pgbench alone"
 HALF_TPS=$(awk -F'\t' '$1 == "alone" { printf "%.0f", $3 / 2 }' "$RES")
 wanted paced      && run_case paced    "beside pg_backfill, paced (1 lane, batch $PACED_BATCH, rate $PACED_RATE/s)"
-wanted paced_nice0 && run_case paced_nice0 "beside pg_backfill, paced, backfill.lane_nice = 0"
+wanted paced_nice10 && run_case paced_nice10 "beside pg_backfill, paced, backfill.lane_nice = 10"
 wanted paced_nofg && run_case paced_nofg "beside pg_backfill, paced, backfill.foreground_throttle = off"
 wanted unpaced    && run_case unpaced  "beside pg_backfill, unpaced (2 lanes, batch $PACED_BATCH, rate 100000/s)"
 wanted loop       && run_case loop     "beside PL/pgSQL keyset loop (batch $PACED_BATCH, unpaced)"
@@ -232,7 +232,7 @@ wanted idle_pass  && run_case idle_pass "pg_backfill paced alone on the idle box
 for r in $(seq 1 "$HALF_REPS"); do
     wanted half_alone && run_case "half_alone.$r" "pgbench -R $HALF_TPS (half of alone's tps) alone, rep $r"
     wanted half_paced && run_case "half_paced.$r" "pgbench -R $HALF_TPS beside pg_backfill, paced, rep $r"
-    wanted half_nice0 && run_case "half_nice0.$r" "pgbench -R $HALF_TPS beside pg_backfill, paced, backfill.lane_nice = 0, rep $r"
+    wanted half_nice10 && run_case "half_nice10.$r" "pgbench -R $HALF_TPS beside pg_backfill, paced, backfill.lane_nice = 10, rep $r"
 done
 LOAD_END=$(loadavg)
 
@@ -249,22 +249,22 @@ echo "PostgreSQL $PGVER, repo HEAD $EXTCOMMIT, pg_backfill.so installed $SOSTAMP
 echo
 echo "| case | pgbench tps | p50 ms | p99 ms | p99 x alone | backfill rows done during the window |"
 echo "|---|---:|---:|---:|---:|---:|"
-while IFS=$'\t' read -r c label tps p50 p99 nx rows l0 l1 note sp99; do
+while IFS=$'\t' read -r c label tps p50 p99 nx rows l0 l1 sp99 note; do
     printf '| %s | %.1f | %s | %s | %s | %s |\n' "$label" "$tps" "$p50" "$p99" "$(xalone "$p99")" "$(fmt_int "$rows")"
 done <"$RES"
 echo
-while IFS=$'\t' read -r c label tps p50 p99 nx rows l0 l1 note sp99; do
+while IFS=$'\t' read -r c label tps p50 p99 nx rows l0 l1 sp99 note; do
     echo "- $c: $(fmt_int "$nx") transactions logged; p99 less schedule lag $sp99 ms; load1 $l0 -> $l1${note:+; $note}"
 done <"$RES"
 echo
 X=$(xalone "$(awk -F'\t' '$1 == "paced" { print $5 }' "$RES")")
 V=$(awk -v x="$X" -v t="$TARGET" 'BEGIN { if (x == "-") print "n/a"; else if (x + 0 <= t) print "MET"; else print "NOT MET" }')
-PACED_NOTE=$(awk -F'\t' '$1 == "paced" { print $10 }' "$RES")
+PACED_NOTE=$(awk -F'\t' '$1 == "paced" { print $11 }' "$RES")
 case $PACED_NOTE in *"before pgbench did"*) V="$V (but the paced pass ended before pgbench did: raise N)" ;; esac
 rps() { awk -F'\t' -v c="$1" -v d="$DURATION" '$1 == c { if ($7 == "-") print "-"; else printf "%.0f", $7 / d }' "$RES"; }
 echo "paced backfill: p99 within ${TARGET}x of pgbench alone -> $V (${X}x; $(rps paced) rows/s in the window)"
-XZ=$(xalone "$(awk -F'\t' '$1 == "paced_nice0" { print $5 }' "$RES")")
-echo "paced backfill, backfill.lane_nice = 0: p99 ${XZ}x pgbench alone ($(rps paced_nice0) rows/s in the window) (information: what the lanes' lower CPU priority buys)"
+XZ=$(xalone "$(awk -F'\t' '$1 == "paced_nice10" { print $5 }' "$RES")")
+echo "paced backfill, backfill.lane_nice = 10: p99 ${XZ}x pgbench alone ($(rps paced_nice10) rows/s in the window) (information: what a lower CPU priority for the lanes does)"
 XN=$(xalone "$(awk -F'\t' '$1 == "paced_nofg" { print $5 }' "$RES")")
 echo "paced backfill, foreground throttle off: p99 ${XN}x pgbench alone ($(rps paced_nofg) rows/s in the window) (information: what the throttle buys)"
 # the half-loaded box: the pass's rows/s against its own on the idle box, pgbench's p99 against
@@ -277,13 +277,13 @@ if wanted idle_pass && wanted half_alone && wanted half_paced; then
     KEEP_RATIO=$(awk -v a="$(medcol half_paced 7)" -v b="$(col idle_pass 7)" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }')
     HALF_X=$(awk -v a="$(medcol half_paced 5)" -v b="$(medcol half_alone 5)" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }')
     HV=$(awk -v k="$KEEP_RATIO" -v x="$HALF_X" -v t="$TARGET" 'BEGIN { if (k == "-" || x == "-") print "n/a"; else if (k + 0 >= 0.5 && x + 0 <= t) print "MET"; else print "NOT MET" }')
-    SERV_X=$(awk -v a="$(medcol half_paced 11)" -v b="$(medcol half_alone 11)" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }')
+    SERV_X=$(awk -v a="$(medcol half_paced 10)" -v b="$(medcol half_alone 10)" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }')
     echo "half-loaded box (pgbench -R $HALF_TPS, $HALF_REPS reps, medians): the paced pass keeps ${KEEP_RATIO}x its idle-box rows/s ($(awk -v r="$(medcol half_paced 7)" -v d="$DURATION" 'BEGIN { printf "%.0f", r / d }') vs $(rps idle_pass); target >= 0.50) while pgbench's p99 is ${HALF_X}x pgbench alone at that rate (target <= ${TARGET}x) -> $HV"
     echo "half-loaded box: pgbench's p99 less its schedule lag ${SERV_X}x pgbench alone (information: the server's own time, without -R's queue for a client)"
-    if wanted half_nice0; then
-        N0_X=$(awk -v a="$(medcol half_nice0 5)" -v b="$(medcol half_alone 5)" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }')
-        N0_K=$(awk -v a="$(medcol half_nice0 7)" -v b="$(col idle_pass 7)" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }')
-        echo "half-loaded box with backfill.lane_nice = 0: the pass keeps ${N0_K}x its idle-box rows/s, pgbench's p99 ${N0_X}x alone (information: what the lanes' lower CPU priority buys)"
+    if wanted half_nice10; then
+        N10_X=$(awk -v a="$(medcol half_nice10 5)" -v b="$(medcol half_alone 5)" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }')
+        N10_K=$(awk -v a="$(medcol half_nice10 7)" -v b="$(col idle_pass 7)" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }')
+        echo "half-loaded box with backfill.lane_nice = 10: the pass keeps ${N10_K}x its idle-box rows/s, pgbench's p99 ${N10_X}x alone (information: what a lower CPU priority for the lanes does)"
     fi
 fi
 echo
@@ -295,7 +295,7 @@ echo "pgbench outputs (with -r per-statement latencies and -P 5 progress): $PGBA
 mkdir -p "$(dirname "$CSV")"
 [ -s "$CSV" ] || echo "ts,n,duration_s,clients,threads,scale,pg,commit,so_installed,case,tps,p50_ms,p99_ms,p99_x_alone,txns,rows_done,load1_before,load1_after,target_met" >"$CSV"
 TS=$(date -u +%FT%TZ)
-while IFS=$'\t' read -r c label tps p50 p99 nx rows l0 l1 note sp99; do
+while IFS=$'\t' read -r c label tps p50 p99 nx rows l0 l1 sp99 note; do
     met=-; [ "$c" = paced ] && met=${V%% (*}; met=${met// /_}
     echo "$TS,$N,$DURATION,$CLIENTS,$THREADS,$SCALE,$PGVER,$EXTCOMMIT,$SOSTAMP,$c,$tps,$p50,$p99,$(xalone "$p99"),$nx,$rows,$l0,$l1,$met" >>"$CSV"
 done <"$RES"

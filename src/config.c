@@ -39,7 +39,7 @@ int			backfill_max_slot_retained = -1;	/* kB */
 int			backfill_batch_history = 100;	/* batches per pass */
 bool		backfill_paused_for_all = false;
 bool		backfill_foreground_throttle = true;
-int			backfill_lane_nice = 10;
+int			backfill_lane_nice = 0;
 bool		backfill_citus_per_shard = true;
 static char *backfill_migrations_table = NULL;	/* read with GetConfigOption */
 char	   *backfill_input = NULL;
@@ -292,11 +292,12 @@ config_define_worker_settings(void)
 	DefineCustomIntVariable("backfill.lane_nice",
 							"The CPU priority (nice value, 0 to 19) a lane, a rehearsal or a probe "
 							"worker lowers itself to when it starts.",
-							"The kernel then gives the application's sessions the cores first and "
-							"those workers what they leave idle; on an idle machine a lane runs as "
-							"fast as at 0.  0 leaves them at the server's own priority.",
+							"0 (the default) leaves them at the server's own priority.  A higher "
+							"value lets other processes of the machine have the cores first; a "
+							"lane descheduled while it holds a lock other sessions need makes "
+							"them wait, so it can slow the application down (issue 29's bench).",
 							&backfill_lane_nice,
-							10, 0, 19,
+							0, 0, 19,
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 

@@ -210,12 +210,14 @@ worker_attach_caller(Datum main_arg, dsm_segment **seg)
 }
 
 /*
- * Lower this worker's CPU priority to backfill.lane_nice: a lane, a
- * rehearsal or a probe runs the declarer's SQL as background work, so the
- * kernel gives the application's sessions the cores first and the worker
- * what they leave idle (issue 29's half-loaded box).  Only ever lowered:
- * a process may not raise its own priority again, and a server started
- * with nice keeps its.
+ * Lower this worker's CPU priority to backfill.lane_nice (0, the default,
+ * changes nothing): a lane, a rehearsal or a probe runs the declarer's SQL
+ * as background work, which a machine shared with other programs may want
+ * to run behind them.  Only ever lowered: a process may not raise its own
+ * priority again, and a server started with nice keeps its.  Not the
+ * default: on issue 29's half-loaded box a niced lane made pgbench's p99
+ * worse, not better (a lane descheduled while it holds a lock or an
+ * LWLock others need makes them wait).
  */
 void
 worker_lower_priority(void)
