@@ -438,13 +438,11 @@ batch_first_key(Pass *pass, Claim *claim, Datum *key)
  * A rehearsal's batch (rehearse.c), in two steps in the transaction that
  * is open, with no checkpoint: the key scan from the claim's cursor,
  * which returns the keys it found and their range (2k values, valid until
- * the next statement), and *bare when it left the predicate out as a
- * lane's may (kind_range.c: the rows are then what the action changes),
- * then the action on that range.  The rehearsal's
+ * the next statement), then the action on that range.  The rehearsal's
  * claim was never claimed: its kind is the pass's.
  */
 int64
-batch_scan_keys(Pass *pass, Claim *claim, Datum *range, bool *bare)
+batch_scan_keys(Pass *pass, Claim *claim, Datum *range)
 {
 	const BatchKind *kind = claim->kind ? claim->kind : batch_kind_for(pass, claim);
 	Batch		batch;
@@ -452,7 +450,6 @@ batch_scan_keys(Pass *pass, Claim *claim, Datum *range, bool *bare)
 	memset(&batch, 0, sizeof(Batch));
 	kind->scan(pass, claim, CLAIM_BATCH_LIMIT(claim), &batch);
 	memcpy(range, batch.range, sizeof(Datum) * 2 * pass->keyset.nkeys);
-	*bare = batch.bare;
 	return batch.keys;
 }
 

@@ -28,7 +28,7 @@ extern char *batch_cursor_text(Pass *pass, Claim *claim);
 extern void batch_copy_key(Pass *pass, const Datum *key, Datum *copy);
 extern void batch_move_cursor(Pass *pass, Claim *claim, const Datum *next);
 extern BatchOutcome batch_end_partition(Pass *pass, Claim *claim, const char *activity);
-extern int64 batch_scan_keys(Pass *pass, Claim *claim, Datum *range, bool *bare);
+extern int64 batch_scan_keys(Pass *pass, Claim *claim, Datum *range);
 extern void batch_act(Pass *pass, Datum *range);
 
 #endif							/* BACKFILL_BATCH_H */

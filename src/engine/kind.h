@@ -45,7 +45,6 @@ typedef struct Batch
 	bool		last;			/* the batch is the partition's last (a page source's end) */
 	int64		rows;			/* the rows its checkpoint adds */
 	bool		bare;			/* its key scan left the predicate out (kind_range.c) */
-	bool		counted;		/* rows is what the action changed (kind_range.c) */
 	char	   *first;			/* the first key as the batch history keeps it, or NULL */
 	char	   *cursor;			/* the checkpoint's cursor */
 	Datum		range[2 * DECLARATION_MAX_KEY_COLUMNS]; /* the first and the last key */

@@ -348,9 +348,9 @@ range_scan(Pass *pass, Claim *claim, int64 limit, Batch *batch)
 									   false, 0), batch);
 }
 
-/* the action on the range: $1..$k the first key, $k+1..$2k the last */
 /*
- * The action on the range.  The engine's own statement (set, delete)
+ * The action on the range ($1..$k the first key, $k+1..$2k the last).  The
+ * engine's own statement (set, delete)
  * changes exactly the rows of the range that match when it runs: those
  * are the batch's rows, whatever the scan saw (a row the application
  * fixed or wrote meanwhile is counted as it is then).  A hand-written
@@ -363,7 +363,6 @@ range_act(Pass *pass, Claim *claim, Batch *batch)
 	if (!pass->engine_action)
 		return;
 	batch->rows = (int64) SPI_processed;
-	batch->counted = true;
 	if (batch->bare)
 		bare_key_scan_matched(claim, batch);
 }
@@ -379,7 +378,7 @@ range_checkpoint(Pass *pass, Claim *claim, Batch *batch)
 	batch->first = backfill_batch_history > 0 ? batch_key_text(pass, batch->range) : NULL;
 	batch->cursor = batch_key_text(pass, batch->range + pass->keyset.nkeys);
 	/* the engine's statement counted the rows it changed (range_act) */
-	if (!batch->counted)
+	if (!pass->engine_action)
 		batch->rows = batch->keys;
 }
 

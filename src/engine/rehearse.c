@@ -366,13 +366,12 @@ measure_batch(Pass *pass, Claim *claim, RehearsalBatch *b)
 	TimestampTz t0 = GetCurrentTimestamp();
 	Datum		range[2 * DECLARATION_MAX_KEY_COLUMNS];
 	PlanSeen	seen[2];
-	bool		bare;
 
 	memset(seen, 0, sizeof(seen));
 	initStringInfo(&seen[0].scans);
 	initStringInfo(&seen[1].scans);
 	capture = &seen[0];
-	b->rows = batch_scan_keys(pass, claim, range, &bare);
+	b->rows = batch_scan_keys(pass, claim, range);
 	capture = NULL;
 	if (b->rows > 0)
 	{
@@ -382,8 +381,8 @@ measure_batch(Pass *pass, Claim *claim, RehearsalBatch *b)
 		capture = &seen[1];
 		batch_act(pass, range);
 		capture = NULL;
-		/* the engine's statement: the rows are what it changed, as a lane counts them */
-		if (bare || pass->engine_action)
+		/* the engine's statement: the rows are what it changed, as a lane counts them (range_act) */
+		if (pass->engine_action)
 			b->rows = (int64) SPI_processed;
 	}
 	worker_statement_timeout_end();

@@ -200,6 +200,34 @@ key_column_index(Relation rel, AttrNumber attnum)
 	return found;
 }
 
+/*
+ * A key of one column must have a unique index that orders it as the
+ * batches walk it (key_column_index), else BF001, with the index to create.
+ */
+static void
+refuse_unindexed_key(Relation rel, AttrNumber attnum, const char *key, const char *name,
+					 const char *relation)
+{
+	KeyColumnIndex index = key_column_index(rel, attnum);
+
+	if (index == KEY_COLUMN_OTHER_ORDER)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("key column \"%s\" of backfill \"%s\" has a unique index only under "
+						"another collation or operator class than its own", key, name),
+				 errdetail("Batches walk the key in the column's own order; an index in another "
+						   "order would give batches that overlap or skip rows."),
+				 errhint("CREATE UNIQUE INDEX ON %s (%s); then declare again.",
+						 relation, quote_identifier(key))));
+	if (index != KEY_COLUMN_INDEXED)
+		ereport(ERROR,
+				(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
+				 errmsg("key column \"%s\" of backfill \"%s\" has no unique index", key, name),
+				 errdetail("Batches walk the table in key order; two rows with one key could be skipped."),
+				 errhint("CREATE UNIQUE INDEX ON %s (%s); then declare again.",
+						 relation, quote_identifier(key))));
+}
+
 /* a key of several columns (key.c): the source takes its first column and type */
 static void
 resolve_composite_key(const char *name, Relation rel, const char *key, int pk_n,
@@ -328,22 +356,7 @@ resolve_key(const char *name, const char *key, DeclaredSource *src)
 					 errmsg("key column \"%s\" of backfill \"%s\" does not exist in \"%s\"",
 							key, name, src->relation),
 					 errhint("Name a column of the table, or leave key out to use the primary key.")));
-		if (key_column_index(rel, attnum) == KEY_COLUMN_OTHER_ORDER)
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-					 errmsg("key column \"%s\" of backfill \"%s\" has a unique index only under "
-							"another collation or operator class than its own", key, name),
-					 errdetail("Batches walk the key in the column's own order; an index in another "
-							   "order would give batches that overlap or skip rows."),
-					 errhint("CREATE UNIQUE INDEX ON %s (%s); then declare again.",
-							 src->relation, quote_identifier(key))));
-		if (key_column_index(rel, attnum) != KEY_COLUMN_INDEXED)
-			ereport(ERROR,
-					(errcode(ERRCODE_BACKFILL_SOURCE_INVALID),
-					 errmsg("key column \"%s\" of backfill \"%s\" has no unique index", key, name),
-					 errdetail("Batches walk the table in key order; two rows with one key could be skipped."),
-					 errhint("CREATE UNIQUE INDEX ON %s (%s); then declare again.",
-							 src->relation, quote_identifier(key))));
+		refuse_unindexed_key(rel, attnum, key, name, src->relation);
 	}
 
 	att = TupleDescAttr(RelationGetDescr(rel), attnum - 1);

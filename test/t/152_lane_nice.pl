@@ -49,6 +49,16 @@ $node->safe_psql('postgres', q{
 	GRANT USAGE ON SCHEMA backfill TO filler;
 	GRANT SELECT, UPDATE ON t TO filler;
 });
+# the pid of the one worker of this type waiting for a lock, once it is there (a test of its own)
+sub waiting_at_lock
+{
+	my ($type, $label) = @_;
+	my $sql = "SELECT %s FROM pg_stat_activity"
+	  . " WHERE backend_type = '$type' AND wait_event_type = 'Lock'";
+	ok(poll_until($node, sprintf($sql, 'count(*)'), '1', 180), $label);
+	return $node->safe_psql('postgres', sprintf($sql, 'pid'));
+}
+
 my $pm_nice = nice_of($node->safe_psql('postgres', 'SELECT pg_backend_pid()')) // 0;
 
 # One pass: rows 1..100 of a fresh round, a session holding row 50 so the
@@ -70,14 +80,7 @@ sub lane_nice_for_a_pass
 	my $holder = $node->background_psql('postgres');
 	$holder->query_safe("BEGIN; SELECT 1 FROM t WHERE id = " . ($lo + 49) . " FOR UPDATE;");
 	my $run = $node->safe_psql('postgres', "SELECT backfill_run('$name')");
-	ok( poll_until($node, q{
-				SELECT count(*) FROM pg_stat_activity
-				 WHERE backend_type = 'pg_backfill lane' AND wait_event_type = 'Lock'}, '1', 180),
-		"$label: the lane waits at the held row");
-	my $lane = $node->safe_psql('postgres', q{
-		SELECT pid FROM pg_stat_activity
-		 WHERE backend_type = 'pg_backfill lane' AND wait_event_type = 'Lock'});
-	my $nice = nice_of($lane);
+	my $nice = nice_of(waiting_at_lock('pg_backfill lane', "$label: the lane waits at the held row"));
 	$holder->query_safe('ROLLBACK');
 	$holder->quit;
 	is($node->safe_psql('postgres', "SELECT backfill_wait($run, '3 min')"),
@@ -118,14 +121,7 @@ $node->safe_psql('postgres', q{
 	$caller->query_until(qr/started/, q{\echo started
 SELECT count(*) FROM backfill_rehearse('nice_rehearsal');
 });
-	ok( poll_until($node, q{
-				SELECT count(*) FROM pg_stat_activity
-				 WHERE backend_type = 'pg_backfill rehearsal' AND wait_event_type = 'Lock'}, '1', 180),
-		'rehearsal: its worker waits at the held row');
-	my $worker = $node->safe_psql('postgres', q{
-		SELECT pid FROM pg_stat_activity
-		 WHERE backend_type = 'pg_backfill rehearsal' AND wait_event_type = 'Lock'});
-	is(nice_of($worker), $max->(15, $pm_nice), 'rehearsal: its worker runs at backfill.lane_nice');
+	is(nice_of(waiting_at_lock('pg_backfill rehearsal', 'rehearsal: its worker waits at the held row')), $max->(15, $pm_nice), 'rehearsal: its worker runs at backfill.lane_nice');
 	$holder->query_safe('ROLLBACK');
 	$holder->quit;
 	$caller->quit;
